@@ -1,0 +1,1082 @@
+//! From the located YAML tree to the [`Config`] model. Structural and type errors are
+//! found here; cross-references are checked in `validate`.
+
+use super::diag::{DiagnosticKind as Kind, Diagnostics};
+use super::model::*;
+use super::reader::{self as r, MapReader, index};
+use super::yaml::{Node, Value};
+use std::net::Ipv4Addr;
+
+/// Largest sane buffer count / size (prevents arithmetic overflow later).
+const MAX_COUNT: u64 = 1 << 32;
+const MAX_BUF_SIZE: u64 = 1 << 32;
+
+/// Reads a whole document. Returns `None` when errors were recorded in `d`.
+pub fn document(d: &mut Diagnostics, root: &Node) -> Option<Config> {
+    let mut top = MapReader::open(d, root, "")?;
+    // Root is `daqiri: { cfg: ... }`, our alias `dataplane: { cfg: ... }`, or the cfg map itself.
+    let wrapped = match (top.get("daqiri"), top.get("dataplane")) {
+        (Some(_), Some(n)) => {
+            d.error(
+                Kind::Duplicate,
+                "dataplane",
+                Some(n.location),
+                "`daqiri` and `dataplane` are aliases; give only one",
+            );
+            None
+        }
+        (Some(n), None) => Some(("daqiri", n)),
+        (None, Some(n)) => Some(("dataplane", n)),
+        (None, None) => None,
+    };
+    let config = match wrapped {
+        Some((root_key, node)) => {
+            let mut outer = MapReader::open(d, node, root_key)?;
+            // Paths inside cfg start at its keys (`interfaces[0].rx`), as users name them.
+            let cfg = outer.required(d, "cfg", |d, n, _| {
+                let mut m = MapReader::open(d, n, "")?;
+                let c = cfg(d, &mut m);
+                m.finish(d);
+                c
+            });
+            outer.finish(d);
+            cfg
+        }
+        None => cfg(d, &mut top),
+    };
+    let bench = bench_sections(d, &mut top);
+    top.finish(d);
+    let mut config = config?;
+    config.bench = bench;
+    (!d.has_errors()).then_some(config)
+}
+
+struct Common {
+    version: u32,
+    master_core: u32,
+    stream_type: StreamType,
+    engine: Option<&'static str>,
+    log_level: String,
+    debug: bool,
+    loopback: bool,
+    legacy_protocol: Option<Transport>,
+}
+
+fn cfg(d: &mut Diagnostics, m: &mut MapReader) -> Option<Config> {
+    let common = common(d, m);
+    let regions = m.required(d, "memory_regions", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        if items.is_empty() {
+            d.error(
+                Kind::Missing,
+                p,
+                Some(n.location),
+                "define at least one memory region",
+            );
+        }
+        Some(
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, node)| memory_region(d, node, &index(p, i)))
+                .collect::<Vec<_>>(),
+        )
+    });
+    let legacy = common.as_ref().and_then(|c| c.legacy_protocol);
+    let interfaces = m
+        .optional(d, "interfaces", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, node)| interface(d, node, &index(p, i), legacy))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap_or_default();
+    let common = common?;
+    let engine = resolve_engine(d, m, &common, &interfaces)?;
+    Some(Config {
+        version: common.version,
+        master_core: common.master_core,
+        stream_type: common.stream_type,
+        engine,
+        log_level: common.log_level,
+        debug: common.debug,
+        memory_regions: regions?,
+        interfaces,
+        bench: BenchConfig::default(),
+    })
+}
+
+fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
+    let version = m.required(d, "version", |d, n, p| r::uint_in(d, n, p, 1, 1));
+    let master_core = m.required(d, "master_core", |d, n, p| r::uint_in(d, n, p, 0, 4095));
+    let stream_type = m.required(d, "stream_type", |d, n, p| {
+        r::choice(d, n, p, &["raw", "socket"]).map(|s| match s {
+            "raw" => StreamType::Raw,
+            _ => StreamType::Socket,
+        })
+    });
+    let engine = m.optional(d, "engine", |d, n, p| {
+        let e = r::choice(d, n, p, &["dpdk", "socket", "ibverbs", "default", "rdma"])?;
+        if e == "rdma" {
+            d.error(
+                Kind::Invalid,
+                p,
+                Some(n.location),
+                "`rdma` is not an engine name: use `ibverbs` (RDMA is chosen by a roce:// address)",
+            );
+            return None;
+        }
+        Some(e)
+    });
+    let log_level = m
+        .optional(d, "log_level", |d, n, p| {
+            r::choice(
+                d,
+                n,
+                p,
+                &["trace", "debug", "info", "warn", "error", "critical", "off"],
+            )
+        })
+        .unwrap_or("warn")
+        .to_owned();
+    let debug = m.optional(d, "debug", r::boolean).unwrap_or(false);
+    let loopback = m
+        .optional(d, "loopback", |d, n, p| {
+            if let Value::Str(s) = &n.value
+                && s.is_empty()
+            {
+                return Some(false);
+            }
+            r::choice(d, n, p, &["sw"]).map(|_| true)
+        })
+        .unwrap_or(false);
+    // Metadata pools are sized automatically here; the keys are accepted for compatibility
+    // and checked for range.
+    m.optional(d, "tx_meta_buffers", |d, n, p| {
+        r::uint_in(d, n, p, 2, MAX_COUNT)
+    });
+    m.optional(d, "rx_meta_buffers", |d, n, p| {
+        r::uint_in(d, n, p, 2, MAX_COUNT)
+    });
+    // Legacy form (older reference files): `protocol: roce|rdma|tcp|udp` at the top level.
+    let legacy_protocol = m.optional(d, "protocol", |d, n, p| {
+        r::choice(d, n, p, &["roce", "rdma", "tcp", "udp"]).map(transport_of)
+    });
+    m.not_supported(d, "manager");
+    Some(Common {
+        version: version? as u32,
+        master_core: master_core? as u32,
+        stream_type: stream_type?,
+        engine,
+        log_level,
+        debug,
+        loopback,
+        legacy_protocol,
+    })
+}
+
+fn transport_of(word: &str) -> Transport {
+    match word {
+        "tcp" => Transport::Tcp,
+        "udp" => Transport::Udp,
+        _ => Transport::Roce,
+    }
+}
+
+fn resolve_engine(
+    d: &mut Diagnostics,
+    m: &MapReader,
+    c: &Common,
+    interfaces: &[InterfaceConfig],
+) -> Option<EngineKind> {
+    let at = Some(m.location_of("stream_type"));
+    let path = m.child("stream_type");
+    match c.stream_type {
+        StreamType::Raw => {
+            if let Some(i) = interfaces.iter().position(|i| i.socket.is_some()) {
+                d.error(
+                    Kind::Invalid,
+                    &format!("interfaces[{i}].socket_config"),
+                    Some(interfaces[i].location),
+                    "socket_config is only allowed with stream_type: socket",
+                );
+            }
+            if c.loopback {
+                if matches!(c.engine, Some("socket" | "ibverbs")) {
+                    d.error(
+                        Kind::Invalid,
+                        &path,
+                        at,
+                        "loopback: \"sw\" needs the raw software loopback engine",
+                    );
+                }
+                return Some(EngineKind::Loopback);
+            }
+            match c.engine {
+                Some("ibverbs") => Some(EngineKind::Ibverbs),
+                Some("socket") => {
+                    d.error(
+                        Kind::Invalid,
+                        &m.child("engine"),
+                        Some(m.location_of("engine")),
+                        "engine `socket` needs stream_type: socket",
+                    );
+                    None
+                }
+                _ => Some(EngineKind::Dpdk),
+            }
+        }
+        StreamType::Socket => {
+            if c.loopback {
+                d.error(
+                    Kind::Invalid,
+                    &m.child("loopback"),
+                    Some(m.location_of("loopback")),
+                    "loopback: \"sw\" needs stream_type: raw",
+                );
+            }
+            let mut transport: Option<Transport> = None;
+            for (i, iface) in interfaces.iter().enumerate() {
+                let Some(sock) = &iface.socket else {
+                    d.error(
+                        Kind::Missing,
+                        &format!("interfaces[{i}]"),
+                        Some(iface.location),
+                        "missing required key `socket_config` (stream_type is socket)",
+                    );
+                    continue;
+                };
+                match transport {
+                    None => transport = Some(sock.transport),
+                    Some(t) if t != sock.transport => d.error(
+                        Kind::Invalid,
+                        &format!("interfaces[{i}].socket_config"),
+                        Some(iface.location),
+                        format!("transport {:?} conflicts with {:?} of an earlier interface; all interfaces must use one", sock.transport, t),
+                    ),
+                    _ => {}
+                }
+                let roce = sock.transport == Transport::Roce;
+                if roce != iface.roce.is_some() {
+                    d.error(
+                        Kind::Invalid,
+                        &format!("interfaces[{i}].roce_config"),
+                        Some(iface.location),
+                        if roce {
+                            "missing required key `roce_config` for a roce:// interface"
+                        } else {
+                            "roce_config is only allowed for roce:// interfaces"
+                        },
+                    );
+                }
+            }
+            match (transport, c.engine) {
+                (Some(Transport::Roce), _) => Some(EngineKind::Rdma),
+                (_, Some("ibverbs")) => Some(EngineKind::Rdma),
+                _ => Some(EngineKind::Socket),
+            }
+        }
+    }
+}
+
+fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryRegionConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let kind = m.required(d, "kind", |d, n, p| {
+        r::choice(d, n, p, &["host", "huge", "host_pinned", "device"]).map(|k| match k {
+            "host" => MemoryKind::Host,
+            "huge" => MemoryKind::Huge,
+            "host_pinned" => MemoryKind::HostPinned,
+            _ => MemoryKind::Device,
+        })
+    });
+    let affinity = m.required(d, "affinity", |d, n, p| r::uint_in(d, n, p, 0, 1023));
+    let num_bufs = m.required(d, "num_bufs", |d, n, p| r::uint_in(d, n, p, 1, MAX_COUNT));
+    let buf_size = m.required(d, "buf_size", |d, n, p| {
+        r::uint_in(d, n, p, 1, MAX_BUF_SIZE)
+    });
+    let access = m
+        .optional(d, "access", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, a)| {
+                        r::choice(d, a, &index(p, i), &["local", "rdma_read", "rdma_write"]).map(
+                            |w| match w {
+                                "local" => Access::Local,
+                                "rdma_read" => Access::RdmaRead,
+                                _ => Access::RdmaWrite,
+                            },
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap_or_else(|| vec![Access::Local]);
+    m.not_supported_unless(d, "owned", |n| matches!(n.value, Value::Bool(true)));
+    m.finish(d);
+    Some(MemoryRegionConfig {
+        name: name?,
+        kind: kind?,
+        affinity: affinity? as u32,
+        num_bufs: num_bufs? as usize,
+        buf_size: buf_size? as usize,
+        access,
+        location: node.location,
+    })
+}
+
+fn interface(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+    legacy: Option<Transport>,
+) -> Option<InterfaceConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let address = m.required(d, "address", r::name);
+    let socket = m.optional(d, "socket_config", |d, n, p| socket_config(d, n, p, legacy));
+    let roce = m.optional(d, "roce_config", |d, n, p| {
+        let mut c = MapReader::open(d, n, p)?;
+        let mode = c
+            .optional(d, "transport_mode", |d, n, p| {
+                r::choice(d, n, p, &["rc", "uc", "ud"])
+            })
+            .unwrap_or("rc");
+        c.finish(d);
+        Some(RoceConfig {
+            transport_mode: mode.to_ascii_uppercase(),
+        })
+    });
+    if let Some(n) = m.get("rdma_config") {
+        let p = m.child("rdma_config");
+        d.error(
+            Kind::Invalid,
+            &p,
+            Some(n.location),
+            "rdma_config was replaced by socket_config (roce:// local_addr) plus roce_config",
+        );
+    }
+    let rx = m.optional(d, "rx", rx_config);
+    let tx = m.optional(d, "tx", tx_config);
+    m.finish(d);
+    Some(InterfaceConfig {
+        name: name?,
+        address: address?,
+        socket,
+        roce,
+        rx,
+        tx,
+        location: node.location,
+    })
+}
+
+fn socket_config(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+    legacy: Option<Transport>,
+) -> Option<SocketConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let mode = m.required(d, "mode", |d, n, p| {
+        r::choice(d, n, p, &["client", "server"]).map(|w| {
+            if w == "client" {
+                SocketMode::Client
+            } else {
+                SocketMode::Server
+            }
+        })
+    });
+    let mut transports = Vec::new();
+    let mut endpoint = |m: &mut MapReader,
+                        d: &mut Diagnostics,
+                        uri_key: &'static str,
+                        ip_key: &'static str,
+                        port_key: &'static str| {
+        let uri = m.optional(d, uri_key, |d, n, p| {
+            let (t, e) = parse_uri(d, n, p)?;
+            Some((t, e))
+        });
+        let ip = m.optional(d, ip_key, ipv4);
+        let port = m.optional(d, port_key, |d, n, p| r::uint_in(d, n, p, 0, 65535));
+        if uri.is_some() && (ip.is_some() || port.is_some()) {
+            d.error(
+                Kind::Invalid,
+                &m.child(uri_key),
+                Some(m.location_of(uri_key)),
+                format!("{uri_key} cannot be combined with the legacy {ip_key}/{port_key}"),
+            );
+        }
+        match (uri, ip) {
+            (Some((t, e)), _) => {
+                transports.push(t);
+                Some(e)
+            }
+            (None, Some(ip)) => Some(Endpoint {
+                ip,
+                port: port.unwrap_or(0) as u16,
+            }),
+            (None, None) => None,
+        }
+    };
+    let local = endpoint(&mut m, d, "local_addr", "local_ip", "local_port");
+    let remote = endpoint(&mut m, d, "remote_addr", "remote_ip", "remote_port");
+    let max_payload_size = m
+        .optional(d, "max_payload_size", |d, n, p| {
+            r::uint_in(d, n, p, 0, 1 << 30)
+        })
+        .unwrap_or(0) as u32;
+    let retry_connect_s = m
+        .optional(d, "retry_connect_s", |d, n, p| r::uint_in(d, n, p, 0, 3600))
+        .unwrap_or(1) as u32;
+    m.not_supported(d, "max_burst_interval_ms");
+    m.not_supported(d, "min_ipg_ns");
+    m.finish(d);
+    let transport = match (transports.first(), legacy) {
+        (Some(t), _) => {
+            if transports.iter().any(|x| x != t) {
+                d.error(
+                    Kind::Invalid,
+                    path,
+                    Some(node.location),
+                    "local_addr and remote_addr use different schemes",
+                );
+            }
+            *t
+        }
+        (None, Some(t)) => t,
+        (None, None) => {
+            d.error(
+                Kind::Missing,
+                path,
+                Some(node.location),
+                "no transport: give local_addr/remote_addr as udp://, tcp:// or roce:// URIs",
+            );
+            return None;
+        }
+    };
+    let mode = mode?;
+    if mode == SocketMode::Server && local.is_none_or(|e| e.port == 0) {
+        d.error(
+            Kind::Missing,
+            path,
+            Some(node.location),
+            "a server needs local_addr with a non-zero port",
+        );
+    }
+    if mode == SocketMode::Client && transport != Transport::Roce && remote.is_none() {
+        d.error(
+            Kind::Missing,
+            path,
+            Some(node.location),
+            "a TCP/UDP client needs remote_addr",
+        );
+    }
+    Some(SocketConfig {
+        mode,
+        transport,
+        local,
+        remote,
+        max_payload_size,
+        retry_connect_s,
+    })
+}
+
+fn parse_uri(d: &mut Diagnostics, node: &Node, path: &str) -> Option<(Transport, Endpoint)> {
+    let text = r::string(d, node, path)?;
+    let bad = |d: &mut Diagnostics, why: &str| {
+        d.error(Kind::Invalid, path, Some(node.location), format!("invalid address `{text}`: {why} (expected scheme://ipv4[:port], scheme udp, tcp or roce)"));
+    };
+    let Some((scheme, rest)) = text.split_once("://") else {
+        bad(d, "no scheme");
+        return None;
+    };
+    let transport = match scheme.to_ascii_lowercase().as_str() {
+        "udp" => Transport::Udp,
+        "tcp" => Transport::Tcp,
+        "roce" | "rdma" => Transport::Roce,
+        _ => {
+            bad(d, "unknown scheme");
+            return None;
+        }
+    };
+    let (hostport, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if !query.is_empty() && query != "engine=ibverbs" {
+        bad(d, "the only query accepted is ?engine=ibverbs");
+        return None;
+    }
+    let (host, port) = match hostport.split_once(':') {
+        Some((h, p)) => match p.parse::<u16>() {
+            Ok(p) => (h, p),
+            Err(_) => {
+                bad(d, "bad port");
+                return None;
+            }
+        },
+        None => (hostport, 0),
+    };
+    let Some(ip) = parse_dotted(host) else {
+        bad(d, "bad IPv4 address");
+        return None;
+    };
+    Some((transport, Endpoint { ip, port }))
+}
+
+/// Dotted-quad IPv4; leading zeros are allowed (`000.000.000.0` in reference files).
+fn parse_dotted(s: &str) -> Option<Ipv4Addr> {
+    let octets: Vec<u8> = s
+        .trim()
+        .split('.')
+        .map(|p| {
+            if (1..=3).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()) {
+                p.parse::<u8>().ok()
+            } else {
+                None
+            }
+        })
+        .collect::<Option<_>>()?;
+    <[u8; 4]>::try_from(octets).ok().map(Ipv4Addr::from)
+}
+
+fn ipv4(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Ipv4Addr> {
+    let s = r::string(d, node, path)?;
+    match parse_dotted(&s) {
+        Some(a) => Some(a),
+        None => {
+            d.error(
+                Kind::Invalid,
+                path,
+                Some(node.location),
+                format!("`{s}` is not an IPv4 address"),
+            );
+            None
+        }
+    }
+}
+
+fn ipv4_prefix(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Ipv4Prefix> {
+    let s = r::string(d, node, path)?;
+    let (a, l) = s.split_once('/').unwrap_or((&s, "32"));
+    match (parse_dotted(a), l.trim().parse::<u8>()) {
+        (Some(addr), Ok(len)) if len <= 32 => Some(Ipv4Prefix { addr, len }),
+        _ => {
+            d.error(
+                Kind::Invalid,
+                path,
+                Some(node.location),
+                format!("`{s}` is not an IPv4 address or prefix (a.b.c.d or a.b.c.d/len)"),
+            );
+            None
+        }
+    }
+}
+
+fn mac(d: &mut Diagnostics, node: &Node, path: &str) -> Option<[u8; 6]> {
+    let s = r::string(d, node, path)?;
+    let parts: Vec<_> = s.split([':', '-']).collect();
+    let mut out = [0u8; 6];
+    if parts.len() == 6
+        && parts
+            .iter()
+            .zip(out.iter_mut())
+            .all(|(p, o)| u8::from_str_radix(p, 16).map(|v| *o = v).is_ok() && p.len() == 2)
+    {
+        return Some(out);
+    }
+    d.error(
+        Kind::Invalid,
+        path,
+        Some(node.location),
+        format!("`{s}` is not a MAC address (xx:xx:xx:xx:xx:xx)"),
+    );
+    None
+}
+
+/// A port (`4096`) or inclusive range (`"4096-4100"`).
+pub fn port_range(d: &mut Diagnostics, node: &Node, path: &str) -> Option<PortRange> {
+    if let Value::Str(s) = &node.value
+        && let Some((a, b)) = s.split_once('-')
+    {
+        let (a, b) = (a.trim().parse::<u16>(), b.trim().parse::<u16>());
+        return match (a, b) {
+            (Ok(first), Ok(last)) if first <= last => Some(PortRange { first, last }),
+            _ => {
+                d.error(
+                    Kind::Invalid,
+                    path,
+                    Some(node.location),
+                    format!("`{s}` is not a port range (first-last, 0..65535, first <= last)"),
+                );
+                None
+            }
+        };
+    }
+    let p = r::uint_in(d, node, path, 0, 65535)? as u16;
+    Some(PortRange { first: p, last: p })
+}
+
+fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option<QueueConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let id = m.required(d, "id", |d, n, p| r::uint_in(d, n, p, 0, 63));
+    m.not_supported_unless(
+        d,
+        "poll_mode",
+        |n| matches!(&n.value, Value::Str(s) if s == "indirect"),
+    );
+    let cpu_core = m.required(d, "cpu_core", |d, n, p| r::uint_in(d, n, p, 0, 4095));
+    let batch_size = m.required(d, "batch_size", |d, n, p| {
+        let v = r::int_in(d, n, p, i128::MIN, i128::MAX)?;
+        if v <= 0 {
+            d.error(
+                Kind::Range,
+                p,
+                Some(n.location),
+                format!("batch_size must be at least 1, got {v}"),
+            );
+            return None;
+        }
+        if v > 1 << 20 {
+            d.error(
+                Kind::Range,
+                p,
+                Some(n.location),
+                format!("{v} is out of range: must be at most {}", 1 << 20),
+            );
+            return None;
+        }
+        Some(v as u32)
+    });
+    let timeout_us = m
+        .optional(d, "timeout_us", |d, n, p| {
+            r::uint_in(d, n, p, 0, 60_000_000)
+        })
+        .unwrap_or(0);
+    let memory_regions = m
+        .optional(d, "memory_regions", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            if items.len() > MAX_SEGMENTS {
+                d.error(
+                    Kind::Range,
+                    p,
+                    Some(n.location),
+                    format!(
+                        "at most {MAX_SEGMENTS} memory regions (segments) per queue, got {}",
+                        items.len()
+                    ),
+                );
+            }
+            Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, x)| r::name(d, x, &index(p, i)))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap_or_default();
+    if dir == Direction::Tx {
+        m.not_supported(d, "offloads");
+        m.not_supported_unless(d, "pacing_mbps", |n| matches!(n.value, Value::Int(0)));
+    }
+    m.not_supported(d, "split_boundary");
+    m.finish(d);
+    Some(QueueConfig {
+        name: name?,
+        id: id? as u16,
+        cpu_core: cpu_core? as u32,
+        batch_size: batch_size?,
+        timeout_us,
+        memory_regions,
+        location: node.location,
+    })
+}
+
+fn queues(d: &mut Diagnostics, m: &mut MapReader, dir: Direction) -> Vec<QueueConfig> {
+    m.optional(d, "queues", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        Some(
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, x)| queue(d, x, &index(p, i), dir))
+                .collect(),
+        )
+    })
+    .unwrap_or_default()
+}
+
+fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let flow_isolation = m.optional(d, "flow_isolation", r::boolean).unwrap_or(false);
+    m.not_supported_unless(d, "hardware_timestamps", |n| {
+        matches!(n.value, Value::Bool(false))
+    });
+    m.not_supported_unless(d, "dynamic_flow_capacity", |n| {
+        matches!(n.value, Value::Int(0))
+    });
+    let queues = queues(d, &mut m, Direction::Rx);
+    let flows = m
+        .optional(d, "flows", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, x)| flow(d, x, &index(p, i)))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
+    m.not_supported(d, "flex_items");
+    m.not_supported(d, "reorder_configs");
+    m.finish(d);
+    Some(RxConfig {
+        flow_isolation,
+        queues,
+        flows,
+    })
+}
+
+fn tx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    m.not_supported_unless(d, "accurate_send", |n| {
+        matches!(n.value, Value::Bool(false))
+    });
+    let queues = queues(d, &mut m, Direction::Tx);
+    m.not_supported(d, "flows");
+    m.finish(d);
+    Some(TxConfig { queues })
+}
+
+fn flow(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FlowConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let id = m.required(d, "id", |d, n, p| r::uint_in(d, n, p, 0, 0xFF_FFFF));
+    let single = m.optional(d, "action", |d, n, p| queue_action(d, n, p));
+    let ordered = m.optional(d, "actions", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        let mut target = None;
+        for (i, a) in items.iter().enumerate() {
+            let ap = index(p, i);
+            let is_queue = MapReader::open(&mut Diagnostics::default(), a, &ap)
+                .and_then(|mut t| t.get("type").and_then(|n| n.scalar_text()))
+                .is_some_and(|t| t == "queue");
+            if is_queue {
+                if i + 1 != items.len() {
+                    d.error(
+                        Kind::Invalid,
+                        &ap,
+                        Some(a.location),
+                        "the queue action must be the last action",
+                    );
+                }
+                target = queue_action(d, a, &ap);
+            } else {
+                d.error(
+                    Kind::NotSupported,
+                    &ap,
+                    Some(a.location),
+                    format!("not supported yet: {ap} (only the queue action is implemented)"),
+                );
+            }
+        }
+        target
+    });
+    if m.has("action") && m.has("actions") {
+        d.error(
+            Kind::Invalid,
+            path,
+            Some(node.location),
+            "`action` and `actions` are mutually exclusive",
+        );
+    }
+    let matches = m.optional(d, "match", flow_match).unwrap_or_default();
+    m.finish(d);
+    let queue_ids = match single.or(ordered) {
+        Some(q) => q,
+        None => {
+            if !d.has_errors() {
+                d.error(
+                    Kind::Missing,
+                    path,
+                    Some(node.location),
+                    "a flow needs a queue action (`action: {type: queue, id: N}`)",
+                );
+            }
+            return None;
+        }
+    };
+    Some(FlowConfig {
+        name: name?,
+        id: id? as u32,
+        queue_ids,
+        matches,
+        location: node.location,
+    })
+}
+
+fn queue_action(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Vec<u16>> {
+    let mut m = MapReader::open(d, node, path)?;
+    m.required(d, "type", |d, n, p| r::choice(d, n, p, &["queue"]));
+    let id = m.optional(d, "id", |d, n, p| r::uint_in(d, n, p, 0, 63));
+    let ids = m.optional(d, "ids", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        Some(
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, x)| r::uint_in(d, x, &index(p, i), 0, 63))
+                .collect::<Vec<_>>(),
+        )
+    });
+    m.finish(d);
+    match (id, ids) {
+        (Some(id), None) => Some(vec![id as u16]),
+        (None, Some(ids)) if !ids.is_empty() => Some(ids.into_iter().map(|i| i as u16).collect()),
+        (Some(_), Some(_)) => {
+            d.error(
+                Kind::Invalid,
+                path,
+                Some(node.location),
+                "give either `id` or `ids`, not both",
+            );
+            None
+        }
+        _ => {
+            d.error(
+                Kind::Missing,
+                path,
+                Some(node.location),
+                "missing required key `id` (or a non-empty `ids` list)",
+            );
+            None
+        }
+    }
+}
+
+fn flow_match(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FlowMatch> {
+    let mut m = MapReader::open(d, node, path)?;
+    let udp_src = m.optional(d, "udp_src", port_range);
+    let udp_dst = m.optional(d, "udp_dst", port_range);
+    let ipv4_len = m
+        .optional(d, "ipv4_len", |d, n, p| r::uint_in(d, n, p, 20, 65535))
+        .map(|v| v as u16);
+    let ipv4_src = m.optional(d, "ipv4_src", ipv4_prefix);
+    let ipv4_dst = m.optional(d, "ipv4_dst", ipv4_prefix);
+    m.not_supported(d, "ecpri");
+    m.not_supported(d, "flex_item_id");
+    m.not_supported(d, "val");
+    m.not_supported(d, "mask");
+    m.not_supported(d, "vlan_id");
+    m.finish(d);
+    Some(FlowMatch {
+        udp_src,
+        udp_dst,
+        ipv4_len,
+        ipv4_src,
+        ipv4_dst,
+    })
+}
+
+fn bench_sections(d: &mut Diagnostics, top: &mut MapReader) -> BenchConfig {
+    let rx = top
+        .optional(d, "bench_rx", |d, n, p| {
+            Some(
+                r::one_or_many(n)
+                    .into_iter()
+                    .filter_map(|(i, x)| bench_rx(d, x, &seq_path(n, p, i)))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
+    let tx = top
+        .optional(d, "bench_tx", |d, n, p| {
+            Some(
+                r::one_or_many(n)
+                    .into_iter()
+                    .filter_map(|(i, x)| bench_tx(d, x, &seq_path(n, p, i)))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
+    let rdma_server = top.optional(d, "rdma_bench_server", |d, n, p| peer_bench(d, n, p, true));
+    let rdma_client = top.optional(d, "rdma_bench_client", |d, n, p| peer_bench(d, n, p, true));
+    let socket_server = top.optional(d, "socket_bench_server", |d, n, p| {
+        peer_bench(d, n, p, false)
+    });
+    let socket_client = top.optional(d, "socket_bench_client", |d, n, p| {
+        peer_bench(d, n, p, false)
+    });
+    top.not_supported(d, "bench_reorder_quantize");
+    BenchConfig {
+        rx,
+        tx,
+        rdma_server,
+        rdma_client,
+        socket_server,
+        socket_client,
+    }
+}
+
+fn seq_path(node: &Node, path: &str, i: usize) -> String {
+    if matches!(node.value, Value::Seq(_)) {
+        index(path, i)
+    } else {
+        path.to_owned()
+    }
+}
+
+fn core_or_unpinned(d: &mut Diagnostics, n: &Node, p: &str) -> Option<Option<u32>> {
+    let v = r::int_in(d, n, p, -1, 4095)?;
+    Some((v >= 0).then_some(v as u32))
+}
+
+fn bench_rx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchRxConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let interface_name = m
+        .optional(d, "interface_name", r::name)
+        .unwrap_or_else(|| "rx_port".into());
+    let queue_id = m
+        .optional(d, "queue_id", |d, n, p| r::int_in(d, n, p, -1, 63))
+        .unwrap_or(-1);
+    let cpu_core = m.optional(d, "cpu_core", core_or_unpinned).flatten();
+    for key in [
+        "batch_size",
+        "header_size",
+        "gpu_direct",
+        "max_packet_size",
+        "split_boundary",
+    ] {
+        m.not_supported(d, key);
+    }
+    m.finish(d);
+    Some(BenchRxConfig {
+        interface_name,
+        queue_id: (queue_id >= 0).then_some(queue_id as u16),
+        cpu_core,
+        location: node.location,
+    })
+}
+
+fn bench_tx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchTxConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let interface_name = m
+        .optional(d, "interface_name", r::name)
+        .unwrap_or_else(|| "tx_port".into());
+    let queue_id = m
+        .optional(d, "queue_id", |d, n, p| r::uint_in(d, n, p, 0, 63))
+        .unwrap_or(0) as u16;
+    let cpu_core = m.optional(d, "cpu_core", core_or_unpinned).flatten();
+    let batch_size = m
+        .optional(d, "batch_size", |d, n, p| r::uint_in(d, n, p, 1, 1 << 20))
+        .unwrap_or(1024) as u32;
+    let payload_size = m
+        .optional(d, "payload_size", |d, n, p| r::uint_in(d, n, p, 16, 65000))
+        .unwrap_or(1000) as u32;
+    let header_size = m
+        .optional(d, "header_size", |d, n, p| r::uint_in(d, n, p, 42, 1024))
+        .unwrap_or(64) as u32;
+    let one = |p| PortRange { first: p, last: p };
+    let udp_src_port = m
+        .optional(d, "udp_src_port", port_range)
+        .unwrap_or(one(4096));
+    let udp_dst_port = m
+        .optional(d, "udp_dst_port", port_range)
+        .unwrap_or(one(4096));
+    let ip_src_addr = m
+        .optional(d, "ip_src_addr", ipv4)
+        .unwrap_or(Ipv4Addr::new(1, 2, 3, 4));
+    let ip_dst_addr = m
+        .optional(d, "ip_dst_addr", ipv4)
+        .unwrap_or(Ipv4Addr::new(5, 6, 7, 8));
+    let eth_src_addr = m.optional(d, "eth_src_addr", mac).unwrap_or([0; 6]);
+    let eth_dst_addr = m.optional(d, "eth_dst_addr", mac).unwrap_or([0; 6]);
+    for key in [
+        "gpu_direct",
+        "split_boundary",
+        "sequence_number_offset",
+        "sequence_number_start",
+    ] {
+        m.not_supported(d, key);
+    }
+    m.finish(d);
+    Some(BenchTxConfig {
+        interface_name,
+        queue_id,
+        cpu_core,
+        batch_size,
+        payload_size,
+        header_size,
+        udp_src_port,
+        udp_dst_port,
+        ip_src_addr,
+        ip_dst_addr,
+        eth_src_addr,
+        eth_dst_addr,
+        location: node.location,
+    })
+}
+
+fn peer_bench(d: &mut Diagnostics, node: &Node, path: &str, rdma: bool) -> Option<PeerBenchConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let server = m.optional(d, "server", r::boolean).unwrap_or(false);
+    let send = m.optional(d, "send", r::boolean).unwrap_or(false);
+    let receive = m.optional(d, "receive", r::boolean).unwrap_or(false);
+    let cpu_core = m.optional(d, "cpu_core", core_or_unpinned).flatten();
+    let message_size = m
+        .optional(d, "message_size", |d, n, p| r::uint_in(d, n, p, 1, 1 << 32))
+        .unwrap_or(1024);
+    let (tx_depth, rx_depth, iterations) = if rdma {
+        (
+            m.optional(d, "tx_depth", |d, n, p| r::uint_in(d, n, p, 1, 1 << 16))
+                .unwrap_or(128) as u32,
+            m.optional(d, "rx_depth", |d, n, p| r::uint_in(d, n, p, 1, 1 << 16))
+                .unwrap_or(512) as u32,
+            0,
+        )
+    } else {
+        (
+            0,
+            0,
+            m.optional(d, "iterations", |d, n, p| {
+                r::int_in(d, n, p, i64::MIN.into(), i64::MAX.into())
+            })
+            .unwrap_or(1000) as i64,
+        )
+    };
+    let (sa, ca, sp) = if rdma {
+        (
+            Ipv4Addr::new(10, 100, 1, 1),
+            Ipv4Addr::new(10, 100, 4, 1),
+            4096,
+        )
+    } else {
+        (Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 5001)
+    };
+    let server_address = m.optional(d, "server_address", ipv4).unwrap_or(sa);
+    let client_address = m.optional(d, "client_address", ipv4).unwrap_or(ca);
+    let server_port = m
+        .optional(d, "server_port", |d, n, p| r::uint_in(d, n, p, 0, 65535))
+        .map_or(sp, |v| v as u16);
+    m.finish(d);
+    Some(PeerBenchConfig {
+        server,
+        send,
+        receive,
+        cpu_core,
+        message_size,
+        tx_depth,
+        rx_depth,
+        iterations,
+        server_address,
+        client_address,
+        server_port,
+    })
+}

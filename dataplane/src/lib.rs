@@ -1,0 +1,10 @@
+//! `dataplane`: a kernel-bypass, poll-mode data plane.
+//!
+//! One YAML file describes memory regions (host, hugepage, pinned host, CUDA device),
+//! interfaces with RX/TX queues, and flow rules. [`DataPlane::start`] allocates the regions,
+//! starts one pinned busy-poll worker per configured core and hands the application one
+//! [`RxQueue`] and [`TxQueue`] per queue. Packets travel in [`Burst`]s that own their
+//! buffers: dropping a burst returns every buffer to its pool, and sending one moves it.
+
+pub mod affinity;
+pub mod config;
