@@ -8,3 +8,5 @@
 
 pub mod affinity;
 pub mod config;
+pub mod memory;
+pub mod ring;

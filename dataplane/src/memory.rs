@@ -1,0 +1,333 @@
+//! Memory regions carved into fixed-size buffers, and the lock-free pools that hand them
+//! out. A region is one allocation (host pages, huge pages, pinned host or GPU memory);
+//! buffer `i` starts at `base + i * stride`.
+
+use crate::config::{MemoryKind, MemoryRegionConfig};
+use crate::ring::{Ring, Sync};
+use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+use std::ptr::NonNull;
+
+/// Host buffers start on a cache line, so headers never straddle two lines needlessly.
+const HOST_BUFFER_ALIGN: usize = 64;
+/// GPU buffers start on 256 bytes, the alignment CUDA kernels and NICs expect.
+const DEVICE_BUFFER_ALIGN: usize = 256;
+const HUGE_PAGE_SIZE: usize = 2 << 20;
+
+/// Index of a region in a [`RegionSet`] (the position in `memory_regions`).
+pub type RegionId = u16;
+
+/// Why a region could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// Not enough free huge pages.
+    #[error(
+        "memory region {name}: needs {pages_needed} huge pages of 2 MiB but only {pages_free} are free; reserve them with: echo {reserve} > /proc/sys/vm/nr_hugepages"
+    )]
+    NoHugePages {
+        /// Region name.
+        name: String,
+        /// Pages this region needs.
+        pages_needed: usize,
+        /// Pages free now.
+        pages_free: usize,
+        /// Total to write to nr_hugepages.
+        reserve: usize,
+    },
+    /// mmap failed for another reason.
+    #[error("memory region {name}: cannot map {bytes} bytes of {kind} memory: {reason}")]
+    Map {
+        /// Region name.
+        name: String,
+        /// Kind.
+        kind: &'static str,
+        /// Size requested.
+        bytes: usize,
+        /// The OS error.
+        reason: String,
+    },
+    /// CUDA memory requested in a build or on a machine without CUDA.
+    #[error("memory region {name}: kind {kind} needs a CUDA driver ({reason})")]
+    NeedsCuda {
+        /// Region name.
+        name: String,
+        /// Kind.
+        kind: &'static str,
+        /// What is missing.
+        reason: String,
+    },
+    /// The region would be larger than the address space allows.
+    #[error("memory region {name}: {num_bufs} buffers of {buf_size} bytes overflow the address space")]
+    TooLarge {
+        /// Region name.
+        name: String,
+        /// Buffers.
+        num_bufs: usize,
+        /// Bytes each.
+        buf_size: usize,
+    },
+}
+
+enum Backing {
+    Mapped { ptr: NonNull<u8>, len: usize },
+    #[cfg(feature = "cuda")]
+    Device(gpudirect::DeviceBuffer),
+    #[cfg(feature = "cuda")]
+    Pinned(gpudirect::PinnedBuffer),
+}
+
+/// One allocated memory region and its buffer pool.
+pub struct Region {
+    name: String,
+    kind: MemoryKind,
+    buf_size: usize,
+    stride: usize,
+    num_bufs: usize,
+    base: u64,
+    backing: Backing,
+    pool: Ring<u32>,
+}
+
+// SAFETY: the region's memory is reached only through buffer indices handed out by the
+// pool, which gives each buffer to one owner at a time; the mapping itself is immutable.
+unsafe impl Send for Region {}
+// SAFETY: see Send; shared access only reads immutable fields and uses the atomic pool.
+unsafe impl std::marker::Sync for Region {}
+
+impl Region {
+    /// Allocates the region described by `cfg` and fills its pool with every buffer.
+    pub fn allocate(cfg: &MemoryRegionConfig) -> Result<Self, MemoryError> {
+        let align = if cfg.kind == MemoryKind::Device { DEVICE_BUFFER_ALIGN } else { HOST_BUFFER_ALIGN };
+        let stride = cfg.buf_size.next_multiple_of(align);
+        let too_large = || MemoryError::TooLarge { name: cfg.name.clone(), num_bufs: cfg.num_bufs, buf_size: cfg.buf_size };
+        let bytes = stride.checked_mul(cfg.num_bufs).ok_or_else(too_large)?;
+        if bytes > isize::MAX as usize / 2 {
+            return Err(too_large());
+        }
+        let backing = match cfg.kind {
+            MemoryKind::Host => map_pages(cfg, bytes, false)?,
+            MemoryKind::Huge => map_pages(cfg, bytes, true)?,
+            MemoryKind::HostPinned | MemoryKind::Device => cuda_backing(cfg, bytes)?,
+        };
+        let base = match &backing {
+            Backing::Mapped { ptr, .. } => ptr.as_ptr() as u64,
+            #[cfg(feature = "cuda")]
+            Backing::Device(b) => b.device_ptr(),
+            #[cfg(feature = "cuda")]
+            Backing::Pinned(b) => b.as_ptr() as u64,
+        };
+        let pool = Ring::new(cfg.num_bufs, Sync::Multi, Sync::Multi);
+        let all: Vec<u32> = (0..cfg.num_bufs as u32).collect();
+        for chunk in all.chunks(4096) {
+            let ok = pool.enqueue_bulk(chunk);
+            debug_assert!(ok);
+        }
+        Ok(Self { name: cfg.name.clone(), kind: cfg.kind, buf_size: cfg.buf_size, stride, num_bufs: cfg.num_bufs, base, backing, pool })
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its memory kind.
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// Usable bytes per buffer.
+    pub fn buf_size(&self) -> usize {
+        self.buf_size
+    }
+
+    /// Distance between buffer starts.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Number of buffers.
+    pub fn num_bufs(&self) -> usize {
+        self.num_bufs
+    }
+
+    /// Buffers in the pool right now.
+    pub fn available(&self) -> usize {
+        self.pool.len()
+    }
+
+    /// True when the CPU can read and write the buffers.
+    pub fn host_accessible(&self) -> bool {
+        self.kind != MemoryKind::Device
+    }
+
+    /// Address of buffer `index` (a device address for `device` regions).
+    #[inline]
+    pub fn buffer_addr(&self, index: u32) -> u64 {
+        self.base + index as u64 * self.stride as u64
+    }
+
+    /// Start and length of the whole region, for NIC or RDMA registration.
+    pub fn extent(&self) -> (u64, usize) {
+        (self.base, self.stride * self.num_bufs)
+    }
+
+    /// Takes exactly `out.len()` buffers, or none.
+    #[inline]
+    pub fn alloc_bulk(&self, out: &mut [u32]) -> bool {
+        self.pool.dequeue_bulk(out)
+    }
+
+    /// Returns buffers to the pool.
+    ///
+    /// Every index must have come from this pool and be returned once; [`crate::Burst`]
+    /// guarantees that for buffers it owns.
+    #[inline]
+    pub(crate) fn free_bulk(&self, indices: &[u32]) {
+        let ok = self.pool.enqueue_bulk(indices);
+        // The pool has a slot for every buffer, so a full pool means a double free.
+        assert!(ok, "memory region {}: buffer returned twice", self.name);
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Backing::Mapped { ptr, len } = self.backing {
+            // SAFETY: the mapping was made in map_pages with this length and is unmapped once;
+            // bursts hold an Arc to the region set, so no buffer outlives it.
+            let _ = unsafe { munmap(ptr.as_ptr().cast(), len) };
+        }
+    }
+}
+
+fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backing, MemoryError> {
+    let len = if huge { bytes.next_multiple_of(HUGE_PAGE_SIZE) } else { bytes.next_multiple_of(4096) };
+    let mut flags = MapFlags::PRIVATE | MapFlags::NORESERVE;
+    if huge {
+        flags = MapFlags::PRIVATE | MapFlags::HUGETLB | MapFlags::POPULATE;
+    }
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
+    let mapped = unsafe { mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, flags) };
+    match mapped {
+        Ok(p) => Ok(Backing::Mapped { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len }),
+        Err(e) if huge => {
+            let pages_needed = len / HUGE_PAGE_SIZE;
+            let (free, total) = huge_pages_free_total();
+            if pages_needed > free || e == rustix::io::Errno::NOMEM {
+                return Err(MemoryError::NoHugePages {
+                    name: cfg.name.clone(),
+                    pages_needed,
+                    pages_free: free,
+                    reserve: total + pages_needed.saturating_sub(free),
+                });
+            }
+            Err(MemoryError::Map { name: cfg.name.clone(), kind: "huge", bytes: len, reason: e.to_string() })
+        }
+        Err(e) => Err(MemoryError::Map { name: cfg.name.clone(), kind: "host", bytes: len, reason: e.to_string() }),
+    }
+}
+
+/// Free and total 2 MiB huge pages from /proc/meminfo (0, 0 when unreadable).
+pub fn huge_pages_free_total() -> (usize, usize) {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("HugePages_Free:"), field("HugePages_Total:"))
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_backing(cfg: &MemoryRegionConfig, bytes: usize) -> Result<Backing, MemoryError> {
+    let needs = |e: gpudirect::GpuError| MemoryError::NeedsCuda { name: cfg.name.clone(), kind: cfg.kind.name(), reason: e.to_string() };
+    if cfg.kind == MemoryKind::Device {
+        gpudirect::DeviceBuffer::alloc(cfg.affinity, bytes).map(Backing::Device).map_err(needs)
+    } else {
+        gpudirect::PinnedBuffer::alloc(cfg.affinity, bytes).map(Backing::Pinned).map_err(needs)
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_backing(cfg: &MemoryRegionConfig, _bytes: usize) -> Result<Backing, MemoryError> {
+    Err(MemoryError::NeedsCuda {
+        name: cfg.name.clone(),
+        kind: cfg.kind.name(),
+        reason: "this build has no CUDA support; rebuild with --features cuda".into(),
+    })
+}
+
+/// All regions of a data plane, indexed by [`RegionId`]. Bursts hold an `Arc` of it, so
+/// memory is released only after the last buffer came back.
+pub struct RegionSet {
+    regions: Vec<Region>,
+}
+
+impl RegionSet {
+    /// Allocates every region of the configuration; on failure nothing stays allocated.
+    pub fn allocate(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
+        let regions = cfgs.iter().map(Region::allocate).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { regions })
+    }
+
+    /// Region by id.
+    #[inline]
+    pub fn get(&self, id: RegionId) -> &Region {
+        &self.regions[id as usize]
+    }
+
+    /// Region id by name.
+    pub fn id_of(&self, name: &str) -> Option<RegionId> {
+        self.regions.iter().position(|r| r.name == name).map(|i| i as RegionId)
+    }
+
+    /// All regions.
+    pub fn iter(&self) -> impl Iterator<Item = &Region> {
+        self.regions.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Access;
+
+    fn cfg(kind: MemoryKind, num_bufs: usize, buf_size: usize) -> MemoryRegionConfig {
+        MemoryRegionConfig { name: "r".into(), kind, affinity: 0, num_bufs, buf_size, access: vec![Access::Local], location: Default::default() }
+    }
+
+    #[test]
+    fn host_region_is_page_aligned_and_pool_hands_out_each_buffer_once() {
+        let r = Region::allocate(&cfg(MemoryKind::Host, 100, 1000)).unwrap();
+        assert_eq!(r.extent().0 % 4096, 0);
+        assert_eq!(r.stride(), 1024);
+        let mut a = [0u32; 60];
+        assert!(r.alloc_bulk(&mut a));
+        let mut b = [0u32; 41];
+        assert!(!r.alloc_bulk(&mut b), "only 40 left: all or nothing");
+        let mut b = [0u32; 40];
+        assert!(r.alloc_bulk(&mut b));
+        let mut all: Vec<u32> = a.iter().chain(b.iter()).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+        r.free_bulk(&a);
+        assert_eq!(r.available(), 60);
+    }
+
+    #[test]
+    fn device_region_without_driver_is_a_clear_error() {
+        if cfg!(feature = "cuda") && gpudirect_present() {
+            eprintln!("SKIP: a CUDA driver is present; the GPU test suite covers device regions");
+            return;
+        }
+        let err = Region::allocate(&cfg(MemoryKind::Device, 4, 4096)).err().expect("must fail without CUDA");
+        let msg = err.to_string();
+        assert!(msg.starts_with("memory region r: kind device needs a CUDA driver ("), "{msg}");
+    }
+
+    fn gpudirect_present() -> bool {
+        #[cfg(feature = "cuda")]
+        return gpudirect::driver_present();
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+}
