@@ -7,6 +7,14 @@
 //! buffers: dropping a burst returns every buffer to its pool, and sending one moves it.
 
 pub mod affinity;
+pub mod burst;
 pub mod config;
+pub mod engine;
 pub mod memory;
+pub mod plane;
 pub mod ring;
+pub mod stats;
+pub mod worker;
+
+pub use burst::{Burst, Packet, Segment};
+pub use plane::{DataPlane, RxQueue, SendError, StartError, TxFailure, TxQueue};

@@ -56,7 +56,9 @@ pub enum MemoryError {
         reason: String,
     },
     /// The region would be larger than the address space allows.
-    #[error("memory region {name}: {num_bufs} buffers of {buf_size} bytes overflow the address space")]
+    #[error(
+        "memory region {name}: {num_bufs} buffers of {buf_size} bytes overflow the address space"
+    )]
     TooLarge {
         /// Region name.
         name: String,
@@ -68,7 +70,10 @@ pub enum MemoryError {
 }
 
 enum Backing {
-    Mapped { ptr: NonNull<u8>, len: usize },
+    Mapped {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
     #[cfg(feature = "cuda")]
     Device(gpudirect::DeviceBuffer),
     #[cfg(feature = "cuda")]
@@ -96,9 +101,17 @@ unsafe impl std::marker::Sync for Region {}
 impl Region {
     /// Allocates the region described by `cfg` and fills its pool with every buffer.
     pub fn allocate(cfg: &MemoryRegionConfig) -> Result<Self, MemoryError> {
-        let align = if cfg.kind == MemoryKind::Device { DEVICE_BUFFER_ALIGN } else { HOST_BUFFER_ALIGN };
+        let align = if cfg.kind == MemoryKind::Device {
+            DEVICE_BUFFER_ALIGN
+        } else {
+            HOST_BUFFER_ALIGN
+        };
         let stride = cfg.buf_size.next_multiple_of(align);
-        let too_large = || MemoryError::TooLarge { name: cfg.name.clone(), num_bufs: cfg.num_bufs, buf_size: cfg.buf_size };
+        let too_large = || MemoryError::TooLarge {
+            name: cfg.name.clone(),
+            num_bufs: cfg.num_bufs,
+            buf_size: cfg.buf_size,
+        };
         let bytes = stride.checked_mul(cfg.num_bufs).ok_or_else(too_large)?;
         if bytes > isize::MAX as usize / 2 {
             return Err(too_large());
@@ -121,7 +134,16 @@ impl Region {
             let ok = pool.enqueue_bulk(chunk);
             debug_assert!(ok);
         }
-        Ok(Self { name: cfg.name.clone(), kind: cfg.kind, buf_size: cfg.buf_size, stride, num_bufs: cfg.num_bufs, base, backing, pool })
+        Ok(Self {
+            name: cfg.name.clone(),
+            kind: cfg.kind,
+            buf_size: cfg.buf_size,
+            stride,
+            num_bufs: cfg.num_bufs,
+            base,
+            backing,
+            pool,
+        })
     }
 
     /// The region's name.
@@ -199,15 +221,29 @@ impl Drop for Region {
 }
 
 fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backing, MemoryError> {
-    let len = if huge { bytes.next_multiple_of(HUGE_PAGE_SIZE) } else { bytes.next_multiple_of(4096) };
+    let len = if huge {
+        bytes.next_multiple_of(HUGE_PAGE_SIZE)
+    } else {
+        bytes.next_multiple_of(4096)
+    };
     let mut flags = MapFlags::PRIVATE | MapFlags::NORESERVE;
     if huge {
         flags = MapFlags::PRIVATE | MapFlags::HUGETLB | MapFlags::POPULATE;
     }
     // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
-    let mapped = unsafe { mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, flags) };
+    let mapped = unsafe {
+        mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            flags,
+        )
+    };
     match mapped {
-        Ok(p) => Ok(Backing::Mapped { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len }),
+        Ok(p) => Ok(Backing::Mapped {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        }),
         Err(e) if huge => {
             let pages_needed = len / HUGE_PAGE_SIZE;
             let (free, total) = huge_pages_free_total();
@@ -219,9 +255,19 @@ fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backi
                     reserve: total + pages_needed.saturating_sub(free),
                 });
             }
-            Err(MemoryError::Map { name: cfg.name.clone(), kind: "huge", bytes: len, reason: e.to_string() })
+            Err(MemoryError::Map {
+                name: cfg.name.clone(),
+                kind: "huge",
+                bytes: len,
+                reason: e.to_string(),
+            })
         }
-        Err(e) => Err(MemoryError::Map { name: cfg.name.clone(), kind: "host", bytes: len, reason: e.to_string() }),
+        Err(e) => Err(MemoryError::Map {
+            name: cfg.name.clone(),
+            kind: "host",
+            bytes: len,
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -239,11 +285,19 @@ pub fn huge_pages_free_total() -> (usize, usize) {
 
 #[cfg(feature = "cuda")]
 fn cuda_backing(cfg: &MemoryRegionConfig, bytes: usize) -> Result<Backing, MemoryError> {
-    let needs = |e: gpudirect::GpuError| MemoryError::NeedsCuda { name: cfg.name.clone(), kind: cfg.kind.name(), reason: e.to_string() };
+    let needs = |e: gpudirect::GpuError| MemoryError::NeedsCuda {
+        name: cfg.name.clone(),
+        kind: cfg.kind.name(),
+        reason: e.to_string(),
+    };
     if cfg.kind == MemoryKind::Device {
-        gpudirect::DeviceBuffer::alloc(cfg.affinity, bytes).map(Backing::Device).map_err(needs)
+        gpudirect::DeviceBuffer::alloc(cfg.affinity, bytes)
+            .map(Backing::Device)
+            .map_err(needs)
     } else {
-        gpudirect::PinnedBuffer::alloc(cfg.affinity, bytes).map(Backing::Pinned).map_err(needs)
+        gpudirect::PinnedBuffer::alloc(cfg.affinity, bytes)
+            .map(Backing::Pinned)
+            .map_err(needs)
     }
 }
 
@@ -265,7 +319,10 @@ pub struct RegionSet {
 impl RegionSet {
     /// Allocates every region of the configuration; on failure nothing stays allocated.
     pub fn allocate(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
-        let regions = cfgs.iter().map(Region::allocate).collect::<Result<Vec<_>, _>>()?;
+        let regions = cfgs
+            .iter()
+            .map(Region::allocate)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { regions })
     }
 
@@ -277,7 +334,10 @@ impl RegionSet {
 
     /// Region id by name.
     pub fn id_of(&self, name: &str) -> Option<RegionId> {
-        self.regions.iter().position(|r| r.name == name).map(|i| i as RegionId)
+        self.regions
+            .iter()
+            .position(|r| r.name == name)
+            .map(|i| i as RegionId)
     }
 
     /// All regions.
@@ -292,7 +352,15 @@ mod tests {
     use crate::config::Access;
 
     fn cfg(kind: MemoryKind, num_bufs: usize, buf_size: usize) -> MemoryRegionConfig {
-        MemoryRegionConfig { name: "r".into(), kind, affinity: 0, num_bufs, buf_size, access: vec![Access::Local], location: Default::default() }
+        MemoryRegionConfig {
+            name: "r".into(),
+            kind,
+            affinity: 0,
+            num_bufs,
+            buf_size,
+            access: vec![Access::Local],
+            location: Default::default(),
+        }
     }
 
     #[test]
@@ -319,9 +387,14 @@ mod tests {
             eprintln!("SKIP: a CUDA driver is present; the GPU test suite covers device regions");
             return;
         }
-        let err = Region::allocate(&cfg(MemoryKind::Device, 4, 4096)).err().expect("must fail without CUDA");
+        let err = Region::allocate(&cfg(MemoryKind::Device, 4, 4096))
+            .err()
+            .expect("must fail without CUDA");
         let msg = err.to_string();
-        assert!(msg.starts_with("memory region r: kind device needs a CUDA driver ("), "{msg}");
+        assert!(
+            msg.starts_with("memory region r: kind device needs a CUDA driver ("),
+            "{msg}"
+        );
     }
 
     fn gpudirect_present() -> bool {

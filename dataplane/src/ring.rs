@@ -48,8 +48,13 @@ impl<T: Copy> Ring<T> {
     pub fn new(capacity: usize, producers: Sync, consumers: Sync) -> Self {
         let size = capacity.max(1).next_power_of_two();
         assert!(size <= 1 << 30, "ring capacity {capacity} too large");
-        let slots = (0..size).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
-        let ht = || HeadTail { head: AtomicU32::new(0), tail: AtomicU32::new(0) };
+        let slots = (0..size)
+            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            .collect();
+        let ht = || HeadTail {
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+        };
         Self {
             prod: Padded(ht()),
             cons: Padded(ht()),
@@ -107,7 +112,10 @@ impl<T: Copy> Ring<T> {
                 me.head.store(next, Ordering::Relaxed);
                 return Some((head, take));
             }
-            match me.head.compare_exchange_weak(head, next, Ordering::AcqRel, Ordering::Relaxed) {
+            match me
+                .head
+                .compare_exchange_weak(head, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return Some((head, take)),
                 Err(current) => head = current,
             }
@@ -266,7 +274,10 @@ mod tests {
         for p in producers {
             p.join().unwrap();
         }
-        let mut all: Vec<u32> = consumers.into_iter().flat_map(|c| c.join().unwrap()).collect();
+        let mut all: Vec<u32> = consumers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
         all.sort_unstable();
         assert_eq!(all.len(), 3 * PER as usize);
         assert!(all.iter().enumerate().all(|(i, v)| *v == i as u32));

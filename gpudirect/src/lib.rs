@@ -88,7 +88,8 @@ impl DeviceBuffer {
         ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         // Over-allocate so the start can be rounded up to the NIC page size.
         // SAFETY: the context is bound to this thread; the result is freed in Drop.
-        let raw = unsafe { result::malloc_sync(len + DEVICE_ALIGNMENT) }.map_err(driver("cuMemAlloc"))?;
+        let raw =
+            unsafe { result::malloc_sync(len + DEVICE_ALIGNMENT) }.map_err(driver("cuMemAlloc"))?;
         let aligned = raw.div_ceil(DEVICE_ALIGNMENT as u64) * DEVICE_ALIGNMENT as u64;
         let mut one: u32 = 1;
         // SAFETY: `aligned` lies inside the allocation just made; the attribute takes a u32.
@@ -99,9 +100,17 @@ impl DeviceBuffer {
                 aligned,
             )
         };
-        let buf = Self { ctx, raw, aligned, len };
+        let buf = Self {
+            ctx,
+            raw,
+            aligned,
+            len,
+        };
         if set != sys::CUresult::CUDA_SUCCESS {
-            return Err(GpuError::Driver { call: "cuPointerSetAttribute(SYNC_MEMOPS)", source: result::DriverError(set) });
+            return Err(GpuError::Driver {
+                call: "cuPointerSetAttribute(SYNC_MEMOPS)",
+                source: result::DriverError(set),
+            });
         }
         Ok(buf)
     }
@@ -123,18 +132,30 @@ impl DeviceBuffer {
 
     /// Copies `data` to `offset` (synchronous; for set-up and tests, not the packet path).
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
-        assert!(offset + data.len() <= self.len, "write past the end of a device buffer");
-        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        assert!(
+            offset + data.len() <= self.len,
+            "write past the end of a device buffer"
+        );
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("cuCtxSetCurrent"))?;
         // SAFETY: the destination range lies inside this allocation (checked above).
-        unsafe { result::memcpy_htod_sync(self.aligned + offset as u64, data) }.map_err(driver("cuMemcpyHtoD"))
+        unsafe { result::memcpy_htod_sync(self.aligned + offset as u64, data) }
+            .map_err(driver("cuMemcpyHtoD"))
     }
 
     /// Copies from `offset` into `out` (synchronous).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
-        assert!(offset + out.len() <= self.len, "read past the end of a device buffer");
-        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        assert!(
+            offset + out.len() <= self.len,
+            "read past the end of a device buffer"
+        );
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("cuCtxSetCurrent"))?;
         // SAFETY: the source range lies inside this allocation (checked above).
-        unsafe { result::memcpy_dtoh_sync(out, self.aligned + offset as u64) }.map_err(driver("cuMemcpyDtoH"))
+        unsafe { result::memcpy_dtoh_sync(out, self.aligned + offset as u64) }
+            .map_err(driver("cuMemcpyDtoH"))
     }
 }
 
@@ -169,8 +190,13 @@ impl PinnedBuffer {
         ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: the context is bound; the memory is freed in Drop.
-        let ptr = unsafe { result::malloc_host(len.max(1), flags) }.map_err(driver("cuMemHostAlloc"))?;
-        Ok(Self { ctx, ptr: ptr.cast(), len })
+        let ptr =
+            unsafe { result::malloc_host(len.max(1), flags) }.map_err(driver("cuMemHostAlloc"))?;
+        Ok(Self {
+            ctx,
+            ptr: ptr.cast(),
+            len,
+        })
     }
 
     /// Host address of the first byte.
@@ -220,7 +246,13 @@ mod tests {
         }
         eprintln!("SKIP GPU part: no CUDA driver found on this machine");
         assert!(matches!(device_count(), Err(GpuError::NoDriver)));
-        assert!(matches!(DeviceBuffer::alloc(0, 4096), Err(GpuError::NoDriver)));
-        assert!(matches!(PinnedBuffer::alloc(0, 4096), Err(GpuError::NoDriver)));
+        assert!(matches!(
+            DeviceBuffer::alloc(0, 4096),
+            Err(GpuError::NoDriver)
+        ));
+        assert!(matches!(
+            PinnedBuffer::alloc(0, 4096),
+            Err(GpuError::NoDriver)
+        ));
     }
 }

@@ -1,0 +1,322 @@
+//! Bursts: batches of packets that own their buffers.
+//!
+//! A packet has up to [`MAX_SEGMENTS`] segments, one buffer each, in the order of its
+//! queue's `memory_regions`. Dropping a [`Burst`] returns every buffer to its pool, so a
+//! buffer can be neither leaked nor freed twice by the application.
+
+use crate::config::MAX_SEGMENTS;
+use crate::memory::{RegionId, RegionSet};
+use std::sync::Arc;
+
+/// One buffer of a packet: which region, which buffer, how many bytes are used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    /// Region of the buffer.
+    pub region: RegionId,
+    /// Buffer index inside the region.
+    pub index: u32,
+    /// Bytes of packet data in the buffer.
+    pub len: u32,
+}
+
+/// A packet descriptor inside a burst.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Packet {
+    segments: [Segment; MAX_SEGMENTS],
+    num_segments: u8,
+    /// Id of the flow rule that matched (0: none).
+    pub flow_id: u32,
+    /// Receive or send timestamp in nanoseconds, when the engine provides one (0: none).
+    pub timestamp_ns: u64,
+}
+
+impl Packet {
+    /// The packet's segments.
+    #[inline]
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments[..self.num_segments as usize]
+    }
+
+    /// Total bytes over all segments.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.segments().iter().map(|s| s.len as usize).sum()
+    }
+
+    /// True for a packet with no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A batch of packets for one queue of one interface.
+pub struct Burst {
+    regions: Arc<RegionSet>,
+    port: u16,
+    queue: u16,
+    packets: Vec<Packet>,
+}
+
+impl Burst {
+    /// An empty burst with room for `capacity` packets.
+    pub fn empty(regions: Arc<RegionSet>, port: u16, queue: u16, capacity: usize) -> Self {
+        Self {
+            regions,
+            port,
+            queue,
+            packets: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Allocates `count` packets with one buffer from each of `segment_regions` (all or
+    /// nothing). Segment lengths start at 0.
+    pub fn allocate(
+        regions: Arc<RegionSet>,
+        port: u16,
+        queue: u16,
+        segment_regions: &[RegionId],
+        count: usize,
+    ) -> Option<Self> {
+        assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
+        let mut packets = vec![
+            Packet {
+                num_segments: segment_regions.len() as u8,
+                ..Packet::default()
+            };
+            count
+        ];
+        let mut indices = vec![0u32; count];
+        for (s, &region) in segment_regions.iter().enumerate() {
+            if !regions.get(region).alloc_bulk(&mut indices) {
+                // Give back the segments taken so far.
+                for p in &mut packets {
+                    p.num_segments = s as u8;
+                }
+                drop(Burst {
+                    regions,
+                    port,
+                    queue,
+                    packets,
+                });
+                return None;
+            }
+            for (p, &index) in packets.iter_mut().zip(&indices) {
+                p.segments[s] = Segment {
+                    region,
+                    index,
+                    len: 0,
+                };
+            }
+        }
+        Some(Self {
+            regions,
+            port,
+            queue,
+            packets,
+        })
+    }
+
+    /// Interface index (port id).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Queue id.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Number of packets.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+
+    /// True when the burst holds no packet.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// Packet descriptors.
+    #[inline]
+    pub fn packets(&self) -> &[Packet] {
+        &self.packets
+    }
+
+    /// Total bytes of all packets.
+    pub fn bytes(&self) -> u64 {
+        self.packets.iter().map(|p| p.len() as u64).sum()
+    }
+
+    /// Sets the flow id of packet `i`.
+    pub fn set_flow_id(&mut self, i: usize, flow_id: u32) {
+        self.packets[i].flow_id = flow_id;
+    }
+
+    /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
+    pub fn set_len(&mut self, i: usize, seg: usize, len: usize) {
+        let p = &mut self.packets[i];
+        let s = &mut p.segments[..p.num_segments as usize][seg];
+        let cap = self.regions.get(s.region).buf_size();
+        assert!(
+            len <= cap,
+            "segment length {len} exceeds the {cap}-byte buffer"
+        );
+        s.len = len as u32;
+    }
+
+    /// Bytes of segment `seg` of packet `i` (its current length), or `None` when the
+    /// segment lives in GPU memory.
+    #[inline]
+    pub fn data(&self, i: usize, seg: usize) -> Option<&[u8]> {
+        let s = self.packets[i].segments()[seg];
+        let region = self.regions.get(s.region);
+        if !region.host_accessible() {
+            return None;
+        }
+        // SAFETY: this burst owns buffer `s.index` (taken from the pool, not yet returned),
+        // the address lies inside the mapped region and `len` <= buf_size.
+        Some(unsafe {
+            std::slice::from_raw_parts(region.buffer_addr(s.index) as *const u8, s.len as usize)
+        })
+    }
+
+    /// The whole buffer (buf_size bytes) of segment `seg` of packet `i`, for filling, or
+    /// `None` when the segment lives in GPU memory.
+    #[inline]
+    pub fn buffer_mut(&mut self, i: usize, seg: usize) -> Option<&mut [u8]> {
+        let s = self.packets[i].segments()[seg];
+        let region = self.regions.get(s.region);
+        if !region.host_accessible() {
+            return None;
+        }
+        // SAFETY: as in `data`; `&mut self` makes this the only view of the buffer.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(
+                region.buffer_addr(s.index) as *mut u8,
+                region.buf_size(),
+            )
+        })
+    }
+
+    /// Address of segment `seg` of packet `i` (a device address for GPU regions), for
+    /// engines and GPU kernels.
+    pub fn segment_addr(&self, i: usize, seg: usize) -> u64 {
+        let s = self.packets[i].segments()[seg];
+        self.regions.get(s.region).buffer_addr(s.index)
+    }
+
+    /// Moves up to `max` packets from the front of `from` to the end of this burst
+    /// (descriptors only; the bytes stay where they are). Returns how many moved.
+    pub fn take_from(&mut self, from: &mut Burst, max: usize) -> usize {
+        debug_assert!(
+            Arc::ptr_eq(&self.regions, &from.regions),
+            "bursts of different data planes"
+        );
+        let n = max.min(from.packets.len());
+        self.packets.extend(from.packets.drain(..n));
+        n
+    }
+
+    /// The region set the buffers belong to.
+    pub fn regions(&self) -> &Arc<RegionSet> {
+        &self.regions
+    }
+}
+
+impl Drop for Burst {
+    fn drop(&mut self) {
+        // Return buffers in bulk per region: one pool operation per run of equal regions.
+        const CHUNK: usize = 64;
+        let mut pending: [u32; CHUNK] = [0; CHUNK];
+        for seg in 0..MAX_SEGMENTS {
+            let mut n = 0;
+            let mut region: Option<RegionId> = None;
+            for p in &self.packets {
+                let Some(s) = p.segments().get(seg) else {
+                    continue;
+                };
+                if region != Some(s.region) || n == CHUNK {
+                    if let Some(r) = region {
+                        self.regions.get(r).free_bulk(&pending[..n]);
+                    }
+                    region = Some(s.region);
+                    n = 0;
+                }
+                pending[n] = s.index;
+                n += 1;
+            }
+            if let Some(r) = region {
+                self.regions.get(r).free_bulk(&pending[..n]);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Burst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Burst")
+            .field("port", &self.port)
+            .field("queue", &self.queue)
+            .field("packets", &self.packets.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Access, MemoryKind, MemoryRegionConfig};
+
+    fn regions() -> Arc<RegionSet> {
+        let mk = |name: &str, n| MemoryRegionConfig {
+            name: name.into(),
+            kind: MemoryKind::Host,
+            affinity: 0,
+            num_bufs: n,
+            buf_size: 256,
+            access: vec![Access::Local],
+            location: Default::default(),
+        };
+        Arc::new(RegionSet::allocate(&[mk("hdr", 16), mk("data", 8)]).unwrap())
+    }
+
+    #[test]
+    fn dropping_a_burst_returns_every_segment_buffer() {
+        let r = regions();
+        let mut b = Burst::allocate(r.clone(), 0, 0, &[0, 1], 5).unwrap();
+        assert_eq!((r.get(0).available(), r.get(1).available()), (11, 3));
+        b.buffer_mut(2, 1).unwrap()[..3].copy_from_slice(b"abc");
+        b.set_len(2, 1, 3);
+        assert_eq!(b.data(2, 1).unwrap(), b"abc");
+        assert_eq!(b.bytes(), 3);
+        drop(b);
+        assert_eq!((r.get(0).available(), r.get(1).available()), (16, 8));
+    }
+
+    #[test]
+    fn failed_allocation_takes_nothing() {
+        let r = regions();
+        // 9 packets need 9 "data" buffers; only 8 exist. The 9 "hdr" buffers go back.
+        assert!(Burst::allocate(r.clone(), 0, 0, &[0, 1], 9).is_none());
+        assert_eq!((r.get(0).available(), r.get(1).available()), (16, 8));
+    }
+
+    #[test]
+    fn moving_packets_between_bursts_keeps_ownership_single() {
+        let r = regions();
+        let mut tx = Burst::allocate(r.clone(), 0, 0, &[0], 10).unwrap();
+        let mut rx = Burst::empty(r.clone(), 0, 1, 4);
+        assert_eq!(rx.take_from(&mut tx, 4), 4);
+        assert_eq!((tx.len(), rx.len()), (6, 4));
+        drop(tx);
+        assert_eq!(
+            r.get(0).available(),
+            12,
+            "the 6 packets left in tx went back"
+        );
+        drop(rx);
+        assert_eq!(r.get(0).available(), 16);
+    }
+}

@@ -1,0 +1,68 @@
+//! Engines move packets between queues and the outside world. Each engine hands out one
+//! receive and one transmit handle per queue; a handle is used by exactly one worker, so
+//! per-queue state needs no locking.
+
+pub mod loopback;
+
+use crate::burst::Burst;
+use crate::config::{Config, EngineKind};
+use crate::memory::RegionSet;
+use std::sync::Arc;
+
+/// What an RX worker does when the application's ring is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    /// Hold the burst and stop receiving from this queue until there is room; the engine
+    /// pushes back on its sender (software loopback).
+    Backpressure,
+    /// Drop the burst and count it as `ring_full` (a NIC cannot be paused).
+    Drop,
+}
+
+/// Receive side of one queue.
+pub trait RxPort: Send {
+    /// Moves up to `max` received packets into `into`; returns how many.
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize;
+}
+
+/// Transmit side of one queue.
+pub trait TxPort: Send {
+    /// Transmits `burst`. Returns `None` when all of it was taken, or the packets that
+    /// could not be sent yet (the worker offers them again).
+    fn transmit(&mut self, burst: Burst) -> Option<Burst>;
+}
+
+/// A packet engine.
+pub trait Engine: Send + Sync {
+    /// Name for reports (`loopback`, `dpdk`, ...).
+    fn name(&self) -> &'static str;
+    /// Receive handle of queue `queue` of interface `port`.
+    fn rx_port(&self, port: u16, queue: u16) -> Result<Box<dyn RxPort>, EngineError>;
+    /// Transmit handle of queue `queue` of interface `port`.
+    fn tx_port(&self, port: u16, queue: u16) -> Result<Box<dyn TxPort>, EngineError>;
+    /// Policy when an application ring is full.
+    fn rx_overflow(&self) -> Overflow;
+    /// "software" or "hardware": where flow steering happens.
+    fn steering(&self) -> &'static str;
+}
+
+/// An engine could not be created or a queue could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The configuration asks for an engine this build does not have yet.
+    #[error(
+        "engine `{0}` is not available in this build; this build runs the software loopback (loopback: \"sw\")"
+    )]
+    Unavailable(&'static str),
+    /// The engine rejected the configuration.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Creates the engine a configuration asks for.
+pub fn create(config: &Config, regions: &Arc<RegionSet>) -> Result<Arc<dyn Engine>, EngineError> {
+    match config.engine {
+        EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(config, regions)?)),
+        other => Err(EngineError::Unavailable(other.name())),
+    }
+}

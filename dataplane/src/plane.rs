@@ -1,0 +1,401 @@
+//! The running data plane: memory, engine, workers, stats thread and queue handles.
+
+use crate::affinity::{self, PinError};
+use crate::burst::Burst;
+use crate::config::{Config, Direction};
+use crate::engine::{self, Engine, EngineError};
+use crate::memory::{MemoryError, RegionId, RegionSet};
+use crate::stats::{QueueCounters, QueueStats, Snapshot};
+use crate::worker::{self, RxTask, Task, TxTask, WorkerControl};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Bursts a queue's ring holds between worker and application.
+pub const QUEUE_RING_BURSTS: usize = 1024;
+
+/// Why a data plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A configured core cannot be used on this machine.
+    #[error("{key}: cpu_core {core} is not available on this machine (usable cores: {usable:?})")]
+    MissingCore {
+        /// Key path naming the core.
+        key: String,
+        /// The core.
+        core: u32,
+        /// Cores this process may use.
+        usable: Vec<u32>,
+    },
+    /// A memory region could not be allocated.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A worker could not be pinned.
+    #[error("worker: {0}")]
+    Pin(#[from] PinError),
+    /// A thread could not be spawned.
+    #[error("cannot start thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// The application's end of an RX queue: bursts in arrival order.
+pub struct RxQueue {
+    ring: rtrb::Consumer<Burst>,
+    /// Interface name.
+    pub interface: String,
+    /// Queue id.
+    pub queue: u16,
+}
+
+impl RxQueue {
+    /// The next burst, if one is ready. Never blocks.
+    #[inline]
+    pub fn poll(&mut self) -> Option<Burst> {
+        self.ring.pop().ok()
+    }
+}
+
+/// Why a TX operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TxFailure {
+    /// The queue's ring to its worker is full; try again.
+    #[error("TX ring full")]
+    RingFull,
+    /// Not enough free buffers in the queue's memory regions.
+    #[error("no free buffers")]
+    PoolEmpty,
+    /// The burst belongs to another queue.
+    #[error("burst belongs to another queue")]
+    WrongQueue,
+}
+
+/// A burst that could not be sent, handed back so that nothing is freed behind the
+/// caller's back.
+#[derive(Debug, thiserror::Error)]
+#[error("send failed: {reason}")]
+pub struct SendError {
+    /// The burst, unchanged.
+    pub burst: Burst,
+    /// Why.
+    pub reason: TxFailure,
+}
+
+/// The application's end of a TX queue.
+pub struct TxQueue {
+    ring: rtrb::Producer<Burst>,
+    regions: Arc<RegionSet>,
+    segment_regions: Vec<RegionId>,
+    port: u16,
+    /// Interface name.
+    pub interface: String,
+    /// Queue id.
+    pub queue: u16,
+    /// Configured packets per burst.
+    pub batch_size: usize,
+}
+
+impl TxQueue {
+    /// Allocates a burst of `count` packets with one buffer per segment region.
+    pub fn alloc(&self, count: usize) -> Result<Burst, TxFailure> {
+        Burst::allocate(
+            self.regions.clone(),
+            self.port,
+            self.queue,
+            &self.segment_regions,
+            count,
+        )
+        .ok_or(TxFailure::PoolEmpty)
+    }
+
+    /// Byte capacity of each segment's buffers.
+    pub fn segment_sizes(&self) -> Vec<usize> {
+        self.segment_regions
+            .iter()
+            .map(|r| self.regions.get(*r).buf_size())
+            .collect()
+    }
+
+    /// True when the segment regions are CPU-accessible.
+    pub fn host_accessible(&self) -> bool {
+        self.segment_regions
+            .iter()
+            .all(|r| self.regions.get(*r).host_accessible())
+    }
+
+    /// Queues `burst` for transmission. On failure the burst comes back in the error.
+    #[inline]
+    pub fn send(&mut self, burst: Burst) -> Result<(), SendError> {
+        if burst.port() != self.port || burst.queue() != self.queue {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::WrongQueue,
+            });
+        }
+        self.ring
+            .push(burst)
+            .map_err(|rtrb::PushError::Full(burst)| SendError {
+                burst,
+                reason: TxFailure::RingFull,
+            })
+    }
+
+    /// Bursts waiting in the ring for the worker.
+    pub fn pending(&self) -> usize {
+        self.ring.buffer().capacity() - self.ring.slots()
+    }
+}
+
+struct WorkerHandle {
+    core: u32,
+    control: Arc<WorkerControl>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A running data plane. Dropping it shuts it down.
+pub struct DataPlane {
+    config: Config,
+    engine: Arc<dyn Engine>,
+    workers: Vec<WorkerHandle>,
+    counters: Vec<(QueueLabel, Arc<QueueCounters>)>,
+    rx_queues: BTreeMap<(usize, u16), RxQueue>,
+    tx_queues: BTreeMap<(usize, u16), TxQueue>,
+}
+
+#[derive(Clone)]
+struct QueueLabel {
+    interface: String,
+    direction: Direction,
+    queue: u16,
+}
+
+impl DataPlane {
+    /// Allocates memory, creates the engine and starts one pinned worker per core.
+    /// Nothing stays allocated or running when it fails.
+    pub fn start(config: &Config) -> Result<Self, StartError> {
+        check_cores(config)?;
+        let regions = Arc::new(RegionSet::allocate(&config.memory_regions)?);
+        let engine = engine::create(config, &regions)?;
+
+        let mut per_core: BTreeMap<u32, Vec<Task>> = BTreeMap::new();
+        let mut counters = Vec::new();
+        let mut rx_queues = BTreeMap::new();
+        let mut tx_queues = BTreeMap::new();
+        for (iface_index, dir, q) in config.queues() {
+            let iface = &config.interfaces[iface_index];
+            let port = iface_index as u16;
+            let c = Arc::new(QueueCounters::default());
+            counters.push((
+                QueueLabel {
+                    interface: iface.name.clone(),
+                    direction: dir,
+                    queue: q.id,
+                },
+                c.clone(),
+            ));
+            let segment_regions: Vec<RegionId> = q
+                .memory_regions
+                .iter()
+                .filter_map(|n| regions.id_of(n))
+                .collect();
+            let (producer, consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
+            let task = match dir {
+                Direction::Rx => {
+                    let timeout = (q.timeout_us > 0).then(|| Duration::from_micros(q.timeout_us));
+                    rx_queues.insert(
+                        (iface_index, q.id),
+                        RxQueue {
+                            ring: consumer,
+                            interface: iface.name.clone(),
+                            queue: q.id,
+                        },
+                    );
+                    Task::Rx(RxTask::new(
+                        engine.rx_port(port, q.id)?,
+                        producer,
+                        regions.clone(),
+                        port,
+                        q.id,
+                        q.batch_size as usize,
+                        timeout,
+                        engine.rx_overflow(),
+                        c,
+                    ))
+                }
+                Direction::Tx => {
+                    tx_queues.insert(
+                        (iface_index, q.id),
+                        TxQueue {
+                            ring: producer,
+                            regions: regions.clone(),
+                            segment_regions,
+                            port,
+                            interface: iface.name.clone(),
+                            queue: q.id,
+                            batch_size: q.batch_size as usize,
+                        },
+                    );
+                    Task::Tx(TxTask::new(engine.tx_port(port, q.id)?, consumer, c))
+                }
+            };
+            per_core.entry(q.cpu_core).or_default().push(task);
+        }
+
+        let mut plane = Self {
+            config: config.clone(),
+            engine,
+            workers: Vec::new(),
+            counters,
+            rx_queues,
+            tx_queues,
+        };
+        for (core, tasks) in per_core {
+            plane.spawn_worker(core, tasks)?;
+        }
+        Ok(plane)
+    }
+
+    fn spawn_worker(&mut self, core: u32, tasks: Vec<Task>) -> Result<(), StartError> {
+        let control = Arc::new(WorkerControl::default());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let ctl = control.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("dp-worker-{core}"))
+            .spawn(move || {
+                if let Err(e) = affinity::pin_current_thread(core) {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+                let _ = ready_tx.send(Ok(()));
+                worker::run(tasks, &ctl);
+            })
+            .map_err(StartError::Spawn)?;
+        self.workers.push(WorkerHandle {
+            core,
+            control,
+            thread: Some(thread),
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(StartError::Spawn(std::io::Error::other(format!(
+                "worker for core {core} exited during start"
+            )))),
+        }
+    }
+
+    /// The configuration it runs.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The engine's name.
+    pub fn engine_name(&self) -> &'static str {
+        self.engine.name()
+    }
+
+    /// Where flow steering runs: "software" or "hardware".
+    pub fn steering(&self) -> &'static str {
+        self.engine.steering()
+    }
+
+    /// Cores running workers.
+    pub fn worker_cores(&self) -> Vec<u32> {
+        self.workers.iter().map(|w| w.core).collect()
+    }
+
+    /// Takes the application's end of an RX queue (each can be taken once).
+    pub fn take_rx_queue(&mut self, interface: &str, queue: u16) -> Option<RxQueue> {
+        let i = self.config.interface_index(interface)?;
+        self.rx_queues.remove(&(i, queue))
+    }
+
+    /// Takes the application's end of a TX queue (each can be taken once).
+    pub fn take_tx_queue(&mut self, interface: &str, queue: u16) -> Option<TxQueue> {
+        let i = self.config.interface_index(interface)?;
+        self.tx_queues.remove(&(i, queue))
+    }
+
+    /// Current counters of every queue.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            queues: self
+                .counters
+                .iter()
+                .map(|(l, c)| {
+                    let (packets, bytes, drops) = c.snapshot();
+                    QueueStats {
+                        interface: l.interface.clone(),
+                        direction: l.direction.name(),
+                        queue: l.queue,
+                        packets,
+                        bytes,
+                        drops,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Asks RX workers to deliver partial bursts as soon as their queue is idle.
+    pub fn flush(&self) {
+        for w in &self.workers {
+            w.control.flush.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Stops every worker and waits for it. Bounded: workers check their flag every pass.
+    pub fn shutdown(mut self) {
+        self.stop_workers();
+    }
+
+    fn stop_workers(&mut self) {
+        for w in &self.workers {
+            w.control.stop.store(true, Ordering::Relaxed);
+        }
+        // No lock is held here: each handle owns its thread.
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for DataPlane {
+    fn drop(&mut self) {
+        self.stop_workers();
+    }
+}
+
+fn check_cores(config: &Config) -> Result<(), StartError> {
+    let missing = |key: String, core: u32| StartError::MissingCore {
+        key,
+        core,
+        usable: affinity::usable_cores(),
+    };
+    if !affinity::core_is_usable(config.master_core) {
+        return Err(missing("master_core".into(), config.master_core));
+    }
+    for (i, iface) in config.interfaces.iter().enumerate() {
+        for (dir, queues) in [
+            (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
+            (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
+        ] {
+            for (qi, q) in queues.into_iter().flatten().enumerate() {
+                if !affinity::core_is_usable(q.cpu_core) {
+                    return Err(missing(
+                        format!("interfaces[{i}].{}.queues[{qi}].cpu_core", dir.name()),
+                        q.cpu_core,
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! Per-queue counters written by one worker each, read by the stats thread and reports.
+
+use crate::config::Direction;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why packets were dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The queue's ring to the application was full.
+    RingFull,
+    /// No free buffer in a pool.
+    PoolEmpty,
+    /// No flow rule matched and flow isolation is on.
+    NoFlow,
+    /// Truncated or malformed frame.
+    Malformed,
+    /// The engine (NIC) missed packets.
+    EngineMissed,
+}
+
+/// Counters of one queue. Each counter has one writer (the queue's worker, or the thread
+/// owning the queue handle), so plain load+store updates suffice.
+#[derive(Debug, Default)]
+pub struct QueueCounters {
+    packets: AtomicU64,
+    bytes: AtomicU64,
+    drops: [AtomicU64; 5],
+}
+
+#[inline]
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+impl QueueCounters {
+    /// Counts delivered (RX) or transmitted (TX) packets.
+    #[inline]
+    pub fn add(&self, packets: u64, bytes: u64) {
+        bump(&self.packets, packets);
+        bump(&self.bytes, bytes);
+    }
+
+    /// Counts dropped packets.
+    #[inline]
+    pub fn drop_packets(&self, reason: DropReason, packets: u64) {
+        bump(&self.drops[reason as usize], packets);
+    }
+
+    /// A consistent-enough copy for reports.
+    pub fn snapshot(&self) -> (u64, u64, Drops) {
+        let d = |r: DropReason| self.drops[r as usize].load(Ordering::Relaxed);
+        (
+            self.packets.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+            Drops {
+                ring_full: d(DropReason::RingFull),
+                pool_empty: d(DropReason::PoolEmpty),
+                no_flow: d(DropReason::NoFlow),
+                malformed: d(DropReason::Malformed),
+                engine_missed: d(DropReason::EngineMissed),
+            },
+        )
+    }
+}
+
+/// Drop counts by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Drops {
+    /// Ring to the application full.
+    pub ring_full: u64,
+    /// Buffer pool empty.
+    pub pool_empty: u64,
+    /// No matching flow.
+    pub no_flow: u64,
+    /// Malformed frames.
+    pub malformed: u64,
+    /// Missed by the engine / NIC.
+    pub engine_missed: u64,
+}
+
+impl Drops {
+    /// Sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.ring_full + self.pool_empty + self.no_flow + self.malformed + self.engine_missed
+    }
+
+    /// Adds another set of counts.
+    pub fn add(&mut self, o: &Drops) {
+        self.ring_full += o.ring_full;
+        self.pool_empty += o.pool_empty;
+        self.no_flow += o.no_flow;
+        self.malformed += o.malformed;
+        self.engine_missed += o.engine_missed;
+    }
+}
+
+/// Counters of one queue, labelled.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueueStats {
+    /// Interface name.
+    pub interface: String,
+    /// `rx` or `tx`.
+    pub direction: &'static str,
+    /// Queue id.
+    pub queue: u16,
+    /// Packets delivered or sent.
+    pub packets: u64,
+    /// Bytes delivered or sent.
+    pub bytes: u64,
+    /// Drops at this queue.
+    #[serde(skip)]
+    pub drops: Drops,
+}
+
+/// A snapshot of every queue.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Per queue, RX queues first.
+    pub queues: Vec<QueueStats>,
+}
+
+impl Snapshot {
+    /// Sum of packets and bytes in one direction.
+    pub fn total(&self, dir: Direction) -> (u64, u64) {
+        self.queues
+            .iter()
+            .filter(|q| q.direction == dir.name())
+            .fold((0, 0), |(p, b), q| (p + q.packets, b + q.bytes))
+    }
+
+    /// Sum of drops over all queues.
+    pub fn drops(&self) -> Drops {
+        let mut d = Drops::default();
+        for q in &self.queues {
+            d.add(&q.drops);
+        }
+        d
+    }
+}
