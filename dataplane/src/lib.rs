@@ -7,6 +7,7 @@
 //! buffers: dropping a burst returns every buffer to its pool, and sending one moves it.
 
 pub mod affinity;
+pub mod bench;
 pub mod burst;
 pub mod config;
 pub mod engine;

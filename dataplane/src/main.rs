@@ -1,12 +1,232 @@
-fn main() {
-    let path = std::env::args().nth(1).unwrap();
-    match dataplane::config::load_file(std::path::Path::new(&path)) {
-        Ok(l) => {
-            for w in l.warnings {
-                println!("{w}");
-            }
-            println!("OK {:?}", l.config.engine);
-        }
-        Err(e) => print!("{e}"),
+//! The `dataplane` command: validate configurations and run benchmarks.
+
+use clap::{Parser, Subcommand};
+use dataplane::bench::{raw, ring};
+use dataplane::config::{self, Config, Direction};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+#[derive(Parser)]
+#[command(
+    name = "dataplane",
+    version,
+    about = "Kernel-bypass poll-mode data plane"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check a configuration file and print a summary or every error.
+    Validate {
+        /// YAML configuration.
+        file: PathBuf,
+    },
+    /// Run a benchmark.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Send verified UDP traffic from bench_tx through the data plane to bench_rx.
+    Raw {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Seconds of traffic.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// Also verify every packet's UDP checksum (reads every byte).
+        #[arg(long)]
+        verify_payload: bool,
+    },
+    /// Ring microbenchmark: SPSC and MPMC, single and bulk 8/32/256.
+    Ring {
+        /// Items per producer and run.
+        #[arg(long, default_value_t = 20_000_000)]
+        items: u64,
+        /// Repetitions per case (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DATAPLANE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { file } => validate(&file),
+        Command::Bench(Bench::Raw {
+            file,
+            seconds,
+            json,
+            verify_payload,
+        }) => bench_raw(&file, seconds, json, verify_payload),
+        Command::Bench(Bench::Ring { items, reps, json }) => bench_ring(items, reps, json),
     }
+}
+
+fn load(file: &PathBuf) -> Option<Config> {
+    match config::load_file(file) {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                eprintln!("{w}");
+            }
+            Some(loaded.config)
+        }
+        Err(e) => {
+            eprint!("{e}");
+            None
+        }
+    }
+}
+
+fn validate(file: &PathBuf) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    println!("{}: valid", file.display());
+    println!(
+        "  engine: {} (stream_type {:?}), master_core {}",
+        c.engine.name(),
+        c.stream_type,
+        c.master_core
+    );
+    for iface in &c.interfaces {
+        println!("  interface {} at {}", iface.name, iface.address);
+        let rx = iface
+            .rx
+            .iter()
+            .flat_map(|r| r.queues.iter().map(|q| (Direction::Rx, q)));
+        let tx = iface
+            .tx
+            .iter()
+            .flat_map(|t| t.queues.iter().map(|q| (Direction::Tx, q)));
+        for (dir, q) in rx.chain(tx) {
+            println!(
+                "    {} queue {} `{}`: core {}, batch {}, timeout {} us, regions [{}]",
+                dir.name(),
+                q.id,
+                q.name,
+                q.cpu_core,
+                q.batch_size,
+                q.timeout_us,
+                q.memory_regions.join(", ")
+            );
+        }
+        if let Some(rx) = &iface.rx
+            && !rx.flows.is_empty()
+        {
+            println!(
+                "    {} flow rule(s), flow_isolation {}",
+                rx.flows.len(),
+                rx.flow_isolation
+            );
+        }
+    }
+    println!("  worker cores: {:?}", c.worker_cores());
+    let mut total = 0u64;
+    for m in &c.memory_regions {
+        let bytes = m.num_bufs as u64 * m.buf_size as u64;
+        total += bytes;
+        println!(
+            "  memory {} ({}, affinity {}): {} x {} B = {:.1} MiB",
+            m.name,
+            m.kind.name(),
+            m.affinity,
+            m.num_bufs,
+            m.buf_size,
+            bytes as f64 / 1048576.0
+        );
+    }
+    println!("  memory total: {:.1} MiB", total as f64 / 1048576.0);
+    println!(
+        "  bench: {} generator(s), {} checker(s)",
+        c.bench.tx.len(),
+        c.bench.rx.len()
+    );
+    ExitCode::SUCCESS
+}
+
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
+            eprintln!("warning: cannot handle signal {sig}: {e}");
+        }
+    }
+    flag
+}
+
+fn bench_raw(file: &PathBuf, seconds: f64, json: bool, verify_payload: bool) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    let interrupted = interrupt_flag();
+    let opts = raw::RawOptions {
+        seconds,
+        verify_payload,
+        progress: true,
+    };
+    match raw::run(&c, &opts, &interrupted) {
+        Ok(report) => {
+            eprint!("{}", report.human());
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&report).expect("report serialises")
+                );
+            } else {
+                print!("{}", report.human());
+            }
+            if report.lossless {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench_ring(items: u64, reps: usize, json: bool) -> ExitCode {
+    let cases = ring::run(items, reps);
+    for c in &cases {
+        eprintln!(
+            "{:<20} {:>8.1} M items/s {:>8.2} ns/item",
+            c.case,
+            c.items_per_s / 1e6,
+            c.ns_per_item
+        );
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "bench": "ring", "items": items, "reps": reps, "cases": cases })
+        );
+    }
+    ExitCode::SUCCESS
 }

@@ -9,10 +9,11 @@ use crate::stats::{QueueCounters, QueueStats, Snapshot};
 use crate::worker::{self, RxTask, Task, TxTask, WorkerControl};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use std::time::Instant;
 
 /// Bursts a queue's ring holds between worker and application.
 pub const QUEUE_RING_BURSTS: usize = 1024;
@@ -162,7 +163,8 @@ pub struct DataPlane {
     config: Config,
     engine: Arc<dyn Engine>,
     workers: Vec<WorkerHandle>,
-    counters: Vec<(QueueLabel, Arc<QueueCounters>)>,
+    counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
+    stats: Option<StatsThread>,
     rx_queues: BTreeMap<(usize, u16), RxQueue>,
     tx_queues: BTreeMap<(usize, u16), TxQueue>,
 }
@@ -250,13 +252,18 @@ impl DataPlane {
             config: config.clone(),
             engine,
             workers: Vec::new(),
-            counters,
+            counters: Arc::new(counters),
+            stats: None,
             rx_queues,
             tx_queues,
         };
         for (core, tasks) in per_core {
             plane.spawn_worker(core, tasks)?;
         }
+        plane.stats = Some(StatsThread::spawn(
+            config.master_core,
+            plane.counters.clone(),
+        )?);
         Ok(plane)
     }
 
@@ -323,22 +330,16 @@ impl DataPlane {
 
     /// Current counters of every queue.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            queues: self
-                .counters
-                .iter()
-                .map(|(l, c)| {
-                    let (packets, bytes, drops) = c.snapshot();
-                    QueueStats {
-                        interface: l.interface.clone(),
-                        direction: l.direction.name(),
-                        queue: l.queue,
-                        packets,
-                        bytes,
-                        drops,
-                    }
-                })
-                .collect(),
+        snapshot(&self.counters)
+    }
+
+    /// Makes the stats thread print a progress line per second on stderr for a run of
+    /// `total_seconds` (0 stops printing).
+    pub fn show_progress(&self, total_seconds: u64) {
+        if let Some(s) = &self.stats {
+            s.control
+                .progress_total_s
+                .store(total_seconds, Ordering::Relaxed);
         }
     }
 
@@ -355,6 +356,9 @@ impl DataPlane {
     }
 
     fn stop_workers(&mut self) {
+        if let Some(mut s) = self.stats.take() {
+            s.stop();
+        }
         for w in &self.workers {
             w.control.stop.store(true, Ordering::Relaxed);
         }
@@ -370,6 +374,130 @@ impl DataPlane {
 impl Drop for DataPlane {
     fn drop(&mut self) {
         self.stop_workers();
+    }
+}
+
+fn snapshot(counters: &[(QueueLabel, Arc<QueueCounters>)]) -> Snapshot {
+    Snapshot {
+        queues: counters
+            .iter()
+            .map(|(l, c)| {
+                let (packets, bytes, drops) = c.snapshot();
+                QueueStats {
+                    interface: l.interface.clone(),
+                    direction: l.direction.name(),
+                    queue: l.queue,
+                    packets,
+                    bytes,
+                    drops,
+                }
+            })
+            .collect(),
+    }
+}
+
+#[derive(Default)]
+struct StatsControl {
+    stop: AtomicBool,
+    progress_total_s: AtomicU64,
+}
+
+/// Samples the counters once per second on `master_core`, logs drops as they appear and,
+/// during a bench, prints a progress line.
+struct StatsThread {
+    control: Arc<StatsControl>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StatsThread {
+    fn spawn(
+        core: u32,
+        counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
+    ) -> Result<Self, StartError> {
+        let control = Arc::new(StatsControl::default());
+        let ctl = control.clone();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("dp-stats".into())
+            .spawn(move || {
+                let pinned = affinity::pin_current_thread(core);
+                let failed = pinned.is_err();
+                let _ = ready_tx.send(pinned);
+                if !failed {
+                    stats_loop(&ctl, &counters);
+                }
+            })
+            .map_err(StartError::Spawn)?;
+        let mut s = Self {
+            control,
+            thread: Some(thread),
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(s),
+            Ok(Err(e)) => {
+                s.stop();
+                Err(StartError::Pin(e))
+            }
+            Err(_) => Err(StartError::Spawn(std::io::Error::other(
+                "stats thread exited during start",
+            ))),
+        }
+    }
+
+    fn stop(&mut self) {
+        self.control.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)]) {
+    let started = Instant::now();
+    let mut last = snapshot(counters);
+    let mut last_at = Instant::now();
+    let mut next = last_at + Duration::from_secs(1);
+    while !ctl.stop.load(Ordering::Relaxed) {
+        // Sleep in short steps so that shutdown never waits long for this thread.
+        std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() < next {
+            continue;
+        }
+        next += Duration::from_secs(1);
+        let now = snapshot(counters);
+        let dt = last_at.elapsed().as_secs_f64().max(1e-9);
+        last_at = Instant::now();
+        let (d_now, d_last) = (now.drops(), last.drops());
+        if d_now.total() > d_last.total() {
+            tracing::warn!(
+                ring_full = d_now.ring_full - d_last.ring_full,
+                pool_empty = d_now.pool_empty - d_last.pool_empty,
+                no_flow = d_now.no_flow - d_last.no_flow,
+                malformed = d_now.malformed - d_last.malformed,
+                engine_missed = d_now.engine_missed - d_last.engine_missed,
+                "packets dropped in the last second"
+            );
+        }
+        let total = ctl.progress_total_s.load(Ordering::Relaxed);
+        if total > 0 {
+            let (tx, _) = now.total(Direction::Tx);
+            let (rx, rx_bytes) = now.total(Direction::Rx);
+            let (tx0, _) = last.total(Direction::Tx);
+            let (rx0, rx_bytes0) = last.total(Direction::Rx);
+            let elapsed = started.elapsed().as_secs().min(total);
+            let width = 20;
+            let done = (elapsed * width / total.max(1)) as usize;
+            eprintln!(
+                "[{}{}] {elapsed:>3}/{total} s  tx {:>7.2} Mpps  rx {:>7.2} Mpps {:>7.2} Gb/s  drops {}",
+                "#".repeat(done),
+                "-".repeat(width as usize - done),
+                (tx - tx0) as f64 / dt / 1e6,
+                (rx - rx0) as f64 / dt / 1e6,
+                (rx_bytes - rx_bytes0) as f64 * 8.0 / dt / 1e9,
+                d_now.total(),
+            );
+        }
+        last = now;
     }
 }
 

@@ -1,0 +1,5 @@
+//! Benchmarks behind `dataplane bench`.
+
+pub mod raw;
+pub mod ring;
+pub mod traffic;

@@ -1,0 +1,419 @@
+//! `dataplane bench raw`: generators from `bench_tx` send verified traffic through the data
+//! plane, checkers from `bench_rx` verify every packet, and the report says whether the run
+//! was lossless.
+
+use super::traffic::{CheckCounts, Checker, FrameBuilder};
+use crate::affinity;
+use crate::config::Config;
+use crate::plane::{DataPlane, StartError, TxFailure};
+use crate::stats::{Drops, QueueStats};
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Options of a raw bench run.
+#[derive(Clone, Debug)]
+pub struct RawOptions {
+    /// Seconds of traffic.
+    pub seconds: f64,
+    /// Verify the UDP checksum of every packet (reads every payload byte).
+    pub verify_payload: bool,
+    /// Print a progress line per second.
+    pub progress: bool,
+}
+
+/// The result of a raw bench; serialised as the `--json` line.
+#[derive(Clone, Debug, Serialize)]
+pub struct RawReport {
+    /// Engine name.
+    pub engine: &'static str,
+    /// Where flow steering ran.
+    pub steering: &'static str,
+    /// Seconds of traffic generation.
+    pub seconds: f64,
+    /// Packets the generators handed to the data plane.
+    pub tx_packets: u64,
+    /// Bytes the generators handed to the data plane.
+    pub tx_bytes: u64,
+    /// Packets the checkers received.
+    pub rx_packets: u64,
+    /// Bytes the checkers received.
+    pub rx_bytes: u64,
+    /// Data plane drop counters.
+    pub drops: Drops,
+    /// Packets lost in total: drops plus sequence gaps plus packets sent but not received.
+    pub dropped: u64,
+    /// True when every sent packet arrived intact, in order, with no drop anywhere.
+    pub lossless: bool,
+    /// Received Gb/s (frame bytes).
+    pub rx_gbps: f64,
+    /// Received million packets per second.
+    pub rx_mpps: f64,
+    /// Per-queue counters of the data plane.
+    pub queues: Vec<QueueStats>,
+    /// Checker verdicts.
+    pub checker: CheckCounts,
+    /// Why the run was not lossless (empty when it was).
+    pub problems: Vec<String>,
+}
+
+/// Why a bench could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The data plane did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The configuration has nothing to run.
+    #[error("{0}")]
+    Config(String),
+}
+
+struct Generator {
+    thread: JoinHandle<(u64, u64)>,
+}
+
+struct CheckerThread {
+    thread: JoinHandle<(u64, u64, Checker)>,
+}
+
+/// Runs the bench. `interrupted` is polled (Ctrl-C ends the run early, with a report).
+pub fn run(
+    config: &Config,
+    opts: &RawOptions,
+    interrupted: &AtomicBool,
+) -> Result<RawReport, BenchError> {
+    if config.bench.tx.is_empty() && config.bench.rx.is_empty() {
+        return Err(BenchError::Config(
+            "the configuration has neither bench_tx nor bench_rx".into(),
+        ));
+    }
+    let mut plane = DataPlane::start(config)?;
+    let stop_tx = Arc::new(AtomicBool::new(false));
+    let stop_rx = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let received = Arc::new(AtomicU64::new(0));
+
+    let mut checkers = Vec::new();
+    for b in &config.bench.rx {
+        let iface = &config.interfaces[config
+            .interface_index(&b.interface_name)
+            .expect("validated")];
+        let ids: Vec<u16> = match b.queue_id {
+            Some(q) => vec![q],
+            None => iface
+                .rx
+                .iter()
+                .flat_map(|r| &r.queues)
+                .map(|q| q.id)
+                .collect(),
+        };
+        let mut queues = Vec::new();
+        for id in ids {
+            let q = plane.take_rx_queue(&b.interface_name, id).ok_or_else(|| {
+                BenchError::Config(format!(
+                    "RX queue {id} of `{}` is read by two bench_rx entries",
+                    b.interface_name
+                ))
+            })?;
+            queues.push(q);
+        }
+        let (stop, received, core, verify) = (
+            stop_rx.clone(),
+            received.clone(),
+            b.cpu_core,
+            opts.verify_payload,
+        );
+        let thread = std::thread::Builder::new()
+            .name("bench-rx".into())
+            .spawn(move || {
+                if let Some(c) = core {
+                    let _ = affinity::pin_current_thread(c);
+                }
+                let mut checker = Checker::new(verify);
+                let (mut packets, mut bytes) = (0u64, 0u64);
+                let mut idle = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut got = false;
+                    for q in &mut queues {
+                        if let Some(burst) = q.poll() {
+                            got = true;
+                            for i in 0..burst.len() {
+                                match burst.data(i, 0) {
+                                    Some(frame) => {
+                                        checker.check(frame);
+                                        bytes += frame.len() as u64;
+                                    }
+                                    None => bytes += burst.packets()[i].len() as u64,
+                                }
+                            }
+                            packets += burst.len() as u64;
+                            received.store(packets, Ordering::Relaxed);
+                        }
+                    }
+                    idle = if got { 0 } else { idle + 1 };
+                    if idle > 1024 {
+                        idle = 0;
+                        std::thread::yield_now();
+                    }
+                }
+                (packets, bytes, checker)
+            })
+            .map_err(StartError::Spawn)?;
+        checkers.push(CheckerThread { thread });
+    }
+
+    let mut generators = Vec::new();
+    for (stream, b) in config.bench.tx.iter().enumerate() {
+        let mut q = plane
+            .take_tx_queue(&b.interface_name, b.queue_id)
+            .ok_or_else(|| {
+                BenchError::Config(format!(
+                    "TX queue {} of `{}` is used by two bench_tx entries",
+                    b.queue_id, b.interface_name
+                ))
+            })?;
+        if !q.host_accessible() {
+            return Err(BenchError::Config(format!(
+                "bench_tx[{stream}]: TX queue {} of `{}` uses GPU memory; the CPU traffic generator needs host, huge or host_pinned memory",
+                b.queue_id, b.interface_name
+            )));
+        }
+        if q.segment_sizes().len() != 1 {
+            return Err(BenchError::Config(format!(
+                "bench_tx[{stream}]: the traffic generator writes single-segment packets; TX queue {} has {} segments",
+                b.queue_id,
+                q.segment_sizes().len()
+            )));
+        }
+        let mut builder = FrameBuilder::new(b, stream as u16);
+        let (stop, sent, core, batch) = (
+            stop_tx.clone(),
+            sent.clone(),
+            b.cpu_core,
+            b.batch_size as usize,
+        );
+        let region_bufs = q.segment_sizes()[0];
+        let thread = std::thread::Builder::new()
+            .name("bench-tx".into())
+            .spawn(move || {
+                if let Some(c) = core {
+                    let _ = affinity::pin_current_thread(c);
+                }
+                let frame_len = builder.frame_len();
+                debug_assert!(frame_len <= region_bufs);
+                let mut initialised: Vec<u64> = Vec::new();
+                let (mut packets, mut bytes) = (0u64, 0u64);
+                let mut pending = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let burst = match pending.take() {
+                        Some(b) => b,
+                        None => match q.alloc(batch) {
+                            Ok(mut burst) => {
+                                for i in 0..burst.len() {
+                                    let idx = burst.packets()[i].segments()[0].index as usize;
+                                    let buf = burst.buffer_mut(i, 0).expect("host memory");
+                                    // Headers and fill are written once per buffer.
+                                    let (word, bit) = (idx / 64, idx % 64);
+                                    if initialised.len() <= word {
+                                        initialised.resize(word + 1, 0);
+                                    }
+                                    if initialised[word] & (1 << bit) == 0 {
+                                        builder.write_constant(buf);
+                                        initialised[word] |= 1 << bit;
+                                    }
+                                    builder.write_next(buf);
+                                    burst.set_len(i, 0, frame_len);
+                                }
+                                burst
+                            }
+                            Err(_) => {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                        },
+                    };
+                    let n = burst.len() as u64;
+                    match q.send(burst) {
+                        Ok(()) => {
+                            packets += n;
+                            bytes += n * frame_len as u64;
+                            sent.store(packets, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            debug_assert_eq!(e.reason, TxFailure::RingFull);
+                            pending = Some(e.burst);
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+                // A burst built but never sent is dropped here; its sequence numbers were
+                // never seen by anyone, so it is not a gap.
+                (packets, bytes)
+            })
+            .map_err(StartError::Spawn)?;
+        generators.push(Generator { thread });
+    }
+
+    let tx_only = checkers.is_empty();
+    if opts.progress {
+        plane.show_progress(opts.seconds.ceil() as u64);
+    }
+    let started = Instant::now();
+    let duration = Duration::from_secs_f64(opts.seconds);
+    while started.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop_tx.store(true, Ordering::Relaxed);
+    let (mut tx_packets, mut tx_bytes) = (0, 0);
+    for g in generators {
+        let (p, b) = g.thread.join().expect("generator thread");
+        tx_packets += p;
+        tx_bytes += b;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    plane.show_progress(0);
+
+    // Drain: deliver partial bursts, wait until every sent packet arrived or nothing moves.
+    plane.flush();
+    let drain_limit = if interrupted.load(Ordering::Relaxed) {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(5)
+    };
+    let drain_start = Instant::now();
+    let mut last = received.load(Ordering::Relaxed);
+    let mut last_change = Instant::now();
+    while !tx_only && drain_start.elapsed() < drain_limit {
+        let now = received.load(Ordering::Relaxed);
+        if !config.bench.tx.is_empty() && now >= tx_packets {
+            break;
+        }
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        } else if last_change.elapsed() > Duration::from_millis(300) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop_rx.store(true, Ordering::Relaxed);
+    let (mut rx_packets, mut rx_bytes) = (0, 0);
+    let mut counts = CheckCounts::default();
+    let mut problems = Vec::new();
+    for c in checkers {
+        let (p, b, checker) = c.thread.join().expect("checker thread");
+        rx_packets += p;
+        rx_bytes += b;
+        counts.valid += checker.counts.valid;
+        counts.corrupt += checker.counts.corrupt;
+        counts.gaps += checker.counts.gaps;
+        counts.reordered += checker.counts.reordered;
+        if let Some(p) = checker.first_problem {
+            problems.push(p);
+        }
+    }
+    let snapshot = plane.snapshot();
+    let engine = plane.engine_name();
+    let steering = plane.steering();
+    plane.shutdown();
+
+    let drops = snapshot.drops();
+    let both_sides = !config.bench.tx.is_empty() && !tx_only;
+    let missing = if both_sides {
+        tx_packets.saturating_sub(rx_packets)
+    } else {
+        0
+    };
+    let dropped = drops.total() + counts.gaps + missing;
+    if drops.total() > 0 {
+        problems.push(format!(
+            "data plane dropped {} packets ({drops:?})",
+            drops.total()
+        ));
+    }
+    if missing > 0 {
+        problems.push(format!(
+            "{missing} of {tx_packets} sent packets never arrived"
+        ));
+    }
+    if counts.corrupt > 0 || counts.reordered > 0 || counts.gaps > 0 {
+        problems.push(format!(
+            "checker: {} corrupt, {} missing from sequences, {} out of order",
+            counts.corrupt, counts.gaps, counts.reordered
+        ));
+    }
+    if both_sides && rx_packets > tx_packets {
+        problems.push(format!(
+            "received {rx_packets} packets but only {tx_packets} were sent"
+        ));
+    }
+    let lossless = problems.is_empty() && (!both_sides || tx_packets == rx_packets);
+    // A TX-only run reports what it sent.
+    let (tput_bytes, tput_packets) = if tx_only {
+        (tx_bytes, tx_packets)
+    } else {
+        (rx_bytes, rx_packets)
+    };
+    Ok(RawReport {
+        engine,
+        steering,
+        seconds,
+        tx_packets,
+        tx_bytes,
+        rx_packets,
+        rx_bytes,
+        drops,
+        dropped,
+        lossless,
+        rx_gbps: tput_bytes as f64 * 8.0 / seconds / 1e9,
+        rx_mpps: tput_packets as f64 / seconds / 1e6,
+        queues: snapshot.queues,
+        checker: counts,
+        problems,
+    })
+}
+
+impl RawReport {
+    /// Human-readable report.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "engine {} (steering: {}), {:.2} s\n",
+            self.engine, self.steering, self.seconds
+        ));
+        s.push_str(&format!(
+            "  TX  {:>14} packets {:>16} bytes\n",
+            self.tx_packets, self.tx_bytes
+        ));
+        s.push_str(&format!(
+            "  RX  {:>14} packets {:>16} bytes   {:.2} Mpps  {:.2} Gb/s\n",
+            self.rx_packets, self.rx_bytes, self.rx_mpps, self.rx_gbps
+        ));
+        let d = &self.drops;
+        s.push_str(&format!(
+            "  drops: ring_full {} pool_empty {} no_flow {} malformed {} engine_missed {}\n",
+            d.ring_full, d.pool_empty, d.no_flow, d.malformed, d.engine_missed
+        ));
+        s.push_str(&format!(
+            "  checker: {} valid, {} corrupt, {} missing from sequences, {} out of order\n",
+            self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered
+        ));
+        for q in &self.queues {
+            s.push_str(&format!(
+                "  {} {} queue {}: {} packets, {} bytes\n",
+                q.interface, q.direction, q.queue, q.packets, q.bytes
+            ));
+        }
+        if self.lossless {
+            s.push_str("LOSSLESS: every packet sent arrived intact and in order\n");
+        } else {
+            s.push_str(&format!("NOT LOSSLESS: {} packets lost\n", self.dropped));
+            for p in &self.problems {
+                s.push_str(&format!("  - {p}\n"));
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,398 @@
+//! Test traffic: Ethernet/IPv4/UDP frames with valid lengths and checksums and a trailer
+//! carrying a stream id, a flow index and a per-flow sequence number; and the checker that
+//! verifies them. The trailer sits at the end of the frame, so the checker needs no
+//! knowledge of the sender's header or payload sizes.
+
+use crate::config::{BenchTxConfig, PortRange};
+
+/// Ethernet + IPv4 + UDP header bytes.
+pub const L2_L4_HEADER: usize = 42;
+/// Bytes of the trailer at the end of every frame.
+pub const TRAILER: usize = 20;
+const MAGIC: [u8; 4] = *b"DPB1";
+const UDP_OFFSET: usize = 34;
+
+/// Sum of big-endian 16-bit words of `data`, which starts at an even (`odd == false`) or
+/// odd offset from the start of the checksummed area.
+fn sum16(data: &[u8], odd: bool) -> u64 {
+    let mut sum = 0u64;
+    let mut rest = data;
+    if odd && !rest.is_empty() {
+        sum += u64::from(rest[0]);
+        rest = &rest[1..];
+    }
+    let mut chunks = rest.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_be_bytes(c.try_into().unwrap());
+        sum += (v >> 48) + ((v >> 32) & 0xffff) + ((v >> 16) & 0xffff) + (v & 0xffff);
+    }
+    let tail = chunks.remainder();
+    let mut pairs = tail.chunks_exact(2);
+    for p in &mut pairs {
+        sum += u64::from(u16::from_be_bytes([p[0], p[1]]));
+    }
+    if let [last] = pairs.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    sum
+}
+
+fn fold(mut sum: u64) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Internet checksum of `data`.
+pub fn checksum(data: &[u8]) -> u16 {
+    !fold(sum16(data, false))
+}
+
+/// Builds the frames of one generator.
+pub struct FrameBuilder {
+    frame_len: usize,
+    template: [u8; L2_L4_HEADER],
+    /// Ones-complement sum of the UDP area that never changes: pseudo header, UDP length,
+    /// padding and fill bytes (ports, checksum and trailer excluded).
+    constant_sum: u64,
+    fill: Vec<u8>,
+    src: PortRange,
+    dst: PortRange,
+    stream: u16,
+    sequence: Vec<u64>,
+    counter: u64,
+}
+
+impl FrameBuilder {
+    /// A builder for the generator described by `cfg`, tagging frames with `stream`.
+    pub fn new(cfg: &BenchTxConfig, stream: u16) -> Self {
+        let frame_len = (cfg.header_size + cfg.payload_size) as usize;
+        assert!(frame_len >= L2_L4_HEADER + TRAILER);
+        let mut t = [0u8; L2_L4_HEADER];
+        t[0..6].copy_from_slice(&cfg.eth_dst_addr);
+        t[6..12].copy_from_slice(&cfg.eth_src_addr);
+        t[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        t[14] = 0x45;
+        t[16..18].copy_from_slice(&((frame_len - 14) as u16).to_be_bytes());
+        t[20..22].copy_from_slice(&0x4000u16.to_be_bytes()); // don't fragment
+        t[22] = 64;
+        t[23] = 17;
+        t[26..30].copy_from_slice(&cfg.ip_src_addr.octets());
+        t[30..34].copy_from_slice(&cfg.ip_dst_addr.octets());
+        let ip_sum = checksum(&t[14..34]);
+        t[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+        let udp_len = (frame_len - UDP_OFFSET) as u16;
+        t[38..40].copy_from_slice(&udp_len.to_be_bytes());
+        // Bytes between the UDP header and the trailer: zero padding to header_size, then a
+        // counting pattern.
+        let fill: Vec<u8> = (L2_L4_HEADER..frame_len - TRAILER)
+            .map(|i| {
+                if i < cfg.header_size as usize {
+                    0
+                } else {
+                    i as u8
+                }
+            })
+            .collect();
+        let pseudo = sum16(&t[26..34], false) + 17 + u64::from(udp_len);
+        let constant_sum = pseudo + u64::from(udp_len) + sum16(&fill, false);
+        let flows = cfg.udp_src_port.len() as usize * cfg.udp_dst_port.len() as usize;
+        Self {
+            frame_len,
+            template: t,
+            constant_sum,
+            fill,
+            src: cfg.udp_src_port,
+            dst: cfg.udp_dst_port,
+            stream,
+            sequence: vec![0; flows],
+            counter: 0,
+        }
+    }
+
+    /// Length of every frame.
+    pub fn frame_len(&self) -> usize {
+        self.frame_len
+    }
+
+    /// Writes the constant part of a frame (headers and fill) into `buf`; needed once per
+    /// buffer, since only ports, checksum and trailer change between frames.
+    pub fn write_constant(&self, buf: &mut [u8]) {
+        buf[..L2_L4_HEADER].copy_from_slice(&self.template);
+        buf[L2_L4_HEADER..self.frame_len - TRAILER].copy_from_slice(&self.fill);
+    }
+
+    /// Writes the next frame's changing fields into `buf` (which holds the constant part).
+    #[inline]
+    pub fn write_next(&mut self, buf: &mut [u8]) {
+        let ns = u64::from(self.src.len());
+        let nd = u64::from(self.dst.len());
+        let (si, di) = (self.counter % ns, self.counter % nd);
+        self.counter += 1;
+        let flow = (si * nd + di) as usize;
+        let seq = self.sequence[flow];
+        self.sequence[flow] = seq + 1;
+        let sport = self.src.first + si as u16;
+        let dport = self.dst.first + di as u16;
+        let f = self.frame_len;
+        let trailer = &mut buf[f - TRAILER..f];
+        trailer[0..4].copy_from_slice(&MAGIC);
+        trailer[4..6].copy_from_slice(&self.stream.to_be_bytes());
+        trailer[6..8].copy_from_slice(&[0, 0]);
+        trailer[8..12].copy_from_slice(&(flow as u32).to_be_bytes());
+        trailer[12..20].copy_from_slice(&seq.to_be_bytes());
+        let trailer_odd = (f - TRAILER - UDP_OFFSET) % 2 == 1;
+        let sum = self.constant_sum
+            + u64::from(sport)
+            + u64::from(dport)
+            + sum16(&buf[f - TRAILER..f], trailer_odd);
+        let mut csum = !fold(sum);
+        if csum == 0 {
+            csum = 0xffff;
+        }
+        buf[34..36].copy_from_slice(&sport.to_be_bytes());
+        buf[36..38].copy_from_slice(&dport.to_be_bytes());
+        buf[40..42].copy_from_slice(&csum.to_be_bytes());
+    }
+
+    /// Frames generated so far.
+    pub fn generated(&self) -> u64 {
+        self.counter
+    }
+}
+
+/// Verdicts of the checker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CheckCounts {
+    /// Frames that passed every check.
+    pub valid: u64,
+    /// Frames with wrong lengths, headers, checksums or trailer.
+    pub corrupt: u64,
+    /// Frames missing from a flow's sequence (lost before the checker).
+    pub gaps: u64,
+    /// Frames that arrived after a later frame of their flow (reordered or duplicated).
+    pub reordered: u64,
+}
+
+/// Verifies frames and per-flow sequence continuity.
+#[derive(Default)]
+pub struct Checker {
+    /// Verify the UDP checksum over the whole frame (touches every byte).
+    pub verify_payload: bool,
+    next: Vec<Vec<u64>>,
+    /// Counts so far.
+    pub counts: CheckCounts,
+    /// Description of the first corrupt frame, for the report.
+    pub first_problem: Option<String>,
+}
+
+impl Checker {
+    /// A checker; with `verify_payload` it also verifies every UDP checksum.
+    pub fn new(verify_payload: bool) -> Self {
+        Self {
+            verify_payload,
+            ..Default::default()
+        }
+    }
+
+    /// Checks one frame.
+    #[inline]
+    pub fn check(&mut self, frame: &[u8]) {
+        match self.parse(frame) {
+            Ok((stream, flow, seq)) => {
+                let s = stream as usize;
+                if self.next.len() <= s {
+                    self.next.resize(s + 1, Vec::new());
+                }
+                let flows = &mut self.next[s];
+                if flows.len() <= flow {
+                    flows.resize(flow + 1, 0);
+                }
+                let expected = flows[flow];
+                if seq == expected {
+                    self.counts.valid += 1;
+                    flows[flow] = seq + 1;
+                } else if seq > expected {
+                    self.counts.valid += 1;
+                    self.counts.gaps += seq - expected;
+                    flows[flow] = seq + 1;
+                    self.note(format!(
+                        "stream {stream} flow {flow}: expected sequence {expected}, got {seq}"
+                    ));
+                } else {
+                    self.counts.reordered += 1;
+                    self.note(format!(
+                        "stream {stream} flow {flow}: sequence {seq} after {}",
+                        expected - 1
+                    ));
+                }
+            }
+            Err(why) => {
+                self.counts.corrupt += 1;
+                self.note(format!("corrupt frame of {} bytes: {why}", frame.len()));
+            }
+        }
+    }
+
+    fn note(&mut self, s: String) {
+        if self.first_problem.is_none() {
+            self.first_problem = Some(s);
+        }
+    }
+
+    fn parse(&self, f: &[u8]) -> Result<(u16, usize, u64), &'static str> {
+        if f.len() < L2_L4_HEADER + TRAILER {
+            return Err("shorter than headers and trailer");
+        }
+        if f[12..14] != [0x08, 0x00] || f[14] != 0x45 || f[23] != 17 {
+            return Err("not IPv4/UDP without options");
+        }
+        if usize::from(u16::from_be_bytes([f[16], f[17]])) != f.len() - 14 {
+            return Err("IPv4 total length does not match the frame");
+        }
+        if checksum(&f[14..34]) != 0 {
+            return Err("bad IPv4 header checksum");
+        }
+        if usize::from(u16::from_be_bytes([f[38], f[39]])) != f.len() - UDP_OFFSET {
+            return Err("UDP length does not match the frame");
+        }
+        let t = &f[f.len() - TRAILER..];
+        if t[0..4] != MAGIC {
+            return Err("no trailer");
+        }
+        if self.verify_payload {
+            let udp_len = (f.len() - UDP_OFFSET) as u64;
+            let sum = sum16(&f[26..34], false) + 17 + udp_len + sum16(&f[UDP_OFFSET..], false);
+            if fold(sum) != 0xffff {
+                return Err("bad UDP checksum");
+            }
+        }
+        let stream = u16::from_be_bytes([t[4], t[5]]);
+        let flow = u32::from_be_bytes(t[8..12].try_into().unwrap()) as usize;
+        if flow >= 1 << 20 {
+            return Err("flow index out of range");
+        }
+        Ok((
+            stream,
+            flow,
+            u64::from_be_bytes(t[12..20].try_into().unwrap()),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn cfg(header: u32, payload: u32) -> BenchTxConfig {
+        BenchTxConfig {
+            interface_name: "p".into(),
+            queue_id: 0,
+            cpu_core: None,
+            batch_size: 8,
+            payload_size: payload,
+            header_size: header,
+            udp_src_port: PortRange {
+                first: 4096,
+                last: 4098,
+            },
+            udp_dst_port: PortRange {
+                first: 5000,
+                last: 5001,
+            },
+            ip_src_addr: Ipv4Addr::new(10, 0, 0, 1),
+            ip_dst_addr: Ipv4Addr::new(10, 0, 0, 2),
+            eth_src_addr: [2, 0, 0, 0, 0, 1],
+            eth_dst_addr: [2, 0, 0, 0, 0, 2],
+            location: Default::default(),
+        }
+    }
+
+    #[test]
+    fn frames_are_valid_udp_according_to_etherparse() {
+        for (h, p) in [(64, 64), (64, 1000), (43, 21), (42, 20)] {
+            let mut b = FrameBuilder::new(&cfg(h, p), 3);
+            let mut buf = vec![0u8; b.frame_len()];
+            b.write_constant(&mut buf);
+            let mut ports = Vec::new();
+            for _ in 0..12 {
+                b.write_next(&mut buf);
+                let parsed = etherparse::SlicedPacket::from_ethernet(&buf).expect("parses");
+                let Some(etherparse::NetSlice::Ipv4(ip)) = parsed.net else {
+                    panic!("not ipv4")
+                };
+                assert_eq!(ip.header().total_len() as usize, buf.len() - 14);
+                let Some(etherparse::TransportSlice::Udp(udp)) = parsed.transport else {
+                    panic!("not udp")
+                };
+                let expected = udp
+                    .to_header()
+                    .calc_checksum_ipv4_raw(
+                        ip.header().source(),
+                        ip.header().destination(),
+                        udp.payload(),
+                    )
+                    .unwrap();
+                assert_eq!(
+                    udp.checksum(),
+                    expected,
+                    "UDP checksum for header {h} payload {p}"
+                );
+                ports.push((udp.source_port(), udp.destination_port()));
+            }
+            assert_eq!(ports[0], (4096, 5000));
+            assert_eq!(ports[1], (4097, 5001));
+            assert_eq!(ports[2], (4098, 5000));
+            assert_eq!(ports[6], (4096, 5000), "6 port pairs rotate");
+        }
+    }
+
+    #[test]
+    fn checker_counts_gaps_reordering_and_corruption() {
+        let mut b = FrameBuilder::new(&cfg(64, 100), 1);
+        let mut frames = Vec::new();
+        for _ in 0..30 {
+            let mut buf = vec![0u8; b.frame_len()];
+            b.write_constant(&mut buf);
+            b.write_next(&mut buf);
+            frames.push(buf);
+        }
+        let mut c = Checker::new(true);
+        for f in &frames {
+            c.check(f);
+        }
+        assert_eq!(
+            c.counts,
+            CheckCounts {
+                valid: 30,
+                ..Default::default()
+            }
+        );
+
+        let mut c = Checker::new(true);
+        // Drop frame 7 (flow 1, second frame of that flow), swap 20 and 26 (same flow).
+        for (i, f) in frames.iter().enumerate() {
+            match i {
+                7 => continue,
+                20 => c.check(&frames[26]),
+                26 => c.check(&frames[20]),
+                _ => c.check(f),
+            }
+        }
+        assert_eq!(c.counts.gaps, 1 + 1, "frame 7 lost, frame 20 seen late");
+        assert_eq!(c.counts.reordered, 1);
+
+        let mut c = Checker::new(true);
+        let mut bad = frames[0].clone();
+        bad[80] ^= 1;
+        c.check(&bad);
+        c.check(&frames[0][..50]);
+        let mut bad_ip = frames[1].clone();
+        bad_ip[22] = 1;
+        c.check(&bad_ip);
+        assert_eq!(c.counts.corrupt, 3);
+        assert!(c.first_problem.unwrap().contains("bad UDP checksum"));
+    }
+}
