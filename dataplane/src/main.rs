@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 use dataplane::bench::{raw, ring};
 use dataplane::config::{self, Config, Direction};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(file: &PathBuf) -> Option<Config> {
+fn load(file: &Path) -> Option<Config> {
     match config::load_file(file) {
         Ok(loaded) => {
             for w in &loaded.warnings {
@@ -97,7 +97,7 @@ fn load(file: &PathBuf) -> Option<Config> {
     }
 }
 
-fn validate(file: &PathBuf) -> ExitCode {
+fn validate(file: &Path) -> ExitCode {
     let Some(c) = load(file) else {
         return ExitCode::FAILURE;
     };

@@ -277,7 +277,7 @@ pub fn huge_pages_free_total() -> (usize, usize) {
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
     (field("HugePages_Free:"), field("HugePages_Total:"))

@@ -759,7 +759,7 @@ fn flow(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FlowConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let name = m.required(d, "name", r::name);
     let id = m.required(d, "id", |d, n, p| r::uint_in(d, n, p, 0, 0xFF_FFFF));
-    let single = m.optional(d, "action", |d, n, p| queue_action(d, n, p));
+    let single = m.optional(d, "action", queue_action);
     let ordered = m.optional(d, "actions", |d, n, p| {
         let items = r::list(d, n, p)?;
         let mut target = None;

@@ -1,0 +1,261 @@
+//! Bad configurations give errors that name the key path, line and column.
+
+use dataplane::config::{self, ConfigError, DiagnosticKind, Severity};
+
+const GOOD: &str = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: "sw"
+    memory_regions:
+    - name: bufs
+      kind: host
+      affinity: 0
+      num_bufs: 1024
+      buf_size: 2048
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx:
+        queues:
+        - name: tq
+          id: 0
+          cpu_core: 0
+          batch_size: 64
+          memory_regions: [bufs]
+      rx:
+        queues:
+        - name: rq
+          id: 0
+          cpu_core: 0
+          batch_size: 64
+          memory_regions: [bufs]
+        flows:
+        - name: f0
+          id: 1
+          action: {type: queue, id: 0}
+          match: {udp_src: 4096, udp_dst: "5000-5010"}
+"#;
+
+fn load(text: &str) -> Result<config::Loaded, ConfigError> {
+    config::load_with(text, "test.yaml", &|core| core < 2)
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match load(text) {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(e) => e.errors().map(|d| d.to_string()).collect(),
+    }
+}
+
+fn one_error(text: &str) -> String {
+    let e = errors(text);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    e.into_iter().next().unwrap()
+}
+
+#[test]
+fn good_config_loads_with_daqiri_and_dataplane_roots_and_bare_cfg() {
+    let c = load(GOOD).unwrap().config;
+    assert_eq!(c.engine.name(), "loopback");
+    assert_eq!(
+        c.interfaces[0].rx.as_ref().unwrap().flows[0]
+            .matches
+            .udp_dst
+            .unwrap()
+            .len(),
+        11
+    );
+    load(&GOOD.replace("dataplane:", "daqiri:")).unwrap();
+    // The cfg map itself at the root.
+    let bare: String = GOOD
+        .lines()
+        .filter(|l| !l.starts_with("dataplane:") && !l.trim_start().starts_with("cfg:"))
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
+        .collect();
+    load(&bare).unwrap();
+}
+
+#[test]
+fn typo_is_unknown_key_with_suggestion_and_position() {
+    let all = errors(&GOOD.replacen("batch_size: 64", "batch_sise: 64", 1));
+    let e = all
+        .iter()
+        .find(|e| e.contains("unknown key"))
+        .expect("unknown key error");
+    assert!(
+        all.iter()
+            .any(|e| e.contains("missing required key `batch_size`")),
+        "{all:#?}"
+    );
+    assert!(
+        e.contains("interfaces[0].tx.queues[0].batch_sise (line 22, column 11)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("unknown key `batch_sise`, did you mean `batch_size`?"),
+        "{e}"
+    );
+}
+
+#[test]
+fn broken_yaml_names_line_and_column() {
+    let e = one_error(&GOOD.replace("affinity: 0", "affinity: [0"));
+    assert!(e.contains("invalid YAML"), "{e}");
+    assert!(e.contains("line "), "{e}");
+    let e = one_error("dataplane:\n  cfg:\n    version: 1\n    version: 1\n");
+    assert!(e.contains("line 4") && e.contains("duplicate"), "{e}");
+}
+
+#[test]
+fn wrong_types_negative_and_huge_numbers() {
+    let e = one_error(&GOOD.replace("num_bufs: 1024", "num_bufs: many"));
+    assert!(
+        e.contains(
+            "memory_regions[0].num_bufs (line 12, column 17): expected an integer, got \"many\""
+        ),
+        "{e}"
+    );
+    let e = one_error(&GOOD.replace("num_bufs: 1024", "num_bufs: -5"));
+    assert!(e.contains("-5 is out of range: must be at least 1"), "{e}");
+    let e = one_error(&GOOD.replace("num_bufs: 1024", "num_bufs: 99999999999999999999999999"));
+    assert!(
+        e.contains("memory_regions[0].num_bufs") && e.contains("out of range"),
+        "{e}"
+    );
+    let e = one_error(&GOOD.replace("buf_size: 2048", "buf_size: 1.5"));
+    assert!(e.contains("expected an integer, got 1.5"), "{e}");
+    let e = one_error(&GOOD.replace("loopback: \"sw\"", "loopback: \"sw\"\n    debug: yes"));
+    assert!(
+        e.contains("debug") && e.contains("expected true or false"),
+        "{e}"
+    );
+    let e = one_error(&GOOD.replace("kind: host", "kind: hots"));
+    assert!(
+        e.contains("unknown value `hots`") && e.contains("did you mean `host`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn batch_size_zero_is_rejected() {
+    let e = errors(&GOOD.replacen("batch_size: 64", "batch_size: 0", 1));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("interfaces[0].tx.queues[0].batch_size")
+                && e.contains("batch_size must be at least 1, got 0")),
+        "{e:#?}"
+    );
+}
+
+#[test]
+fn duplicate_names_are_rejected() {
+    let dup_region = GOOD.replace(
+        "    interfaces:",
+        "    - name: bufs\n      kind: host\n      affinity: 0\n      num_bufs: 8\n      buf_size: 64\n    interfaces:",
+    );
+    let e = errors(&dup_region);
+    assert!(
+        e.iter().any(|e| e.contains("memory_regions[1].name")
+            && e.contains("duplicate memory region name `bufs`")),
+        "{e:#?}"
+    );
+    let e = errors(&GOOD.replace("name: rq", "name: tq"));
+    assert!(
+        e.iter().any(|e| e.contains("duplicate queue name `tq`")),
+        "{e:#?}"
+    );
+}
+
+#[test]
+fn unknown_references_are_rejected_with_suggestions() {
+    let e = errors(&GOOD.replacen("memory_regions: [bufs]", "memory_regions: [bufz]", 1));
+    assert!(
+        e.iter().any(
+            |e| e.contains("interfaces[0].tx.queues[0].memory_regions[0]")
+                && e.contains("unknown memory region `bufz`, did you mean `bufs`?")
+        ),
+        "{e:#?}"
+    );
+    let e = one_error(&GOOD.replace(
+        "action: {type: queue, id: 0}",
+        "action: {type: queue, id: 3}",
+    ));
+    assert!(e.contains("flow `f0` sends to queue 3"), "{e}");
+}
+
+#[test]
+fn too_few_buffers_says_how_many_are_needed() {
+    let e = one_error(&GOOD.replace("num_bufs: 1024", "num_bufs: 100"));
+    assert!(e.contains("memory_regions[0].num_bufs"), "{e}");
+    assert!(
+        e.contains("need at least 128") && e.contains("set num_bufs to 256 or more"),
+        "{e}"
+    );
+}
+
+#[test]
+fn placeholders_are_rejected() {
+    let e = one_error(&GOOD.replace("address: loopback", "address: <0000:00:00.0>"));
+    assert!(e.contains("interfaces[0].address (line 16, column 16): placeholder `<0000:00:00.0>` must be replaced"), "{e}");
+}
+
+#[test]
+fn unsupported_reference_keys_are_named() {
+    let e = one_error(&GOOD.replace(
+        "        flows:",
+        "        reorder_configs: []\n        flows:",
+    ));
+    assert!(
+        e.contains("not supported yet: interfaces[0].rx.reorder_configs"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_core_is_a_warning_in_validate() {
+    let loaded = load(&GOOD.replacen("cpu_core: 0", "cpu_core: 7", 1)).unwrap();
+    let w: Vec<_> = loaded
+        .warnings
+        .iter()
+        .filter(|d| d.severity == Severity::Warning && d.kind == DiagnosticKind::Machine)
+        .collect();
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].to_string()
+            .contains("interfaces[0].tx.queues[0].cpu_core")
+            && w[0].to_string().contains("cpu_core 7")
+    );
+}
+
+#[test]
+fn unquoted_pci_address_is_a_string() {
+    let text = GOOD
+        .replace("    loopback: \"sw\"\n", "")
+        .replace("address: loopback", "address: 0000:01:00.0");
+    let c = match config::load_with(&text, "t", &|_| true) {
+        Ok(l) => l.config,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(c.interfaces[0].address, "0000:01:00.0");
+    assert_eq!(c.engine.name(), "dpdk");
+}
+
+#[test]
+fn no_input_panics() {
+    for text in [
+        "",
+        "~",
+        "[]",
+        "42",
+        "dataplane: 3",
+        "dataplane:\n  cfg: []",
+        "daqiri:\n  cfg:\n    interfaces: {a: 1}",
+        "bench_tx: 5",
+        "\t\u{0}",
+    ] {
+        let _ = config::load_with(text, "t", &|_| true);
+    }
+}
