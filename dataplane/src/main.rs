@@ -174,7 +174,7 @@ fn interrupt_flag() -> Arc<AtomicBool> {
     flag
 }
 
-fn bench_raw(file: &PathBuf, seconds: f64, json: bool, verify_payload: bool) -> ExitCode {
+fn bench_raw(file: &Path, seconds: f64, json: bool, verify_payload: bool) -> ExitCode {
     let Some(c) = load(file) else {
         return ExitCode::FAILURE;
     };
