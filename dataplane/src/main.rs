@@ -55,6 +55,9 @@ enum Bench {
         /// Repetitions per case (the median is reported).
         #[arg(long, default_value_t = 3)]
         reps: usize,
+        /// Ring slots (DPDK's ring_perf_autotest uses 4096).
+        #[arg(long, default_value_t = ring::DEFAULT_RING_SIZE)]
+        ring_size: usize,
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,
@@ -78,7 +81,19 @@ fn main() -> ExitCode {
             json,
             verify_payload,
         }) => bench_raw(&file, seconds, json, verify_payload),
-        Command::Bench(Bench::Ring { items, reps, json }) => bench_ring(items, reps, json),
+        Command::Bench(Bench::Ring {
+            items,
+            reps,
+            ring_size,
+            json,
+        }) => bench_ring(
+            ring::RingBenchOptions {
+                items,
+                reps,
+                ring_size,
+            },
+            json,
+        ),
     }
 }
 
@@ -212,20 +227,35 @@ fn bench_raw(file: &Path, seconds: f64, json: bool, verify_payload: bool) -> Exi
     }
 }
 
-fn bench_ring(items: u64, reps: usize, json: bool) -> ExitCode {
-    let cases = ring::run(items, reps);
+fn bench_ring(opts: ring::RingBenchOptions, json: bool) -> ExitCode {
+    if opts.ring_size < 256 || opts.ring_size > 1 << 30 {
+        eprintln!("error: --ring-size must be between 256 and 2^30");
+        return ExitCode::FAILURE;
+    }
+    let cases = ring::run(opts);
+    eprintln!(
+        "{:<20} {:>14} {:>10} {:>16}",
+        "case", "M items/s", "ns/item", "enq+deq ns/item"
+    );
     for c in &cases {
         eprintln!(
-            "{:<20} {:>8.1} M items/s {:>8.2} ns/item",
+            "{:<20} {:>14.1} {:>10.2} {:>16.2}",
             c.case,
             c.items_per_s / 1e6,
-            c.ns_per_item
+            c.ns_per_item,
+            c.enq_plus_deq_ns
         );
     }
     if json {
         println!(
             "{}",
-            serde_json::json!({ "bench": "ring", "items": items, "reps": reps, "cases": cases })
+            serde_json::json!({
+                "bench": "ring",
+                "items": opts.items,
+                "reps": opts.reps,
+                "ring_size": opts.ring_size,
+                "cases": cases
+            })
         );
     }
     ExitCode::SUCCESS

@@ -43,6 +43,24 @@ unsafe impl<T: Copy + Send> Send for Ring<T> {}
 // SAFETY: as above; all shared state is atomic or guarded by the head/tail protocol.
 unsafe impl<T: Copy + Send> std::marker::Sync for Ring<T> {}
 
+/// Copies `n` items: a plain loop for the short copies of small bursts (a `memcpy` call
+/// costs more than it saves there), `copy_nonoverlapping` for long ones.
+///
+/// # Safety
+/// `src` and `dst` must be valid for `n` items and must not overlap.
+#[inline(always)]
+unsafe fn copy_items<T: Copy>(src: *const T, dst: *mut T, n: usize) {
+    if n <= 16 {
+        for i in 0..n {
+            // SAFETY: i < n, within both ranges by the caller's contract.
+            unsafe { dst.add(i).write(src.add(i).read()) };
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+    }
+}
+
 impl<T: Copy> Ring<T> {
     /// A ring holding up to `capacity` items (rounded up to a power of two, at most 2^30).
     pub fn new(capacity: usize, producers: Sync, consumers: Sync) -> Self {
@@ -64,6 +82,13 @@ impl<T: Copy> Ring<T> {
             multi_consumer: consumers == Sync::Multi,
             slots,
         }
+    }
+
+    /// The slot array as plain `T`s; `UnsafeCell` and `MaybeUninit` are both
+    /// `repr(transparent)`, so the layouts match.
+    #[inline]
+    fn slot_ptr(&self) -> *mut T {
+        UnsafeCell::raw_get(self.slots.as_ptr()).cast::<T>()
     }
 
     /// Number of slots.
@@ -148,11 +173,15 @@ impl<T: Copy> Ring<T> {
         let Some((head, n)) = self.reserve(true, items.len() as u32, false) else {
             return false;
         };
-        for (i, item) in items.iter().enumerate() {
-            let slot = &self.slots[(head.wrapping_add(i as u32) & self.mask) as usize];
-            // SAFETY: the reservation gives this thread exclusive use of these slots until
-            // the tail is published.
-            unsafe { (*slot.get()).write(*item) };
+        let start = (head & self.mask) as usize;
+        let first = items.len().min(self.capacity as usize - start);
+        let base = self.slot_ptr();
+        // SAFETY: the reservation gives this thread exclusive use of the `n` slots from
+        // `start` (wrapping) until the tail is published; `first` stops at the array end and
+        // the rest continues at slot 0, so both copies stay inside the slot array.
+        unsafe {
+            copy_items(items.as_ptr(), base.add(start), first);
+            copy_items(items.as_ptr().add(first), base, items.len() - first);
         }
         self.publish(true, head, n);
         true
@@ -161,7 +190,14 @@ impl<T: Copy> Ring<T> {
     /// Enqueues one item.
     #[inline]
     pub fn enqueue(&self, item: T) -> bool {
-        self.enqueue_bulk(std::slice::from_ref(&item))
+        let Some((head, n)) = self.reserve(true, 1, false) else {
+            return false;
+        };
+        // SAFETY: the reservation gives this thread exclusive use of this slot until the
+        // tail is published; the mask keeps the index inside the array.
+        unsafe { self.slot_ptr().add((head & self.mask) as usize).write(item) };
+        self.publish(true, head, n);
+        true
     }
 
     fn dequeue_into(&self, out: &mut [T], partial: bool) -> usize {
@@ -171,11 +207,16 @@ impl<T: Copy> Ring<T> {
         let Some((head, n)) = self.reserve(false, out.len() as u32, partial) else {
             return 0;
         };
-        for (i, o) in out.iter_mut().take(n as usize).enumerate() {
-            let slot = &self.slots[(head.wrapping_add(i as u32) & self.mask) as usize];
-            // SAFETY: the producer published these slots (tail acquire in reserve) and the
-            // reservation gives this thread exclusive use until the tail moves.
-            *o = unsafe { (*slot.get()).assume_init() };
+        let n_items = n as usize;
+        let start = (head & self.mask) as usize;
+        let first = n_items.min(self.capacity as usize - start);
+        let base = self.slot_ptr();
+        // SAFETY: the producer published these slots (tail acquire in reserve) and the
+        // reservation gives this thread exclusive use until the tail moves; `n <= out.len()`
+        // and both copies stay inside the slot array as in enqueue_bulk.
+        unsafe {
+            copy_items(base.add(start), out.as_mut_ptr(), first);
+            copy_items(base, out.as_mut_ptr().add(first), n_items - first);
         }
         self.publish(false, head, n);
         n as usize
@@ -228,6 +269,32 @@ mod tests {
             assert!(r.dequeue_bulk(&mut o));
             assert_eq!(o, [round, round + 1, round + 2]);
         }
+    }
+
+    #[test]
+    fn long_bulks_wrap_in_order() {
+        // 40-item bulks take the memcpy path and wrap around a 64-slot ring at varying points.
+        let r = Ring::<u64>::new(64, Sync::Single, Sync::Single);
+        let mut next_in = 0u64;
+        let mut next_out = 0u64;
+        for round in 0..200 {
+            let batch: Vec<u64> = (next_in..next_in + 40).collect();
+            assert!(r.enqueue_bulk(&batch), "round {round}");
+            next_in += 40;
+            let mut out = vec![0u64; 17 + round % 23];
+            let got = r.dequeue_burst(&mut out);
+            for v in &out[..got] {
+                assert_eq!(*v, next_out);
+                next_out += 1;
+            }
+            let mut rest = vec![0u64; (next_in - next_out) as usize];
+            assert!(r.dequeue_bulk(&mut rest));
+            for v in rest {
+                assert_eq!(v, next_out);
+                next_out += 1;
+            }
+        }
+        assert!(r.is_empty());
     }
 
     #[test]
