@@ -16,7 +16,8 @@ bin=./target/release/dataplane
 rounds=${ROUNDS:-3}
 items=${ITEMS:-4000000}
 
-if ! command -v dpdk-test >/dev/null; then
+dpdk_test=${DPDK_TEST:-dpdk-test}   # a command line; e.g. a carried binary with its loader
+if [ -z "${DPDK_TEST:-}" ] && ! command -v dpdk-test >/dev/null; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "ring_compare: dpdk-test missing; install the Debian package dpdk-dev as root" >&2
     exit 1
@@ -32,7 +33,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: dpdk-test ring_perf_autotest on cores $cores" >&2
-  echo ring_perf_autotest | dpdk-test -l "$cores" --no-huge -m 256 --no-pci \
+  echo ring_perf_autotest | $dpdk_test -l "$cores" --no-huge -m 256 --no-pci \
     --file-prefix "ringcmp$$" --log-level=eal,debug >"$tmp/dpdk-$r.txt" 2>&1 || {
     echo "ring_compare: dpdk-test failed:" >&2; tail -20 "$tmp/dpdk-$r.txt" >&2; exit 1; }
   echo "round $r/$rounds: dataplane bench ring on cores $cores" >&2

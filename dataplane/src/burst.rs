@@ -60,11 +60,12 @@ pub struct Burst {
 impl Burst {
     /// An empty burst with room for `capacity` packets.
     pub fn empty(regions: Arc<RegionSet>, port: u16, queue: u16, capacity: usize) -> Self {
+        let packets = regions.descriptor_vec(capacity);
         Self {
             regions,
             port,
             queue,
-            packets: Vec::with_capacity(capacity),
+            packets,
         }
     }
 
@@ -78,16 +79,25 @@ impl Burst {
         count: usize,
     ) -> Option<Self> {
         assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
-        let mut packets = vec![
+        let mut packets = regions.descriptor_vec(count);
+        packets.resize(
+            count,
             Packet {
                 num_segments: segment_regions.len() as u8,
                 ..Packet::default()
-            };
-            count
-        ];
-        let mut indices = vec![0u32; count];
+            },
+        );
+        // Index scratch space on the stack for usual burst sizes.
+        let mut on_stack = [0u32; 512];
+        let mut on_heap = Vec::new();
+        let indices: &mut [u32] = if count <= on_stack.len() {
+            &mut on_stack[..count]
+        } else {
+            on_heap.resize(count, 0);
+            &mut on_heap
+        };
         for (s, &region) in segment_regions.iter().enumerate() {
-            if !regions.get(region).alloc_bulk(&mut indices) {
+            if !regions.get(region).alloc_bulk(indices) {
                 // Give back the segments taken so far.
                 for p in &mut packets {
                     p.num_segments = s as u8;
@@ -100,7 +110,7 @@ impl Burst {
                 });
                 return None;
             }
-            for (p, &index) in packets.iter_mut().zip(&indices) {
+            for (p, &index) in packets.iter_mut().zip(indices.iter()) {
                 p.segments[s] = Segment {
                     region,
                     index,
@@ -251,6 +261,8 @@ impl Drop for Burst {
                 self.regions.get(r).free_bulk(&pending[..n]);
             }
         }
+        self.regions
+            .recycle_descriptor_vec(std::mem::take(&mut self.packets));
     }
 }
 
@@ -293,6 +305,18 @@ mod tests {
         assert_eq!(b.bytes(), 3);
         drop(b);
         assert_eq!((r.get(0).available(), r.get(1).available()), (16, 8));
+    }
+
+    #[test]
+    fn dropped_bursts_hand_their_descriptor_vectors_to_the_next_burst() {
+        let r = regions();
+        let b = Burst::allocate(r.clone(), 0, 0, &[0], 5).unwrap();
+        let first = b.packets().as_ptr();
+        drop(b);
+        let again = Burst::allocate(r.clone(), 0, 0, &[0], 3).unwrap();
+        assert_eq!(again.packets().as_ptr(), first, "the vector was reused");
+        assert_eq!(again.len(), 3, "and holds only the new packets");
+        assert!(again.packets().iter().all(|p| p.segments().len() == 1));
     }
 
     #[test]

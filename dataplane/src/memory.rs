@@ -2,8 +2,10 @@
 //! out. A region is one allocation (host pages, huge pages, pinned host or GPU memory);
 //! buffer `i` starts at `base + i * stride`.
 
+use crate::burst::Packet;
 use crate::config::{MemoryKind, MemoryRegionConfig};
 use crate::ring::{Ring, Sync};
+use crossbeam_queue::ArrayQueue;
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use std::ptr::NonNull;
 
@@ -314,7 +316,16 @@ fn cuda_backing(cfg: &MemoryRegionConfig, _bytes: usize) -> Result<Backing, Memo
 /// memory is released only after the last buffer came back.
 pub struct RegionSet {
     regions: Vec<Region>,
+    /// Emptied packet-descriptor vectors of dropped bursts, reused by new bursts so that the
+    /// packet path does not call the allocator (bursts are often built on one thread and
+    /// dropped on another, the costliest case for malloc).
+    spare_descriptors: ArrayQueue<Vec<Packet>>,
 }
+
+/// Most descriptor vectors kept for reuse.
+const SPARE_DESCRIPTOR_VECS: usize = 4096;
+/// Larger vectors are freed instead of kept, to bound the cache's memory.
+const SPARE_DESCRIPTOR_MAX_CAPACITY: usize = 16 * 1024;
 
 impl RegionSet {
     /// Allocates every region of the configuration; on failure nothing stays allocated.
@@ -323,7 +334,33 @@ impl RegionSet {
             .iter()
             .map(Region::allocate)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { regions })
+        Ok(Self {
+            regions,
+            spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
+        })
+    }
+
+    /// An empty descriptor vector with room for `capacity` packets, reused when possible.
+    #[inline]
+    pub(crate) fn descriptor_vec(&self, capacity: usize) -> Vec<Packet> {
+        match self.spare_descriptors.pop() {
+            Some(mut v) => {
+                v.reserve(capacity);
+                v
+            }
+            None => Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Takes back a descriptor vector whose packets no longer own buffers.
+    #[inline]
+    pub(crate) fn recycle_descriptor_vec(&self, mut v: Vec<Packet>) {
+        if v.capacity() == 0 || v.capacity() > SPARE_DESCRIPTOR_MAX_CAPACITY {
+            return;
+        }
+        v.clear();
+        // A full cache frees the vector instead.
+        let _ = self.spare_descriptors.push(v);
     }
 
     /// Region by id.
