@@ -9,15 +9,16 @@
 # DPDK's cycles are converted with the TSC frequency that its EAL prints.
 #
 # Usage: scripts/ring_compare.sh [CORE_A,CORE_B]   (default: the first two usable cores)
-# Env: ROUNDS (default 3), ITEMS per run for ours (default 4000000), JSON=1 for a JSON line.
+# Env: ROUNDS (default 3), ITEMS per run for ours (default 4000000), JSON=1 for a JSON line,
+# DATAPLANE_BIN (our binary, absolute path), DPDK_TEST_CMD (the dpdk-test command line; not DPDK_TEST, which dpdk-test itself reads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./target/release/dataplane
+bin=${DATAPLANE_BIN:-./target/release/dataplane}
 rounds=${ROUNDS:-3}
 items=${ITEMS:-4000000}
 
-dpdk_test=${DPDK_TEST:-dpdk-test}   # a command line; e.g. a carried binary with its loader
-if [ -z "${DPDK_TEST:-}" ] && ! command -v dpdk-test >/dev/null; then
+dpdk_test=${DPDK_TEST_CMD:-dpdk-test}   # a command line; e.g. a carried binary with its loader
+if [ -z "${DPDK_TEST_CMD:-}" ] && ! command -v dpdk-test >/dev/null; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "ring_compare: dpdk-test missing; install the Debian package dpdk-dev as root" >&2
     exit 1

@@ -225,7 +225,12 @@ impl Burst {
             "bursts of different data planes"
         );
         let n = max.min(from.packets.len());
-        self.packets.extend(from.packets.drain(..n));
+        if self.packets.is_empty() && n == from.packets.len() {
+            // Whole burst into an empty one: exchange the vectors instead of copying.
+            std::mem::swap(&mut self.packets, &mut from.packets);
+        } else {
+            self.packets.extend(from.packets.drain(..n));
+        }
         n
     }
 
