@@ -54,6 +54,7 @@ pub struct Burst {
     regions: Arc<RegionSet>,
     port: u16,
     queue: u16,
+    epoch: u64,
     packets: Vec<Packet>,
 }
 
@@ -65,6 +66,7 @@ impl Burst {
             regions,
             port,
             queue,
+            epoch: 0,
             packets,
         }
     }
@@ -106,6 +108,7 @@ impl Burst {
                     regions,
                     port,
                     queue,
+                    epoch: 0,
                     packets,
                 });
                 return None;
@@ -122,6 +125,7 @@ impl Burst {
             regions,
             port,
             queue,
+            epoch: 0,
             packets,
         })
     }
@@ -134,6 +138,16 @@ impl Burst {
     /// Queue id.
     pub fn queue(&self) -> u16 {
         self.queue
+    }
+
+    /// Epoch of the flow rules that steered these packets (0: not steered). Epochs only
+    /// grow; a burst never mixes packets steered under different epochs.
+    pub fn steering_epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub(crate) fn set_steering_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
     }
 
     /// Number of packets.
@@ -225,6 +239,9 @@ impl Burst {
             "bursts of different data planes"
         );
         let n = max.min(from.packets.len());
+        if self.packets.is_empty() {
+            self.epoch = from.epoch;
+        }
         if self.packets.is_empty() && n == from.packets.len() {
             // Whole burst into an empty one: exchange the vectors instead of copying.
             std::mem::swap(&mut self.packets, &mut from.packets);
@@ -232,6 +249,32 @@ impl Burst {
             self.packets.extend(from.packets.drain(..n));
         }
         n
+    }
+
+    /// Hands every packet to `route`, which returns the index of the output burst it
+    /// belongs in and its flow id, or `None` to drop it (its buffers go back to their pools
+    /// when this burst is dropped). Returns how many packets were dropped.
+    pub(crate) fn distribute(
+        mut self,
+        outputs: &mut [Burst],
+        mut route: impl FnMut(&Burst, usize) -> Option<(usize, u32)>,
+    ) -> usize {
+        let mut kept = 0;
+        for i in 0..self.packets.len() {
+            match route(&self, i) {
+                Some((out, flow_id)) => {
+                    let mut p = self.packets[i];
+                    p.flow_id = flow_id;
+                    outputs[out].packets.push(p);
+                }
+                None => {
+                    self.packets[kept] = self.packets[i];
+                    kept += 1;
+                }
+            }
+        }
+        self.packets.truncate(kept);
+        kept
     }
 
     /// The region set the buffers belong to.

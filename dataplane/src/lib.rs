@@ -15,6 +15,7 @@ pub mod memory;
 pub mod plane;
 pub mod ring;
 pub mod stats;
+pub mod steering;
 pub mod worker;
 
 pub use burst::{Burst, Packet, Segment};

@@ -2,8 +2,9 @@
 
 use crate::affinity::{self, PinError};
 use crate::burst::Burst;
-use crate::config::{Config, Direction};
+use crate::config::{Config, Direction, FlowConfig, RxConfig};
 use crate::engine::{self, Engine, EngineError};
+use crate::steering::{FlowError, FlowHandle, InterfaceSteering};
 use crate::memory::{MemoryError, RegionId, RegionSet};
 use crate::stats::{QueueCounters, QueueStats, Snapshot};
 use crate::worker::{self, RxTask, Task, TxTask, WorkerControl};
@@ -162,6 +163,7 @@ struct WorkerHandle {
 pub struct DataPlane {
     config: Config,
     engine: Arc<dyn Engine>,
+    steering: Vec<Arc<InterfaceSteering>>,
     workers: Vec<WorkerHandle>,
     counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
     stats: Option<StatsThread>,
@@ -182,7 +184,17 @@ impl DataPlane {
     pub fn start(config: &Config) -> Result<Self, StartError> {
         check_cores(config)?;
         let regions = Arc::new(RegionSet::allocate(&config.memory_regions)?);
-        let engine = engine::create(config, &regions)?;
+        let software = config.engine.software_steering();
+        let steering: Vec<Arc<InterfaceSteering>> = config
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(i, iface)| {
+                let rx = iface.rx.clone().unwrap_or_else(RxConfig::empty);
+                Arc::new(InterfaceSteering::new(i as u16, &iface.name, &rx, software))
+            })
+            .collect();
+        let engine = engine::create(config, &regions, &steering)?;
 
         let mut per_core: BTreeMap<u32, Vec<Task>> = BTreeMap::new();
         let mut counters = Vec::new();
@@ -242,7 +254,11 @@ impl DataPlane {
                             batch_size: q.batch_size as usize,
                         },
                     );
-                    Task::Tx(TxTask::new(engine.tx_port(port, q.id)?, consumer, c))
+                    Task::Tx(TxTask::new(
+                        engine.tx_port(port, q.id, c.clone())?,
+                        consumer,
+                        c,
+                    ))
                 }
             };
             per_core.entry(q.cpu_core).or_default().push(task);
@@ -251,6 +267,7 @@ impl DataPlane {
         let mut plane = Self {
             config: config.clone(),
             engine,
+            steering,
             workers: Vec::new(),
             counters: Arc::new(counters),
             stats: None,
@@ -294,6 +311,32 @@ impl DataPlane {
                 "worker for core {core} exited during start"
             )))),
         }
+    }
+
+    /// Adds an RX flow rule to `interface` while traffic flows. It has the lowest priority
+    /// (after the static flows and earlier dynamic ones); flow id 0 gets a free id. Returns
+    /// once every worker steers with it.
+    pub fn add_flow(&self, interface: &str, flow: FlowConfig) -> Result<FlowHandle, FlowError> {
+        let i = self
+            .config
+            .interface_index(interface)
+            .ok_or_else(|| FlowError::UnknownInterface(interface.to_owned()))?;
+        self.steering[i].add_flow(flow)
+    }
+
+    /// Removes a flow added with [`DataPlane::add_flow`]. When it returns, every burst the
+    /// application receives afterwards was steered without it.
+    pub fn remove_flow(&self, handle: FlowHandle) -> Result<(), FlowError> {
+        self.steering
+            .get(handle.port as usize)
+            .ok_or_else(|| FlowError::UnknownInterface(format!("#{}", handle.port)))?
+            .remove_flow(handle.flow_id)
+    }
+
+    /// The flow rules in effect on `interface` (static, then dynamic).
+    pub fn flows(&self, interface: &str) -> Option<Vec<FlowConfig>> {
+        let i = self.config.interface_index(interface)?;
+        Some(self.steering[i].flows())
     }
 
     /// The configuration it runs.

@@ -91,9 +91,11 @@ impl RxTask {
         if got > 0 && was_empty {
             self.first_packet_at = self.timeout.map(|_| Instant::now());
         }
+        let boundary = self.port.take_boundary();
         let full = burst.len() >= self.batch_size;
         let expired = !burst.is_empty()
-            && ((flush && got == 0)
+            && (boundary
+                || (flush && got == 0)
                 || self
                     .timeout
                     .zip(self.first_packet_at)
@@ -142,6 +144,7 @@ impl TxTask {
 
     fn poll(&mut self) -> bool {
         let Some(burst) = self.in_flight.take().or_else(|| self.ring.pop().ok()) else {
+            self.port.idle();
             return false;
         };
         let (n, bytes) = (burst.len() as u64, burst.bytes());

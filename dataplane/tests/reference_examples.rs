@@ -10,7 +10,6 @@ const STILL_UNSUPPORTED: &[&str] = &[
     "tx.queues[].offloads",
     "tx.queues[].pacing_mbps",
     "tx.flows",
-    "rx.flows[].actions[] (vlan/tunnel actions)",
     "bench_tx.sequence_number_offset",
     "bench_tx.sequence_number_start",
     "bench_tx.gpu_direct",

@@ -11,6 +11,11 @@ pub fn check(d: &mut Diagnostics, c: &Config, online_cores: &dyn Fn(u32) -> bool
     references(d, c);
     buffer_counts(d, c);
     engine_rules(d, c);
+    for (i, iface) in c.interfaces.iter().enumerate() {
+        if let Some(rx) = &iface.rx {
+            flow_rules(d, &format!("interfaces[{i}].rx"), &iface.name, rx, c.engine.software_steering());
+        }
+    }
     bench_refs(d, c);
     cores(d, c, online_cores);
 }
@@ -150,16 +155,6 @@ fn references(d: &mut Diagnostics, c: &Config) {
                 }
             }
         }
-        if let Some(rx) = &iface.rx {
-            let ids: Vec<u16> = rx.queues.iter().map(|q| q.id).collect();
-            for (fi, f) in rx.flows.iter().enumerate() {
-                for q in &f.queue_ids {
-                    if !ids.contains(q) {
-                        d.error(Kind::UnknownReference, &format!("interfaces[{i}].rx.flows[{fi}]"), Some(f.location), format!("flow `{}` sends to queue {q}, but interface `{}` has no RX queue with that id (ids: {ids:?})", f.name, iface.name));
-                    }
-                }
-            }
-        }
     }
     for (i, m) in c.memory_regions.iter().enumerate() {
         if !used.contains(m.name.as_str()) && !socket_engine {
@@ -197,6 +192,64 @@ fn buffer_counts(d: &mut Diagnostics, c: &Config) {
             d.error(Kind::Range, &path, Some(m.location), format!("memory region `{}` has {} buffers but its queues need at least {need} (batch_size {list}); set num_bufs to {} or more", m.name, m.num_bufs, 2 * need));
         } else if (m.num_bufs as u64) < 2 * need {
             d.warn(Kind::Range, &path, Some(m.location), format!("memory region `{}` has {} buffers, less than twice the {need} its queues take per burst round; the pipeline will stall on buffers (suggest {})", m.name, m.num_bufs, 2 * need));
+        }
+    }
+}
+
+/// Checks the flow rules of one interface's `rx` section (`path`): queue and flex-item
+/// references, one match class per interface, rules hidden by earlier ones, and what
+/// software steering cannot do. Also used for flows added at run time.
+pub fn flow_rules(d: &mut Diagnostics, path: &str, interface: &str, rx: &RxConfig, software: bool) {
+    let queue_ids: Vec<u16> = rx.queues.iter().map(|q| q.id).collect();
+    let mut flex_ids = HashMap::new();
+    let mut flex_names = HashMap::new();
+    for (xi, x) in rx.flex_items.iter().enumerate() {
+        let xp = format!("{path}.flex_items[{xi}]");
+        if let Some(first) = flex_ids.insert(x.id, xi) {
+            d.error(Kind::Duplicate, &format!("{xp}.id"), Some(x.location), format!("duplicate flex item id {} (also flex_items[{first}])", x.id));
+        }
+        if let Some(first) = flex_names.insert(x.name.as_str(), xi) {
+            d.error(Kind::Duplicate, &format!("{xp}.name"), Some(x.location), format!("duplicate flex item name `{}` (also flex_items[{first}])", x.name));
+        }
+    }
+    let mut class: Option<(MatchClass, &FlowConfig)> = None;
+    for (fi, f) in rx.flows.iter().enumerate() {
+        let fp = format!("{path}.flows[{fi}]");
+        let mut seen = HashSet::new();
+        for q in &f.queue_ids {
+            if !queue_ids.contains(q) {
+                d.error(Kind::UnknownReference, &fp, Some(f.location), format!("flow `{}` sends to queue {q}, but interface `{interface}` has no RX queue with that id (ids: {queue_ids:?})", f.name));
+            }
+            if !seen.insert(q) {
+                d.error(Kind::Duplicate, &fp, Some(f.location), format!("flow `{}` lists queue {q} twice", f.name));
+            }
+        }
+        let c = f.matches.class();
+        if c == MatchClass::Ecpri && f.queue_ids.len() > 1 {
+            d.error(Kind::Invalid, &fp, Some(f.location), format!("flow `{}`: eCPRI flows cannot spread over several queues (RSS hashes IPv4/UDP)", f.name));
+        }
+        if let Some(fm) = &f.matches.flex
+            && !flex_ids.contains_key(&fm.item_id)
+        {
+            d.error(Kind::UnknownReference, &format!("{fp}.match.flex_item_id"), Some(f.location), format!("flow `{}` uses flex item {}, but `{path}.flex_items` has no such id", f.name, fm.item_id));
+        }
+        match class {
+            None => class = Some((c, f)),
+            Some((first, ff)) if first != c => d.error(Kind::Invalid, &fp, Some(f.location), format!("flow `{}` matches {} fields but flow `{}` matches {} fields; one interface takes one match class", f.name, c.name(), ff.name, first.name())),
+            _ => {}
+        }
+        if let Some((ei, earlier)) = rx.flows[..fi].iter().enumerate().find(|(_, e)| e.matches.covers(&f.matches)) {
+            d.warn(Kind::Invalid, &fp, Some(f.location), format!("flow `{}` can never match: the earlier flow `{}` (flows[{ei}]) takes every packet it would", f.name, earlier.name));
+        }
+        if software && !f.transforms.is_empty() {
+            d.error(Kind::NotSupported, &format!("{fp}.actions"), Some(f.location), format!("not supported in software steering: {} (VLAN pop and tunnel decap need a NIC that does them)", f.name));
+        }
+    }
+    if let Some(q) = rx.exception_queue {
+        if !queue_ids.contains(&q) {
+            d.error(Kind::UnknownReference, &format!("{path}.exception_queue"), None, format!("exception queue {q}: interface `{interface}` has no RX queue with that id (ids: {queue_ids:?})"));
+        } else if !rx.flow_isolation {
+            d.warn(Kind::Invalid, &format!("{path}.exception_queue"), None, "exception_queue has no effect without flow_isolation: true (unmatched packets go to the queues)");
         }
     }
 }

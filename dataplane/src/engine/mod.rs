@@ -7,6 +7,8 @@ pub mod loopback;
 use crate::burst::Burst;
 use crate::config::{Config, EngineKind};
 use crate::memory::RegionSet;
+use crate::stats::QueueCounters;
+use crate::steering::InterfaceSteering;
 use std::sync::Arc;
 
 /// What an RX worker does when the application's ring is full.
@@ -23,6 +25,12 @@ pub enum Overflow {
 pub trait RxPort: Send {
     /// Moves up to `max` received packets into `into`; returns how many.
     fn receive(&mut self, into: &mut Burst, max: usize) -> usize;
+
+    /// True (once) when the burst being assembled must be delivered now, even if short:
+    /// the next packets were steered under newer flow rules.
+    fn take_boundary(&mut self) -> bool {
+        false
+    }
 }
 
 /// Transmit side of one queue.
@@ -30,6 +38,9 @@ pub trait TxPort: Send {
     /// Transmits `burst`. Returns `None` when all of it was taken, or the packets that
     /// could not be sent yet (the worker offers them again).
     fn transmit(&mut self, burst: Burst) -> Option<Burst>;
+
+    /// Called when the worker has nothing to send on this queue.
+    fn idle(&mut self) {}
 }
 
 /// A packet engine.
@@ -39,7 +50,14 @@ pub trait Engine: Send + Sync {
     /// Receive handle of queue `queue` of interface `port`.
     fn rx_port(&self, port: u16, queue: u16) -> Result<Box<dyn RxPort>, EngineError>;
     /// Transmit handle of queue `queue` of interface `port`.
-    fn tx_port(&self, port: u16, queue: u16) -> Result<Box<dyn TxPort>, EngineError>;
+    /// `counters` are the queue's own (the worker is their writer); engines that drop
+    /// frames on the way out (e.g. software steering) count them there.
+    fn tx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn TxPort>, EngineError>;
     /// Policy when an application ring is full.
     fn rx_overflow(&self) -> Overflow;
     /// "software" or "hardware": where flow steering happens.
@@ -60,9 +78,15 @@ pub enum EngineError {
 }
 
 /// Creates the engine a configuration asks for.
-pub fn create(config: &Config, regions: &Arc<RegionSet>) -> Result<Arc<dyn Engine>, EngineError> {
+pub fn create(
+    config: &Config,
+    regions: &Arc<RegionSet>,
+    steering: &[Arc<InterfaceSteering>],
+) -> Result<Arc<dyn Engine>, EngineError> {
     match config.engine {
-        EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(config, regions)?)),
+        EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(
+            config, regions, steering,
+        )?)),
         other => Err(EngineError::Unavailable(other.name())),
     }
 }
