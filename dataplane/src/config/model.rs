@@ -472,9 +472,7 @@ impl FlowMatch {
         let flex = match (&self.flex, &other.flex) {
             (None, _) => true,
             (Some(a), Some(b)) => {
-                a.item_id == b.item_id
-                    && a.mask & !b.mask == 0
-                    && (a.value ^ b.value) & a.mask == 0
+                a.item_id == b.item_id && a.mask & !b.mask == 0 && (a.value ^ b.value) & a.mask == 0
             }
             (Some(_), None) => false,
         };

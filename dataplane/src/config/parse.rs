@@ -887,7 +887,7 @@ fn tunnel(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TunnelConfig> 
     let kind = m.required(d, "type", |d, n, p| {
         r::choice(d, n, p, &["vxlan", "gre", "nvgre"])
     })?;
-    let kind = match &*kind {
+    let kind = match kind {
         "vxlan" => TunnelKind::Vxlan,
         "gre" => TunnelKind::Gre,
         _ => TunnelKind::Nvgre,
@@ -896,11 +896,15 @@ fn tunnel(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TunnelConfig> 
     let outer_eth_dst = m.optional(d, "outer_eth_dst", mac);
     let outer_ipv4_src = m.optional(d, "outer_ipv4_src", ipv4_addr);
     let outer_ipv4_dst = m.optional(d, "outer_ipv4_dst", ipv4_addr);
-    let u8_key = |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 255).map(|v| v as u8);
+    let u8_key =
+        |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 255).map(|v| v as u8);
     let outer_ipv4_ttl = m.optional(d, "outer_ipv4_ttl", u8_key).unwrap_or(64);
     let outer_ipv4_tos = m.optional(d, "outer_ipv4_tos", u8_key).unwrap_or(0);
-    let u24 = |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 0xFF_FFFF).map(|v| v as u32);
-    let port = |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 65535).map(|v| v as u16);
+    let u24 = |d: &mut Diagnostics, n: &Node, p: &str| {
+        r::uint_in(d, n, p, 0, 0xFF_FFFF).map(|v| v as u32)
+    };
+    let port =
+        |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 65535).map(|v| v as u16);
     let (mut vni, mut outer_udp_src, mut outer_udp_dst, mut gre_protocol, mut tni, mut flow_id) =
         (0, 0, 4789, 0x0800, 0, 0);
     match kind {
@@ -1105,7 +1109,8 @@ fn ecpri_match(d: &mut Diagnostics, node: &Node, path: &str) -> Option<EcpriMatc
     let msg_type = m
         .optional(d, "msg_type", |d, n, p| r::uint_in(d, n, p, 0, 255))
         .map(|v| v as u8);
-    let id16 = |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 65535).map(|v| v as u16);
+    let id16 =
+        |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 65535).map(|v| v as u16);
     let pc_id = m.optional(d, "pc_id", id16);
     let rtc_id = m.optional(d, "rtc_id", id16);
     if pc_id.is_some() && rtc_id.is_some() {

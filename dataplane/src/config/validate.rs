@@ -13,7 +13,13 @@ pub fn check(d: &mut Diagnostics, c: &Config, online_cores: &dyn Fn(u32) -> bool
     engine_rules(d, c);
     for (i, iface) in c.interfaces.iter().enumerate() {
         if let Some(rx) = &iface.rx {
-            flow_rules(d, &format!("interfaces[{i}].rx"), &iface.name, rx, c.engine.software_steering());
+            flow_rules(
+                d,
+                &format!("interfaces[{i}].rx"),
+                &iface.name,
+                rx,
+                c.engine.software_steering(),
+            );
         }
     }
     bench_refs(d, c);
@@ -206,10 +212,23 @@ pub fn flow_rules(d: &mut Diagnostics, path: &str, interface: &str, rx: &RxConfi
     for (xi, x) in rx.flex_items.iter().enumerate() {
         let xp = format!("{path}.flex_items[{xi}]");
         if let Some(first) = flex_ids.insert(x.id, xi) {
-            d.error(Kind::Duplicate, &format!("{xp}.id"), Some(x.location), format!("duplicate flex item id {} (also flex_items[{first}])", x.id));
+            d.error(
+                Kind::Duplicate,
+                &format!("{xp}.id"),
+                Some(x.location),
+                format!("duplicate flex item id {} (also flex_items[{first}])", x.id),
+            );
         }
         if let Some(first) = flex_names.insert(x.name.as_str(), xi) {
-            d.error(Kind::Duplicate, &format!("{xp}.name"), Some(x.location), format!("duplicate flex item name `{}` (also flex_items[{first}])", x.name));
+            d.error(
+                Kind::Duplicate,
+                &format!("{xp}.name"),
+                Some(x.location),
+                format!(
+                    "duplicate flex item name `{}` (also flex_items[{first}])",
+                    x.name
+                ),
+            );
         }
     }
     let mut class: Option<(MatchClass, &FlowConfig)> = None;
@@ -221,7 +240,12 @@ pub fn flow_rules(d: &mut Diagnostics, path: &str, interface: &str, rx: &RxConfi
                 d.error(Kind::UnknownReference, &fp, Some(f.location), format!("flow `{}` sends to queue {q}, but interface `{interface}` has no RX queue with that id (ids: {queue_ids:?})", f.name));
             }
             if !seen.insert(q) {
-                d.error(Kind::Duplicate, &fp, Some(f.location), format!("flow `{}` lists queue {q} twice", f.name));
+                d.error(
+                    Kind::Duplicate,
+                    &fp,
+                    Some(f.location),
+                    format!("flow `{}` lists queue {q} twice", f.name),
+                );
             }
         }
         let c = f.matches.class();
@@ -231,14 +255,26 @@ pub fn flow_rules(d: &mut Diagnostics, path: &str, interface: &str, rx: &RxConfi
         if let Some(fm) = &f.matches.flex
             && !flex_ids.contains_key(&fm.item_id)
         {
-            d.error(Kind::UnknownReference, &format!("{fp}.match.flex_item_id"), Some(f.location), format!("flow `{}` uses flex item {}, but `{path}.flex_items` has no such id", f.name, fm.item_id));
+            d.error(
+                Kind::UnknownReference,
+                &format!("{fp}.match.flex_item_id"),
+                Some(f.location),
+                format!(
+                    "flow `{}` uses flex item {}, but `{path}.flex_items` has no such id",
+                    f.name, fm.item_id
+                ),
+            );
         }
         match class {
             None => class = Some((c, f)),
             Some((first, ff)) if first != c => d.error(Kind::Invalid, &fp, Some(f.location), format!("flow `{}` matches {} fields but flow `{}` matches {} fields; one interface takes one match class", f.name, c.name(), ff.name, first.name())),
             _ => {}
         }
-        if let Some((ei, earlier)) = rx.flows[..fi].iter().enumerate().find(|(_, e)| e.matches.covers(&f.matches)) {
+        if let Some((ei, earlier)) = rx.flows[..fi]
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.matches.covers(&f.matches))
+        {
             d.warn(Kind::Invalid, &fp, Some(f.location), format!("flow `{}` can never match: the earlier flow `{}` (flows[{ei}]) takes every packet it would", f.name, earlier.name));
         }
         if software && !f.transforms.is_empty() {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Pieces in flight per (RX queue, TX queue) wire.
-const WIRE_BURSTS: usize = 256;
+const WIRE_BURSTS: usize = 32;
 /// Queue ids are below 64 (config limit), so a table maps id to RX index.
 const MAX_QUEUE_IDS: usize = 64;
 const NO_QUEUE: u8 = u8::MAX;
@@ -155,7 +155,11 @@ impl Engine for LoopbackEngine {
             regions: self.regions.clone(),
             port,
             steering: iface.steering.clone(),
-            wires: iface.wires.iter().map(|per_tx| per_tx[tx].clone()).collect(),
+            wires: iface
+                .wires
+                .iter()
+                .map(|per_tx| per_tx[tx].clone())
+                .collect(),
             rx_ids: iface.rx_ids.clone(),
             index_of,
             ack: iface.ingress_acks[tx].clone(),

@@ -61,7 +61,8 @@ struct Rule {
 impl Rule {
     fn compile(f: &FlowConfig, rx: &RxConfig) -> Self {
         let m = &f.matches;
-        let range = |r: Option<crate::config::PortRange>| r.map_or((0, u16::MAX), |r| (r.first, r.last));
+        let range =
+            |r: Option<crate::config::PortRange>| r.map_or((0, u16::MAX), |r| (r.first, r.last));
         let prefix =
             |p: Option<crate::config::Ipv4Prefix>| p.map_or((0, 0), |p| (p.network(), p.mask()));
         let flex = m.flex.and_then(|fm| {
@@ -135,6 +136,8 @@ impl Rule {
 pub struct Classifier {
     rules: Vec<Rule>,
     unmatched: Target,
+    /// Set when frames need no reading at all: no rules, no isolation, one queue.
+    trivial: Option<u16>,
     epoch: u64,
 }
 
@@ -165,9 +168,14 @@ impl Classifier {
         } else {
             Target::from_ids(&ids)
         };
+        let trivial = match (&unmatched, rx.flows.is_empty() && !rx.flow_isolation) {
+            (Target::Queue(q), true) => Some(*q),
+            _ => None,
+        };
         Self {
             rules,
             unmatched,
+            trivial,
             epoch,
         }
     }
@@ -191,10 +199,7 @@ impl Classifier {
     /// no isolation), that queue.
     #[inline]
     pub fn trivial_queue(&self) -> Option<u16> {
-        match (&self.unmatched, self.rules.is_empty()) {
-            (Target::Queue(q), true) => Some(*q),
-            _ => None,
-        }
+        self.trivial
     }
 
     /// Classifies one frame.
@@ -212,10 +217,7 @@ impl Classifier {
             None => (&self.unmatched, 0),
         };
         match target {
-            Target::Queue(q) => Verdict::Deliver {
-                queue: *q,
-                flow_id,
-            },
+            Target::Queue(q) => Verdict::Deliver { queue: *q, flow_id },
             Target::Rss(qs) => Verdict::Deliver {
                 queue: rss_pick(qs, &h),
                 flow_id,

@@ -184,7 +184,12 @@ impl InterfaceSteering {
 
     /// The flows in effect, static first.
     pub fn flows(&self) -> Vec<FlowConfig> {
-        self.control.lock().expect("steering control lock").rx.flows.clone()
+        self.control
+            .lock()
+            .expect("steering control lock")
+            .rx
+            .flows
+            .clone()
     }
 
     fn publish(&self, c: &mut Control) -> u64 {
