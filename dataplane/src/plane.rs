@@ -333,6 +333,12 @@ impl DataPlane {
             .remove_flow(handle.flow_id)
     }
 
+    /// The current flow-rule epoch of `interface` (see [`Burst::steering_epoch`]).
+    pub fn steering_epoch(&self, interface: &str) -> Option<u64> {
+        let i = self.config.interface_index(interface)?;
+        Some(self.steering[i].epoch())
+    }
+
     /// The flow rules in effect on `interface` (static, then dynamic).
     pub fn flows(&self, interface: &str) -> Option<Vec<FlowConfig>> {
         let i = self.config.interface_index(interface)?;

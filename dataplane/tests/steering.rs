@@ -1,0 +1,295 @@
+//! Flow steering end to end on the software loopback: the 4-queue bench config, and flows
+//! added and removed while traffic flows.
+
+use dataplane::bench::raw::{self, RawOptions};
+use dataplane::config::{self, FlowConfig, FlowMatch, PortRange};
+use dataplane::{DataPlane, TxFailure};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+fn repo_file(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
+}
+
+/// The queue `configs/sw_loopback_4q.yaml`'s rules give to source port `s`, destination
+/// port `d` (written out by hand from the file's comments, independent of the classifier).
+fn queue_by_rules(s: u16, d: u16) -> Option<u16> {
+    match (s, d) {
+        (_, 5000) => Some(0),
+        (_, 5001) => Some(1),
+        (4096..=4099, 5002..=5003) => Some(2),
+        (4100..=4103, _) => Some(3),
+        _ => None,
+    }
+}
+
+#[test]
+fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
+    let mut cfg = config::load_file(&repo_file("configs/sw_loopback_4q.yaml"))
+        .expect("config")
+        .config;
+    cfg.master_core = 0;
+    let report = raw::run(
+        &cfg,
+        &RawOptions {
+            seconds: 1.0,
+            verify_payload: true,
+            progress: false,
+        },
+        &AtomicBool::new(false),
+    )
+    .expect("bench runs");
+    assert!(report.lossless, "{:?}", report.problems);
+    assert_eq!(report.steering, "software");
+    // The generator rotates source ports 4096..4103 and destination ports 5000..5003 by
+    // packet number; replay that for every packet sent.
+    let mut expected = [0u64; 4];
+    for k in 0..report.tx_packets {
+        let (s, d) = (4096 + (k % 8) as u16, 5000 + (k % 4) as u16);
+        expected[queue_by_rules(s, d).expect("every packet has a rule") as usize] += 1;
+    }
+    let got: Vec<u64> = (0..4)
+        .map(|q| {
+            report
+                .queues
+                .iter()
+                .find(|s| s.direction == "rx" && s.queue == q)
+                .unwrap()
+                .packets
+        })
+        .collect();
+    assert_eq!(got, expected.to_vec());
+    assert!(got.iter().all(|&n| n > 0));
+}
+
+const DYNAMIC: &str = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: "sw"
+    memory_regions:
+    - {name: txb, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
+    - {name: rxb, kind: host, affinity: 0, num_bufs: 256, buf_size: 256}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx:
+        queues:
+        - {name: tq, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [txb]}
+      rx:
+        flow_isolation: true
+        exception_queue: 0
+        queues:
+        - {name: rq0, id: 0, cpu_core: 1, batch_size: 32, timeout_us: 50, memory_regions: [rxb]}
+        - {name: rq1, id: 1, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [rxb]}
+"#;
+
+/// Writes a UDP frame to port 7000 whose payload carries `seq` and whether the sender had
+/// seen `remove_flow` return before building it.
+fn write_frame(buf: &mut [u8], seq: u64, after_remove: bool) -> usize {
+    let mut payload = [0u8; 9];
+    payload[..8].copy_from_slice(&seq.to_be_bytes());
+    payload[8] = after_remove as u8;
+    let mut out = Vec::with_capacity(64);
+    etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .udp(4000, 7000)
+        .write(&mut out, &payload)
+        .unwrap();
+    buf[..out.len()].copy_from_slice(&out);
+    out.len()
+}
+
+#[derive(Debug)]
+struct Seen {
+    queue: u16,
+    epoch: u64,
+    flow_ids: Vec<u32>,
+    after_remove: Vec<bool>,
+    seqs: Vec<u64>,
+}
+
+#[test]
+fn flows_added_and_removed_under_traffic() {
+    let cfg = config::load_str(DYNAMIC, "dynamic").expect("config").config;
+    let mut dp = DataPlane::start(&cfg).expect("start");
+    let mut tx = dp.take_tx_queue("loop0", 0).unwrap();
+    let mut rx0 = dp.take_rx_queue("loop0", 0).unwrap();
+    let mut rx1 = dp.take_rx_queue("loop0", 1).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let removed = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let sender = {
+        let (stop, removed, sent) = (stop.clone(), removed.clone(), sent.clone());
+        std::thread::spawn(move || {
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut b) = tx.alloc(16) else {
+                    std::thread::yield_now();
+                    continue;
+                };
+                let after = removed.load(Ordering::Acquire);
+                for i in 0..b.len() {
+                    let n = write_frame(b.buffer_mut(i, 0).unwrap(), seq, after);
+                    b.set_len(i, 0, n);
+                    seq += 1;
+                }
+                let mut b = Some(b);
+                while let Some(burst) = b.take() {
+                    if let Err(e) = tx.send(burst) {
+                        assert_eq!(e.reason, TxFailure::RingFull);
+                        b = Some(e.burst);
+                        std::thread::yield_now();
+                    }
+                }
+                sent.store(seq, Ordering::Relaxed);
+            }
+            seq
+        })
+    };
+    let sender_done = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let (done, sent) = (sender_done.clone(), sent.clone());
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut received = 0u64;
+            let mut done_at = None;
+            loop {
+                let mut got = false;
+                for (q, rx) in [(0u16, &mut rx0), (1u16, &mut rx1)] {
+                    if let Some(b) = rx.poll() {
+                        got = true;
+                        let mut s = Seen {
+                            queue: q,
+                            epoch: b.steering_epoch(),
+                            flow_ids: Vec::new(),
+                            after_remove: Vec::new(),
+                            seqs: Vec::new(),
+                        };
+                        for i in 0..b.len() {
+                            let d = b.data(i, 0).unwrap();
+                            s.flow_ids.push(b.packets()[i].flow_id);
+                            s.seqs
+                                .push(u64::from_be_bytes(d[42..50].try_into().unwrap()));
+                            s.after_remove.push(d[50] == 1);
+                        }
+                        received += b.len() as u64;
+                        seen.push(s);
+                    }
+                }
+                if done.load(Ordering::Acquire) {
+                    // Everything sent has arrived, or a generous bound for a report.
+                    let since = done_at.get_or_insert_with(std::time::Instant::now);
+                    if received >= sent.load(Ordering::Relaxed)
+                        || since.elapsed() > Duration::from_secs(10)
+                    {
+                        break;
+                    }
+                }
+                if !got {
+                    std::thread::yield_now();
+                }
+            }
+            seen
+        })
+    };
+
+    let wait_sent = |n: u64| {
+        let start = sent.load(Ordering::Relaxed);
+        while sent.load(Ordering::Relaxed) < start + n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    wait_sent(20_000);
+    let e_before = dp.steering_epoch("loop0").unwrap();
+    let flow = FlowConfig {
+        name: "dyn".into(),
+        id: 42,
+        queue_ids: vec![1],
+        matches: FlowMatch {
+            udp_dst: Some(PortRange {
+                first: 7000,
+                last: 7000,
+            }),
+            ..Default::default()
+        },
+        transforms: vec![],
+        location: Default::default(),
+    };
+    let handle = dp.add_flow("loop0", flow.clone()).expect("add_flow");
+    assert_eq!(handle.flow_id, 42);
+    let e_add = dp.steering_epoch("loop0").unwrap();
+    assert!(e_add > e_before);
+    assert!(
+        dp.add_flow("loop0", flow).is_err(),
+        "the same id twice is refused"
+    );
+    wait_sent(20_000);
+    dp.remove_flow(handle).expect("remove_flow");
+    let e_rm = dp.steering_epoch("loop0").unwrap();
+    removed.store(true, Ordering::Release);
+    assert!(dp.remove_flow(handle).is_err(), "already removed");
+    wait_sent(20_000);
+    stop.store(true, Ordering::Relaxed);
+    let total = sender.join().unwrap();
+    sender_done.store(true, Ordering::Release);
+    dp.flush();
+    let seen = receiver.join().unwrap();
+
+    // Nothing lost: every packet arrived exactly once (isolation sends unmatched ones to
+    // the exception queue 0).
+    let mut seqs: Vec<u64> = seen.iter().flat_map(|s| s.seqs.iter().copied()).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..total).collect::<Vec<_>>());
+
+    let mut last_epoch = BTreeMap::new();
+    let mut flow_packets = 0;
+    let mut after = 0;
+    for s in &seen {
+        // Epochs never go back on a queue, and a burst holds one epoch's packets.
+        let last = last_epoch.entry(s.queue).or_insert(0);
+        assert!(
+            s.epoch >= *last,
+            "queue {} epoch {} after {}",
+            s.queue,
+            s.epoch,
+            last
+        );
+        *last = s.epoch;
+        for (i, &fid) in s.flow_ids.iter().enumerate() {
+            if fid == 42 {
+                flow_packets += 1;
+                assert_eq!(s.queue, 1, "flow 42 goes to queue 1");
+                assert!(
+                    s.epoch >= e_add && s.epoch < e_rm,
+                    "flow 42 only while it exists"
+                );
+            } else {
+                assert_eq!(
+                    (s.queue, fid),
+                    (0, 0),
+                    "unmatched: exception queue, no mark"
+                );
+            }
+            if s.after_remove[i] {
+                after += 1;
+                assert_ne!(fid, 42, "built after remove_flow returned");
+                assert!(s.epoch >= e_rm);
+            }
+        }
+        if s.epoch >= e_rm {
+            assert!(!s.flow_ids.contains(&42));
+        }
+    }
+    assert!(flow_packets > 0, "the added flow steered packets");
+    assert!(after > 0, "traffic continued after the removal");
+    drop(dp);
+}
