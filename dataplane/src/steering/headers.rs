@@ -106,7 +106,42 @@ fn be32(f: &[u8], at: usize) -> u32 {
 }
 
 /// Reads the headers of an Ethernet frame.
+#[inline]
 pub fn parse(f: &[u8]) -> Result<Headers, Malformed> {
+    // Fast path for the common frame: untagged IPv4 without options, not a fragment.
+    if let Some(b) = f.get(..42).and_then(|b| <&[u8; 42]>::try_from(b).ok()) {
+        let total_len = u16::from_be_bytes([b[16], b[17]]);
+        if b[12] == 0x08
+            && b[13] == 0x00
+            && b[14] == 0x45
+            && total_len >= 28
+            && usize::from(total_len) + 14 <= f.len()
+            && u16::from_be_bytes([b[20], b[21]]) & 0x1fff == 0
+        {
+            let ipv4 = Some(Ipv4Fields {
+                src: u32::from_be_bytes([b[26], b[27], b[28], b[29]]),
+                dst: u32::from_be_bytes([b[30], b[31], b[32], b[33]]),
+                total_len,
+            });
+            let udp = (b[23] == IPPROTO_UDP).then(|| UdpFields {
+                src: u16::from_be_bytes([b[34], b[35]]),
+                dst: u16::from_be_bytes([b[36], b[37]]),
+                payload_offset: 42,
+                packet_end: 14 + total_len,
+            });
+            return Ok(Headers {
+                vlan: None,
+                ipv4,
+                udp,
+                ecpri: None,
+            });
+        }
+    }
+    parse_general(f)
+}
+
+/// Any frame: VLAN tags, IPv4 options, eCPRI, and every malformed case.
+fn parse_general(f: &[u8]) -> Result<Headers, Malformed> {
     if f.len() < 14 {
         return Err(Malformed::ShortEthernet);
     }
