@@ -10,6 +10,15 @@ done
 out=$($bin bench raw configs/sw_loopback.yaml --seconds 2 --json 2>/dev/null | tail -n 1)
 python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["lossless"] and r["rx_packets"]>0, r' "$out"
 echo "smoke: sw_loopback lossless: $out" | cut -c1-200
+out=$($bin bench raw configs/sw_loopback_4q.yaml --seconds 2 --json 2>/dev/null | tail -n 1)
+python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+rx = [q["packets"] for q in r["queues"] if q["direction"] == "rx"]
+assert r["lossless"] and r["steering"] == "software", r
+assert all(n > 0 for n in rx) and max(rx) - min(rx) <= 1 + r["tx_packets"] // 1000, rx
+' "$out"
+echo "smoke: sw_loopback_4q lossless, queues: $(python3 -c 'import json,sys; print([q["packets"] for q in json.loads(sys.argv[1])["queues"]])' "$out")"
 $bin bench raw configs/sw_loopback.yaml --seconds 30 --json >/tmp/dp-sigterm.out 2>/dev/null &
 pid=$!
 sleep 2

@@ -213,6 +213,8 @@ impl Region {
 }
 
 impl Drop for Region {
+    // Without the `cuda` feature, `Mapped` is the only backing.
+    #[allow(irrefutable_let_patterns)]
     fn drop(&mut self) {
         if let Backing::Mapped { ptr, len } = self.backing {
             // SAFETY: the mapping was made in map_pages with this length and is unmapped once;

@@ -65,6 +65,10 @@ fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
         .collect();
     assert_eq!(got, expected.to_vec());
     assert!(got.iter().all(|&n| n > 0));
+    // Queue q's rule has flow id q + 1; every packet carries its rule's mark.
+    let marks: Vec<(u32, u64)> = report.flow_ids.iter().map(|(k, v)| (*k, *v)).collect();
+    let want: Vec<(u32, u64)> = (0..4).map(|q| (q as u32 + 1, expected[q])).collect();
+    assert_eq!(marks, want);
 }
 
 const DYNAMIC: &str = r#"

@@ -2,6 +2,7 @@
 //! plane, checkers from `bench_rx` verify every packet, and the report says whether the run
 //! was lossless.
 
+use std::collections::BTreeMap;
 use super::traffic::{CheckCounts, Checker, FrameBuilder};
 use crate::affinity;
 use crate::config::Config;
@@ -53,6 +54,8 @@ pub struct RawReport {
     pub rx_mpps: f64,
     /// Per-queue counters of the data plane.
     pub queues: Vec<QueueStats>,
+    /// Received packets per flow id (the mark of the rule that steered them; 0: none).
+    pub flow_ids: BTreeMap<u32, u64>,
     /// Checker verdicts.
     pub checker: CheckCounts,
     /// Why the run was not lossless (empty when it was).
@@ -75,7 +78,7 @@ struct Generator {
 }
 
 struct CheckerThread {
-    thread: JoinHandle<(u64, u64, Checker)>,
+    thread: JoinHandle<(u64, u64, Checker, FlowMarks)>,
 }
 
 /// Runs the bench. `interrupted` is polled (Ctrl-C ends the run early, with a report).
@@ -132,6 +135,7 @@ pub fn run(
                     let _ = affinity::pin_current_thread(c);
                 }
                 let mut checker = Checker::new(verify);
+                let mut marks = FlowMarks::default();
                 let (mut packets, mut bytes) = (0u64, 0u64);
                 let mut idle = 0u32;
                 while !stop.load(Ordering::Relaxed) {
@@ -140,6 +144,7 @@ pub fn run(
                         if let Some(burst) = q.poll() {
                             got = true;
                             for i in 0..burst.len() {
+                                marks.count(burst.packets()[i].flow_id);
                                 match burst.data(i, 0) {
                                     Some(frame) => {
                                         checker.check(frame);
@@ -158,7 +163,7 @@ pub fn run(
                         std::thread::yield_now();
                     }
                 }
-                (packets, bytes, checker)
+                (packets, bytes, checker, marks)
             })
             .map_err(StartError::Spawn)?;
         checkers.push(CheckerThread { thread });
@@ -302,8 +307,10 @@ pub fn run(
     let (mut rx_packets, mut rx_bytes) = (0, 0);
     let mut counts = CheckCounts::default();
     let mut problems = Vec::new();
+    let mut flow_ids = BTreeMap::new();
     for c in checkers {
-        let (p, b, checker) = c.thread.join().expect("checker thread");
+        let (p, b, checker, marks) = c.thread.join().expect("checker thread");
+        marks.merge_into(&mut flow_ids);
         rx_packets += p;
         rx_bytes += b;
         counts.valid += checker.counts.valid;
@@ -370,9 +377,45 @@ pub fn run(
         rx_gbps: tput_bytes as f64 * 8.0 / seconds / 1e9,
         rx_mpps: tput_packets as f64 / seconds / 1e6,
         queues: snapshot.queues,
+        flow_ids,
         checker: counts,
         problems,
     })
+}
+
+/// Received packets per flow id, counted without hashing for the usual small ids.
+#[derive(Default)]
+struct FlowMarks {
+    small: Vec<u64>,
+    large: BTreeMap<u32, u64>,
+}
+
+impl FlowMarks {
+    const SMALL: u32 = 1024;
+
+    #[inline]
+    fn count(&mut self, id: u32) {
+        if id < Self::SMALL {
+            let i = id as usize;
+            if self.small.len() <= i {
+                self.small.resize(i + 1, 0);
+            }
+            self.small[i] += 1;
+        } else {
+            *self.large.entry(id).or_default() += 1;
+        }
+    }
+
+    fn merge_into(self, out: &mut BTreeMap<u32, u64>) {
+        for (id, n) in self.small.into_iter().enumerate() {
+            if n > 0 {
+                *out.entry(id as u32).or_default() += n;
+            }
+        }
+        for (id, n) in self.large {
+            *out.entry(id).or_default() += n;
+        }
+    }
 }
 
 impl RawReport {
@@ -405,6 +448,14 @@ impl RawReport {
                 "  {} {} queue {}: {} packets, {} bytes\n",
                 q.interface, q.direction, q.queue, q.packets, q.bytes
             ));
+        }
+        if !self.flow_ids.is_empty() {
+            let ids: Vec<String> = self
+                .flow_ids
+                .iter()
+                .map(|(id, n)| format!("{id}: {n}"))
+                .collect();
+            s.push_str(&format!("  packets by flow id: {}\n", ids.join(", ")));
         }
         if self.lossless {
             s.push_str("LOSSLESS: every packet sent arrived intact and in order\n");
