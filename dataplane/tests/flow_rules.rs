@@ -287,3 +287,63 @@ fn exception_queue_must_exist() {
         .collect::<Vec<_>>();
     assert!(e.iter().any(|m| m.contains("exception queue 7")), "{e:#?}");
 }
+
+#[test]
+fn tx_flows_parse_and_software_steering_rejects_them() {
+    let text = with("        flows: []\n").replace(
+        "      tx:\n        queues:",
+        r#"      tx:
+        flows:
+        - name: tag_it
+          id: 101
+          actions:
+          - {type: vlan_push, vlan_id: 100, pcp: 3}
+          match: {udp_src: 4096}
+        - name: nested_tag
+          id: 102
+          actions:
+          - type: vlan_push
+            vlan: {vlan_id: 7, ethertype: 0x88a8}
+        queues:"#,
+    );
+    let e = load(&text)
+        .unwrap_err()
+        .errors()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>();
+    assert_eq!(e.len(), 2, "{e:#?}");
+    assert!(
+        e[0].contains("not supported in software steering: tag_it"),
+        "{}",
+        e[0]
+    );
+    let hw = text
+        .replace("loopback: \"sw\"", "")
+        .replace("address: loopback", "address: 0000:01:00.0");
+    let loaded = load(&hw).expect("hardware steering takes TX flows");
+    let tx = loaded.config.interfaces[0].tx.as_ref().unwrap();
+    assert_eq!(
+        tx.flows[0].transforms,
+        vec![config::TxTransform::VlanPush {
+            vlan_id: 100,
+            pcp: 3,
+            dei: 0,
+            ethertype: 0x8100
+        }]
+    );
+    assert_eq!(
+        tx.flows[1].transforms,
+        vec![config::TxTransform::VlanPush {
+            vlan_id: 7,
+            pcp: 0,
+            dei: 0,
+            ethertype: 0x88a8
+        }]
+    );
+    let bad = hw.replace(
+        "{type: vlan_push, vlan_id: 100, pcp: 3}",
+        "{type: queue, id: 0}",
+    );
+    let e = load(&bad).unwrap_err().to_string();
+    assert!(e.contains("`queue` is an RX action"), "{e}");
+}

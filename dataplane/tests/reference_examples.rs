@@ -9,7 +9,6 @@ const STILL_UNSUPPORTED: &[&str] = &[
     "rx.reorder_configs",
     "tx.queues[].offloads",
     "tx.queues[].pacing_mbps",
-    "tx.flows",
     "bench_tx.sequence_number_offset",
     "bench_tx.sequence_number_start",
     "bench_tx.gpu_direct",

@@ -2,13 +2,13 @@
 //! plane, checkers from `bench_rx` verify every packet, and the report says whether the run
 //! was lossless.
 
-use std::collections::BTreeMap;
 use super::traffic::{CheckCounts, Checker, FrameBuilder};
 use crate::affinity;
 use crate::config::Config;
 use crate::plane::{DataPlane, StartError, TxFailure};
 use crate::stats::{Drops, QueueStats};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;

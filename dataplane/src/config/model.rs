@@ -249,6 +249,41 @@ pub struct FlexItemConfig {
 pub struct TxConfig {
     /// Queues.
     pub queues: Vec<QueueConfig>,
+    /// Egress flows: header transforms applied to matching sent packets (hardware only).
+    pub flows: Vec<TxFlowConfig>,
+}
+
+/// `tx.flows[]`: packets the interface sends that match get VLAN tags or tunnel headers.
+#[derive(Clone, Debug)]
+pub struct TxFlowConfig {
+    /// Name.
+    pub name: String,
+    /// Id.
+    pub id: u32,
+    /// Transforms, in order.
+    pub transforms: Vec<TxTransform>,
+    /// Match fields.
+    pub matches: FlowMatch,
+    /// Where it is defined.
+    pub location: Location,
+}
+
+/// A header transform of a TX flow.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TxTransform {
+    /// Push a VLAN tag.
+    VlanPush {
+        /// VLAN id 0..4095.
+        vlan_id: u16,
+        /// Priority 0..7.
+        pcp: u8,
+        /// Drop eligible 0..1.
+        dei: u8,
+        /// Tag EtherType (default 0x8100).
+        ethertype: u16,
+    },
+    /// Add tunnel outer headers.
+    TunnelEncap(TunnelConfig),
 }
 
 /// A receive or transmit queue.

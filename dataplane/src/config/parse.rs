@@ -766,9 +766,20 @@ fn tx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxConfig> {
         matches!(n.value, Value::Bool(false))
     });
     let queues = queues(d, &mut m, Direction::Tx);
-    m.not_supported(d, "flows");
+    let flows = m
+        .optional(d, "flows", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, x)| tx_flow(d, x, &index(p, i)))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
     m.finish(d);
-    Some(TxConfig { queues })
+    Some(TxConfig { queues, flows })
 }
 
 /// Parses one `rx.flows[]` entry (public for dynamic flows built from YAML text).
@@ -872,6 +883,95 @@ pub fn flow(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FlowConfig> 
         transforms,
         location: node.location,
     })
+}
+
+fn tx_flow(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxFlowConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let id = m.required(d, "id", |d, n, p| r::uint_in(d, n, p, 0, 0xFF_FFFF));
+    let transforms = m
+        .required(d, "actions", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            let mut out = Vec::new();
+            for (i, a) in items.iter().enumerate() {
+                let ap = index(p, i);
+                let kind = MapReader::open(&mut Diagnostics::default(), a, &ap)
+                    .and_then(|mut t| t.get("type").and_then(|n| n.scalar_text()));
+                match kind.as_deref() {
+                    Some("vlan_push") => out.extend(vlan_push(d, a, &ap)),
+                    Some("tunnel_encap") => {
+                        out.extend(tunnel_action(d, a, &ap).map(TxTransform::TunnelEncap))
+                    }
+                    Some(other @ ("queue" | "vlan_pop" | "tunnel_decap")) => d.error(
+                        Kind::Invalid,
+                        &ap,
+                        Some(a.location),
+                        format!("`{other}` is an RX action; TX flows may only push or encap"),
+                    ),
+                    _ => {
+                        let mut t = MapReader::open(d, a, &ap)?;
+                        t.required(d, "type", |d, n, p| {
+                            r::choice(d, n, p, &["vlan_push", "tunnel_encap"])
+                        });
+                    }
+                }
+            }
+            if out.is_empty() && !d.has_errors() {
+                d.error(
+                    Kind::Missing,
+                    p,
+                    Some(n.location),
+                    "a TX flow needs at least one vlan_push or tunnel_encap action",
+                );
+            }
+            Some(out)
+        })
+        .unwrap_or_default();
+    let matches = m.optional(d, "match", flow_match).unwrap_or_default();
+    m.finish(d);
+    Some(TxFlowConfig {
+        name: name?,
+        id: id? as u32,
+        transforms,
+        matches,
+        location: node.location,
+    })
+}
+
+fn vlan_push(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxTransform> {
+    // The reference accepts the tag fields beside `type` or nested under `vlan:`.
+    let mut outer = MapReader::open(d, node, path)?;
+    outer.get("type");
+    let fields = |d: &mut Diagnostics, m: &mut MapReader| {
+        let vlan_id = m.required(d, "vlan_id", |d, n, p| r::uint_in(d, n, p, 0, 4095));
+        let pcp = m
+            .optional(d, "pcp", |d, n, p| r::uint_in(d, n, p, 0, 7))
+            .unwrap_or(0);
+        let dei = m
+            .optional(d, "dei", |d, n, p| r::uint_in(d, n, p, 0, 1))
+            .unwrap_or(0);
+        let ethertype = m
+            .optional(d, "ethertype", |d, n, p| r::uint_in(d, n, p, 1, 65535))
+            .unwrap_or(0x8100);
+        Some(TxTransform::VlanPush {
+            vlan_id: vlan_id? as u16,
+            pcp: pcp as u8,
+            dei: dei as u8,
+            ethertype: ethertype as u16,
+        })
+    };
+    let t = if outer.has("vlan") {
+        outer.required(d, "vlan", |d, n, p| {
+            let mut inner = MapReader::open(d, n, p)?;
+            let t = fields(d, &mut inner);
+            inner.finish(d);
+            t
+        })
+    } else {
+        fields(d, &mut outer)
+    };
+    outer.finish(d);
+    t
 }
 
 fn tunnel_action(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TunnelConfig> {

@@ -12,6 +12,25 @@ pub fn check(d: &mut Diagnostics, c: &Config, online_cores: &dyn Fn(u32) -> bool
     buffer_counts(d, c);
     engine_rules(d, c);
     for (i, iface) in c.interfaces.iter().enumerate() {
+        if let Some(tx) = &iface.tx {
+            let mut ids = HashMap::new();
+            for (fi, f) in tx.flows.iter().enumerate() {
+                let fp = format!("interfaces[{i}].tx.flows[{fi}]");
+                if f.id != 0
+                    && let Some(first) = ids.insert(f.id, fi)
+                {
+                    d.error(
+                        Kind::Duplicate,
+                        &format!("{fp}.id"),
+                        Some(f.location),
+                        format!("duplicate TX flow id {} (also flows[{first}])", f.id),
+                    );
+                }
+                if c.engine.software_steering() {
+                    d.error(Kind::NotSupported, &format!("{fp}.actions"), Some(f.location), format!("not supported in software steering: {} (VLAN push and tunnel encap need a NIC that does them)", f.name));
+                }
+            }
+        }
         if let Some(rx) = &iface.rx {
             flow_rules(
                 d,
