@@ -11,6 +11,7 @@ pub mod bench;
 pub mod burst;
 pub mod config;
 pub mod engine;
+pub mod hugepages;
 pub mod memory;
 pub mod plane;
 pub mod ring;

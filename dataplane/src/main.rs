@@ -29,6 +29,23 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
+    /// Huge pages: status, and cleanup of files dead processes left behind.
+    #[command(subcommand)]
+    Hugepages(Hugepages),
+}
+
+#[derive(Subcommand)]
+enum Hugepages {
+    /// hugetlbfs mounts, page sizes, free and total pages per NUMA node, and the files in
+    /// the mounts with their owner state.
+    Status,
+    /// Remove our and DPDK's files (`dataplane_*`, `rtemap_*`, `*map_*`) that no live
+    /// process holds, from every hugetlbfs mount; other files are never touched.
+    Cleanup {
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -75,6 +92,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Validate { file } => validate(&file),
+        Command::Hugepages(Hugepages::Status) => {
+            print!("{}", dataplane::hugepages::status_text());
+            ExitCode::SUCCESS
+        }
+        Command::Hugepages(Hugepages::Cleanup { dry_run }) => hugepages_cleanup(dry_run),
         Command::Bench(Bench::Raw {
             file,
             seconds,
@@ -94,6 +116,31 @@ fn main() -> ExitCode {
             },
             json,
         ),
+    }
+}
+
+fn hugepages_cleanup(dry_run: bool) -> ExitCode {
+    use dataplane::hugepages;
+    let mounts = hugepages::mounts();
+    if mounts.is_empty() {
+        println!("no hugetlbfs mounts: nothing to clean");
+        return ExitCode::SUCCESS;
+    }
+    let report = hugepages::cleanup(&mounts, dry_run);
+    for line in report.lines(dry_run) {
+        println!("{line}");
+    }
+    if report.removed.is_empty() && report.errors.is_empty() {
+        println!("no leftover hugepage files");
+    }
+    if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "error: {} leftover file(s) could not be removed (are you root?)",
+            report.errors.len()
+        );
+        ExitCode::FAILURE
     }
 }
 

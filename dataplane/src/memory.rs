@@ -4,6 +4,7 @@
 
 use crate::burst::Packet;
 use crate::config::{MemoryKind, MemoryRegionConfig};
+use crate::hugepages;
 use crate::ring::{Ring, Sync};
 use crossbeam_queue::ArrayQueue;
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
@@ -13,7 +14,11 @@ use std::ptr::NonNull;
 const HOST_BUFFER_ALIGN: usize = 64;
 /// GPU buffers start on 256 bytes, the alignment CUDA kernels and NICs expect.
 const DEVICE_BUFFER_ALIGN: usize = 256;
-const HUGE_PAGE_SIZE: usize = 2 << 20;
+
+/// Buffer stride of host-side regions (`host`, `huge`, `host_pinned`) for `buf_size`.
+pub fn host_stride(buf_size: usize) -> usize {
+    buf_size.next_multiple_of(HOST_BUFFER_ALIGN)
+}
 
 /// Index of a region in a [`RegionSet`] (the position in `memory_regions`).
 pub type RegionId = u16;
@@ -76,6 +81,8 @@ enum Backing {
         ptr: NonNull<u8>,
         len: usize,
     },
+    /// Huge pages in a hugetlbfs file (removed when dropped).
+    HugeFile(crate::hugepages::HugeFile),
     #[cfg(feature = "cuda")]
     Device(gpudirect::DeviceBuffer),
     #[cfg(feature = "cuda")]
@@ -103,6 +110,12 @@ unsafe impl std::marker::Sync for Region {}
 impl Region {
     /// Allocates the region described by `cfg` and fills its pool with every buffer.
     pub fn allocate(cfg: &MemoryRegionConfig) -> Result<Self, MemoryError> {
+        Self::allocate_at(cfg, 0)
+    }
+
+    /// As [`Region::allocate`]; `index` (the region's position in the configuration)
+    /// names its huge-page file.
+    pub fn allocate_at(cfg: &MemoryRegionConfig, index: usize) -> Result<Self, MemoryError> {
         let align = if cfg.kind == MemoryKind::Device {
             DEVICE_BUFFER_ALIGN
         } else {
@@ -120,11 +133,12 @@ impl Region {
         }
         let backing = match cfg.kind {
             MemoryKind::Host => map_pages(cfg, bytes, false)?,
-            MemoryKind::Huge => map_pages(cfg, bytes, true)?,
+            MemoryKind::Huge => map_huge(cfg, bytes, index)?,
             MemoryKind::HostPinned | MemoryKind::Device => cuda_backing(cfg, bytes)?,
         };
         let base = match &backing {
             Backing::Mapped { ptr, .. } => ptr.as_ptr() as u64,
+            Backing::HugeFile(f) => f.as_ptr().as_ptr() as u64,
             #[cfg(feature = "cuda")]
             Backing::Device(b) => b.device_ptr(),
             #[cfg(feature = "cuda")]
@@ -213,8 +227,6 @@ impl Region {
 }
 
 impl Drop for Region {
-    // Without the `cuda` feature, `Mapped` is the only backing.
-    #[allow(irrefutable_let_patterns)]
     fn drop(&mut self) {
         if let Backing::Mapped { ptr, len } = self.backing {
             // SAFETY: the mapping was made in map_pages with this length and is unmapped once;
@@ -224,9 +236,51 @@ impl Drop for Region {
     }
 }
 
+/// Huge pages from a file in a hugetlbfs mount when one is usable, else anonymous.
+fn map_huge(cfg: &MemoryRegionConfig, bytes: usize, index: usize) -> Result<Backing, MemoryError> {
+    let page = hugepages::default_page_size() as usize;
+    let mount = hugepages::mount_for(page as u64).map_err(|reason| MemoryError::Map {
+        name: cfg.name.clone(),
+        kind: "huge",
+        bytes,
+        reason,
+    })?;
+    let Some(mount) = mount else {
+        return map_pages(cfg, bytes, true);
+    };
+    let len = bytes.next_multiple_of(mount.page_size as usize);
+    match hugepages::HugeFile::create(&mount, index, len) {
+        Ok(f) => {
+            tracing::debug!(
+                "memory region {}: {len} bytes of huge pages backed by {}",
+                cfg.name,
+                f.path().display()
+            );
+            Ok(Backing::HugeFile(f))
+        }
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOMEM.raw_os_error()) => {
+            let pages_needed = len / mount.page_size as usize;
+            let (free, total) = huge_pages_free_total();
+            Err(MemoryError::NoHugePages {
+                name: cfg.name.clone(),
+                pages_needed,
+                pages_free: free,
+                reserve: total + pages_needed.saturating_sub(free),
+            })
+        }
+        Err(e) => Err(MemoryError::Map {
+            name: cfg.name.clone(),
+            kind: "huge",
+            bytes: len,
+            reason: format!("in {}: {e}", mount.path.display()),
+        }),
+    }
+}
+
 fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backing, MemoryError> {
+    let huge_page = hugepages::default_page_size() as usize;
     let len = if huge {
-        bytes.next_multiple_of(HUGE_PAGE_SIZE)
+        bytes.next_multiple_of(huge_page)
     } else {
         bytes.next_multiple_of(4096)
     };
@@ -249,7 +303,7 @@ fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backi
             len,
         }),
         Err(e) if huge => {
-            let pages_needed = len / HUGE_PAGE_SIZE;
+            let pages_needed = len / huge_page;
             let (free, total) = huge_pages_free_total();
             if pages_needed > free || e == rustix::io::Errno::NOMEM {
                 return Err(MemoryError::NoHugePages {
@@ -334,7 +388,8 @@ impl RegionSet {
     pub fn allocate(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
         let regions = cfgs
             .iter()
-            .map(Region::allocate)
+            .enumerate()
+            .map(|(i, c)| Region::allocate_at(c, i))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             regions,

@@ -2,9 +2,10 @@
 
 use crate::affinity::{self, PinError};
 use crate::burst::Burst;
-use crate::config::{Config, Direction, FlowConfig, RxConfig};
+use crate::config::{Config, Direction, FlowConfig, MemoryKind, RxConfig};
 use crate::engine::{self, Engine, EngineError};
-use crate::memory::{MemoryError, RegionId, RegionSet};
+use crate::hugepages::{self, PreflightError};
+use crate::memory::{self, MemoryError, RegionId, RegionSet};
 use crate::stats::{QueueCounters, QueueStats, Snapshot};
 use crate::steering::{FlowError, FlowHandle, InterfaceSteering};
 use crate::worker::{self, RxTask, Task, TxTask, WorkerControl};
@@ -32,6 +33,9 @@ pub enum StartError {
         /// Cores this process may use.
         usable: Vec<u32>,
     },
+    /// Not enough huge pages (checked before anything is allocated).
+    #[error(transparent)]
+    Hugepages(#[from] PreflightError),
     /// A memory region could not be allocated.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -183,6 +187,7 @@ impl DataPlane {
     /// Nothing stays allocated or running when it fails.
     pub fn start(config: &Config) -> Result<Self, StartError> {
         check_cores(config)?;
+        prepare_hugepages(config)?;
         let regions = Arc::new(RegionSet::allocate(&config.memory_regions)?);
         let software = config.engine.software_steering();
         let steering: Vec<Arc<InterfaceSteering>> = config
@@ -548,6 +553,33 @@ fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)])
         }
         last = now;
     }
+}
+
+/// For configurations with huge regions: removes files that dead processes left in the
+/// hugetlbfs mounts (so a run never fails because an earlier one died), then checks that
+/// enough pages are free.
+fn prepare_hugepages(config: &Config) -> Result<(), StartError> {
+    if !config
+        .memory_regions
+        .iter()
+        .any(|m| m.kind == MemoryKind::Huge)
+    {
+        return Ok(());
+    }
+    let mounts = hugepages::mounts();
+    let report = hugepages::cleanup(&mounts, false);
+    for line in report
+        .lines(false)
+        .iter()
+        .filter(|l| !l.starts_with("Kept"))
+    {
+        tracing::warn!("{line}");
+    }
+    let page = hugepages::default_page_size();
+    let need = hugepages::need_of(config, page, memory::host_stride);
+    let have_mount = hugepages::mount_for(page).ok().flatten().is_some();
+    hugepages::check(&need, &hugepages::page_counts(), have_mount)?;
+    Ok(())
 }
 
 fn check_cores(config: &Config) -> Result<(), StartError> {
