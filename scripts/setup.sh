@@ -5,6 +5,10 @@ need=()
 command -v cc >/dev/null || need+=(build-essential)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
+# DPDK 22.11 for the dpdk-sys crate (bindings generated against it with libclang).
+pkg-config --exists libdpdk 2>/dev/null || need+=(dpdk libdpdk-dev)
+command -v dpdk-test >/dev/null || need+=(dpdk-dev)
+[ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/x86_64-linux-gnu/libclang*.so >/dev/null 2>&1 || need+=(libclang-dev)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing ${need[*]}; run as root or install them" >&2

@@ -1,0 +1,18 @@
+//! Raw bindings to the system DPDK (>= 22.11): EAL, ethdev, mbuf pools, rte_flow, external
+//! memory, generated at build time by bindgen from the installed headers, plus `shim_*`
+//! wrappers for the static inline functions (burst I/O, mbuf alloc/free/data, rte_errno,
+//! lcore id). Everything here is `unsafe`; the `dataplane` crate's DPDK engine wraps it.
+
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    clippy::all,
+    rustdoc::all,
+    missing_docs,
+    unnecessary_transmutes,
+    unsafe_op_in_unsafe_fn
+)]
+
+include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

@@ -1,0 +1,55 @@
+#include "shim.h"
+#include <rte_ethdev.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+
+uint16_t shim_rte_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_rx_burst(port, queue, pkts, n);
+}
+
+uint16_t shim_rte_eth_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_tx_burst(port, queue, pkts, n);
+}
+
+int shim_rte_pktmbuf_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, unsigned int n)
+{
+	return rte_pktmbuf_alloc_bulk(pool, mbufs, n);
+}
+
+void shim_rte_pktmbuf_free(struct rte_mbuf *m)
+{
+	rte_pktmbuf_free(m);
+}
+
+void shim_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned int n)
+{
+	rte_pktmbuf_free_bulk(mbufs, n);
+}
+
+void *shim_rte_pktmbuf_data(struct rte_mbuf *m)
+{
+	return rte_pktmbuf_mtod(m, void *);
+}
+
+uint16_t shim_rte_pktmbuf_data_len(const struct rte_mbuf *m)
+{
+	return rte_pktmbuf_data_len(m);
+}
+
+void shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len)
+{
+	m->data_len = len;
+	m->pkt_len = len;
+}
+
+int shim_rte_errno(void)
+{
+	return rte_errno;
+}
+
+unsigned int shim_rte_lcore_id(void)
+{
+	return rte_lcore_id();
+}

@@ -1,0 +1,19 @@
+/* Out-of-line wrappers for DPDK's static inline functions and macros, which bindgen
+ * cannot bind. One call per burst, not per packet, on the fast path. */
+#ifndef DATAPLANE_DPDK_SHIM_H
+#define DATAPLANE_DPDK_SHIM_H
+#include <stdint.h>
+#include <rte_mbuf.h>
+
+uint16_t shim_rte_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+uint16_t shim_rte_eth_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+int shim_rte_pktmbuf_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, unsigned int n);
+void shim_rte_pktmbuf_free(struct rte_mbuf *m);
+void shim_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned int n);
+/* Data pointer of the first segment, its length, and setting packet and data length. */
+void *shim_rte_pktmbuf_data(struct rte_mbuf *m);
+uint16_t shim_rte_pktmbuf_data_len(const struct rte_mbuf *m);
+void shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
+int shim_rte_errno(void);
+unsigned int shim_rte_lcore_id(void);
+#endif
