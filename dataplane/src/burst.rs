@@ -251,6 +251,16 @@ impl Burst {
         n
     }
 
+    /// Removes the first `k` packets and returns their buffers to the pools (an engine
+    /// copied them out and sent them).
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+    pub(crate) fn release_front(&mut self, k: usize) {
+        let k = k.min(self.packets.len());
+        let mut gone = Burst::empty(self.regions.clone(), self.port, self.queue, k);
+        gone.packets.extend(self.packets.drain(..k));
+        drop(gone);
+    }
+
     /// Hands every packet to `route`, which returns the index of the output burst it
     /// belongs in and its flow id, or `None` to drop it (its buffers go back to their pools
     /// when this burst is dropped). Returns how many packets were dropped.

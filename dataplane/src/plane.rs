@@ -235,7 +235,7 @@ impl DataPlane {
                         },
                     );
                     Task::Rx(RxTask::new(
-                        engine.rx_port(port, q.id)?,
+                        engine.rx_port(port, q.id, c.clone())?,
                         producer,
                         regions.clone(),
                         port,

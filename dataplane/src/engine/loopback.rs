@@ -111,7 +111,12 @@ impl Engine for LoopbackEngine {
         "loopback"
     }
 
-    fn rx_port(&self, port: u16, queue: u16) -> Result<Box<dyn RxPort>, EngineError> {
+    fn rx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        _counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn RxPort>, EngineError> {
         let iface = self.interface(port)?;
         let rx = iface
             .rx_ids

@@ -2,6 +2,8 @@
 //! receive and one transmit handle per queue; a handle is used by exactly one worker, so
 //! per-queue state needs no locking.
 
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod loopback;
 
 use crate::burst::Burst;
@@ -47,8 +49,14 @@ pub trait TxPort: Send {
 pub trait Engine: Send + Sync {
     /// Name for reports (`loopback`, `dpdk`, ...).
     fn name(&self) -> &'static str;
-    /// Receive handle of queue `queue` of interface `port`.
-    fn rx_port(&self, port: u16, queue: u16) -> Result<Box<dyn RxPort>, EngineError>;
+    /// Receive handle of queue `queue` of interface `port`; `counters` are the queue's own
+    /// (its worker is their writer), for drops the engine sees (pool empty, NIC misses).
+    fn rx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn RxPort>, EngineError>;
     /// Transmit handle of queue `queue` of interface `port`.
     /// `counters` are the queue's own (the worker is their writer); engines that drop
     /// frames on the way out (e.g. software steering) count them there.
@@ -87,6 +95,12 @@ pub fn create(
         EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(
             config, regions, steering,
         )?)),
+        #[cfg(feature = "dpdk")]
+        EngineKind::Dpdk => Ok(Arc::new(dpdk::DpdkEngine::new(config, regions)?)),
+        #[cfg(not(feature = "dpdk"))]
+        EngineKind::Dpdk => Err(EngineError::Config(
+            "the DPDK engine is not in this build; rebuild with `cargo build --release --features dpdk` (needs apt-get install dpdk libdpdk-dev libclang-dev pkg-config)".into(),
+        )),
         other => Err(EngineError::Unavailable(other.name())),
     }
 }

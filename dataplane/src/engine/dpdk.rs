@@ -1,0 +1,593 @@
+//! DPDK engine (cargo feature `dpdk`): EAL from the configuration, ports from PCI
+//! addresses or any vdev string, one mbuf pool per queue, burst I/O from our workers.
+//!
+//! This first version copies frames between mbufs and the queues' memory regions, so the
+//! application sees the same `Burst`s, buffers and pools as with every other engine; mbufs
+//! never leave the engine. Mempools over our regions (zero copy), rte_flow and NIC counters
+//! come next; configurations that need them are refused by name.
+
+use super::{Engine, EngineError, Overflow, RxPort, TxPort};
+use crate::burst::Burst;
+use crate::config::{Config, MemoryKind, validate::is_pci_address};
+use crate::hugepages;
+use crate::memory::{RegionId, RegionSet};
+use crate::stats::{DropReason, QueueCounters};
+use dpdk_sys as sys;
+use std::ffi::{CStr, CString};
+use std::sync::Arc;
+
+/// Descriptors per RX and TX ring.
+const RING_DESCRIPTORS: u16 = 1024;
+/// Mbufs taken from or handed to the driver per call.
+const MAX_BURST: usize = 64;
+/// Bytes DPDK reserves in front of packet data and for the mbuf header.
+const MBUF_OVERHEAD: usize = 128 + 128;
+
+fn dpdk_error(what: &str, code: i32) -> String {
+    let code = if code < 0 { -code } else { code };
+    // SAFETY: rte_strerror returns a valid C string for any errno value.
+    let text = unsafe { CStr::from_ptr(sys::rte_strerror(code)) }.to_string_lossy();
+    format!("{what}: {text} (errno {code})")
+}
+
+fn last_error(what: &str) -> String {
+    // SAFETY: reads the calling thread's rte_errno.
+    dpdk_error(what, unsafe { sys::shim_rte_errno() })
+}
+
+/// EAL arguments for `config`: the main lcore on `master_core`, our file prefix, huge pages
+/// or `--no-huge` when no region is `huge`, every PCI address allowed (`-a`) and every other
+/// address as a `--vdev`.
+pub fn eal_args(config: &Config, memory_mb: usize) -> Vec<String> {
+    let mut a = vec![
+        "dataplane".to_owned(),
+        "-l".to_owned(),
+        config.master_core.to_string(),
+        format!("--file-prefix={}", hugepages::file_prefix()),
+        "--log-level=lib.eal:error".to_owned(),
+    ];
+    if config
+        .memory_regions
+        .iter()
+        .any(|m| m.kind == MemoryKind::Huge)
+    {
+        a.push("--huge-unlink".to_owned());
+    } else {
+        a.extend([
+            "--no-huge".to_owned(),
+            "--no-shconf".to_owned(),
+            "-m".to_owned(),
+            memory_mb.to_string(),
+        ]);
+    }
+    let mut pci = false;
+    for iface in &config.interfaces {
+        if is_pci_address(&iface.address) {
+            pci = true;
+            a.extend(["-a".to_owned(), iface.address.clone()]);
+        } else {
+            a.push(format!("--vdev={}", iface.address));
+        }
+    }
+    if !pci {
+        a.push("--no-pci".to_owned());
+    }
+    a
+}
+
+/// The ethdev name of an interface address: the vdev name before its first comma, or the
+/// PCI address.
+pub fn port_name(address: &str) -> &str {
+    address.split(',').next().unwrap_or(address).trim()
+}
+
+/// A mempool pointer that may move between threads (DPDK mempools are thread-safe).
+#[derive(Clone, Copy)]
+struct Pool(*mut sys::rte_mempool);
+// SAFETY: rte_mempool operations are multi-thread safe; the pointer stays valid until EAL
+// cleanup, which happens only after every port handle is gone (the engine owns both).
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+
+struct Port {
+    id: u16,
+    rx_pools: Vec<(u16, Pool)>,
+    tx_pools: Vec<(u16, Pool)>,
+    rx_queue_index: Vec<(u16, u16)>,
+    tx_queue_index: Vec<(u16, u16)>,
+}
+
+/// The DPDK engine: EAL, ports and pools, torn down in reverse order when dropped.
+pub struct DpdkEngine {
+    regions: Arc<RegionSet>,
+    ports: Vec<Port>,
+    segment_regions: Vec<Vec<(u16, Vec<RegionId>)>>,
+}
+
+fn memory_mb(config: &Config) -> usize {
+    let mut bytes = 64 << 20;
+    for (_, _, q) in config.queues() {
+        let first = q
+            .memory_regions
+            .first()
+            .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
+        let (n, size) = first.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
+        bytes += n.max(RING_DESCRIPTORS as usize * 2) * (size + MBUF_OVERHEAD);
+    }
+    (bytes + bytes / 4).div_ceil(1 << 20)
+}
+
+fn init_eal(args: Vec<String>) -> Result<(), EngineError> {
+    // EAL pins the calling thread to the main lcore; a throwaway thread keeps that away
+    // from the application's threads.
+    std::thread::spawn(move || {
+        let cargs: Vec<CString> = args
+            .iter()
+            .map(|s| CString::new(s.as_str()).expect("no NUL in EAL arguments"))
+            .collect();
+        let mut argv: Vec<*mut std::os::raw::c_char> =
+            cargs.iter().map(|a| a.as_ptr() as *mut _).collect();
+        // SAFETY: argv points at C strings that outlive the call.
+        let ret = unsafe { sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
+        if ret < 0 {
+            return Err(EngineError::Config(format!(
+                "{} (EAL arguments: {})",
+                last_error("DPDK EAL initialisation failed"),
+                args.join(" ")
+            )));
+        }
+        Ok(())
+    })
+    .join()
+    .map_err(|_| EngineError::Config("DPDK EAL initialisation panicked".into()))?
+}
+
+impl DpdkEngine {
+    /// Starts EAL and every port of `config`.
+    pub fn new(config: &Config, regions: &Arc<RegionSet>) -> Result<Self, EngineError> {
+        for iface in &config.interfaces {
+            if iface.rx.as_ref().is_some_and(|r| !r.flows.is_empty()) {
+                return Err(EngineError::Config(format!(
+                    "interface `{}`: not supported yet: rx.flows with the DPDK engine (rte_flow programming is not implemented yet)",
+                    iface.name
+                )));
+            }
+        }
+        for m in &config.memory_regions {
+            if !matches!(m.kind, MemoryKind::Host | MemoryKind::Huge) {
+                return Err(EngineError::Config(format!(
+                    "memory region `{}`: not supported yet: kind {} with the DPDK engine (host and huge only)",
+                    m.name,
+                    m.kind.name()
+                )));
+            }
+        }
+        init_eal(eal_args(config, memory_mb(config)))?;
+        let mut engine = Self {
+            regions: regions.clone(),
+            ports: Vec::new(),
+            segment_regions: Vec::new(),
+        };
+        for (index, iface) in config.interfaces.iter().enumerate() {
+            let port = engine.open_port(config, index)?;
+            engine.ports.push(port);
+            let segs = config
+                .queues()
+                .filter(|(i, _, _)| *i == index)
+                .map(|(_, _, q)| {
+                    (
+                        q.id,
+                        q.memory_regions
+                            .iter()
+                            .filter_map(|n| regions.id_of(n))
+                            .collect(),
+                    )
+                })
+                .collect();
+            engine.segment_regions.push(segs);
+            tracing::info!(
+                "DPDK port {} ready for `{}`",
+                engine.ports[index].id,
+                iface.name
+            );
+        }
+        Ok(engine)
+    }
+
+    fn open_port(&self, config: &Config, index: usize) -> Result<Port, EngineError> {
+        let iface = &config.interfaces[index];
+        let err = |what: &str, code: i32| {
+            EngineError::Config(format!(
+                "interface `{}` ({}): {}",
+                iface.name,
+                iface.address,
+                dpdk_error(what, code)
+            ))
+        };
+        let name = CString::new(port_name(&iface.address))
+            .map_err(|_| EngineError::Config(format!("interface `{}`: bad address", iface.name)))?;
+        let mut id = 0u16;
+        // SAFETY: a valid C string and out pointer.
+        let r = unsafe { sys::rte_eth_dev_get_port_by_name(name.as_ptr(), &mut id) };
+        if r != 0 {
+            return Err(EngineError::Config(format!(
+                "interface `{}`: no DPDK port `{}` (address `{}`): check the PCI address or vdev string and that its driver is installed",
+                iface.name,
+                port_name(&iface.address),
+                iface.address
+            )));
+        }
+        let rx: Vec<_> = iface.rx.iter().flat_map(|r| &r.queues).collect();
+        let tx: Vec<_> = iface.tx.iter().flat_map(|t| &t.queues).collect();
+        let conf = sys::rte_eth_conf::default();
+        // SAFETY: a valid port id and configuration.
+        let r = unsafe { sys::rte_eth_dev_configure(id, rx.len() as u16, tx.len() as u16, &conf) };
+        if r != 0 {
+            return Err(err("rte_eth_dev_configure", r));
+        }
+        // SAFETY: valid port id.
+        let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
+        let mut port = Port {
+            id,
+            rx_pools: Vec::new(),
+            tx_pools: Vec::new(),
+            rx_queue_index: Vec::new(),
+            tx_queue_index: Vec::new(),
+        };
+        let pool_for = |q: &crate::config::QueueConfig, dir: &str| -> Result<Pool, EngineError> {
+            let region = q
+                .memory_regions
+                .first()
+                .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
+            let (num, size) = region.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
+            let need = RING_DESCRIPTORS as usize * 3 / 2 + q.batch_size as usize;
+            let num = if num < need {
+                tracing::warn!(
+                    "interface `{}` {dir} queue {}: {num} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {need}",
+                    iface.name,
+                    q.id
+                );
+                need
+            } else {
+                num
+            };
+            let pname = CString::new(format!("dp{index}{dir}{}", q.id)).expect("pool name");
+            let data_room = (size + 128).min(u16::MAX as usize) as u16;
+            // SAFETY: valid arguments; the pool lives until EAL cleanup.
+            let p = unsafe {
+                sys::rte_pktmbuf_pool_create(pname.as_ptr(), num as u32, 256, 0, data_room, socket)
+            };
+            if p.is_null() {
+                return Err(EngineError::Config(format!(
+                    "interface `{}` {dir} queue {}: {}",
+                    iface.name,
+                    q.id,
+                    last_error("cannot create the mbuf pool")
+                )));
+            }
+            Ok(Pool(p))
+        };
+        for (i, q) in rx.iter().enumerate() {
+            let pool = pool_for(q, "rx")?;
+            // SAFETY: configured port, queue index below the configured count.
+            let r = unsafe {
+                sys::rte_eth_rx_queue_setup(
+                    id,
+                    i as u16,
+                    RING_DESCRIPTORS,
+                    socket as u32,
+                    std::ptr::null(),
+                    pool.0,
+                )
+            };
+            if r != 0 {
+                return Err(err("rte_eth_rx_queue_setup", r));
+            }
+            port.rx_pools.push((q.id, pool));
+            port.rx_queue_index.push((q.id, i as u16));
+        }
+        for (i, q) in tx.iter().enumerate() {
+            let pool = pool_for(q, "tx")?;
+            // SAFETY: as for RX.
+            let r = unsafe {
+                sys::rte_eth_tx_queue_setup(
+                    id,
+                    i as u16,
+                    RING_DESCRIPTORS,
+                    socket as u32,
+                    std::ptr::null(),
+                )
+            };
+            if r != 0 {
+                return Err(err("rte_eth_tx_queue_setup", r));
+            }
+            port.tx_pools.push((q.id, pool));
+            port.tx_queue_index.push((q.id, i as u16));
+        }
+        // SAFETY: a configured port.
+        let r = unsafe { sys::rte_eth_dev_start(id) };
+        if r != 0 {
+            return Err(err("rte_eth_dev_start", r));
+        }
+        // Promiscuous mode: bench traffic is addressed to made-up MACs. Not every vdev
+        // supports it, which is fine.
+        // SAFETY: a started port.
+        let _ = unsafe { sys::rte_eth_promiscuous_enable(id) };
+        Ok(port)
+    }
+
+    fn port(&self, port: u16) -> Result<&Port, EngineError> {
+        self.ports
+            .get(port as usize)
+            .ok_or_else(|| EngineError::Config(format!("no interface with index {port}")))
+    }
+
+    fn segments(&self, port: u16, queue: u16) -> Vec<RegionId> {
+        self.segment_regions
+            .get(port as usize)
+            .and_then(|v| v.iter().find(|(q, _)| *q == queue))
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for DpdkEngine {
+    fn drop(&mut self) {
+        for p in &self.ports {
+            // SAFETY: every port handle is gone (workers joined before the engine drops);
+            // stop and close each started port once.
+            unsafe {
+                sys::rte_eth_dev_stop(p.id);
+                sys::rte_eth_dev_close(p.id);
+            }
+        }
+        // SAFETY: nothing uses DPDK any more; pools and ports are released with it.
+        unsafe { sys::rte_eal_cleanup() };
+    }
+}
+
+impl Engine for DpdkEngine {
+    fn name(&self) -> &'static str {
+        "dpdk"
+    }
+
+    fn rx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn RxPort>, EngineError> {
+        let p = self.port(port)?;
+        let hw = p
+            .rx_queue_index
+            .iter()
+            .find(|(q, _)| *q == queue)
+            .map(|(_, i)| *i)
+            .ok_or_else(|| EngineError::Config(format!("port {port} has no RX queue {queue}")))?;
+        let segments = self.segments(port, queue);
+        if segments.len() != 1 {
+            return Err(EngineError::Config(format!(
+                "RX queue {queue}: not supported yet: {} memory regions (header-data split) with the DPDK engine",
+                segments.len()
+            )));
+        }
+        Ok(Box::new(DpdkRx {
+            port_id: p.id,
+            hw_queue: hw,
+            port,
+            queue,
+            regions: self.regions.clone(),
+            region: segments[0],
+            counters,
+            scratch: [std::ptr::null_mut(); MAX_BURST],
+        }))
+    }
+
+    fn tx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        _counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn TxPort>, EngineError> {
+        let p = self.port(port)?;
+        let hw = p
+            .tx_queue_index
+            .iter()
+            .find(|(q, _)| *q == queue)
+            .map(|(_, i)| *i)
+            .ok_or_else(|| EngineError::Config(format!("port {port} has no TX queue {queue}")))?;
+        let pool = p
+            .tx_pools
+            .iter()
+            .find(|(q, _)| *q == queue)
+            .map(|(_, pool)| *pool)
+            .expect("a pool per TX queue");
+        Ok(Box::new(DpdkTx {
+            port_id: p.id,
+            hw_queue: hw,
+            pool,
+            scratch: [std::ptr::null_mut(); MAX_BURST],
+        }))
+    }
+
+    fn rx_overflow(&self) -> Overflow {
+        // Holding a full burst stops polling this queue, so packets wait in the device's
+        // ring; a NIC then counts what it cannot hold itself.
+        Overflow::Backpressure
+    }
+
+    fn steering(&self) -> &'static str {
+        "hardware"
+    }
+}
+
+struct DpdkRx {
+    port_id: u16,
+    hw_queue: u16,
+    port: u16,
+    queue: u16,
+    regions: Arc<RegionSet>,
+    region: RegionId,
+    counters: Arc<QueueCounters>,
+    scratch: [*mut sys::rte_mbuf; MAX_BURST],
+}
+
+// SAFETY: the scratch pointers are only used inside one call on the owning worker thread.
+unsafe impl Send for DpdkRx {}
+
+impl RxPort for DpdkRx {
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        // Take from the device only what our pool can hold; the rest waits in the device's
+        // ring (a NIC counts its own misses when that ring overflows).
+        let want = max
+            .min(MAX_BURST)
+            .min(self.regions.get(self.region).available());
+        // SAFETY: a started port; scratch has room for `want` pointers.
+        let n = unsafe {
+            sys::shim_rte_eth_rx_burst(
+                self.port_id,
+                self.hw_queue,
+                self.scratch.as_mut_ptr(),
+                want as u16,
+            )
+        } as usize;
+        if n == 0 {
+            return 0;
+        }
+        let got = match Burst::allocate(
+            self.regions.clone(),
+            self.port,
+            self.queue,
+            &[self.region],
+            n,
+        ) {
+            Some(mut fresh) => {
+                for i in 0..n {
+                    let m = self.scratch[i];
+                    // SAFETY: a received mbuf, ours until freed below.
+                    let (src, len) = unsafe {
+                        (
+                            sys::shim_rte_pktmbuf_data(m) as *const u8,
+                            sys::shim_rte_pktmbuf_data_len(m) as usize,
+                        )
+                    };
+                    let buf = fresh
+                        .buffer_mut(i, 0)
+                        .expect("DPDK regions are host memory");
+                    let len = len.min(buf.len());
+                    // SAFETY: `len` bytes of packet data in the mbuf.
+                    buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+                    fresh.set_len(i, 0, len);
+                }
+                into.take_from(&mut fresh, n)
+            }
+            None => {
+                self.counters.drop_packets(DropReason::PoolEmpty, n as u64);
+                0
+            }
+        };
+        // SAFETY: every received mbuf is freed once.
+        unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), n as u32) };
+        got
+    }
+}
+
+struct DpdkTx {
+    port_id: u16,
+    hw_queue: u16,
+    pool: Pool,
+    scratch: [*mut sys::rte_mbuf; MAX_BURST],
+}
+
+// SAFETY: as for DpdkRx.
+unsafe impl Send for DpdkTx {}
+
+impl TxPort for DpdkTx {
+    fn transmit(&mut self, mut burst: Burst) -> Option<Burst> {
+        while !burst.is_empty() {
+            let n = burst.len().min(MAX_BURST);
+            // SAFETY: a valid pool; scratch has room for n.
+            if unsafe {
+                sys::shim_rte_pktmbuf_alloc_bulk(self.pool.0, self.scratch.as_mut_ptr(), n as u32)
+            } != 0
+            {
+                return Some(burst);
+            }
+            for i in 0..n {
+                let m = self.scratch[i];
+                let mut off = 0usize;
+                // SAFETY: a fresh mbuf whose data room holds buf_size + headroom bytes.
+                let dst = unsafe { sys::shim_rte_pktmbuf_data(m) as *mut u8 };
+                for seg in 0..burst.packets()[i].segments().len() {
+                    let data = burst.data(i, seg).expect("DPDK regions are host memory");
+                    // SAFETY: the pool's data room was sized from the region's buf_size.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(off), data.len())
+                    };
+                    off += data.len();
+                }
+                // SAFETY: as above.
+                unsafe { sys::shim_rte_pktmbuf_set_len(m, off as u16) };
+            }
+            // SAFETY: a started port; the driver takes the mbufs it accepts.
+            let sent = unsafe {
+                sys::shim_rte_eth_tx_burst(
+                    self.port_id,
+                    self.hw_queue,
+                    self.scratch.as_mut_ptr(),
+                    n as u16,
+                )
+            } as usize;
+            if sent < n {
+                // SAFETY: the mbufs the driver did not take are still ours.
+                unsafe {
+                    sys::shim_rte_pktmbuf_free_bulk(
+                        self.scratch[sent..n].as_mut_ptr(),
+                        (n - sent) as u32,
+                    )
+                };
+            }
+            burst.release_front(sent);
+            if sent < n {
+                return Some(burst);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eal_arguments_follow_the_config() {
+        let text = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 1
+    memory_regions:
+    - {name: b, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
+    interfaces:
+    - name: a
+      address: "net_memif0,role=server,socket=/tmp/x.sock"
+      rx:
+        queues:
+        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [b]}
+"#;
+        let cfg = crate::config::load_with(text, "t", &|_| true)
+            .unwrap()
+            .config;
+        let a = eal_args(&cfg, 300);
+        assert_eq!(&a[1..3], &["-l", "1"]);
+        assert!(a.contains(&"--no-huge".to_owned()) && a.contains(&"300".to_owned()));
+        assert!(a.contains(&"--vdev=net_memif0,role=server,socket=/tmp/x.sock".to_owned()));
+        assert!(a.contains(&"--no-pci".to_owned()));
+        assert!(a.iter().any(|x| x.starts_with("--file-prefix=dataplane_")));
+        assert_eq!(port_name("net_memif0,role=server"), "net_memif0");
+        assert_eq!(port_name("0000:01:00.0"), "0000:01:00.0");
+    }
+}
