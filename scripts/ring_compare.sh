@@ -30,7 +30,7 @@ fi
 
 cores=${1:-$(python3 -c 'import os; c=sorted(os.sched_getaffinity(0)); print(f"{c[0]},{c[1]}")')}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "/var/run/dpdk/ringcmp$$"' EXIT
 
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: dpdk-test ring_perf_autotest on cores $cores" >&2

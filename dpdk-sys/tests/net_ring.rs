@@ -15,8 +15,10 @@ fn errno_text() -> String {
 
 #[test]
 fn net_ring_port_loops_frames_back() {
+    let prefix = format!("--file-prefix=dpdksys_test_{}", std::process::id());
     let args: Vec<CString> = [
         "dpdk-sys-test",
+        prefix.as_str(),
         "-l",
         "0",
         "--no-huge",
@@ -119,4 +121,6 @@ fn net_ring_port_loops_frames_back() {
         assert_eq!(rte_eth_dev_close(port), 0);
         assert_eq!(rte_eal_cleanup(), 0);
     }
+    // EAL leaves its runtime directory behind.
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/dpdksys_test_{}", std::process::id()));
 }

@@ -4,7 +4,7 @@
 
 use super::traffic::{CheckCounts, Checker, FrameBuilder};
 use crate::affinity;
-use crate::config::Config;
+use crate::config::{Config, Direction};
 use crate::plane::{DataPlane, StartError, TxFailure};
 use crate::stats::{Drops, QueueStats};
 use serde::Serialize;
@@ -303,6 +303,18 @@ pub fn run(
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    // A sender on its own (the other side is another process): wait until the workers have
+    // handed every generated packet to the engine, then give the link a moment to carry the
+    // last ones before the ports close.
+    let mut unsent = 0;
+    if tx_only {
+        let transmitted = || plane.snapshot().total(Direction::Tx).0;
+        while transmitted() < tx_packets && drain_start.elapsed() < drain_limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        unsent = tx_packets.saturating_sub(transmitted());
+        std::thread::sleep(Duration::from_millis(200));
+    }
     stop_rx.store(true, Ordering::Relaxed);
     let (mut rx_packets, mut rx_bytes) = (0, 0);
     let mut counts = CheckCounts::default();
@@ -343,6 +355,11 @@ pub fn run(
     if missing > 0 {
         problems.push(format!(
             "{missing} of {tx_packets} sent packets never arrived"
+        ));
+    }
+    if unsent > 0 {
+        problems.push(format!(
+            "{unsent} of {tx_packets} generated packets were never handed to the engine"
         ));
     }
     if counts.corrupt > 0 || counts.reordered > 0 || counts.gaps > 0 {

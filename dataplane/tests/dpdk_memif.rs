@@ -1,0 +1,67 @@
+//! The DPDK engine between two processes over net_memif: the RX process receives exactly
+//! what the TX process sent, every packet checked.
+#![cfg(feature = "dpdk")]
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn config(side: &str, socket: &str, dir: &std::path::Path) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../configs/dpdk_memif_{side}.yaml"));
+    let text = std::fs::read_to_string(src)
+        .unwrap()
+        .replace("/tmp/dataplane-memif.sock", socket);
+    let p = dir.join(format!("{side}.yaml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn last_json(out: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(out);
+    serde_json::from_str(text.lines().last().expect("a report line")).expect("JSON report")
+}
+
+#[test]
+fn memif_tx_process_to_rx_process_counts_equal() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("memif.sock");
+    let socket = socket.to_str().unwrap();
+    let bin = env!("CARGO_BIN_EXE_dataplane");
+    let rx = Command::new(bin)
+        .args(["bench", "raw"])
+        .arg(config("rx", socket, dir.path()))
+        .args(["--seconds", "6", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let tx = Command::new(bin)
+        .args(["bench", "raw"])
+        .arg(config("tx", socket, dir.path()))
+        .args(["--seconds", "2", "--json"])
+        .output()
+        .unwrap();
+    let rx = rx.wait_with_output().unwrap();
+    assert!(
+        tx.status.success(),
+        "TX: {}",
+        String::from_utf8_lossy(&tx.stderr)
+    );
+    assert!(
+        rx.status.success(),
+        "RX: {}",
+        String::from_utf8_lossy(&rx.stderr)
+    );
+    let (t, r) = (last_json(&tx.stdout), last_json(&rx.stdout));
+    let sent = t["tx_packets"].as_u64().unwrap();
+    assert!(sent > 1000, "{t}");
+    assert_eq!(r["rx_packets"].as_u64().unwrap(), sent, "RX {r}\nTX {t}");
+    assert_eq!(r["checker"]["valid"].as_u64().unwrap(), sent);
+    assert_eq!(r["lossless"], true, "{r}");
+    assert!(
+        !std::path::Path::new(socket).exists(),
+        "the socket is removed"
+    );
+}
