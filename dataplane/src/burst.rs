@@ -251,6 +251,15 @@ impl Burst {
         n
     }
 
+    /// Keeps the first `n` packets; the buffers of the rest go back to their pools.
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+    pub(crate) fn truncate(&mut self, n: usize) {
+        if n < self.packets.len() {
+            let mut gone = Burst::empty(self.regions.clone(), self.port, self.queue, 0);
+            gone.packets.extend(self.packets.drain(n..));
+        }
+    }
+
     /// Removes the first `k` packets and returns their buffers to the pools (an engine
     /// copied them out and sent them).
     #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]

@@ -266,7 +266,8 @@ impl DpdkEngine {
                 num
             };
             let pname = CString::new(format!("dp{index}{dir}{}", q.id)).expect("pool name");
-            let data_room = (size + 128).min(u16::MAX as usize) as u16;
+            // Some PMDs (af_packet) want room for a whole 2 KiB frame in every mbuf.
+            let data_room = (size.max(2048) + 128).min(u16::MAX as usize) as u16;
             // SAFETY: valid arguments; the pool lives until EAL cleanup.
             let p = unsafe {
                 sys::rte_pktmbuf_pool_create(pname.as_ptr(), num as u32, 256, 0, data_room, socket)
@@ -480,6 +481,7 @@ impl RxPort for DpdkRx {
             n,
         ) {
             Some(mut fresh) => {
+                let mut kept = 0;
                 for i in 0..n {
                     let m = self.scratch[i];
                     // SAFETY: a received mbuf, ours until freed below.
@@ -490,14 +492,20 @@ impl RxPort for DpdkRx {
                         )
                     };
                     let buf = fresh
-                        .buffer_mut(i, 0)
+                        .buffer_mut(kept, 0)
                         .expect("DPDK regions are host memory");
-                    let len = len.min(buf.len());
+                    if len > buf.len() {
+                        // Larger than the queue's buffers: counted, never delivered cut.
+                        self.counters.drop_packets(DropReason::Malformed, 1);
+                        continue;
+                    }
                     // SAFETY: `len` bytes of packet data in the mbuf.
                     buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
-                    fresh.set_len(i, 0, len);
+                    fresh.set_len(kept, 0, len);
+                    kept += 1;
                 }
-                into.take_from(&mut fresh, n)
+                fresh.truncate(kept);
+                into.take_from(&mut fresh, kept)
             }
             None => {
                 self.counters.drop_packets(DropReason::PoolEmpty, n as u64);
