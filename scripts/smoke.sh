@@ -4,6 +4,7 @@
 set -euo pipefail
 bin=./target/release/dataplane
 for f in configs/*.yaml; do
+  case "$f" in *template*) continue ;; esac   # has <placeholders> on purpose
   case "$f" in *huge*) [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -gt 0 ] || { echo "smoke: skipping $f (no free hugepages)"; continue; } ;; esac
   $bin validate "$f" >/dev/null
 done
