@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# DPDK's dpdk-testpmd and `dataplane bench raw` on the same topology in one run: two
+# processes over net_memif (TX client -> RX server, no hugepages), at 64 and 1500-byte
+# frames. Prints both rates and the ratio (ours / testpmd). Root not required.
+#
+# testpmd: txonly -> rxonly, rate = median of its per-second Rx-pps samples.
+# ours: configs/dpdk_memif_{tx,rx}.yaml with frames of the same size (42-byte headers), rate
+#       = packets the RX process verified / seconds the TX process sent.
+# Env: SECONDS_TX (default 5), LENS (default "64 1500"), JSON=1 for a JSON line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${DATAPLANE_BIN:-./target/release/dataplane}
+secs=${SECONDS_TX:-5}
+lens=${LENS:-64 1500}
+command -v dpdk-testpmd >/dev/null || { echo "bench-vs-testpmd: dpdk-testpmd missing (apt-get install dpdk)" >&2; exit 1; }
+"$bin" --version >/dev/null
+tmp=$(mktemp -d)
+cleanup() { rm -rf "$tmp" /var/run/dpdk/tpmd*$$ 2>/dev/null || true; }
+trap cleanup EXIT
+strip() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1"; }
+
+testpmd_rate() { # LEN -> Mpps
+  local len=$1 sock=$tmp/tpmd.sock
+  local eal="--no-pci --no-huge -m 512 --no-shconf"
+  local app="--stats-period 1 --total-num-mbufs=16384 --txd=1024 --rxd=1024"
+  timeout -s INT $((secs + 6)) dpdk-testpmd -l 0,1 --main-lcore 1 --file-prefix tpmdrx$$ $eal \
+    --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no" -- --forward-mode=rxonly $app \
+    >"$tmp/rx.log" 2>&1 </dev/null &
+  local rxp=$!
+  sleep 2
+  timeout -s INT "$secs" dpdk-testpmd -l 0,1 --main-lcore 0 --file-prefix tpmdtx$$ $eal \
+    --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no" -- --forward-mode=txonly \
+    --txpkts="$len" $app >"$tmp/tx.log" 2>&1 </dev/null || true
+  wait $rxp || true
+  strip "$tmp/rx.log" | grep -o 'Rx-pps: *[0-9]*' | awk '$2 > 0 {print $2}' | sort -n |
+    awk '{v[NR]=$1} END {if (NR == 0) print 0; else printf "%.3f\n", v[int((NR+1)/2)] / 1e6}'
+}
+
+ours_rate() { # LEN -> Mpps
+  local len=$1 sock=$tmp/ours.sock
+  for side in rx tx; do
+    sed -e "s|/tmp/dataplane-memif.sock|$sock|" -e "s/buf_size: 1088/buf_size: 2048/" \
+      -e "s/header_size: 64/header_size: 42/" -e "s/payload_size: 64/payload_size: $((len - 42))/" \
+      "configs/dpdk_memif_$side.yaml" >"$tmp/$side.yaml"
+  done
+  "$bin" bench raw "$tmp/rx.yaml" --seconds $((secs + 5)) --json >"$tmp/ours-rx.json" 2>/dev/null &
+  local rxp=$!
+  sleep 2
+  "$bin" bench raw "$tmp/tx.yaml" --seconds "$secs" --json 2>/dev/null | tail -n 1 >"$tmp/ours-tx.json"
+  wait $rxp || true
+  python3 - "$tmp/ours-tx.json" "$tmp/ours-rx.json" <<'PY'
+import json, sys
+tx = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+rx = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+if not rx["lossless"] or rx["rx_packets"] != tx["tx_packets"]:
+    print(f"ours not lossless: sent {tx['tx_packets']}, verified {rx['checker']['valid']}", file=sys.stderr)
+print(f"{rx['checker']['valid'] / tx['seconds'] / 1e6:.3f}")
+PY
+}
+
+rows=()
+printf '%-6s %14s %14s %8s\n' "frame" "testpmd Mpps" "ours Mpps" "ratio" >&2
+for len in $lens; do
+  t=$(testpmd_rate "$len")
+  o=$(ours_rate "$len")
+  r=$(python3 -c "t=$t; o=$o; print(f'{o / t:.2f}' if t > 0 else 'n/a')")
+  printf '%-6s %14s %14s %8s\n' "${len}B" "$t" "$o" "$r" >&2
+  rows+=("{\"frame\": $len, \"testpmd_mpps\": $t, \"ours_mpps\": $o, \"ratio\": \"$r\"}")
+done
+if [ "${JSON:-0}" = 1 ]; then
+  (IFS=,; echo "{\"bench\": \"vs_testpmd_memif\", \"rows\": [${rows[*]}]}")
+fi
