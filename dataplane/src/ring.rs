@@ -317,21 +317,24 @@ mod tests {
                 })
             })
             .collect();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let consumers: Vec<_> = (0..2)
             .map(|_| {
-                let r = r.clone();
+                let (r, done) = (r.clone(), done.clone());
                 std::thread::spawn(move || {
                     let mut got = Vec::new();
                     let mut buf = [0u32; 16];
-                    let mut idle = 0;
-                    while idle < 200_000 {
+                    loop {
+                        // Read the flag before polling: once producers are done and the
+                        // ring is empty, nothing more can come.
+                        let finished = done.load(std::sync::atomic::Ordering::Acquire);
                         let n = r.dequeue_burst(&mut buf);
-                        if n == 0 {
-                            idle += 1;
-                            std::thread::yield_now();
-                        } else {
-                            idle = 0;
+                        if n > 0 {
                             got.extend_from_slice(&buf[..n]);
+                        } else if finished {
+                            break;
+                        } else {
+                            std::thread::yield_now();
                         }
                     }
                     got
@@ -341,6 +344,7 @@ mod tests {
         for p in producers {
             p.join().unwrap();
         }
+        done.store(true, std::sync::atomic::Ordering::Release);
         let mut all: Vec<u32> = consumers
             .into_iter()
             .flat_map(|c| c.join().unwrap())
