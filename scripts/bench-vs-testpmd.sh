@@ -18,16 +18,22 @@ tmp=$(mktemp -d)
 cleanup() { rm -rf "$tmp" /var/run/dpdk/tpmd*$$ 2>/dev/null || true; }
 trap cleanup EXIT
 strip() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1"; }
+# The RX side creates the memif socket once it is up; start the TX side only then.
+wait_for_socket() {
+  for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done
+  echo "bench-vs-testpmd: $1 never appeared (RX side failed to start)" >&2; return 1
+}
 
 testpmd_rate() { # LEN -> Mpps
-  local len=$1 sock=$tmp/tpmd.sock
+  local len=$1 sock=$tmp/tpmd-$1.sock
   local eal="--no-pci --no-huge -m 512 --no-shconf"
   local app="--stats-period 1 --total-num-mbufs=16384 --txd=1024 --rxd=1024"
   timeout -s INT $((secs + 6)) dpdk-testpmd -l 0,1 --main-lcore 1 --file-prefix tpmdrx$$ $eal \
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no" -- --forward-mode=rxonly $app \
     >"$tmp/rx.log" 2>&1 </dev/null &
   local rxp=$!
-  sleep 2
+  wait_for_socket "$sock"
+  sleep 0.5
   timeout -s INT "$secs" dpdk-testpmd -l 0,1 --main-lcore 0 --file-prefix tpmdtx$$ $eal \
     --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no" -- --forward-mode=txonly \
     --txpkts="$len" $app >"$tmp/tx.log" 2>&1 </dev/null || true
@@ -37,7 +43,7 @@ testpmd_rate() { # LEN -> Mpps
 }
 
 ours_rate() { # LEN -> Mpps
-  local len=$1 sock=$tmp/ours.sock
+  local len=$1 sock=$tmp/ours-$1.sock
   for side in rx tx; do
     sed -e "s|/tmp/dataplane-memif.sock|$sock|" -e "s/buf_size: 1088/buf_size: 2048/" \
       -e "s/header_size: 64/header_size: 42/" -e "s/payload_size: 64/payload_size: $((len - 42))/" \
@@ -45,7 +51,8 @@ ours_rate() { # LEN -> Mpps
   done
   "$bin" bench raw "$tmp/rx.yaml" --seconds $((secs + 5)) --json >"$tmp/ours-rx.json" 2>/dev/null &
   local rxp=$!
-  sleep 2
+  wait_for_socket "$sock"
+  sleep 0.5
   "$bin" bench raw "$tmp/tx.yaml" --seconds "$secs" --json 2>/dev/null | tail -n 1 >"$tmp/ours-tx.json"
   wait $rxp || true
   python3 - "$tmp/ours-tx.json" "$tmp/ours-rx.json" <<'PY'

@@ -293,6 +293,7 @@ impl DataPlane {
         let control = Arc::new(WorkerControl::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let ctl = control.clone();
+        let engine = self.engine.clone();
         let thread = std::thread::Builder::new()
             .name(format!("dp-worker-{core}"))
             .spawn(move || {
@@ -300,8 +301,10 @@ impl DataPlane {
                     let _ = ready_tx.send(Err(e));
                     return;
                 }
+                engine.worker_thread(true);
                 let _ = ready_tx.send(Ok(()));
                 worker::run(tasks, &ctl);
+                engine.worker_thread(false);
             })
             .map_err(StartError::Spawn)?;
         self.workers.push(WorkerHandle {

@@ -438,6 +438,23 @@ impl Engine for DpdkEngine {
     fn steering(&self) -> &'static str {
         "hardware"
     }
+
+    fn worker_thread(&self, starting: bool) {
+        // A registered thread gets an lcore id, so mempools give it a per-lcore cache.
+        // SAFETY: called on the worker thread itself, once at start and once at exit.
+        unsafe {
+            if starting {
+                if sys::rte_thread_register() != 0 {
+                    tracing::warn!(
+                        "{}",
+                        last_error("rte_thread_register (the worker runs without mempool caches)")
+                    );
+                }
+            } else {
+                sys::rte_thread_unregister();
+            }
+        }
+    }
 }
 
 struct DpdkRx {

@@ -70,6 +70,10 @@ pub trait Engine: Send + Sync {
     fn rx_overflow(&self) -> Overflow;
     /// "software" or "hardware": where flow steering happens.
     fn steering(&self) -> &'static str;
+
+    /// Called on each worker thread after pinning and before its first poll, and again
+    /// (with `false`) before it exits; engines register per-thread state here.
+    fn worker_thread(&self, _starting: bool) {}
 }
 
 /// An engine could not be created or a queue could not be opened.
