@@ -208,8 +208,30 @@ pub struct Need {
     pub per_node: BTreeMap<u32, (u64, Vec<(String, u64)>)>,
 }
 
-/// Pages the `huge` regions of `config` need (plus the engine's own need; none for the
-/// engines this build has).
+/// Descriptors per RX and TX ring of the DPDK engine.
+pub const DPDK_RING_DESCRIPTORS: usize = 1024;
+/// Bytes DPDK adds to each mbuf's data room (headroom and header).
+const DPDK_MBUF_OVERHEAD: usize = 256;
+
+/// Memory DPDK's EAL needs for the DPDK engine's mbuf pools of `config` (one per queue, at
+/// least 1.5x its ring, each mbuf with room for a 2 KiB frame or the region's buf_size), plus
+/// EAL's own 64 MiB, with a quarter on top for allocator slack.
+pub fn dpdk_eal_memory_bytes(config: &Config) -> u64 {
+    let mut bytes = 64u64 << 20;
+    for (_, _, q) in config.queues() {
+        let region = q
+            .memory_regions
+            .first()
+            .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
+        let (n, size) = region.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
+        let n = n.max(DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize);
+        bytes += (n * (size.max(2048) + DPDK_MBUF_OVERHEAD)) as u64;
+    }
+    bytes + bytes / 4
+}
+
+/// Pages the `huge` regions of `config` need, plus the engine's own: with the DPDK engine
+/// and huge regions, EAL takes its pools from huge pages too (on the first region's node).
 pub fn need_of(config: &Config, page_size: u64, stride_of: impl Fn(usize) -> usize) -> Need {
     let mut per_node: BTreeMap<u32, (u64, Vec<(String, u64)>)> = BTreeMap::new();
     for m in config
@@ -221,6 +243,17 @@ pub fn need_of(config: &Config, page_size: u64, stride_of: impl Fn(usize) -> usi
         let e = per_node.entry(m.affinity).or_default();
         e.0 += pages;
         e.1.push((m.name.clone(), pages));
+    }
+    if config.engine == crate::config::EngineKind::Dpdk
+        && let Some(first) = config
+            .memory_regions
+            .iter()
+            .find(|m| m.kind == MemoryKind::Huge)
+    {
+        let pages = dpdk_eal_memory_bytes(config).div_ceil(page_size);
+        let e = per_node.entry(first.affinity).or_default();
+        e.0 += pages;
+        e.1.push(("DPDK EAL mbuf pools".to_owned(), pages));
     }
     Need {
         page_size,

@@ -71,7 +71,7 @@ fn setup() -> Result<HugeEnv, String> {
         return Err("kernel has no 2 MiB huge pages".into());
     }
     let saved_nr = read_u64(NR);
-    let want = saved_nr + 32;
+    let want = saved_nr + 128;
     fs::write(NR, want.to_string()).map_err(|e| format!("cannot write {NR}: {e}"))?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mount = dir.path().to_path_buf();
@@ -368,4 +368,69 @@ fn a_panic_removes_the_files() {
         "unwinding removed the files: {:?}",
         ours()
     );
+}
+
+/// The DPDK engine in hugepage mode: our regions as files, EAL's pools from huge pages with
+/// `--huge-unlink`; the preflight counts both, and nothing is left afterwards.
+#[cfg(feature = "dpdk")]
+#[test]
+fn dpdk_in_hugepage_mode_leaves_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = match setup() {
+        Ok(e) => e,
+        Err(why) => {
+            println!("SKIP DPDK hugepage test: {why}");
+            eprintln!("SKIP DPDK hugepage test: {why}");
+            return;
+        }
+    };
+    let text = fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../configs/dpdk_ring.yaml"),
+    )
+    .unwrap()
+    .replace(
+        "kind: \"host\"          # host memory: EAL runs with --no-huge",
+        "kind: \"huge\"",
+    )
+    .replace("kind: \"host\"", "kind: \"huge\"")
+    .replace("num_bufs: 16384", "num_bufs: 4096");
+    assert_eq!(text.matches("kind: \"huge\"").count(), 2, "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("dpdk_huge.yaml");
+    fs::write(&cfg, &text).unwrap();
+    let free_before = read_u64(FREE);
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["bench", "raw"])
+        .arg(&cfg)
+        .args(["--seconds", "1", "--json"])
+        .env("DATAPLANE_HUGETLBFS", &env.mount)
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{se}");
+    assert!(
+        so.lines().last().unwrap().contains("\"lossless\":true"),
+        "{so}"
+    );
+    assert!(files(&env.mount).is_empty(), "{:?}", files(&env.mount));
+    assert_eq!(read_u64(FREE), free_before, "every page came back");
+
+    // Too few pages: the preflight names EAL's share too.
+    let nr = read_u64(NR);
+    fs::write(NR, "8").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["bench", "raw"])
+        .arg(&cfg)
+        .args(["--seconds", "1"])
+        .env("DATAPLANE_HUGETLBFS", &env.mount)
+        .output()
+        .unwrap();
+    fs::write(NR, nr.to_string()).unwrap();
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(se.contains("DPDK EAL mbuf pools"), "{se}");
+    assert!(files(&env.mount).is_empty());
 }

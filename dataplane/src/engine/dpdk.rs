@@ -17,11 +17,9 @@ use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
 /// Descriptors per RX and TX ring.
-const RING_DESCRIPTORS: u16 = 1024;
+const RING_DESCRIPTORS: u16 = hugepages::DPDK_RING_DESCRIPTORS as u16;
 /// Mbufs taken from or handed to the driver per call.
 const MAX_BURST: usize = 64;
-/// Bytes DPDK reserves in front of packet data and for the mbuf header.
-const MBUF_OVERHEAD: usize = 128 + 128;
 
 fn dpdk_error(what: &str, code: i32) -> String {
     let code = if code < 0 { -code } else { code };
@@ -52,6 +50,10 @@ pub fn eal_args(config: &Config, memory_mb: usize) -> Vec<String> {
         .any(|m| m.kind == MemoryKind::Huge)
     {
         a.push("--huge-unlink".to_owned());
+        // The same mount our region files use, when there is one.
+        if let Ok(Some(m)) = hugepages::mount_for(hugepages::default_page_size()) {
+            a.push(format!("--huge-dir={}", m.path.display()));
+        }
     } else {
         a.extend([
             "--no-huge".to_owned(),
@@ -116,16 +118,7 @@ pub struct DpdkEngine {
 }
 
 fn memory_mb(config: &Config) -> usize {
-    let mut bytes = 64 << 20;
-    for (_, _, q) in config.queues() {
-        let first = q
-            .memory_regions
-            .first()
-            .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
-        let (n, size) = first.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
-        bytes += n.max(RING_DESCRIPTORS as usize * 2) * (size + MBUF_OVERHEAD);
-    }
-    (bytes + bytes / 4).div_ceil(1 << 20)
+    hugepages::dpdk_eal_memory_bytes(config).div_ceil(1 << 20) as usize
 }
 
 fn init_eal(args: Vec<String>) -> Result<(), EngineError> {
@@ -393,6 +386,8 @@ impl Engine for DpdkEngine {
         Ok(Box::new(DpdkRx {
             port_id: p.id,
             hw_queue: hw,
+            polls: 0,
+            nic_seen: (0, 0),
             port,
             queue,
             regions: self.regions.clone(),
@@ -457,9 +452,16 @@ impl Engine for DpdkEngine {
     }
 }
 
+/// Polls between reads of the port's counters (a few per second at full speed).
+const NIC_STATS_EVERY: u32 = 1 << 20;
+
 struct DpdkRx {
     port_id: u16,
     hw_queue: u16,
+    /// Polls since the port's counters were last read (queue 0 of a port reads them).
+    polls: u32,
+    /// Missed + errored and no-mbuf counts already folded into our counters.
+    nic_seen: (u64, u64),
     port: u16,
     queue: u16,
     regions: Arc<RegionSet>,
@@ -471,8 +473,46 @@ struct DpdkRx {
 // SAFETY: the scratch pointers are only used inside one call on the owning worker thread.
 unsafe impl Send for DpdkRx {}
 
+impl DpdkRx {
+    /// Folds the port's own drop counters into this queue's: packets the NIC missed or
+    /// rejected become `engine_missed`, receives without an mbuf `pool_empty`, so
+    /// "lossless" also covers the device.
+    fn fold_nic_counters(&mut self) {
+        if self.hw_queue != 0 {
+            return;
+        }
+        let mut st = sys::rte_eth_stats::default();
+        // SAFETY: a valid port and an out structure.
+        if unsafe { sys::rte_eth_stats_get(self.port_id, &mut st) } != 0 {
+            return;
+        }
+        let (missed, nombuf) = (st.imissed + st.ierrors, st.rx_nombuf);
+        self.counters.drop_packets(
+            DropReason::EngineMissed,
+            missed.saturating_sub(self.nic_seen.0),
+        );
+        self.counters.drop_packets(
+            DropReason::PoolEmpty,
+            nombuf.saturating_sub(self.nic_seen.1),
+        );
+        self.nic_seen = (missed, nombuf);
+    }
+}
+
+impl Drop for DpdkRx {
+    fn drop(&mut self) {
+        // Runs on the worker thread as it exits: the last read of the port's counters.
+        self.fold_nic_counters();
+    }
+}
+
 impl RxPort for DpdkRx {
     fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        self.polls += 1;
+        if self.polls >= NIC_STATS_EVERY {
+            self.polls = 0;
+            self.fold_nic_counters();
+        }
         // Take from the device only what our pool can hold; the rest waits in the device's
         // ring (a NIC counts its own misses when that ring overflows).
         let want = max
