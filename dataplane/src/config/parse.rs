@@ -83,18 +83,9 @@ fn cfg(d: &mut Diagnostics, m: &mut MapReader) -> Option<Config> {
         )
     });
     let legacy = common.as_ref().and_then(|c| c.legacy_protocol);
-    let interfaces = m
-        .optional(d, "interfaces", |d, n, p| {
-            let items = r::list(d, n, p)?;
-            Some(
-                items
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, node)| interface(d, node, &index(p, i), legacy))
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .unwrap_or_default();
+    let interfaces = list_of(d, m, "interfaces", |d, node, p| {
+        interface(d, node, p, legacy)
+    });
     let common = common?;
     let engine = resolve_engine(d, m, &common, &interfaces)?;
     Some(Config {
@@ -698,18 +689,28 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
     })
 }
 
-fn queues(d: &mut Diagnostics, m: &mut MapReader, dir: Direction) -> Vec<QueueConfig> {
-    m.optional(d, "queues", |d, n, p| {
+/// An optional list under `key`, each item parsed by `item` with its indexed path.
+fn list_of<T>(
+    d: &mut Diagnostics,
+    m: &mut MapReader,
+    key: &'static str,
+    item: impl Fn(&mut Diagnostics, &Node, &str) -> Option<T>,
+) -> Vec<T> {
+    m.optional(d, key, |d, n, p| {
         let items = r::list(d, n, p)?;
         Some(
             items
                 .iter()
                 .enumerate()
-                .filter_map(|(i, x)| queue(d, x, &index(p, i), dir))
+                .filter_map(|(i, x)| item(d, x, &index(p, i)))
                 .collect(),
         )
     })
     .unwrap_or_default()
+}
+
+fn queues(d: &mut Diagnostics, m: &mut MapReader, dir: Direction) -> Vec<QueueConfig> {
+    list_of(d, m, "queues", |d, x, p| queue(d, x, p, dir))
 }
 
 fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
@@ -722,30 +723,8 @@ fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
         matches!(n.value, Value::Int(0))
     });
     let queues = queues(d, &mut m, Direction::Rx);
-    let flows = m
-        .optional(d, "flows", |d, n, p| {
-            let items = r::list(d, n, p)?;
-            Some(
-                items
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, x)| flow(d, x, &index(p, i)))
-                    .collect(),
-            )
-        })
-        .unwrap_or_default();
-    let flex_items = m
-        .optional(d, "flex_items", |d, n, p| {
-            let items = r::list(d, n, p)?;
-            Some(
-                items
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, x)| flex_item(d, x, &index(p, i)))
-                    .collect(),
-            )
-        })
-        .unwrap_or_default();
+    let flows = list_of(d, &mut m, "flows", flow);
+    let flex_items = list_of(d, &mut m, "flex_items", flex_item);
     let exception_queue = m
         .optional(d, "exception_queue", |d, n, p| r::uint_in(d, n, p, 0, 63))
         .map(|v| v as u16);
@@ -766,18 +745,7 @@ fn tx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxConfig> {
         matches!(n.value, Value::Bool(false))
     });
     let queues = queues(d, &mut m, Direction::Tx);
-    let flows = m
-        .optional(d, "flows", |d, n, p| {
-            let items = r::list(d, n, p)?;
-            Some(
-                items
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, x)| tx_flow(d, x, &index(p, i)))
-                    .collect(),
-            )
-        })
-        .unwrap_or_default();
+    let flows = list_of(d, &mut m, "flows", tx_flow);
     m.finish(d);
     Some(TxConfig { queues, flows })
 }
