@@ -645,6 +645,60 @@ pub fn cleanup(mounts: &[Mount], dry_run: bool) -> CleanupReport {
     r
 }
 
+/// Where DPDK's EAL keeps per-prefix runtime directories: /var/run/dpdk for root, else
+/// $XDG_RUNTIME_DIR/dpdk.
+pub fn dpdk_runtime_bases() -> Vec<PathBuf> {
+    let mut v = vec![PathBuf::from("/var/run/dpdk")];
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        v.push(PathBuf::from(x).join("dpdk"));
+    }
+    v
+}
+
+/// The process id in one of our prefixes, `dataplane_<pid>_<nonce>`.
+fn pid_of_prefix(name: &str) -> Option<i32> {
+    name.strip_prefix(OUR_PREFIX)?
+        .split('_')
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn process_alive(pid: i32) -> bool {
+    match rustix::process::Pid::from_raw(pid) {
+        // Signal 0 checks existence; EPERM still means the process exists.
+        Some(p) => !matches!(
+            rustix::process::test_kill_process(p),
+            Err(rustix::io::Errno::SRCH)
+        ),
+        None => false,
+    }
+}
+
+/// Removes the EAL runtime directories our prefix left when a process died (EAL removes
+/// nothing itself; our engine removes its own on a normal exit). Returns removed paths;
+/// directories of other prefixes are never touched.
+pub fn cleanup_dpdk_runtime_dirs(dry_run: bool) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for base in dpdk_runtime_bases() {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if let Some(pid) = pid_of_prefix(&name)
+                && is_dir
+                && !process_alive(pid)
+                && (dry_run || std::fs::remove_dir_all(e.path()).is_ok())
+            {
+                removed.push(e.path());
+            }
+        }
+    }
+    removed
+}
+
 /// Human-readable status: mounts, page counts, files.
 pub fn status_text() -> String {
     let mut s = String::new();
@@ -797,6 +851,14 @@ mod tests {
         let e = check(&need, &counts(40, 30, None), true).unwrap_err().0;
         assert!(e.contains("echo 45 >"), "{e}");
         assert!(!e.contains("mount -t"), "{e}");
+    }
+
+    #[test]
+    fn dead_runtime_directories_of_our_prefix_are_recognised() {
+        assert_eq!(pid_of_prefix("dataplane_1234_abcdef"), Some(1234));
+        assert_eq!(pid_of_prefix("rte"), None);
+        assert!(process_alive(std::process::id() as i32));
+        assert!(!process_alive(i32::MAX - 7));
     }
 
     #[test]

@@ -121,9 +121,13 @@ fn main() -> ExitCode {
 
 fn hugepages_cleanup(dry_run: bool) -> ExitCode {
     use dataplane::hugepages;
+    let verb = if dry_run { "Would remove" } else { "Removed" };
+    for dir in hugepages::cleanup_dpdk_runtime_dirs(dry_run) {
+        println!("{verb} leftover DPDK runtime directory {}", dir.display());
+    }
     let mounts = hugepages::mounts();
     if mounts.is_empty() {
-        println!("no hugetlbfs mounts: nothing to clean");
+        println!("no hugetlbfs mounts: no hugepage files to clean");
         return ExitCode::SUCCESS;
     }
     let report = hugepages::cleanup(&mounts, dry_run);

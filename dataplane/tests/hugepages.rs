@@ -399,6 +399,9 @@ fn dpdk_in_hugepage_mode_leaves_nothing() {
     let cfg = dir.path().join("dpdk_huge.yaml");
     fs::write(&cfg, &text).unwrap();
     let free_before = read_u64(FREE);
+    // A runtime directory a dead DPDK run of ours left (pid far above pid_max).
+    let dead_dir = PathBuf::from("/var/run/dpdk/dataplane_2147483000_000000");
+    fs::create_dir_all(&dead_dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
         .args(["bench", "raw"])
         .arg(&cfg)
@@ -417,6 +420,10 @@ fn dpdk_in_hugepage_mode_leaves_nothing() {
     );
     assert!(files(&env.mount).is_empty(), "{:?}", files(&env.mount));
     assert_eq!(read_u64(FREE), free_before, "every page came back");
+    assert!(
+        !dead_dir.exists() && se.contains("Removed leftover DPDK runtime directory"),
+        "{se}"
+    );
 
     // Too few pages: the preflight names EAL's share too.
     let nr = read_u64(NR);

@@ -83,16 +83,6 @@ pub fn port_name(address: &str) -> &str {
     address.split(',').next().unwrap_or(address).trim()
 }
 
-/// Where EAL puts per-prefix runtime directories: /var/run/dpdk for root, else
-/// $XDG_RUNTIME_DIR/dpdk.
-fn runtime_bases() -> Vec<std::path::PathBuf> {
-    let mut v = vec![std::path::PathBuf::from("/var/run/dpdk")];
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
-        v.push(std::path::PathBuf::from(x).join("dpdk"));
-    }
-    v
-}
-
 /// A mempool pointer that may move between threads (DPDK mempools are thread-safe).
 #[derive(Clone, Copy)]
 struct Pool(*mut sys::rte_mempool);
@@ -134,7 +124,7 @@ fn init_eal(args: Vec<String>) -> Result<(), EngineError> {
         // SAFETY: argv points at C strings that outlive the call.
         let ret = unsafe { sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
         if ret < 0 {
-            for base in runtime_bases() {
+            for base in hugepages::dpdk_runtime_bases() {
                 let _ = std::fs::remove_dir_all(base.join(hugepages::file_prefix()));
             }
             return Err(EngineError::Config(format!(
@@ -352,7 +342,7 @@ impl Drop for DpdkEngine {
         // SAFETY: nothing uses DPDK any more; pools and ports are released with it.
         unsafe { sys::rte_eal_cleanup() };
         // EAL 22.11 leaves its runtime directory behind even after a clean exit.
-        for base in runtime_bases() {
+        for base in hugepages::dpdk_runtime_bases() {
             let _ = std::fs::remove_dir_all(base.join(hugepages::file_prefix()));
         }
     }
