@@ -667,9 +667,9 @@ fn pid_of_prefix(name: &str) -> Option<i32> {
 fn process_alive(pid: i32) -> bool {
     match rustix::process::Pid::from_raw(pid) {
         // Signal 0 checks existence; EPERM still means the process exists.
-        Some(p) => !matches!(
+        Some(p) => matches!(
             rustix::process::test_kill_process(p),
-            Err(rustix::io::Errno::SRCH)
+            Ok(()) | Err(rustix::io::Errno::PERM)
         ),
         None => false,
     }

@@ -562,6 +562,11 @@ fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)])
 /// hugetlbfs mounts (so a run never fails because an earlier one died), then checks that
 /// enough pages are free.
 fn prepare_hugepages(config: &Config) -> Result<(), StartError> {
+    if config.engine == crate::config::EngineKind::Dpdk {
+        for dir in hugepages::cleanup_dpdk_runtime_dirs(false) {
+            tracing::warn!("Removed leftover DPDK runtime directory {}", dir.display());
+        }
+    }
     if !config
         .memory_regions
         .iter()
