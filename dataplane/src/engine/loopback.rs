@@ -170,6 +170,7 @@ impl Engine for LoopbackEngine {
             ack: iface.ingress_acks[tx].clone(),
             acked: 0,
             counters,
+            pieces: Vec::with_capacity(iface.rx_ids.len()),
         }))
     }
 
@@ -194,6 +195,8 @@ struct LoopbackTx {
     acked: u64,
     /// This TX queue's counters; the TX worker is their only writer.
     counters: Arc<QueueCounters>,
+    /// Per-RX-queue pieces of the burst being steered (kept to reuse the allocation).
+    pieces: Vec<Burst>,
 }
 
 impl LoopbackTx {
@@ -221,15 +224,13 @@ impl TxPort for LoopbackTx {
                 return Some(b);
             }
         } else {
-            let mut pieces: Vec<Burst> = self
-                .rx_ids
-                .iter()
-                .map(|&q| {
-                    let mut b = Burst::empty(self.regions.clone(), self.port, q, burst.len());
-                    b.set_steering_epoch(epoch);
-                    b
-                })
-                .collect();
+            // The container is kept between calls: no allocation per burst.
+            let mut pieces = std::mem::take(&mut self.pieces);
+            pieces.extend(self.rx_ids.iter().map(|&q| {
+                let mut b = Burst::empty(self.regions.clone(), self.port, q, burst.len());
+                b.set_steering_epoch(epoch);
+                b
+            }));
             let (mut no_flow, mut malformed) = (0u64, 0u64);
             let index_of = &self.index_of;
             burst.distribute(&mut pieces, |b, i| {
@@ -251,12 +252,13 @@ impl TxPort for LoopbackTx {
                     }
                 }
             });
-            for (rx, piece) in pieces.into_iter().enumerate() {
+            for (rx, piece) in pieces.drain(..).enumerate() {
                 if !piece.is_empty() {
                     // Cannot fail: checked above, and nobody else pushes here.
                     let _ = self.wires[rx].push(piece);
                 }
             }
+            self.pieces = pieces;
             self.counters.drop_packets(DropReason::NoFlow, no_flow);
             self.counters.drop_packets(DropReason::Malformed, malformed);
         }
