@@ -186,6 +186,14 @@ pub fn page_counts() -> Vec<PageCounts> {
     out
 }
 
+/// Pages of `page_size` a new mapping can get on this machine, and the pool's total.
+pub fn available_and_total(page_size: u64) -> (u64, u64) {
+    page_counts()
+        .into_iter()
+        .find(|c| c.node.is_none() && c.page_size == page_size)
+        .map_or((0, 0), |c| (c.available(), c.total))
+}
+
 fn size_name(bytes: u64) -> String {
     if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{} GiB", bytes >> 30)
@@ -210,23 +218,49 @@ pub struct Need {
 
 /// Descriptors per RX and TX ring of the DPDK engine.
 pub const DPDK_RING_DESCRIPTORS: usize = 1024;
-/// Bytes DPDK adds to each mbuf's data room (headroom and header).
-const DPDK_MBUF_OVERHEAD: usize = 256;
+/// Bytes DPDK keeps in front of packet data (RTE_PKTMBUF_HEADROOM).
+const DPDK_HEADROOM: usize = 128;
+/// Bytes of an mbuf's header.
+const DPDK_MBUF_HEADER: usize = 128;
 
-/// Memory DPDK's EAL needs for the DPDK engine's mbuf pools of `config` (one per queue, at
-/// least 1.5x its ring, each mbuf with room for a 2 KiB frame or the region's buf_size), plus
-/// EAL's own 64 MiB, with a quarter on top for allocator slack.
-pub fn dpdk_eal_memory_bytes(config: &Config) -> u64 {
-    let mut bytes = 64u64 << 20;
-    for (_, _, q) in config.queues() {
-        let region = q
-            .memory_regions
-            .first()
-            .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
-        let (n, size) = region.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
-        let n = n.max(DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize);
-        bytes += (n * (size.max(2048) + DPDK_MBUF_OVERHEAD)) as u64;
+/// The DPDK engine's mbuf pool for one queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DpdkPoolSize {
+    /// The queue's first region's `num_bufs`.
+    pub configured: usize,
+    /// Mbufs in the pool: `configured`, raised to 1.5x the ring plus a burst.
+    pub mbufs: usize,
+    /// Data room per mbuf: headroom plus the region's `buf_size`, at least a 2 KiB frame
+    /// (some PMDs, af_packet among them, want that).
+    pub data_room: usize,
+}
+
+/// Pool size of queue `q` under the DPDK engine, from the queue's first memory region.
+pub fn dpdk_pool_size(config: &Config, q: &crate::config::QueueConfig) -> DpdkPoolSize {
+    let region = q
+        .memory_regions
+        .first()
+        .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
+    let (configured, size) = region.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
+    DpdkPoolSize {
+        configured,
+        mbufs: configured.max(DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize),
+        data_room: (size.max(2048) + DPDK_HEADROOM).min(u16::MAX as usize),
     }
+}
+
+/// Memory DPDK's EAL needs for the DPDK engine's mbuf pools of `config` (one per queue,
+/// each mbuf its data room plus its header), plus EAL's own 64 MiB, with a quarter on top
+/// for allocator slack.
+pub fn dpdk_eal_memory_bytes(config: &Config) -> u64 {
+    let pools: u64 = config
+        .queues()
+        .map(|(_, _, q)| {
+            let p = dpdk_pool_size(config, q);
+            (p.mbufs * (p.data_room + DPDK_MBUF_HEADER)) as u64
+        })
+        .sum();
+    let bytes = (64u64 << 20) + pools;
     bytes + bytes / 4
 }
 
@@ -559,15 +593,23 @@ fn examine(path: &Path) -> (FileState, u64, Option<OwnedFd>) {
     }
 }
 
+/// The entries of a mount directory, sorted.
+fn entries(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
 /// Every file in the given mounts with its state (locks are released again).
 pub fn scan(mounts: &[Mount]) -> Vec<FoundFile> {
     let mut out = Vec::new();
     for m in mounts {
-        let Ok(entries) = std::fs::read_dir(&m.path) else {
+        let Ok(paths) = entries(&m.path) else {
             continue;
         };
-        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        paths.sort();
         for path in paths {
             let (state, size, _lock) = examine(&path);
             out.push(FoundFile { path, size, state });
@@ -620,15 +662,13 @@ impl CleanupReport {
 pub fn cleanup(mounts: &[Mount], dry_run: bool) -> CleanupReport {
     let mut r = CleanupReport::default();
     for m in mounts {
-        let entries = match std::fs::read_dir(&m.path) {
-            Ok(e) => e,
+        let paths = match entries(&m.path) {
+            Ok(p) => p,
             Err(e) => {
                 r.errors.push((m.path.clone(), e.to_string()));
                 continue;
             }
         };
-        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        paths.sort();
         for path in paths {
             let (state, size, lock) = examine(&path);
             match state {

@@ -258,16 +258,9 @@ fn map_huge(cfg: &MemoryRegionConfig, bytes: usize, index: usize) -> Result<Back
             );
             Ok(Backing::HugeFile(f))
         }
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOMEM.raw_os_error()) => {
-            let pages_needed = len / mount.page_size as usize;
-            let (free, total) = huge_pages_free_total();
-            Err(MemoryError::NoHugePages {
-                name: cfg.name.clone(),
-                pages_needed,
-                pages_free: free,
-                reserve: total + pages_needed.saturating_sub(free),
-            })
-        }
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOMEM.raw_os_error()) => Err(
+            no_huge_pages(cfg, len / mount.page_size as usize, mount.page_size),
+        ),
         Err(e) => Err(MemoryError::Map {
             name: cfg.name.clone(),
             kind: "huge",
@@ -303,15 +296,11 @@ fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backi
             len,
         }),
         Err(e) if huge => {
-            let pages_needed = len / huge_page;
-            let (free, total) = huge_pages_free_total();
-            if pages_needed > free || e == rustix::io::Errno::NOMEM {
-                return Err(MemoryError::NoHugePages {
-                    name: cfg.name.clone(),
-                    pages_needed,
-                    pages_free: free,
-                    reserve: total + pages_needed.saturating_sub(free),
-                });
+            let err = no_huge_pages(cfg, len / huge_page, huge_page as u64);
+            if e == rustix::io::Errno::NOMEM
+                || matches!(err, MemoryError::NoHugePages { pages_needed, pages_free, .. } if pages_needed > pages_free)
+            {
+                return Err(err);
             }
             Err(MemoryError::Map {
                 name: cfg.name.clone(),
@@ -329,16 +318,16 @@ fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backi
     }
 }
 
-/// Free and total 2 MiB huge pages from /proc/meminfo (0, 0 when unreadable).
-pub fn huge_pages_free_total() -> (usize, usize) {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("HugePages_Free:"), field("HugePages_Total:"))
+/// The error for a huge region that did not get its pages, with the pool's numbers.
+fn no_huge_pages(cfg: &MemoryRegionConfig, pages_needed: usize, page_size: u64) -> MemoryError {
+    let (free, total) = hugepages::available_and_total(page_size);
+    let (free, total) = (free as usize, total as usize);
+    MemoryError::NoHugePages {
+        name: cfg.name.clone(),
+        pages_needed,
+        pages_free: free,
+        reserve: total + pages_needed.saturating_sub(free),
+    }
 }
 
 #[cfg(feature = "cuda")]

@@ -3,7 +3,8 @@
 //! path is checked for integrity, not losslessness). Root only; skipped visibly otherwise.
 #![cfg(feature = "dpdk")]
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -67,11 +68,6 @@ fn setup() -> Result<Namespaces, String> {
     Ok(guard)
 }
 
-fn last_json(out: &[u8]) -> serde_json::Value {
-    let text = String::from_utf8_lossy(out);
-    serde_json::from_str(text.lines().last().expect("a report line")).expect("JSON report")
-}
-
 #[test]
 fn af_packet_across_namespaces_delivers_verified_frames() {
     let _ns = match setup() {
@@ -82,10 +78,7 @@ fn af_packet_across_namespaces_delivers_verified_frames() {
             return;
         }
     };
-    let cfg = |side: &str| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../configs/dpdk_af_packet_{side}.yaml"))
-    };
+    let cfg = |side: &str| common::config_path(&format!("dpdk_af_packet_{side}.yaml"));
     let bin = env!("CARGO_BIN_EXE_dataplane");
     let rx = Command::new("ip")
         .args(["netns", "exec", NS_RX, bin, "bench", "raw"])
@@ -108,7 +101,7 @@ fn af_packet_across_namespaces_delivers_verified_frames() {
         "TX: {}",
         String::from_utf8_lossy(&tx.stderr)
     );
-    let (t, r) = (last_json(&tx.stdout), last_json(&rx.stdout));
+    let (t, r) = (common::last_json(&tx.stdout), common::last_json(&rx.stdout));
     let sent = t["tx_packets"].as_u64().unwrap();
     let got = r["rx_packets"].as_u64().unwrap();
     assert!(sent > 1000, "{t}");

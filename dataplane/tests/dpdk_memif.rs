@@ -2,24 +2,20 @@
 //! what the TX process sent, every packet checked.
 #![cfg(feature = "dpdk")]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn config(side: &str, socket: &str, dir: &std::path::Path) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../configs/dpdk_memif_{side}.yaml"));
+    let src = common::config_path(&format!("dpdk_memif_{side}.yaml"));
     let text = std::fs::read_to_string(src)
         .unwrap()
         .replace("/tmp/dataplane-memif.sock", socket);
     let p = dir.join(format!("{side}.yaml"));
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn last_json(out: &[u8]) -> serde_json::Value {
-    let text = String::from_utf8_lossy(out);
-    serde_json::from_str(text.lines().last().expect("a report line")).expect("JSON report")
 }
 
 #[test]
@@ -54,7 +50,7 @@ fn memif_tx_process_to_rx_process_counts_equal() {
         "RX: {}",
         String::from_utf8_lossy(&rx.stderr)
     );
-    let (t, r) = (last_json(&tx.stdout), last_json(&rx.stdout));
+    let (t, r) = (common::last_json(&tx.stdout), common::last_json(&rx.stdout));
     let sent = t["tx_packets"].as_u64().unwrap();
     assert!(sent > 1000, "{t}");
     assert_eq!(r["rx_packets"].as_u64().unwrap(), sent, "RX {r}\nTX {t}");

@@ -2,14 +2,15 @@
 //! lossless. EAL can start once per process, so each DPDK test has its own binary.
 #![cfg(feature = "dpdk")]
 
+mod common;
+
 use dataplane::bench::raw::{self, RawOptions};
 use dataplane::config;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 #[test]
 fn net_ring_bench_is_lossless() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../configs/dpdk_ring.yaml");
+    let path = common::config_path("dpdk_ring.yaml");
     let cfg = config::load_file(&path).expect("config").config;
     let report = raw::run(
         &cfg,

@@ -3,6 +3,8 @@
 //! both afterwards. Where that is impossible (not root, no hugetlbfs, pages cannot be
 //! reserved) it prints why and skips visibly.
 
+mod common;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -384,16 +386,14 @@ fn dpdk_in_hugepage_mode_leaves_nothing() {
             return;
         }
     };
-    let text = fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../configs/dpdk_ring.yaml"),
-    )
-    .unwrap()
-    .replace(
-        "kind: \"host\"          # host memory: EAL runs with --no-huge",
-        "kind: \"huge\"",
-    )
-    .replace("kind: \"host\"", "kind: \"huge\"")
-    .replace("num_bufs: 16384", "num_bufs: 4096");
+    let text = fs::read_to_string(common::config_path("dpdk_ring.yaml"))
+        .unwrap()
+        .replace(
+            "kind: \"host\"          # host memory: EAL runs with --no-huge",
+            "kind: \"huge\"",
+        )
+        .replace("kind: \"host\"", "kind: \"huge\"")
+        .replace("num_bufs: 16384", "num_bufs: 4096");
     assert_eq!(text.matches("kind: \"huge\"").count(), 2, "{text}");
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("dpdk_huge.yaml");

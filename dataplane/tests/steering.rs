@@ -1,20 +1,15 @@
 //! Flow steering end to end on the software loopback: the 4-queue bench config, and flows
 //! added and removed while traffic flows.
 
+mod common;
+
 use dataplane::bench::raw::{self, RawOptions};
 use dataplane::config::{self, FlowConfig, FlowMatch, PortRange};
 use dataplane::{DataPlane, TxFailure};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-
-fn repo_file(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(rel)
-}
 
 /// The queue `configs/sw_loopback_4q.yaml`'s rules give to source port `s`, destination
 /// port `d` (written out by hand from the file's comments, independent of the classifier).
@@ -30,7 +25,7 @@ fn queue_by_rules(s: u16, d: u16) -> Option<u16> {
 
 #[test]
 fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
-    let mut cfg = config::load_file(&repo_file("configs/sw_loopback_4q.yaml"))
+    let mut cfg = config::load_file(&common::config_path("sw_loopback_4q.yaml"))
         .expect("config")
         .config;
     cfg.master_core = 0;

@@ -232,28 +232,27 @@ impl DpdkEngine {
             tx_queue_index: Vec::new(),
         };
         let pool_for = |q: &crate::config::QueueConfig, dir: &str| -> Result<Pool, EngineError> {
-            let region = q
-                .memory_regions
-                .first()
-                .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
-            let (num, size) = region.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
-            let need = RING_DESCRIPTORS as usize * 3 / 2 + q.batch_size as usize;
-            let num = if num < need {
+            let size = hugepages::dpdk_pool_size(config, q);
+            if size.mbufs > size.configured {
                 tracing::warn!(
-                    "interface `{}` {dir} queue {}: {num} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {need}",
+                    "interface `{}` {dir} queue {}: {} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {}",
                     iface.name,
-                    q.id
+                    q.id,
+                    size.configured,
+                    size.mbufs
                 );
-                need
-            } else {
-                num
-            };
+            }
             let pname = CString::new(format!("dp{index}{dir}{}", q.id)).expect("pool name");
-            // Some PMDs (af_packet) want room for a whole 2 KiB frame in every mbuf.
-            let data_room = (size.max(2048) + 128).min(u16::MAX as usize) as u16;
             // SAFETY: valid arguments; the pool lives until EAL cleanup.
             let p = unsafe {
-                sys::rte_pktmbuf_pool_create(pname.as_ptr(), num as u32, 256, 0, data_room, socket)
+                sys::rte_pktmbuf_pool_create(
+                    pname.as_ptr(),
+                    size.mbufs as u32,
+                    256,
+                    0,
+                    size.data_room as u16,
+                    socket,
+                )
             };
             if p.is_null() {
                 return Err(EngineError::Config(format!(
