@@ -219,33 +219,39 @@ pub struct Need {
 /// Descriptors per RX and TX ring of the DPDK engine.
 pub const DPDK_RING_DESCRIPTORS: usize = 1024;
 /// Bytes DPDK keeps in front of packet data (RTE_PKTMBUF_HEADROOM).
-const DPDK_HEADROOM: usize = 128;
+pub const DPDK_HEADROOM: usize = 128;
 /// Bytes of an mbuf's header.
 const DPDK_MBUF_HEADER: usize = 128;
 
 /// The DPDK engine's mbuf pool for one queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DpdkPoolSize {
-    /// The queue's first region's `num_bufs`.
+    /// The segment's region's `num_bufs`.
     pub configured: usize,
     /// Mbufs in the pool: `configured`, raised to 1.5x the ring plus a burst.
     pub mbufs: usize,
-    /// Data room per mbuf: headroom plus the region's `buf_size`, at least a 2 KiB frame
-    /// (some PMDs, af_packet among them, want that).
+    /// Data room per mbuf: headroom plus the region's `buf_size`; for whole frames at
+    /// least 2 KiB (some PMDs, af_packet among them, want that).
     pub data_room: usize,
 }
 
-/// Pool size of queue `q` under the DPDK engine, from the queue's first memory region.
-pub fn dpdk_pool_size(config: &Config, q: &crate::config::QueueConfig) -> DpdkPoolSize {
+/// Pool size of segment `seg` of queue `q` under the DPDK engine, from the segment's
+/// memory region (one pool per segment: header-data split has two).
+pub fn dpdk_pool_size(config: &Config, q: &crate::config::QueueConfig, seg: usize) -> DpdkPoolSize {
     let region = q
         .memory_regions
-        .first()
+        .get(seg)
         .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
     let (configured, size) = region.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
+    let size = if q.memory_regions.len() > 1 {
+        size
+    } else {
+        size.max(2048)
+    };
     DpdkPoolSize {
         configured,
         mbufs: configured.max(DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize),
-        data_room: (size.max(2048) + DPDK_HEADROOM).min(u16::MAX as usize),
+        data_room: (size + DPDK_HEADROOM).min(u16::MAX as usize),
     }
 }
 
@@ -255,8 +261,9 @@ pub fn dpdk_pool_size(config: &Config, q: &crate::config::QueueConfig) -> DpdkPo
 pub fn dpdk_eal_memory_bytes(config: &Config) -> u64 {
     let pools: u64 = config
         .queues()
-        .map(|(_, _, q)| {
-            let p = dpdk_pool_size(config, q);
+        .flat_map(|(_, _, q)| (0..q.memory_regions.len().max(1)).map(move |seg| (q, seg)))
+        .map(|(q, seg)| {
+            let p = dpdk_pool_size(config, q, seg);
             (p.mbufs * (p.data_room + DPDK_MBUF_HEADER)) as u64
         })
         .sum();

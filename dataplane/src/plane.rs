@@ -363,8 +363,8 @@ impl DataPlane {
         self.engine.name()
     }
 
-    /// Where flow steering runs: "software" or "hardware".
-    pub fn steering(&self) -> &'static str {
+    /// Where flow steering runs: "software", or "rte_flow" when the NIC does it.
+    pub fn steering(&self) -> String {
         self.engine.steering()
     }
 

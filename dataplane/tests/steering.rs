@@ -11,18 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The queue `configs/sw_loopback_4q.yaml`'s rules give to source port `s`, destination
-/// port `d` (written out by hand from the file's comments, independent of the classifier).
-fn queue_by_rules(s: u16, d: u16) -> Option<u16> {
-    match (s, d) {
-        (_, 5000) => Some(0),
-        (_, 5001) => Some(1),
-        (4096..=4099, 5002..=5003) => Some(2),
-        (4100..=4103, _) => Some(3),
-        _ => None,
-    }
-}
-
 #[test]
 fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
     let mut cfg = config::load_file(&common::config_path("sw_loopback_4q.yaml"))
@@ -41,29 +29,7 @@ fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
     .expect("bench runs");
     assert!(report.lossless, "{:?}", report.problems);
     assert_eq!(report.steering, "software");
-    // The generator rotates source ports 4096..4103 and destination ports 5000..5003 by
-    // packet number; replay that for every packet sent.
-    let mut expected = [0u64; 4];
-    for k in 0..report.tx_packets {
-        let (s, d) = (4096 + (k % 8) as u16, 5000 + (k % 4) as u16);
-        expected[queue_by_rules(s, d).expect("every packet has a rule") as usize] += 1;
-    }
-    let got: Vec<u64> = (0..4)
-        .map(|q| {
-            report
-                .queues
-                .iter()
-                .find(|s| s.direction == "rx" && s.queue == q)
-                .unwrap()
-                .packets
-        })
-        .collect();
-    assert_eq!(got, expected.to_vec());
-    assert!(got.iter().all(|&n| n > 0));
-    // Queue q's rule has flow id q + 1; every packet carries its rule's mark.
-    let marks: Vec<(u32, u64)> = report.flow_ids.iter().map(|(k, v)| (*k, *v)).collect();
-    let want: Vec<(u32, u64)> = (0..4).map(|q| (q as u32 + 1, expected[q])).collect();
-    assert_eq!(marks, want);
+    common::assert_four_queue_split(&report);
 }
 
 const DYNAMIC: &str = r#"

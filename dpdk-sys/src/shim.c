@@ -44,6 +44,26 @@ void shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len)
 	m->pkt_len = len;
 }
 
+void shim_rte_mbuf_marks(struct rte_mbuf *const *mbufs, uint32_t *marks, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		marks[i] = (mbufs[i]->ol_flags & RTE_MBUF_F_RX_FDIR_ID) ? mbufs[i]->hash.fdir.hi : 0;
+}
+
+struct rte_mbuf *shim_rte_pktmbuf_next(struct rte_mbuf *m)
+{
+	return m->next;
+}
+
+uint16_t shim_rte_pktmbuf_nb_segs(const struct rte_mbuf *m)
+{
+	return m->nb_segs;
+}
+
+const uint64_t shim_rss_ip_udp = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP;
+const uint64_t shim_rx_offload_buffer_split = RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT;
+const uint16_t shim_mbuf_headroom = RTE_PKTMBUF_HEADROOM;
+
 int shim_rte_errno(void)
 {
 	return rte_errno;

@@ -14,6 +14,16 @@ void shim_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned int n);
 void *shim_rte_pktmbuf_data(struct rte_mbuf *m);
 uint16_t shim_rte_pktmbuf_data_len(const struct rte_mbuf *m);
 void shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
+/* Flow marks of n received mbufs (0 where the device set none). */
+void shim_rte_mbuf_marks(struct rte_mbuf *const *mbufs, uint32_t *marks, unsigned int n);
+/* The next segment of a packet, or NULL. */
+struct rte_mbuf *shim_rte_pktmbuf_next(struct rte_mbuf *m);
+/* Number of segments of a received packet. */
+uint16_t shim_rte_pktmbuf_nb_segs(const struct rte_mbuf *m);
+/* Values of DPDK macros that bindgen cannot evaluate. */
+extern const uint64_t shim_rss_ip_udp;
+extern const uint64_t shim_rx_offload_buffer_split;
+extern const uint16_t shim_mbuf_headroom;
 int shim_rte_errno(void);
 unsigned int shim_rte_lcore_id(void);
 #endif

@@ -31,7 +31,7 @@ pub struct RawReport {
     /// Engine name.
     pub engine: &'static str,
     /// Where flow steering ran.
-    pub steering: &'static str,
+    pub steering: String,
     /// Seconds of traffic generation.
     pub seconds: f64,
     /// Packets the generators handed to the data plane.

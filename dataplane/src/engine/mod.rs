@@ -5,6 +5,7 @@
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod loopback;
+pub mod wire;
 
 use crate::burst::Burst;
 use crate::config::{Config, EngineKind};
@@ -68,8 +69,9 @@ pub trait Engine: Send + Sync {
     ) -> Result<Box<dyn TxPort>, EngineError>;
     /// Policy when an application ring is full.
     fn rx_overflow(&self) -> Overflow;
-    /// "software" or "hardware": where flow steering happens.
-    fn steering(&self) -> &'static str;
+    /// Where flow steering happens: "software", or "rte_flow" when the device's flow
+    /// tables do it (a mix lists each interface).
+    fn steering(&self) -> String;
 
     /// Called on each worker thread after pinning and before its first poll, and again
     /// (with `false`) before it exits; engines register per-thread state here.
@@ -100,7 +102,9 @@ pub fn create(
             config, regions, steering,
         )?)),
         #[cfg(feature = "dpdk")]
-        EngineKind::Dpdk => Ok(Arc::new(dpdk::DpdkEngine::new(config, regions)?)),
+        EngineKind::Dpdk => Ok(Arc::new(dpdk::DpdkEngine::new(
+            config, regions, steering,
+        )?)),
         #[cfg(not(feature = "dpdk"))]
         EngineKind::Dpdk => Err(EngineError::Config(
             "the DPDK engine is not in this build; rebuild with `cargo build --release --features dpdk` (needs apt-get install dpdk libdpdk-dev libclang-dev pkg-config)".into(),

@@ -19,7 +19,7 @@ pub use headers::Malformed;
 use crate::config::diag::Diagnostics;
 use crate::config::{FlowConfig, RxConfig, validate};
 use arc_swap::ArcSwap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,8 @@ pub struct InterfaceSteering {
     port: u16,
     interface: String,
     software: bool,
+    /// The device's flow tables hold the rules (rte_flow), so changes must go there.
+    device_programmed: AtomicBool,
     rules: ArcSwap<Classifier>,
     control: Mutex<Control>,
     acks: Mutex<Vec<EpochAck>>,
@@ -91,6 +93,7 @@ impl InterfaceSteering {
             port,
             interface: interface.to_owned(),
             software,
+            device_programmed: AtomicBool::new(false),
             rules: ArcSwap::from_pointee(Classifier::compile(rx, 1)),
             control: Mutex::new(Control {
                 rx: rx.clone(),
@@ -120,9 +123,26 @@ impl InterfaceSteering {
         ack
     }
 
+    /// Marks the rules as programmed into the device (rte_flow): run-time changes are
+    /// refused from then on, since the software classifier would not see the packets.
+    pub fn set_device_programmed(&self) {
+        self.device_programmed.store(true, Ordering::Release);
+    }
+
+    fn refuse_if_device_programmed(&self) -> Result<(), FlowError> {
+        if self.device_programmed.load(Ordering::Acquire) {
+            return Err(FlowError::Invalid(format!(
+                "interface `{}` steers with rte_flow rules on the device: not supported: adding or removing flows at run time there (start with the flows in the configuration)",
+                self.interface
+            )));
+        }
+        Ok(())
+    }
+
     /// Adds a flow after the existing ones (so it has the lowest priority). A flow id of 0
     /// gets the lowest unused id. Returns once every worker uses the new rules.
     pub fn add_flow(&self, mut flow: FlowConfig) -> Result<FlowHandle, FlowError> {
+        self.refuse_if_device_programmed()?;
         let epoch = {
             let mut c = self.control.lock().expect("steering control lock");
             if flow.id == 0 {
@@ -167,6 +187,7 @@ impl InterfaceSteering {
     /// Removes a flow added with `add_flow`. Returns once no worker uses the old rules and
     /// every burst classified under them has been handed to the application.
     pub fn remove_flow(&self, flow_id: u32) -> Result<(), FlowError> {
+        self.refuse_if_device_programmed()?;
         let epoch = {
             let mut c = self.control.lock().expect("steering control lock");
             let Some(pos) = c.dynamic.iter().position(|&id| id == flow_id) else {

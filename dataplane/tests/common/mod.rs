@@ -15,3 +15,42 @@ pub fn last_json(stdout: &[u8]) -> serde_json::Value {
     let text = String::from_utf8_lossy(stdout);
     serde_json::from_str(text.lines().last().expect("a report line")).expect("JSON report")
 }
+
+/// The queue the rules of `configs/sw_loopback_4q.yaml` (and `dpdk_ring_4q.yaml`) give to
+/// UDP source port `s`, destination port `d` (written out by hand from the file's comments,
+/// independent of the classifier).
+pub fn queue_by_rules(s: u16, d: u16) -> Option<u16> {
+    match (s, d) {
+        (_, 5000) => Some(0),
+        (_, 5001) => Some(1),
+        (4096..=4099, 5002..=5003) => Some(2),
+        (4100..=4103, _) => Some(3),
+        _ => None,
+    }
+}
+
+/// Checks a 4-queue bench report against a replay of the generator: it rotates source
+/// ports 4096..4103 and destination ports 5000..5003 by packet number, so every packet's
+/// queue and flow id (queue q's rule has id q + 1) is known.
+pub fn assert_four_queue_split(report: &dataplane::bench::raw::RawReport) {
+    let mut expected = [0u64; 4];
+    for k in 0..report.tx_packets {
+        let (s, d) = (4096 + (k % 8) as u16, 5000 + (k % 4) as u16);
+        expected[queue_by_rules(s, d).expect("every packet has a rule") as usize] += 1;
+    }
+    let got: Vec<u64> = (0..4)
+        .map(|q| {
+            report
+                .queues
+                .iter()
+                .find(|s| s.direction == "rx" && s.queue == q)
+                .expect("an RX queue report")
+                .packets
+        })
+        .collect();
+    assert_eq!(got, expected.to_vec());
+    assert!(got.iter().all(|&n| n > 0));
+    let marks: Vec<(u32, u64)> = report.flow_ids.iter().map(|(k, v)| (*k, *v)).collect();
+    let want: Vec<(u32, u64)> = (0..4).map(|q| (q as u32 + 1, expected[q])).collect();
+    assert_eq!(marks, want);
+}

@@ -1,17 +1,22 @@
 //! DPDK engine (cargo feature `dpdk`): EAL from the configuration, ports from PCI
-//! addresses or any vdev string, one mbuf pool per queue, burst I/O from our workers.
+//! addresses or any vdev string, one mbuf pool per queue segment, burst I/O from our
+//! workers, flow rules programmed with rte_flow or steered in software when the device
+//! cannot take them.
 //!
-//! This first version copies frames between mbufs and the queues' memory regions, so the
-//! application sees the same `Burst`s, buffers and pools as with every other engine; mbufs
-//! never leave the engine. Mempools over our regions (zero copy), rte_flow and NIC counters
-//! come next; configurations that need them are refused by name.
+//! Frames are copied between mbufs and the queues' memory regions, so the application sees
+//! the same `Burst`s, buffers and pools as with every other engine; mbufs never leave the
+//! engine.
 
+pub mod flow;
+
+use super::wire::{Ingress, WireGrid, WireReceiver};
 use super::{Engine, EngineError, Overflow, RxPort, TxPort};
 use crate::burst::Burst;
-use crate::config::{Config, MemoryKind, validate::is_pci_address};
+use crate::config::{Config, MemoryKind, RxConfig, validate::is_pci_address};
 use crate::hugepages;
 use crate::memory::{RegionId, RegionSet};
 use crate::stats::{DropReason, QueueCounters};
+use crate::steering::InterfaceSteering;
 use dpdk_sys as sys;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
@@ -92,12 +97,40 @@ unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
 
+/// How a port's packets reach their RX queues.
+enum PortSteering {
+    /// The device places every packet (its own RSS, or no rules at all).
+    Device,
+    /// rte_flow rules place packets. `marks`: the rules tag packets with the flow id;
+    /// otherwise (a PMD without MARK) the RX worker finds the id from the headers.
+    RteFlow {
+        flows: flow::InstalledFlows,
+        marks: bool,
+    },
+    /// The device cannot take the rules: each RX worker classifies what its device queue
+    /// receives and hands every packet to its queue over the wires.
+    Software { grid: WireGrid },
+}
+
 struct Port {
     id: u16,
     rx_pools: Vec<(u16, Pool)>,
     tx_pools: Vec<(u16, Pool)>,
     rx_queue_index: Vec<(u16, u16)>,
     tx_queue_index: Vec<(u16, u16)>,
+    steering: PortSteering,
+    rules: Arc<InterfaceSteering>,
+}
+
+impl Port {
+    fn steering_name(&self) -> &'static str {
+        match &self.steering {
+            PortSteering::Device => "device",
+            PortSteering::RteFlow { marks: true, .. } => "rte_flow",
+            PortSteering::RteFlow { marks: false, .. } => "rte_flow (flow ids from headers)",
+            PortSteering::Software { .. } => "software",
+        }
+    }
 }
 
 /// The DPDK engine: EAL, ports and pools, torn down in reverse order when dropped.
@@ -105,6 +138,28 @@ pub struct DpdkEngine {
     regions: Arc<RegionSet>,
     ports: Vec<Port>,
     segment_regions: Vec<Vec<(u16, Vec<RegionId>)>>,
+}
+
+fn flow_isolate(port_id: u16, on: bool) -> Result<(), String> {
+    let mut err = sys::rte_flow_error::default();
+    // SAFETY: a valid port id and error out structure.
+    if unsafe { sys::rte_flow_isolate(port_id, i32::from(on), &mut err) } == 0 {
+        return Ok(());
+    }
+    let msg = if err.message.is_null() {
+        "no message".into()
+    } else {
+        // SAFETY: the PMD sets a NUL-terminated static message.
+        unsafe { CStr::from_ptr(err.message) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    Err(format!("rte_flow_isolate({on}): {msg}"))
+}
+
+/// True when the port's flows need steering beyond the device's defaults.
+fn has_rules(rx: &RxConfig) -> bool {
+    !rx.flows.is_empty() || rx.flow_isolation
 }
 
 fn memory_mb(config: &Config) -> usize {
@@ -141,15 +196,11 @@ fn init_eal(args: Vec<String>) -> Result<(), EngineError> {
 
 impl DpdkEngine {
     /// Starts EAL and every port of `config`.
-    pub fn new(config: &Config, regions: &Arc<RegionSet>) -> Result<Self, EngineError> {
-        for iface in &config.interfaces {
-            if iface.rx.as_ref().is_some_and(|r| !r.flows.is_empty()) {
-                return Err(EngineError::Config(format!(
-                    "interface `{}`: not supported yet: rx.flows with the DPDK engine (rte_flow programming is not implemented yet)",
-                    iface.name
-                )));
-            }
-        }
+    pub fn new(
+        config: &Config,
+        regions: &Arc<RegionSet>,
+        steering: &[Arc<InterfaceSteering>],
+    ) -> Result<Self, EngineError> {
         for m in &config.memory_regions {
             if !matches!(m.kind, MemoryKind::Host | MemoryKind::Huge) {
                 return Err(EngineError::Config(format!(
@@ -166,7 +217,7 @@ impl DpdkEngine {
             segment_regions: Vec::new(),
         };
         for (index, iface) in config.interfaces.iter().enumerate() {
-            let port = engine.open_port(config, index)?;
+            let port = engine.open_port(config, index, &steering[index])?;
             engine.ports.push(port);
             let segs = config
                 .queues()
@@ -182,16 +233,23 @@ impl DpdkEngine {
                 })
                 .collect();
             engine.segment_regions.push(segs);
+            let p = &engine.ports[index];
             tracing::info!(
-                "DPDK port {} ready for `{}`",
-                engine.ports[index].id,
-                iface.name
+                "DPDK port {} ready for `{}` (steering: {})",
+                p.id,
+                iface.name,
+                p.steering_name()
             );
         }
         Ok(engine)
     }
 
-    fn open_port(&self, config: &Config, index: usize) -> Result<Port, EngineError> {
+    fn open_port(
+        &self,
+        config: &Config,
+        index: usize,
+        rules: &Arc<InterfaceSteering>,
+    ) -> Result<Port, EngineError> {
         let iface = &config.interfaces[index];
         let err = |what: &str, code: i32| {
             EngineError::Config(format!(
@@ -214,9 +272,53 @@ impl DpdkEngine {
                 iface.address
             )));
         }
+        let mut info = sys::rte_eth_dev_info::default();
+        // SAFETY: a valid port id and out structure.
+        let r = unsafe { sys::rte_eth_dev_info_get(id, &mut info) };
+        if r != 0 {
+            return Err(err("rte_eth_dev_info_get", r));
+        }
+        let driver = if info.driver_name.is_null() {
+            "unknown driver".to_owned()
+        } else {
+            // SAFETY: the PMD's static driver name.
+            unsafe { CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
         let rx: Vec<_> = iface.rx.iter().flat_map(|r| &r.queues).collect();
         let tx: Vec<_> = iface.tx.iter().flat_map(|t| &t.queues).collect();
-        let conf = sys::rte_eth_conf::default();
+        let rx_config = iface.rx.clone().unwrap_or_else(RxConfig::empty);
+        let hw_queue = |q: u16| rx.iter().position(|x| x.id == q).map(|i| i as u16);
+
+        // Flow rules: translate now; isolation must be asked for before configuration.
+        let mut fallback: Option<String> = None;
+        let mut plan = None;
+        if has_rules(&rx_config) {
+            match flow::translate(&rx_config, &hw_queue, true) {
+                Ok(rules) => plan = Some(rules),
+                Err(e) => fallback = Some(e),
+            }
+        }
+        let mut isolated = false;
+        if plan.is_some() && rx_config.flow_isolation {
+            match flow_isolate(id, true) {
+                Ok(()) => isolated = true,
+                Err(e) => {
+                    plan = None;
+                    fallback = Some(e);
+                }
+            }
+        }
+
+        let mut conf = sys::rte_eth_conf::default();
+        // SAFETY: reads a constant defined in the shim.
+        let rss_hf = unsafe { sys::shim_rss_ip_udp } & info.flow_type_rss_offloads;
+        if rx.len() > 1 && rss_hf != 0 {
+            // Packets no rule places are spread over every queue, as in software.
+            conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        }
         // SAFETY: a valid port id and configuration.
         let r = unsafe { sys::rte_eth_dev_configure(id, rx.len() as u16, tx.len() as u16, &conf) };
         if r != 0 {
@@ -230,9 +332,15 @@ impl DpdkEngine {
             tx_pools: Vec::new(),
             rx_queue_index: Vec::new(),
             tx_queue_index: Vec::new(),
+            steering: PortSteering::Device,
+            rules: rules.clone(),
         };
-        let pool_for = |q: &crate::config::QueueConfig, dir: &str| -> Result<Pool, EngineError> {
-            let size = hugepages::dpdk_pool_size(config, q);
+        let pool_for = |q: &crate::config::QueueConfig,
+                        dir: &str,
+                        seg: usize,
+                        data_room: usize|
+         -> Result<Pool, EngineError> {
+            let size = hugepages::dpdk_pool_size(config, q, seg);
             if size.mbufs > size.configured {
                 tracing::warn!(
                     "interface `{}` {dir} queue {}: {} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {}",
@@ -242,7 +350,7 @@ impl DpdkEngine {
                     size.mbufs
                 );
             }
-            let pname = CString::new(format!("dp{index}{dir}{}", q.id)).expect("pool name");
+            let pname = CString::new(format!("dp{index}{dir}{}s{seg}", q.id)).expect("pool name");
             // SAFETY: valid arguments; the pool lives until EAL cleanup.
             let p = unsafe {
                 sys::rte_pktmbuf_pool_create(
@@ -250,7 +358,7 @@ impl DpdkEngine {
                     size.mbufs as u32,
                     256,
                     0,
-                    size.data_room as u16,
+                    data_room as u16,
                     socket,
                 )
             };
@@ -265,16 +373,78 @@ impl DpdkEngine {
             Ok(Pool(p))
         };
         for (i, q) in rx.iter().enumerate() {
-            let pool = pool_for(q, "rx")?;
-            // SAFETY: configured port, queue index below the configured count.
+            let mut rxconf = info.default_rxconf;
+            let mut split = Vec::new();
+            let pool = match q.memory_regions.len() {
+                0 | 1 => pool_for(
+                    q,
+                    "rx",
+                    0,
+                    hugepages::dpdk_pool_size(config, q, 0).data_room,
+                )?,
+                2 => {
+                    // SAFETY: reads a constant defined in the shim.
+                    let offload = unsafe { sys::shim_rx_offload_buffer_split };
+                    if info.rx_offload_capa & offload == 0 {
+                        return Err(EngineError::Config(format!(
+                            "interface `{}` RX queue {}: header-data split (two memory regions) is not supported by this device ({driver} has no buffer split offload); give the queue one memory region",
+                            iface.name, q.id
+                        )));
+                    }
+                    let head = pool_for(
+                        q,
+                        "rx",
+                        0,
+                        hugepages::dpdk_pool_size(config, q, 0).data_room,
+                    )?;
+                    let body = pool_for(
+                        q,
+                        "rx",
+                        1,
+                        hugepages::dpdk_pool_size(config, q, 1).data_room,
+                    )?;
+                    let head_len = config
+                        .memory_regions
+                        .iter()
+                        .find(|m| m.name == q.memory_regions[0])
+                        .map_or(0, |m| m.buf_size);
+                    for (mp, length) in [(head.0, head_len as u16), (body.0, 0)] {
+                        split.push(sys::rte_eth_rxseg {
+                            split: sys::rte_eth_rxseg_split {
+                                mp,
+                                length,
+                                offset: 0,
+                                proto_hdr: 0,
+                            },
+                        });
+                    }
+                    rxconf.offloads |= offload;
+                    rxconf.rx_nseg = 2;
+                    rxconf.rx_seg = split.as_mut_ptr();
+                    port.rx_pools.push((q.id, body));
+                    head
+                }
+                n => {
+                    return Err(EngineError::Config(format!(
+                        "interface `{}` RX queue {}: not supported: {n} memory regions (DPDK buffer split here takes headers and payload, two regions)",
+                        iface.name, q.id
+                    )));
+                }
+            };
+            // SAFETY: configured port, queue index below the configured count; with buffer
+            // split the pools come from rx_seg (alive for the call) and `mp` is null.
             let r = unsafe {
                 sys::rte_eth_rx_queue_setup(
                     id,
                     i as u16,
                     RING_DESCRIPTORS,
                     socket as u32,
-                    std::ptr::null(),
-                    pool.0,
+                    &rxconf,
+                    if split.is_empty() {
+                        pool.0
+                    } else {
+                        std::ptr::null_mut()
+                    },
                 )
             };
             if r != 0 {
@@ -284,7 +454,15 @@ impl DpdkEngine {
             port.rx_queue_index.push((q.id, i as u16));
         }
         for (i, q) in tx.iter().enumerate() {
-            let pool = pool_for(q, "tx")?;
+            // One mbuf carries every segment of a packet.
+            let frame: usize = q
+                .memory_regions
+                .iter()
+                .filter_map(|n| config.memory_regions.iter().find(|m| &m.name == n))
+                .map(|m| m.buf_size)
+                .sum();
+            let room = (frame.max(2048) + hugepages::DPDK_HEADROOM).min(u16::MAX as usize);
+            let pool = pool_for(q, "tx", 0, room)?;
             // SAFETY: as for RX.
             let r = unsafe {
                 sys::rte_eth_tx_queue_setup(
@@ -310,6 +488,59 @@ impl DpdkEngine {
         // supports it, which is fine.
         // SAFETY: a started port.
         let _ = unsafe { sys::rte_eth_promiscuous_enable(id) };
+
+        if let Some(rules_with_marks) = plan {
+            port.steering = match flow::install(id, &rules_with_marks) {
+                Ok(flows) => PortSteering::RteFlow { flows, marks: true },
+                Err(with_marks) => {
+                    // Some PMDs place packets but cannot tag them: keep the placement and
+                    // find flow ids from the headers.
+                    let plain = flow::translate(&rx_config, &hw_queue, false)
+                        .map_err(EngineError::Config)?;
+                    match flow::install(id, &plain) {
+                        Ok(flows) => PortSteering::RteFlow {
+                            flows,
+                            marks: false,
+                        },
+                        Err(_) => {
+                            fallback = Some(with_marks);
+                            PortSteering::Device
+                        }
+                    }
+                }
+            };
+            if fallback.is_some() && isolated {
+                // Software steering needs every packet: leave isolation again.
+                // SAFETY: a started port, stopped before isolation changes.
+                unsafe { sys::rte_eth_dev_stop(id) };
+                flow_isolate(id, false)
+                    .map_err(|e| EngineError::Config(format!("interface `{}`: {e}", iface.name)))?;
+                // SAFETY: a configured port.
+                let r = unsafe { sys::rte_eth_dev_start(id) };
+                if r != 0 {
+                    return Err(err("rte_eth_dev_start", r));
+                }
+            }
+        }
+        if let Some(reason) = fallback {
+            if let Some(f) = rx_config.flows.iter().find(|f| !f.transforms.is_empty()) {
+                return Err(EngineError::Config(format!(
+                    "interface `{}`: the device cannot take the flow rules ({reason}), and flow `{}` needs header transforms: not supported in software steering",
+                    iface.name, f.name
+                )));
+            }
+            tracing::warn!(
+                "interface `{}`: flow rules steered in software ({reason})",
+                iface.name
+            );
+            let ids: Vec<u16> = rx.iter().map(|q| q.id).collect();
+            port.steering = PortSteering::Software {
+                grid: WireGrid::new(rules, &ids, ids.len()),
+            };
+        }
+        if matches!(port.steering, PortSteering::RteFlow { .. }) {
+            rules.set_device_programmed();
+        }
         Ok(port)
     }
 
@@ -330,7 +561,10 @@ impl DpdkEngine {
 
 impl Drop for DpdkEngine {
     fn drop(&mut self) {
-        for p in &self.ports {
+        for p in &mut self.ports {
+            if let PortSteering::RteFlow { flows, .. } = &mut p.steering {
+                flows.destroy();
+            }
             // SAFETY: every port handle is gone (workers joined before the engine drops);
             // stop and close each started port once.
             unsafe {
@@ -366,23 +600,43 @@ impl Engine for DpdkEngine {
             .map(|(_, i)| *i)
             .ok_or_else(|| EngineError::Config(format!("port {port} has no RX queue {queue}")))?;
         let segments = self.segments(port, queue);
-        if segments.len() != 1 {
+        if segments.is_empty() {
             return Err(EngineError::Config(format!(
-                "RX queue {queue}: not supported yet: {} memory regions (header-data split) with the DPDK engine",
-                segments.len()
+                "RX queue {queue}: no memory region"
             )));
         }
+        let (mode, marks, classify_ids) = match &p.steering {
+            PortSteering::Device => (RxMode::Direct, false, false),
+            PortSteering::RteFlow { marks, .. } => (RxMode::Direct, *marks, !*marks),
+            PortSteering::Software { grid, .. } => (
+                RxMode::Software(Box::new((
+                    grid.ingress(hw as usize, &self.regions, port, counters.clone()),
+                    grid.receiver(queue).ok_or_else(|| {
+                        EngineError::Config(format!("port {port} has no RX queue {queue}"))
+                    })?,
+                ))),
+                false,
+                false,
+            ),
+        };
         Ok(Box::new(DpdkRx {
-            port_id: p.id,
-            hw_queue: hw,
-            polls: 0,
-            nic_seen: (0, 0),
-            port,
-            queue,
-            regions: self.regions.clone(),
-            region: segments[0],
-            counters,
-            scratch: [std::ptr::null_mut(); MAX_BURST],
+            device: DeviceQueue {
+                port_id: p.id,
+                hw_queue: hw,
+                polls: 0,
+                nic_seen: (0, 0),
+                port,
+                queue,
+                regions: self.regions.clone(),
+                segments,
+                counters,
+                marks,
+                classify_ids,
+                rules: p.rules.clone(),
+                scratch: [std::ptr::null_mut(); MAX_BURST],
+                mark_values: [0; MAX_BURST],
+            },
+            mode,
         }))
     }
 
@@ -419,8 +673,10 @@ impl Engine for DpdkEngine {
         Overflow::Backpressure
     }
 
-    fn steering(&self) -> &'static str {
-        "hardware"
+    fn steering(&self) -> String {
+        let mut names: Vec<&str> = self.ports.iter().map(Port::steering_name).collect();
+        names.dedup();
+        names.join(", ")
     }
 
     fn worker_thread(&self, starting: bool) {
@@ -444,7 +700,8 @@ impl Engine for DpdkEngine {
 /// Polls between reads of the port's counters (a few per second at full speed).
 const NIC_STATS_EVERY: u32 = 1 << 20;
 
-struct DpdkRx {
+/// One device RX queue: pulls frames and copies them into a queue's memory regions.
+struct DeviceQueue {
     port_id: u16,
     hw_queue: u16,
     /// Polls since the port's counters were last read (queue 0 of a port reads them).
@@ -454,15 +711,36 @@ struct DpdkRx {
     port: u16,
     queue: u16,
     regions: Arc<RegionSet>,
-    region: RegionId,
+    /// The queue's region per segment (two with header-data split).
+    segments: Vec<RegionId>,
     counters: Arc<QueueCounters>,
+    /// The device tags packets with the flow id (rte_flow MARK).
+    marks: bool,
+    /// rte_flow placed the packet but could not tag it: find the flow id from the headers.
+    classify_ids: bool,
+    rules: Arc<InterfaceSteering>,
     scratch: [*mut sys::rte_mbuf; MAX_BURST],
+    mark_values: [u32; MAX_BURST],
+}
+
+/// How an RX queue gets its packets.
+enum RxMode {
+    /// Straight from its device queue.
+    Direct,
+    /// Its device queue is one ingress point of software steering; the queue's packets
+    /// come over the wires (from its own and every other device queue).
+    Software(Box<(Ingress, WireReceiver)>),
+}
+
+struct DpdkRx {
+    device: DeviceQueue,
+    mode: RxMode,
 }
 
 // SAFETY: the scratch pointers are only used inside one call on the owning worker thread.
-unsafe impl Send for DpdkRx {}
+unsafe impl Send for DeviceQueue {}
 
-impl DpdkRx {
+impl DeviceQueue {
     /// Folds the port's own drop counters into this queue's: packets the NIC missed or
     /// rejected become `engine_missed`, receives without an mbuf `pool_empty`, so
     /// "lossless" also covers the device.
@@ -486,27 +764,27 @@ impl DpdkRx {
         );
         self.nic_seen = (missed, nombuf);
     }
-}
 
-impl Drop for DpdkRx {
-    fn drop(&mut self) {
-        // Runs on the worker thread as it exits: the last read of the port's counters.
-        self.fold_nic_counters();
-    }
-}
-
-impl RxPort for DpdkRx {
-    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+    /// Up to `max` frames from the device, copied into a fresh burst of the queue's
+    /// buffers (one buffer per mbuf segment), with their flow ids.
+    fn pull(&mut self, max: usize) -> Option<Burst> {
         self.polls += 1;
         if self.polls >= NIC_STATS_EVERY {
             self.polls = 0;
             self.fold_nic_counters();
         }
-        // Take from the device only what our pool can hold; the rest waits in the device's
-        // ring (a NIC counts its own misses when that ring overflows).
-        let want = max
-            .min(MAX_BURST)
-            .min(self.regions.get(self.region).available());
+        // Take from the device only what our pools can hold; the rest waits in the
+        // device's ring (a NIC counts its own misses when that ring overflows).
+        let room = self
+            .segments
+            .iter()
+            .map(|&r| self.regions.get(r).available())
+            .min()
+            .unwrap_or(0);
+        let want = max.min(MAX_BURST).min(room);
+        if want == 0 {
+            return None;
+        }
         // SAFETY: a started port; scratch has room for `want` pointers.
         let n = unsafe {
             sys::shim_rte_eth_rx_burst(
@@ -517,50 +795,135 @@ impl RxPort for DpdkRx {
             )
         } as usize;
         if n == 0 {
-            return 0;
+            return None;
         }
-        let got = match Burst::allocate(
+        if self.marks {
+            // SAFETY: n received mbufs and room for n marks.
+            unsafe {
+                sys::shim_rte_mbuf_marks(
+                    self.scratch.as_ptr(),
+                    self.mark_values.as_mut_ptr(),
+                    n as u32,
+                )
+            };
+        }
+        let out = match Burst::allocate(
             self.regions.clone(),
             self.port,
             self.queue,
-            &[self.region],
+            &self.segments,
             n,
         ) {
             Some(mut fresh) => {
+                let rules = self.classify_ids.then(|| self.rules.rules());
                 let mut kept = 0;
                 for i in 0..n {
-                    let m = self.scratch[i];
-                    // SAFETY: a received mbuf, ours until freed below.
-                    let (src, len) = unsafe {
-                        (
-                            sys::shim_rte_pktmbuf_data(m) as *const u8,
-                            sys::shim_rte_pktmbuf_data_len(m) as usize,
-                        )
-                    };
-                    let buf = fresh
-                        .buffer_mut(kept, 0)
-                        .expect("DPDK regions are host memory");
-                    if len > buf.len() {
-                        // Larger than the queue's buffers: counted, never delivered cut.
+                    if !self.copy_frame(self.scratch[i], &mut fresh, kept) {
+                        // Larger than the queue's buffers or more segments than regions:
+                        // counted, never delivered cut.
                         self.counters.drop_packets(DropReason::Malformed, 1);
                         continue;
                     }
-                    // SAFETY: `len` bytes of packet data in the mbuf.
-                    buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
-                    fresh.set_len(kept, 0, len);
+                    let flow_id = if self.marks {
+                        self.mark_values[i]
+                    } else if let Some(rules) = &rules {
+                        match fresh.data(kept, 0).map(|f| rules.classify(f)) {
+                            Some(crate::steering::Verdict::Deliver { flow_id, .. }) => flow_id,
+                            _ => 0,
+                        }
+                    } else {
+                        0
+                    };
+                    fresh.set_flow_id(kept, flow_id);
                     kept += 1;
                 }
                 fresh.truncate(kept);
-                into.take_from(&mut fresh, kept)
+                Some(fresh)
             }
             None => {
                 self.counters.drop_packets(DropReason::PoolEmpty, n as u64);
-                0
+                None
             }
         };
         // SAFETY: every received mbuf is freed once.
         unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), n as u32) };
-        got
+        out
+    }
+
+    /// Copies the segments of mbuf chain `m` into packet `slot` of `fresh`; false when it
+    /// does not fit.
+    fn copy_frame(&self, m: *mut sys::rte_mbuf, fresh: &mut Burst, slot: usize) -> bool {
+        let mut cur = m;
+        let mut seg = 0;
+        while !cur.is_null() {
+            if seg >= self.segments.len() {
+                return false;
+            }
+            // SAFETY: a received mbuf segment, ours until the burst's mbufs are freed.
+            let (src, len) = unsafe {
+                (
+                    sys::shim_rte_pktmbuf_data(cur) as *const u8,
+                    sys::shim_rte_pktmbuf_data_len(cur) as usize,
+                )
+            };
+            let Some(buf) = fresh.buffer_mut(slot, seg) else {
+                return false;
+            };
+            if len > buf.len() {
+                return false;
+            }
+            // SAFETY: `len` bytes of packet data in the segment.
+            buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+            fresh.set_len(slot, seg, len);
+            // SAFETY: as above.
+            cur = unsafe { sys::shim_rte_pktmbuf_next(cur) };
+            seg += 1;
+        }
+        for s in seg..self.segments.len() {
+            fresh.set_len(slot, s, 0);
+        }
+        true
+    }
+}
+
+impl Drop for DeviceQueue {
+    fn drop(&mut self) {
+        // Runs on the worker thread as it exits: the last read of the port's counters.
+        self.fold_nic_counters();
+    }
+}
+
+impl RxPort for DpdkRx {
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        match &mut self.mode {
+            RxMode::Direct => match self.device.pull(max) {
+                Some(mut fresh) => {
+                    let n = fresh.len();
+                    into.take_from(&mut fresh, n)
+                }
+                None => 0,
+            },
+            RxMode::Software(ends) => {
+                let (ingress, receiver) = &mut **ends;
+                if ingress.has_room() {
+                    match self.device.pull(MAX_BURST) {
+                        Some(fresh) => {
+                            // Cannot be refused: every wire has room.
+                            let _ = ingress.steer(fresh);
+                        }
+                        None => ingress.idle(),
+                    }
+                }
+                receiver.receive(into, max)
+            }
+        }
+    }
+
+    fn take_boundary(&mut self) -> bool {
+        match &mut self.mode {
+            RxMode::Direct => false,
+            RxMode::Software(ends) => ends.1.take_boundary(),
+        }
     }
 }
 

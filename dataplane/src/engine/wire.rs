@@ -1,0 +1,288 @@
+//! Software flow steering between the point where frames enter an interface (an
+//! *ingress*) and its RX queues, shared by every engine that steers in software: the
+//! software loopback (ingress: its TX queues) and the DPDK engine when the device cannot
+//! program the rules with rte_flow (ingress: the device's RX queues).
+//!
+//! Each (RX queue, ingress) pair has its own wire, a bounded queue of bursts with one
+//! producer and one consumer, so pieces from one ingress stay in order and rule epochs only
+//! grow along a wire. An ingress classifies each frame with the interface's current rules
+//! and pushes one piece per RX queue; an RX queue pulls pieces from all of its wires in
+//! turn and never mixes two epochs in one burst.
+
+use crate::burst::Burst;
+use crate::memory::RegionSet;
+use crate::stats::{DropReason, QueueCounters};
+use crate::steering::{EpochAck, InterfaceSteering, Verdict};
+use crossbeam_queue::ArrayQueue;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Pieces in flight per (RX queue, ingress) wire.
+const WIRE_BURSTS: usize = 32;
+/// Queue ids are below 64 (config limit), so a table maps id to RX index.
+const MAX_QUEUE_IDS: usize = 64;
+const NO_QUEUE: u8 = u8::MAX;
+
+type Wire = Arc<ArrayQueue<Burst>>;
+
+/// The wires of one interface: one per (RX queue, ingress point).
+pub struct WireGrid {
+    steering: Arc<InterfaceSteering>,
+    /// RX queue ids, lowest first.
+    rx_ids: Vec<u16>,
+    /// `wires[rx][ingress]`.
+    wires: Vec<Vec<Wire>>,
+    /// Acknowledgement slot of each ingress point.
+    ingress_acks: Vec<EpochAck>,
+}
+
+impl WireGrid {
+    /// Wires from `ingress_points` ingress points to the RX queues `rx_ids`.
+    pub fn new(steering: &Arc<InterfaceSteering>, rx_ids: &[u16], ingress_points: usize) -> Self {
+        let mut rx_ids = rx_ids.to_vec();
+        rx_ids.sort_unstable();
+        Self {
+            wires: rx_ids
+                .iter()
+                .map(|_| {
+                    (0..ingress_points)
+                        .map(|_| Arc::new(ArrayQueue::new(WIRE_BURSTS)))
+                        .collect()
+                })
+                .collect(),
+            ingress_acks: (0..ingress_points).map(|_| steering.register()).collect(),
+            steering: steering.clone(),
+            rx_ids,
+        }
+    }
+
+    /// The sending end of ingress point `index`; dropped frames are counted on `counters`.
+    pub fn ingress(
+        &self,
+        index: usize,
+        regions: &Arc<RegionSet>,
+        port: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Ingress {
+        let mut index_of = [NO_QUEUE; MAX_QUEUE_IDS];
+        for (i, &id) in self.rx_ids.iter().enumerate() {
+            index_of[id as usize] = i as u8;
+        }
+        Ingress {
+            regions: regions.clone(),
+            port,
+            steering: self.steering.clone(),
+            wires: self.wires.iter().map(|w| w[index].clone()).collect(),
+            rx_ids: self.rx_ids.clone(),
+            index_of,
+            ack: self.ingress_acks[index].clone(),
+            acked: 0,
+            counters,
+            pieces: Vec::with_capacity(self.rx_ids.len()),
+        }
+    }
+
+    /// The receiving end for RX queue `queue`, or `None` if the interface has no such queue.
+    pub fn receiver(&self, queue: u16) -> Option<WireReceiver> {
+        let rx = self.rx_ids.iter().position(|&id| id == queue)?;
+        Some(WireReceiver {
+            wires: self.wires[rx]
+                .iter()
+                .zip(&self.ingress_acks)
+                .map(|(w, a)| WireEnd {
+                    wire: w.clone(),
+                    ingress_ack: a.clone(),
+                    pending: None,
+                })
+                .collect(),
+            next: 0,
+            steering: self.steering.clone(),
+            ack: self.steering.register(),
+            boundary: false,
+        })
+    }
+}
+
+/// Where frames enter an interface: classifies them and feeds the RX queues' wires.
+pub struct Ingress {
+    regions: Arc<RegionSet>,
+    port: u16,
+    steering: Arc<InterfaceSteering>,
+    /// This ingress point's wire to each RX queue, by RX index.
+    wires: Vec<Wire>,
+    rx_ids: Vec<u16>,
+    index_of: [u8; MAX_QUEUE_IDS],
+    ack: EpochAck,
+    acked: u64,
+    /// Where frames without a flow or with broken headers are counted (the owning worker
+    /// is their only writer).
+    counters: Arc<QueueCounters>,
+    /// Per-RX-queue pieces of the burst being steered (kept to reuse the allocation).
+    pieces: Vec<Burst>,
+}
+
+impl Ingress {
+    /// True when every wire can take one more piece. This ingress is the only producer on
+    /// its wires, so the answer stays true until it pushes.
+    pub fn has_room(&self) -> bool {
+        !self.wires.iter().any(|w| w.is_full())
+    }
+
+    fn acknowledge(&mut self, epoch: u64) {
+        if epoch != self.acked {
+            self.acked = epoch;
+            self.ack.store(epoch, Ordering::Release);
+        }
+    }
+
+    /// Classifies every frame of `burst` and hands it to its RX queue. Returns the burst
+    /// untouched when a wire is full.
+    pub fn steer(&mut self, mut burst: Burst) -> Option<Burst> {
+        if !self.has_room() {
+            return Some(burst);
+        }
+        let rules = self.steering.rules();
+        let epoch = rules.epoch();
+        if let Some(queue) = rules.trivial_queue() {
+            let rx = self.index_of[queue as usize] as usize;
+            burst.set_steering_epoch(epoch);
+            if let Err(b) = self.wires[rx].push(burst) {
+                return Some(b);
+            }
+        } else {
+            // The container is kept between calls: no allocation per burst.
+            let mut pieces = std::mem::take(&mut self.pieces);
+            pieces.extend(self.rx_ids.iter().map(|&q| {
+                let mut b = Burst::empty(self.regions.clone(), self.port, q, burst.len());
+                b.set_steering_epoch(epoch);
+                b
+            }));
+            let (mut no_flow, mut malformed) = (0u64, 0u64);
+            let index_of = &self.index_of;
+            burst.distribute(&mut pieces, |b, i| {
+                let verdict = match b.data(i, 0) {
+                    Some(frame) => rules.classify(frame),
+                    None => Verdict::NoFlow,
+                };
+                match verdict {
+                    Verdict::Deliver { queue, flow_id } => {
+                        Some((index_of[queue as usize] as usize, flow_id))
+                    }
+                    Verdict::NoFlow => {
+                        no_flow += 1;
+                        None
+                    }
+                    Verdict::Malformed(_) => {
+                        malformed += 1;
+                        None
+                    }
+                }
+            });
+            for (rx, piece) in pieces.drain(..).enumerate() {
+                if !piece.is_empty() {
+                    // Cannot fail: checked above, and nobody else pushes here.
+                    let _ = self.wires[rx].push(piece);
+                }
+            }
+            self.pieces = pieces;
+            self.counters.drop_packets(DropReason::NoFlow, no_flow);
+            self.counters.drop_packets(DropReason::Malformed, malformed);
+        }
+        drop(rules);
+        self.acknowledge(epoch);
+        None
+    }
+
+    /// Nothing entered: this ingress point has adopted the newest rules.
+    pub fn idle(&mut self) {
+        let epoch = self.steering.epoch();
+        self.acknowledge(epoch);
+    }
+}
+
+struct WireEnd {
+    wire: Wire,
+    ingress_ack: EpochAck,
+    /// The piece being moved into RX bursts.
+    pending: Option<Burst>,
+}
+
+impl WireEnd {
+    /// The next piece, fetched from the wire when the current one is used up.
+    fn refill(&mut self) -> Option<&mut Burst> {
+        if self.pending.as_ref().is_none_or(|p| p.is_empty()) {
+            self.pending = self.wire.pop();
+        }
+        self.pending.as_mut()
+    }
+}
+
+/// The receiving end of one RX queue: pulls the pieces steered to it.
+pub struct WireReceiver {
+    wires: Vec<WireEnd>,
+    next: usize,
+    steering: Arc<InterfaceSteering>,
+    ack: EpochAck,
+    boundary: bool,
+}
+
+impl WireReceiver {
+    /// Called with nothing held back: everything received so far has been delivered, so
+    /// the acknowledged epoch may rise to the oldest epoch still waiting on any wire.
+    fn update_ack(&mut self) {
+        let mut ack = if self.wires.is_empty() {
+            self.steering.epoch()
+        } else {
+            u64::MAX
+        };
+        for w in &mut self.wires {
+            // Read the sender's epoch before looking at the wire: it publishes after pushing.
+            let sent = w.ingress_ack.load(Ordering::Acquire);
+            let waiting = w.refill().map(|p| p.steering_epoch()).unwrap_or(sent);
+            ack = ack.min(waiting);
+        }
+        if ack > self.ack.load(Ordering::Relaxed) {
+            self.ack.store(ack, Ordering::Release);
+        }
+    }
+
+    /// Moves up to `max` steered packets into `into`; returns how many.
+    pub fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        if into.is_empty() {
+            self.update_ack();
+        }
+        let mut moved = 0;
+        let n = self.wires.len();
+        'wires: for k in 0..n {
+            let w = &mut self.wires[(self.next + k) % n];
+            while moved < max {
+                let Some(p) = w.refill() else { break };
+                if !into.is_empty() && into.steering_epoch() != p.steering_epoch() {
+                    // Never mix epochs in one burst: deliver what we have first.
+                    self.boundary = true;
+                    break 'wires;
+                }
+                moved += into.take_from(p, max - moved);
+            }
+        }
+        if n > 0 {
+            self.next = (self.next + 1) % n;
+        }
+        if moved == 0
+            && !into.is_empty()
+            && self
+                .wires
+                .iter()
+                .all(|w| w.ingress_ack.load(Ordering::Acquire) > into.steering_epoch())
+        {
+            // Every sender moved to newer rules: close this older partial burst.
+            self.boundary = true;
+        }
+        moved
+    }
+
+    /// True (once) when the burst being assembled must be delivered now.
+    pub fn take_boundary(&mut self) -> bool {
+        std::mem::take(&mut self.boundary)
+    }
+}

@@ -1,0 +1,36 @@
+//! Flow rules on a DPDK port whose PMD has no rte_flow (`net_ring`): the engine falls back
+//! to software steering in the RX workers. The 4-queue config is lossless, every packet
+//! reaches the queue its rule names with the rule's flow id, and a dynamic flow works.
+//! EAL can start once per process, so this is its own test binary.
+#![cfg(feature = "dpdk")]
+
+mod common;
+
+use dataplane::bench::raw::{self, RawOptions};
+use dataplane::config;
+use std::sync::atomic::AtomicBool;
+
+#[test]
+fn net_ring_with_flow_rules_steers_in_software_losslessly() {
+    let mut cfg = config::load_file(&common::config_path("dpdk_ring_4q.yaml"))
+        .expect("config")
+        .config;
+    cfg.master_core = 0;
+    let report = raw::run(
+        &cfg,
+        &RawOptions {
+            seconds: 1.0,
+            verify_payload: true,
+            progress: false,
+        },
+        &AtomicBool::new(false),
+    )
+    .expect("bench runs");
+    assert_eq!(report.engine, "dpdk");
+    assert_eq!(
+        report.steering, "software",
+        "net_ring has no rte_flow: the rules run in software"
+    );
+    assert!(report.lossless, "{:?}", report.problems);
+    common::assert_four_queue_split(&report);
+}
