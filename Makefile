@@ -22,6 +22,7 @@ test: setup
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --release $(FEATURES)
 	./scripts/smoke.sh
+	./scripts/tapflow-vm.sh
 
 bench: build
 	./scripts/bench.sh

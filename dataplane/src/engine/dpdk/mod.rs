@@ -40,7 +40,7 @@ fn last_error(what: &str) -> String {
 
 /// EAL arguments for `config`: the main lcore on `master_core`, our file prefix, huge pages
 /// or `--no-huge` when no region is `huge`, every PCI address allowed (`-a`) and every other
-/// address as a `--vdev`.
+/// address as a `--vdev`, then whatever the environment variable `DATAPLANE_EAL_ARGS` adds.
 pub fn eal_args(config: &Config, memory_mb: usize) -> Vec<String> {
     let mut a = vec![
         "dataplane".to_owned(),
@@ -79,6 +79,10 @@ pub fn eal_args(config: &Config, memory_mb: usize) -> Vec<String> {
     if !pci {
         a.push("--no-pci".to_owned());
     }
+    // Extra EAL options for debugging or tuning (e.g. `--log-level=pmd.net.tap:debug`).
+    if let Ok(extra) = std::env::var("DATAPLANE_EAL_ARGS") {
+        a.extend(extra.split_whitespace().map(str::to_owned));
+    }
     a
 }
 
@@ -114,6 +118,8 @@ enum PortSteering {
 
 struct Port {
     id: u16,
+    /// Interface name from the configuration.
+    interface: String,
     rx_pools: Vec<(u16, Pool)>,
     tx_pools: Vec<(u16, Pool)>,
     rx_queue_index: Vec<(u16, u16)>,
@@ -319,8 +325,15 @@ impl DpdkEngine {
             conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
+        // net_tap wants as many RX as TX queues: it gets idle ones to match.
+        let (hw_rx, hw_tx) = if driver == "net_tap" {
+            let n = rx.len().max(tx.len());
+            (n, n)
+        } else {
+            (rx.len(), tx.len())
+        };
         // SAFETY: a valid port id and configuration.
-        let r = unsafe { sys::rte_eth_dev_configure(id, rx.len() as u16, tx.len() as u16, &conf) };
+        let r = unsafe { sys::rte_eth_dev_configure(id, hw_rx as u16, hw_tx as u16, &conf) };
         if r != 0 {
             return Err(err("rte_eth_dev_configure", r));
         }
@@ -328,6 +341,7 @@ impl DpdkEngine {
         let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
         let mut port = Port {
             id,
+            interface: iface.name.clone(),
             rx_pools: Vec::new(),
             tx_pools: Vec::new(),
             rx_queue_index: Vec::new(),
@@ -453,6 +467,42 @@ impl DpdkEngine {
             port.rx_pools.push((q.id, pool));
             port.rx_queue_index.push((q.id, i as u16));
         }
+        for i in rx.len()..hw_rx {
+            // An idle queue nobody polls; its pool only has to fill the ring.
+            let pname = CString::new(format!("dp{index}idle{i}")).expect("pool name");
+            // SAFETY: valid arguments; the pool lives until EAL cleanup.
+            let pool = unsafe {
+                sys::rte_pktmbuf_pool_create(
+                    pname.as_ptr(),
+                    (RING_DESCRIPTORS as u32) * 2,
+                    0,
+                    0,
+                    (2048 + hugepages::DPDK_HEADROOM) as u16,
+                    socket,
+                )
+            };
+            if pool.is_null() {
+                return Err(EngineError::Config(format!(
+                    "interface `{}`: {}",
+                    iface.name,
+                    last_error("cannot create the idle queue's mbuf pool")
+                )));
+            }
+            // SAFETY: configured port, queue index below the configured count.
+            let r = unsafe {
+                sys::rte_eth_rx_queue_setup(
+                    id,
+                    i as u16,
+                    RING_DESCRIPTORS,
+                    socket as u32,
+                    std::ptr::null(),
+                    pool,
+                )
+            };
+            if r != 0 {
+                return Err(err("rte_eth_rx_queue_setup (idle queue)", r));
+            }
+        }
         for (i, q) in tx.iter().enumerate() {
             // One mbuf carries every segment of a packet.
             let frame: usize = q
@@ -478,6 +528,21 @@ impl DpdkEngine {
             }
             port.tx_pools.push((q.id, pool));
             port.tx_queue_index.push((q.id, i as u16));
+        }
+        for i in tx.len()..hw_tx {
+            // SAFETY: configured port, queue index below the configured count.
+            let r = unsafe {
+                sys::rte_eth_tx_queue_setup(
+                    id,
+                    i as u16,
+                    RING_DESCRIPTORS,
+                    socket as u32,
+                    std::ptr::null(),
+                )
+            };
+            if r != 0 {
+                return Err(err("rte_eth_tx_queue_setup (idle queue)", r));
+            }
         }
         // SAFETY: a configured port.
         let r = unsafe { sys::rte_eth_dev_start(id) };
@@ -676,7 +741,15 @@ impl Engine for DpdkEngine {
     fn steering(&self) -> String {
         let mut names: Vec<&str> = self.ports.iter().map(Port::steering_name).collect();
         names.dedup();
-        names.join(", ")
+        if names.len() <= 1 {
+            return names.pop().unwrap_or("device").to_owned();
+        }
+        // Ports differ: name each one.
+        self.ports
+            .iter()
+            .map(|p| format!("{}: {}", p.interface, p.steering_name()))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn worker_thread(&self, starting: bool) {
