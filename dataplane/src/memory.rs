@@ -89,16 +89,27 @@ enum Backing {
     Pinned(gpudirect::PinnedBuffer),
 }
 
+/// Where the buffers of a region lent to an engine go when a burst is done with them.
+pub trait BufferLender: Send + std::marker::Sync {
+    /// Takes buffers back (each lent buffer is returned once).
+    fn give_back(&self, indices: &[u32]);
+}
+
 /// One allocated memory region and its buffer pool.
 pub struct Region {
     name: String,
     kind: MemoryKind,
     buf_size: usize,
     stride: usize,
+    /// Bytes in front of each buffer's data, reserved for an engine (DPDK's mbuf headroom
+    /// when the region backs an mbuf pool).
+    headroom: usize,
     num_bufs: usize,
     base: u64,
     backing: Backing,
     pool: Ring<u32>,
+    /// Set when every buffer is lent to an engine's own pool (zero-copy receive).
+    lender: std::sync::OnceLock<Box<dyn BufferLender>>,
 }
 
 // SAFETY: the region's memory is reached only through buffer indices handed out by the
@@ -110,18 +121,22 @@ unsafe impl std::marker::Sync for Region {}
 impl Region {
     /// Allocates the region described by `cfg` and fills its pool with every buffer.
     pub fn allocate(cfg: &MemoryRegionConfig) -> Result<Self, MemoryError> {
-        Self::allocate_at(cfg, 0)
+        Self::allocate_at(cfg, 0, 0)
     }
 
     /// As [`Region::allocate`]; `index` (the region's position in the configuration)
-    /// names its huge-page file.
-    pub fn allocate_at(cfg: &MemoryRegionConfig, index: usize) -> Result<Self, MemoryError> {
+    /// names its huge-page file, and each buffer gets `headroom` bytes in front of it.
+    pub fn allocate_at(
+        cfg: &MemoryRegionConfig,
+        index: usize,
+        headroom: usize,
+    ) -> Result<Self, MemoryError> {
         let align = if cfg.kind == MemoryKind::Device {
             DEVICE_BUFFER_ALIGN
         } else {
             HOST_BUFFER_ALIGN
         };
-        let stride = cfg.buf_size.next_multiple_of(align);
+        let stride = (headroom + cfg.buf_size).next_multiple_of(align);
         let too_large = || MemoryError::TooLarge {
             name: cfg.name.clone(),
             num_bufs: cfg.num_bufs,
@@ -155,10 +170,12 @@ impl Region {
             kind: cfg.kind,
             buf_size: cfg.buf_size,
             stride,
+            headroom,
             num_bufs: cfg.num_bufs,
             base,
             backing,
             pool,
+            lender: std::sync::OnceLock::new(),
         })
     }
 
@@ -200,7 +217,42 @@ impl Region {
     /// Address of buffer `index` (a device address for `device` regions).
     #[inline]
     pub fn buffer_addr(&self, index: u32) -> u64 {
-        self.base + index as u64 * self.stride as u64
+        self.base + index as u64 * self.stride as u64 + self.headroom as u64
+    }
+
+    /// Bytes reserved in front of each buffer.
+    pub fn headroom(&self) -> usize {
+        self.headroom
+    }
+
+    /// Index of the buffer whose slot (headroom included) contains `addr`.
+    pub fn index_of(&self, addr: u64) -> Option<u32> {
+        let off = addr.checked_sub(self.base)?;
+        let i = off / self.stride as u64;
+        (i < self.num_bufs as u64).then_some(i as u32)
+    }
+
+    /// Lends every buffer to an engine's own pool: from now on freed buffers go to
+    /// `lender` and this region's pool stays empty. Fails when buffers are in use or the
+    /// region is already lent.
+    pub fn lend_all(&self, lender: Box<dyn BufferLender>) -> Result<(), String> {
+        let mut all = vec![0u32; self.num_bufs];
+        if !self.pool.dequeue_bulk(&mut all) {
+            return Err(format!(
+                "memory region {}: buffers are in use, cannot lend them",
+                self.name
+            ));
+        }
+        if self.lender.set(lender).is_err() {
+            self.free_bulk(&all);
+            return Err(format!("memory region {} is already lent", self.name));
+        }
+        Ok(())
+    }
+
+    /// True when the buffers are lent to an engine's pool.
+    pub fn is_lent(&self) -> bool {
+        self.lender.get().is_some()
     }
 
     /// Start and length of the whole region, for NIC or RDMA registration.
@@ -220,6 +272,10 @@ impl Region {
     /// guarantees that for buffers it owns.
     #[inline]
     pub(crate) fn free_bulk(&self, indices: &[u32]) {
+        if let Some(lender) = self.lender.get() {
+            lender.give_back(indices);
+            return;
+        }
         let ok = self.pool.enqueue_bulk(indices);
         // The pool has a slot for every buffer, so a full pool means a double free.
         assert!(ok, "memory region {}: buffer returned twice", self.name);
@@ -375,10 +431,19 @@ const SPARE_DESCRIPTOR_MAX_CAPACITY: usize = 16 * 1024;
 impl RegionSet {
     /// Allocates every region of the configuration; on failure nothing stays allocated.
     pub fn allocate(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
+        Self::allocate_with_headroom(cfgs, &[])
+    }
+
+    /// As [`RegionSet::allocate`], with `headroom[i]` bytes in front of each buffer of
+    /// region `i` (missing entries: none).
+    pub fn allocate_with_headroom(
+        cfgs: &[MemoryRegionConfig],
+        headroom: &[usize],
+    ) -> Result<Self, MemoryError> {
         let regions = cfgs
             .iter()
             .enumerate()
-            .map(|(i, c)| Region::allocate_at(c, i))
+            .map(|(i, c)| Region::allocate_at(c, i, headroom.get(i).copied().unwrap_or(0)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             regions,

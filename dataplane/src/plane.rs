@@ -173,6 +173,7 @@ pub struct DataPlane {
     stats: Option<StatsThread>,
     rx_queues: BTreeMap<(usize, u16), RxQueue>,
     tx_queues: BTreeMap<(usize, u16), TxQueue>,
+    regions: Arc<RegionSet>,
 }
 
 #[derive(Clone)]
@@ -188,7 +189,10 @@ impl DataPlane {
     pub fn start(config: &Config) -> Result<Self, StartError> {
         check_cores(config)?;
         prepare_hugepages(config)?;
-        let regions = Arc::new(RegionSet::allocate(&config.memory_regions)?);
+        let regions = Arc::new(RegionSet::allocate_with_headroom(
+            &config.memory_regions,
+            &engine::region_headroom(config),
+        )?);
         let software = config.engine.software_steering();
         let steering: Vec<Arc<InterfaceSteering>> = config
             .interfaces
@@ -278,6 +282,7 @@ impl DataPlane {
             stats: None,
             rx_queues,
             tx_queues,
+            regions: regions.clone(),
         };
         for (core, tasks) in per_core {
             plane.spawn_worker(core, tasks)?;
@@ -356,6 +361,16 @@ impl DataPlane {
     /// The configuration it runs.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Regions an engine receives into without copying (their buffers are lent to the
+    /// engine's own pool, e.g. a DPDK mbuf pool over external memory).
+    pub fn zero_copy_regions(&self) -> Vec<String> {
+        self.regions
+            .iter()
+            .filter(|r| r.is_lent())
+            .map(|r| r.name().to_owned())
+            .collect()
     }
 
     /// The engine's name.
@@ -584,7 +599,12 @@ fn prepare_hugepages(config: &Config) -> Result<(), StartError> {
         tracing::warn!("{line}");
     }
     let page = hugepages::default_page_size();
-    let need = hugepages::need_of(config, page, memory::host_stride);
+    // Regions lent to DPDK mbuf pools carry the mbuf headroom in front of each buffer.
+    let headroom = crate::engine::region_headroom(config)
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    let need = hugepages::need_of(config, page, |size| memory::host_stride(headroom + size));
     let have_mount = hugepages::mount_for(page).ok().flatten().is_some();
     hugepages::check(&need, &hugepages::page_counts(), have_mount)?;
     Ok(())

@@ -50,6 +50,16 @@ void shim_rte_mbuf_marks(struct rte_mbuf *const *mbufs, uint32_t *marks, unsigne
 		marks[i] = (mbufs[i]->ol_flags & RTE_MBUF_F_RX_FDIR_ID) ? mbufs[i]->hash.fdir.hi : 0;
 }
 
+void *shim_rte_mbuf_buf_addr(const struct rte_mbuf *m)
+{
+	return m->buf_addr;
+}
+
+uint16_t shim_rte_mbuf_data_off(const struct rte_mbuf *m)
+{
+	return m->data_off;
+}
+
 struct rte_mbuf *shim_rte_pktmbuf_next(struct rte_mbuf *m)
 {
 	return m->next;

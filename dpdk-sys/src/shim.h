@@ -16,6 +16,9 @@ uint16_t shim_rte_pktmbuf_data_len(const struct rte_mbuf *m);
 void shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
 /* Flow marks of n received mbufs (0 where the device set none). */
 void shim_rte_mbuf_marks(struct rte_mbuf *const *mbufs, uint32_t *marks, unsigned int n);
+/* Start of an mbuf's buffer and the offset of its data in it. */
+void *shim_rte_mbuf_buf_addr(const struct rte_mbuf *m);
+uint16_t shim_rte_mbuf_data_off(const struct rte_mbuf *m);
 /* The next segment of a packet, or NULL. */
 struct rte_mbuf *shim_rte_pktmbuf_next(struct rte_mbuf *m);
 /* Number of segments of a received packet. */

@@ -32,6 +32,8 @@ pub struct RawReport {
     pub engine: &'static str,
     /// Where flow steering ran.
     pub steering: String,
+    /// Regions received into without copying (the engine's pools are made of them).
+    pub zero_copy_regions: Vec<String>,
     /// Seconds of traffic generation.
     pub seconds: f64,
     /// Packets the generators handed to the data plane.
@@ -336,6 +338,7 @@ pub fn run(
     let snapshot = plane.snapshot();
     let engine = plane.engine_name();
     let steering = plane.steering();
+    let zero_copy_regions = plane.zero_copy_regions();
     plane.shutdown();
 
     let drops = snapshot.drops();
@@ -383,6 +386,7 @@ pub fn run(
     Ok(RawReport {
         engine,
         steering,
+        zero_copy_regions,
         seconds,
         tx_packets,
         tx_bytes,
@@ -443,6 +447,12 @@ impl RawReport {
             "engine {} (steering: {}), {:.2} s\n",
             self.engine, self.steering, self.seconds
         ));
+        if !self.zero_copy_regions.is_empty() {
+            s.push_str(&format!(
+                "  zero-copy receive into: {}\n",
+                self.zero_copy_regions.join(", ")
+            ));
+        }
         s.push_str(&format!(
             "  TX  {:>14} packets {:>16} bytes\n",
             self.tx_packets, self.tx_bytes

@@ -91,6 +91,25 @@ pub enum EngineError {
     Config(String),
 }
 
+/// Bytes each region of `config` needs in front of every buffer: DPDK's mbuf headroom for
+/// regions the DPDK engine receives into without copying, else none.
+pub fn region_headroom(config: &Config) -> Vec<usize> {
+    #[cfg(feature = "dpdk")]
+    if config.engine == EngineKind::Dpdk {
+        return dpdk::zero_copy_regions(config)
+            .into_iter()
+            .map(|lent| {
+                if lent {
+                    crate::hugepages::DPDK_HEADROOM
+                } else {
+                    0
+                }
+            })
+            .collect();
+    }
+    vec![0; config.memory_regions.len()]
+}
+
 /// Creates the engine a configuration asks for.
 pub fn create(
     config: &Config,

@@ -12,14 +12,16 @@ pub mod flow;
 use super::wire::{Ingress, WireGrid, WireReceiver};
 use super::{Engine, EngineError, Overflow, RxPort, TxPort};
 use crate::burst::Burst;
+use crate::config::Direction;
 use crate::config::{Config, MemoryKind, RxConfig, validate::is_pci_address};
 use crate::hugepages;
-use crate::memory::{RegionId, RegionSet};
+use crate::memory::{BufferLender, RegionId, RegionSet};
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::InterfaceSteering;
 use dpdk_sys as sys;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
+use std::sync::RwLock;
 
 /// Descriptors per RX and TX ring.
 const RING_DESCRIPTORS: u16 = hugepages::DPDK_RING_DESCRIPTORS as u16;
@@ -101,6 +103,85 @@ unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
 
+/// Smallest `buf_size` received into without copying: a full frame, which every PMD's
+/// queue setup accepts (af_packet wants the MTU plus overhead).
+pub const ZERO_COPY_MIN_BUF_SIZE: usize = 2048;
+
+/// Which regions of `config` the DPDK engine receives into without copying: the region of
+/// an RX queue that has one region to itself (no other queue uses it), buffers of at least
+/// [`ZERO_COPY_MIN_BUF_SIZE`] bytes, enough of them for the descriptor ring, and memory the
+/// port can reach (host kinds; `device` only for a PCI NIC, which writes it by DMA). That
+/// region becomes the queue's mbuf pool (external buffers); mbufs are handed to the
+/// application as the region's buffers and go back to the pool when the burst is dropped.
+pub fn zero_copy_regions(config: &Config) -> Vec<bool> {
+    let n = config.memory_regions.len();
+    let index = |name: &String| config.memory_regions.iter().position(|m| &m.name == name);
+    let mut uses = vec![0usize; n];
+    for (_, _, q) in config.queues() {
+        for i in q.memory_regions.iter().filter_map(index) {
+            uses[i] += 1;
+        }
+    }
+    let mut lent = vec![false; n];
+    for (iface, dir, q) in config.queues() {
+        if dir != Direction::Rx || q.memory_regions.len() != 1 {
+            continue;
+        }
+        let Some(i) = index(&q.memory_regions[0]) else {
+            continue;
+        };
+        let m = &config.memory_regions[i];
+        let reachable = match m.kind {
+            MemoryKind::Host | MemoryKind::Huge | MemoryKind::HostPinned => true,
+            MemoryKind::Device => is_pci_address(&config.interfaces[iface].address),
+        };
+        let stride = (hugepages::DPDK_HEADROOM + m.buf_size).next_multiple_of(256);
+        lent[i] = uses[i] == 1
+            && reachable
+            && m.buf_size >= ZERO_COPY_MIN_BUF_SIZE
+            && stride <= u16::MAX as usize
+            && m.num_bufs >= hugepages::DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize;
+    }
+    lent
+}
+
+/// An mbuf pool over a region's own buffers (external buffers), and the mbuf of each
+/// buffer so freed buffers find their way back.
+struct LentPool {
+    pool: Pool,
+    /// `mbufs[i]` carries region buffer `i`.
+    mbufs: Vec<*mut sys::rte_mbuf>,
+    /// False once EAL is gone: buffers freed after that are not touched.
+    alive: RwLock<bool>,
+}
+
+// SAFETY: mbuf pointers are handed between threads as mempool operations allow; `alive`
+// guards their use after EAL cleanup.
+unsafe impl Send for LentPool {}
+// SAFETY: as above.
+unsafe impl Sync for LentPool {}
+
+/// The region side of a [`LentPool`].
+struct LentBuffers(Arc<LentPool>);
+
+impl BufferLender for LentBuffers {
+    fn give_back(&self, indices: &[u32]) {
+        let alive = self.0.alive.read().expect("lent pool lock");
+        if !*alive {
+            return;
+        }
+        let mut batch = [std::ptr::null_mut(); MAX_BURST];
+        for chunk in indices.chunks(MAX_BURST) {
+            for (slot, &i) in batch.iter_mut().zip(chunk) {
+                *slot = self.0.mbufs[i as usize];
+            }
+            // SAFETY: each index was received into once and is returned once (Burst
+            // ownership), so each mbuf is freed once, while EAL is alive (read lock held).
+            unsafe { sys::shim_rte_pktmbuf_free_bulk(batch.as_mut_ptr(), chunk.len() as u32) };
+        }
+    }
+}
+
 /// How a port's packets reach their RX queues.
 enum PortSteering {
     /// The device places every packet (its own RSS, or no rules at all).
@@ -126,7 +207,21 @@ struct Port {
     tx_queue_index: Vec<(u16, u16)>,
     steering: PortSteering,
     rules: Arc<InterfaceSteering>,
+    /// RX queues receiving into their region without copying: (queue id, pool).
+    lent: Vec<(u16, Arc<LentPool>)>,
+    /// External memory registered with EAL: (address, length, DMA-mapped for the device).
+    registered: Vec<(u64, usize, bool)>,
+    /// The port's rte_device (for DMA mapping).
+    device: Device,
 }
+
+/// A port's rte_device handle.
+#[derive(Clone, Copy)]
+struct Device(*mut sys::rte_device);
+// SAFETY: an opaque handle EAL keeps alive until cleanup; only passed back to EAL calls.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
 
 impl Port {
     fn steering_name(&self) -> &'static str {
@@ -207,12 +302,12 @@ impl DpdkEngine {
         regions: &Arc<RegionSet>,
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
-        for m in &config.memory_regions {
-            if !matches!(m.kind, MemoryKind::Host | MemoryKind::Huge) {
+        let zero_copy = zero_copy_regions(config);
+        for (m, lent) in config.memory_regions.iter().zip(zero_copy) {
+            if m.kind == MemoryKind::Device && !lent {
                 return Err(EngineError::Config(format!(
-                    "memory region `{}`: not supported yet: kind {} with the DPDK engine (host and huge only)",
-                    m.name,
-                    m.kind.name()
+                    "memory region `{}`: kind device with the DPDK engine needs a PCI NIC that writes GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {ZERO_COPY_MIN_BUF_SIZE}, num_bufs >= 1.5x the {RING_DESCRIPTORS}-descriptor ring); virtual devices move frames with the CPU, which cannot reach GPU memory",
+                    m.name
                 )));
             }
         }
@@ -348,7 +443,12 @@ impl DpdkEngine {
             tx_queue_index: Vec::new(),
             steering: PortSteering::Device,
             rules: rules.clone(),
+            lent: Vec::new(),
+            registered: Vec::new(),
+            device: Device(info.device),
         };
+        let zero_copy = zero_copy_regions(config);
+        let pci = is_pci_address(&iface.address);
         let pool_for = |q: &crate::config::QueueConfig,
                         dir: &str,
                         seg: usize,
@@ -389,7 +489,28 @@ impl DpdkEngine {
         for (i, q) in rx.iter().enumerate() {
             let mut rxconf = info.default_rxconf;
             let mut split = Vec::new();
+            let region = q.memory_regions.first().and_then(|n| self.regions.id_of(n));
             let pool = match q.memory_regions.len() {
+                1 if region.is_some_and(|r| zero_copy[r as usize]) => {
+                    let region = region.expect("checked");
+                    let name = format!("dp{index}rx{}z", q.id);
+                    let (pool, lent) = self
+                        .lend_region(&mut port, pci, socket, region, &name)
+                        .map_err(|e| {
+                            EngineError::Config(format!(
+                                "interface `{}` RX queue {}: {e}",
+                                iface.name, q.id
+                            ))
+                        })?;
+                    tracing::info!(
+                        "interface `{}` RX queue {}: receives into region `{}` without copying",
+                        iface.name,
+                        q.id,
+                        self.regions.get(region).name()
+                    );
+                    port.lent.push((q.id, lent));
+                    pool
+                }
                 0 | 1 => pool_for(
                     q,
                     "rx",
@@ -609,6 +730,100 @@ impl DpdkEngine {
         Ok(port)
     }
 
+    /// Registers `region` as external memory (and DMA-maps it for a PCI device), creates an
+    /// mbuf pool whose buffers are the region's, and lends the region's buffers to it.
+    fn lend_region(
+        &self,
+        port: &mut Port,
+        pci: bool,
+        socket: i32,
+        region: RegionId,
+        name: &str,
+    ) -> Result<(Pool, Arc<LentPool>), String> {
+        let r = self.regions.get(region);
+        let (base, len) = r.extent();
+        let page = if r.kind() == MemoryKind::Huge {
+            hugepages::default_page_size() as usize
+        } else {
+            4096
+        };
+        let reg_len = len.next_multiple_of(page);
+        // SAFETY: the region's mapping covers [base, base + reg_len) (mappings are whole
+        // pages) and outlives EAL; IOVA is the virtual address (no table).
+        let rc = unsafe {
+            sys::rte_extmem_register(base as *mut _, reg_len, std::ptr::null_mut(), 0, page)
+        };
+        if rc != 0 {
+            return Err(last_error("rte_extmem_register"));
+        }
+        let mut mapped = false;
+        if pci {
+            // SAFETY: a registered range and the port's device.
+            let rc = unsafe { sys::rte_dev_dma_map(port.device.0, base as *mut _, base, reg_len) };
+            if rc != 0 {
+                // SAFETY: registered just above.
+                unsafe { sys::rte_extmem_unregister(base as *mut _, reg_len) };
+                return Err(last_error(
+                    "rte_dev_dma_map (the NIC cannot reach this memory)",
+                ));
+            }
+            mapped = true;
+        }
+        port.registered.push((base, reg_len, mapped));
+        let n = r.num_bufs();
+        let ext = sys::rte_pktmbuf_extmem {
+            buf_ptr: base as *mut _,
+            buf_iova: base,
+            buf_len: r.stride() * n,
+            elt_size: r.stride() as u16,
+        };
+        let cname = CString::new(name).expect("pool name");
+        // SAFETY: `ext` describes the region's n buffers; the pool lives until EAL cleanup.
+        let pool = unsafe {
+            sys::rte_pktmbuf_pool_create_extbuf(
+                cname.as_ptr(),
+                n as u32,
+                256,
+                0,
+                (r.headroom() + r.buf_size()) as u16,
+                socket,
+                &ext,
+                1,
+            )
+        };
+        if pool.is_null() {
+            return Err(last_error("cannot create the mbuf pool over the region"));
+        }
+        // Learn which mbuf carries which buffer: take them all once.
+        let mut all = vec![std::ptr::null_mut(); n];
+        // SAFETY: a fresh pool of n mbufs and room for n pointers.
+        if unsafe { sys::shim_rte_pktmbuf_alloc_bulk(pool, all.as_mut_ptr(), n as u32) } != 0 {
+            return Err("cannot take every mbuf of the new pool".into());
+        }
+        let mut mbufs: Vec<*mut sys::rte_mbuf> = vec![std::ptr::null_mut(); n];
+        for &m in &all {
+            // SAFETY: an mbuf of the pool.
+            let addr = unsafe { sys::shim_rte_mbuf_buf_addr(m) } as u64;
+            match r.index_of(addr) {
+                Some(i) if mbufs[i as usize].is_null() => mbufs[i as usize] = m,
+                _ => {
+                    return Err(format!(
+                        "mbuf buffer {addr:#x} is not a buffer of the region"
+                    ));
+                }
+            }
+        }
+        // SAFETY: every mbuf taken above goes back once.
+        unsafe { sys::shim_rte_pktmbuf_free_bulk(all.as_mut_ptr(), n as u32) };
+        let lent = Arc::new(LentPool {
+            pool: Pool(pool),
+            mbufs,
+            alive: RwLock::new(true),
+        });
+        r.lend_all(Box::new(LentBuffers(lent.clone())))?;
+        Ok((Pool(pool), lent))
+    }
+
     fn port(&self, port: u16) -> Result<&Port, EngineError> {
         self.ports
             .get(port as usize)
@@ -635,6 +850,20 @@ impl Drop for DpdkEngine {
             unsafe {
                 sys::rte_eth_dev_stop(p.id);
                 sys::rte_eth_dev_close(p.id);
+            }
+            // Buffers the application still holds are not given back to pools about to
+            // disappear.
+            for (_, lent) in &p.lent {
+                *lent.alive.write().expect("lent pool lock") = false;
+            }
+            for &(base, len, mapped) in &p.registered {
+                // SAFETY: registered (and mapped) by this port; nothing uses it any more.
+                unsafe {
+                    if mapped {
+                        sys::rte_dev_dma_unmap(p.device.0, base as *mut _, base, len);
+                    }
+                    sys::rte_extmem_unregister(base as *mut _, len);
+                }
             }
         }
         // SAFETY: nothing uses DPDK any more; pools and ports are released with it.
@@ -697,6 +926,11 @@ impl Engine for DpdkEngine {
                 counters,
                 marks,
                 classify_ids,
+                lent_pool: p
+                    .lent
+                    .iter()
+                    .find(|(q, _)| *q == queue)
+                    .map(|(_, l)| l.pool),
                 rules: p.rules.clone(),
                 scratch: [std::ptr::null_mut(); MAX_BURST],
                 mark_values: [0; MAX_BURST],
@@ -791,6 +1025,8 @@ struct DeviceQueue {
     marks: bool,
     /// rte_flow placed the packet but could not tag it: find the flow id from the headers.
     classify_ids: bool,
+    /// The queue's region is its mbuf pool (this one): frames are handed over, not copied.
+    lent_pool: Option<Pool>,
     rules: Arc<InterfaceSteering>,
     scratch: [*mut sys::rte_mbuf; MAX_BURST],
     mark_values: [u32; MAX_BURST],
@@ -838,13 +1074,60 @@ impl DeviceQueue {
         self.nic_seen = (missed, nombuf);
     }
 
-    /// Up to `max` frames from the device, copied into a fresh burst of the queue's
-    /// buffers (one buffer per mbuf segment), with their flow ids.
-    fn pull(&mut self, max: usize) -> Option<Burst> {
+    /// Receives up to `max` mbufs into `scratch` (and their marks); returns how many.
+    fn receive_mbufs(&mut self, max: usize) -> usize {
         self.polls += 1;
         if self.polls >= NIC_STATS_EVERY {
             self.polls = 0;
             self.fold_nic_counters();
+        }
+        if max == 0 {
+            return 0;
+        }
+        // SAFETY: a started port; scratch has room for `max` <= MAX_BURST pointers.
+        let n = unsafe {
+            sys::shim_rte_eth_rx_burst(
+                self.port_id,
+                self.hw_queue,
+                self.scratch.as_mut_ptr(),
+                max.min(MAX_BURST) as u16,
+            )
+        } as usize;
+        if n > 0 && self.marks {
+            // SAFETY: n received mbufs and room for n marks.
+            unsafe {
+                sys::shim_rte_mbuf_marks(
+                    self.scratch.as_ptr(),
+                    self.mark_values.as_mut_ptr(),
+                    n as u32,
+                )
+            };
+        }
+        n
+    }
+
+    /// The flow id of received mbuf `i`, now packet `slot` of `burst`.
+    fn flow_id(
+        &self,
+        i: usize,
+        burst: &Burst,
+        slot: usize,
+        rules: Option<&Arc<crate::steering::Classifier>>,
+    ) -> u32 {
+        if self.marks {
+            return self.mark_values[i];
+        }
+        match rules.and_then(|r| burst.data(slot, 0).map(|f| r.classify(f))) {
+            Some(crate::steering::Verdict::Deliver { flow_id, .. }) => flow_id,
+            _ => 0,
+        }
+    }
+
+    /// Up to `max` frames from the device as a burst of the queue's buffers, with their
+    /// flow ids: handed over when the region is the mbuf pool, else copied.
+    fn pull(&mut self, max: usize) -> Option<Burst> {
+        if let Some(pool) = self.lent_pool {
+            return self.pull_lent(max, pool);
         }
         // Take from the device only what our pools can hold; the rest waits in the
         // device's ring (a NIC counts its own misses when that ring overflows).
@@ -854,31 +1137,9 @@ impl DeviceQueue {
             .map(|&r| self.regions.get(r).available())
             .min()
             .unwrap_or(0);
-        let want = max.min(MAX_BURST).min(room);
-        if want == 0 {
-            return None;
-        }
-        // SAFETY: a started port; scratch has room for `want` pointers.
-        let n = unsafe {
-            sys::shim_rte_eth_rx_burst(
-                self.port_id,
-                self.hw_queue,
-                self.scratch.as_mut_ptr(),
-                want as u16,
-            )
-        } as usize;
+        let n = self.receive_mbufs(max.min(room));
         if n == 0 {
             return None;
-        }
-        if self.marks {
-            // SAFETY: n received mbufs and room for n marks.
-            unsafe {
-                sys::shim_rte_mbuf_marks(
-                    self.scratch.as_ptr(),
-                    self.mark_values.as_mut_ptr(),
-                    n as u32,
-                )
-            };
         }
         let out = match Burst::allocate(
             self.regions.clone(),
@@ -897,17 +1158,8 @@ impl DeviceQueue {
                         self.counters.drop_packets(DropReason::Malformed, 1);
                         continue;
                     }
-                    let flow_id = if self.marks {
-                        self.mark_values[i]
-                    } else if let Some(rules) = &rules {
-                        match fresh.data(kept, 0).map(|f| rules.classify(f)) {
-                            Some(crate::steering::Verdict::Deliver { flow_id, .. }) => flow_id,
-                            _ => 0,
-                        }
-                    } else {
-                        0
-                    };
-                    fresh.set_flow_id(kept, flow_id);
+                    let id = self.flow_id(i, &fresh, kept, rules.as_deref());
+                    fresh.set_flow_id(kept, id);
                     kept += 1;
                 }
                 fresh.truncate(kept);
@@ -921,6 +1173,98 @@ impl DeviceQueue {
         // SAFETY: every received mbuf is freed once.
         unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), n as u32) };
         out
+    }
+
+    /// Zero-copy receive: each mbuf's buffer is one of the region's, so the burst takes
+    /// the buffer index and the mbuf stays out of its pool until the burst is dropped.
+    fn pull_lent(&mut self, max: usize, pool: Pool) -> Option<Burst> {
+        // Only as many as the pool could replace: while the application holds the
+        // buffers, frames wait in the device's ring (as in copy mode).
+        // SAFETY: a valid pool.
+        let room = unsafe { sys::rte_mempool_avail_count(pool.0) } as usize;
+        let n = self.receive_mbufs(max.min(room));
+        if n == 0 {
+            return None;
+        }
+        let regions = self.regions.clone();
+        let region_id = self.segments[0];
+        let region = regions.get(region_id);
+        let mut out = Burst::empty(regions.clone(), self.port, self.queue, n);
+        let rules = self.classify_ids.then(|| self.rules.rules());
+        let (mut dropped, mut empty) = (0, 0);
+        for i in 0..n {
+            let m = self.scratch[i];
+            // SAFETY: a received mbuf, ours until handed to the burst or freed.
+            let (buf, off, len, segs) = unsafe {
+                (
+                    sys::shim_rte_mbuf_buf_addr(m) as u64,
+                    sys::shim_rte_mbuf_data_off(m) as usize,
+                    sys::shim_rte_pktmbuf_data_len(m) as usize,
+                    sys::shim_rte_pktmbuf_nb_segs(m),
+                )
+            };
+            let movable = off == region.headroom() || region.host_accessible();
+            match region.index_of(buf) {
+                Some(index) if segs == 1 && len <= region.buf_size() && movable => {
+                    if off != region.headroom() {
+                        // The PMD left the data elsewhere in the buffer: move it to where
+                        // the region's buffer starts.
+                        // SAFETY: both ranges lie inside this mbuf's buffer (headroom +
+                        // buf_size bytes), which nobody else uses now.
+                        unsafe {
+                            std::ptr::copy(
+                                (buf + off as u64) as *const u8,
+                                (buf + region.headroom() as u64) as *mut u8,
+                                len,
+                            )
+                        };
+                    }
+                    out.push_owned(region_id, index, len as u32, 0);
+                    let slot = out.len() - 1;
+                    let id = self.flow_id(i, &out, slot, rules.as_deref());
+                    out.set_flow_id(slot, id);
+                }
+                None if segs == 1 && len <= region.buf_size() && region.host_accessible() => {
+                    // An mbuf of another pool (net_ring passes the sender's mbufs on):
+                    // copy it into one of ours.
+                    let mut own = [std::ptr::null_mut(); 1];
+                    // SAFETY: a valid pool and room for one pointer.
+                    if unsafe { sys::shim_rte_pktmbuf_alloc_bulk(pool.0, own.as_mut_ptr(), 1) } != 0
+                    {
+                        empty += 1;
+                    } else {
+                        // SAFETY: the new mbuf's buffer is a region buffer (its pool is
+                        // made of them) with room for headroom + buf_size bytes; `m` holds
+                        // `len` bytes at `off`.
+                        let index = unsafe {
+                            let dst = sys::shim_rte_mbuf_buf_addr(own[0]) as u64;
+                            std::ptr::copy_nonoverlapping(
+                                (buf + off as u64) as *const u8,
+                                (dst + region.headroom() as u64) as *mut u8,
+                                len,
+                            );
+                            region.index_of(dst)
+                        };
+                        let index = index.expect("mbufs of the lent pool carry region buffers");
+                        out.push_owned(region_id, index, len as u32, 0);
+                        let slot = out.len() - 1;
+                        let id = self.flow_id(i, &out, slot, rules.as_deref());
+                        out.set_flow_id(slot, id);
+                    }
+                    // SAFETY: the foreign mbuf is freed once.
+                    unsafe { sys::shim_rte_pktmbuf_free(m) };
+                }
+                _ => {
+                    // A chained (too long) frame: counted, freed.
+                    dropped += 1;
+                    // SAFETY: freed once; never handed to a burst.
+                    unsafe { sys::shim_rte_pktmbuf_free(m) };
+                }
+            }
+        }
+        self.counters.drop_packets(DropReason::Malformed, dropped);
+        self.counters.drop_packets(DropReason::PoolEmpty, empty);
+        (!out.is_empty()).then_some(out)
     }
 
     /// Copies the segments of mbuf chain `m` into packet `slot` of `fresh`; false when it
@@ -1096,5 +1440,53 @@ dataplane:
         assert!(a.iter().any(|x| x.starts_with("--file-prefix=dataplane_")));
         assert_eq!(port_name("net_memif0,role=server"), "net_memif0");
         assert_eq!(port_name("0000:01:00.0"), "0000:01:00.0");
+    }
+
+    #[test]
+    fn zero_copy_takes_a_queue_own_large_region_the_port_can_reach() {
+        let text = |address: &str| {
+            format!(
+                r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    memory_regions:
+    - {{name: own, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
+    - {{name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
+    - {{name: small, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}}
+    - {{name: few, kind: host, affinity: 0, num_bufs: 1000, buf_size: 2048}}
+    - {{name: gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 4096}}
+    interfaces:
+    - name: a
+      address: "{address}"
+      rx:
+        queues:
+        - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [own]}}
+        - {{name: q1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [shared]}}
+        - {{name: q2, id: 2, cpu_core: 0, batch_size: 32, memory_regions: [shared]}}
+        - {{name: q3, id: 3, cpu_core: 0, batch_size: 32, memory_regions: [small]}}
+        - {{name: q4, id: 4, cpu_core: 0, batch_size: 32, memory_regions: [few]}}
+        - {{name: q5, id: 5, cpu_core: 0, batch_size: 32, memory_regions: [gpu]}}
+"#
+            )
+        };
+        let lent = |address: &str| {
+            let cfg = crate::config::load_with(&text(address), "t", &|_| true)
+                .unwrap()
+                .config;
+            zero_copy_regions(&cfg)
+        };
+        assert_eq!(
+            lent("net_null0"),
+            vec![true, false, false, false, false],
+            "a vdev copies with the CPU: no GPU memory"
+        );
+        assert_eq!(
+            lent("0000:3b:00.0"),
+            vec![true, false, false, false, true],
+            "a PCI NIC writes GPU memory by DMA"
+        );
     }
 }
