@@ -54,7 +54,7 @@ fn main() {
              |rte_extmem_(register|unregister)|rte_dev_dma_(map|unmap)\
              |shim_.*",
         )
-        .allowlist_type("rte_eth_conf|rte_eth_dev_info|rte_eth_stats|rte_eth_rxconf|rte_eth_txconf|rte_flow_.*|rte_pktmbuf_extmem|rte_eth_rxseg.*|rte_ether_addr|rte_eth_link")
+        .allowlist_type("rte_eth_conf|rte_eth_dev_info|rte_eth_stats|rte_eth_rxconf|rte_eth_txconf|rte_flow_.*|rte_pktmbuf_extmem|rte_eth_rxseg.*|rte_ether_addr|rte_eth_link|shim_.*")
         .allowlist_var("shim_.*|RTE_ETH_.*|RTE_MBUF_DEFAULT_.*|RTE_PKTMBUF_HEADROOM|RTE_MAX_ETHPORTS|SOCKET_ID_ANY|RTE_ETHER_.*")
         .opaque_type("rte_arp_ipv4|rte_arp_hdr|rte_gtp_psc_.*|rte_l2tpv2_combined_msg_hdr")
         .derive_default(true)

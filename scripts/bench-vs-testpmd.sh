@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# DPDK's dpdk-testpmd and `dataplane bench raw` on the same topology in one run: two
-# processes over net_memif (TX client -> RX server, no hugepages), at 64 and 1500-byte
-# frames. Prints both rates and the ratio (ours / testpmd). Root not required.
+# DPDK's dpdk-testpmd and `dataplane bench raw` on the same topologies in one run, at 64
+# and 1500-byte frames; prints both rates and the ratio (ours / testpmd). Root not required.
 #
-# testpmd: txonly -> rxonly, rate = median of its per-second Rx-pps samples.
-# ours: configs/dpdk_memif_{tx,rx}.yaml with frames of the same size (42-byte headers), rate
-#       = packets the RX process verified / seconds the TX process sent.
-# Env: SECONDS_TX (default 5), LENS (default "64 1500"), JSON=1 for a JSON line.
+# memif: two processes over net_memif (TX client -> RX server, no hugepages).
+#   testpmd: txonly -> rxonly, rate = median of its per-second Rx-pps samples.
+#   ours: configs/dpdk_memif_{tx,rx}.yaml with frames of the same size (42-byte headers),
+#         rate = packets the RX process verified / seconds the TX process sent.
+# ring: one process, one net_ring port whose TX feeds its RX, sending and receiving on
+#   one core. testpmd: flowgen (receives and drops, then sends), rate = median Rx-pps.
+#   ours: configs/dpdk_ring.yaml (TX and RX workers share core 1), rate = verified RX.
+# Env: SECONDS_TX (default 5), LENS (default "64 1500"), TOPOLOGIES (default
+# "memif ring"), JSON=1 for a JSON line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DATAPLANE_BIN:-./target/release/dataplane}
 secs=${SECONDS_TX:-5}
 lens=${LENS:-64 1500}
+topologies=${TOPOLOGIES:-memif ring}
 command -v dpdk-testpmd >/dev/null || { echo "bench-vs-testpmd: dpdk-testpmd missing (apt-get install dpdk)" >&2; exit 1; }
 "$bin" --version >/dev/null
 tmp=$(mktemp -d)
@@ -65,15 +70,46 @@ print(f"{rx['checker']['valid'] / tx['seconds'] / 1e6:.3f}")
 PY
 }
 
+testpmd_ring_rate() { # LEN -> Mpps
+  local len=$1
+  timeout -s INT "$secs" dpdk-testpmd -l 0,1 --main-lcore 0 --file-prefix tpmdring$$ \
+    --no-pci --no-huge -m 512 --no-shconf --vdev net_ring0 -- --forward-mode=flowgen \
+    --txpkts="$len" --stats-period 1 --total-num-mbufs=16384 --txd=1024 --rxd=1024 \
+    >"$tmp/ring.log" 2>&1 </dev/null || true
+  strip "$tmp/ring.log" | grep -o 'Rx-pps: *[0-9]*' | awk '$2 > 0 {print $2}' | sort -n |
+    awk '{v[NR]=$1} END {if (NR == 0) print 0; else printf "%.3f\n", v[int((NR+1)/2)] / 1e6}'
+}
+
+ours_ring_rate() { # LEN -> Mpps
+  local len=$1
+  sed -e "s/header_size: 64/header_size: 42/" -e "s/payload_size: 64/payload_size: $((len - 42))/" \
+    -e "s/buf_size: 1088/buf_size: 2048/" configs/dpdk_ring.yaml >"$tmp/ring.yaml"
+  "$bin" bench raw "$tmp/ring.yaml" --seconds "$secs" --json 2>/dev/null | tail -n 1 >"$tmp/ours-ring.json"
+  python3 - "$tmp/ours-ring.json" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+if not r["lossless"]:
+    print(f"ours not lossless: {r['problems']}", file=sys.stderr)
+print(f"{r['checker']['valid'] / r['seconds'] / 1e6:.3f}")
+PY
+}
+
 rows=()
-printf '%-6s %14s %14s %8s\n' "frame" "testpmd Mpps" "ours Mpps" "ratio" >&2
-for len in $lens; do
-  t=$(testpmd_rate "$len")
-  o=$(ours_rate "$len")
-  r=$(python3 -c "t=$t; o=$o; print(f'{o / t:.2f}' if t > 0 else 'n/a')")
-  printf '%-6s %14s %14s %8s\n' "${len}B" "$t" "$o" "$r" >&2
-  rows+=("{\"frame\": $len, \"testpmd_mpps\": $t, \"ours_mpps\": $o, \"ratio\": \"$r\"}")
+printf '%-6s %-6s %14s %14s %8s\n' "topo" "frame" "testpmd Mpps" "ours Mpps" "ratio" >&2
+for topo in $topologies; do
+  for len in $lens; do
+    if [ "$topo" = ring ]; then
+      t=$(testpmd_ring_rate "$len")
+      o=$(ours_ring_rate "$len")
+    else
+      t=$(testpmd_rate "$len")
+      o=$(ours_rate "$len")
+    fi
+    r=$(python3 -c "t=$t; o=$o; print(f'{o / t:.2f}' if t > 0 else 'n/a')")
+    printf '%-6s %-6s %14s %14s %8s\n' "$topo" "${len}B" "$t" "$o" "$r" >&2
+    rows+=("{\"topology\": \"$topo\", \"frame\": $len, \"testpmd_mpps\": $t, \"ours_mpps\": $o, \"ratio\": \"$r\"}")
+  done
 done
 if [ "${JSON:-0}" = 1 ]; then
-  (IFS=,; echo "{\"bench\": \"vs_testpmd_memif\", \"rows\": [${rows[*]}]}")
+  (IFS=,; echo "{\"bench\": \"vs_testpmd\", \"rows\": [${rows[*]}]}")
 fi

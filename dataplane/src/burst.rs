@@ -369,6 +369,7 @@ mod tests {
             num_bufs: n,
             buf_size: 256,
             access: vec![Access::Local],
+            zero_copy: None,
             location: Default::default(),
         };
         Arc::new(RegionSet::allocate(&[mk("hdr", 16), mk("data", 8)]).unwrap())

@@ -507,6 +507,7 @@ mod tests {
             num_bufs,
             buf_size,
             access: vec![Access::Local],
+            zero_copy: None,
             location: Default::default(),
         }
     }

@@ -23,10 +23,9 @@ fn net_ring_bench_is_lossless() {
     )
     .expect("bench runs");
     assert_eq!(report.engine, "dpdk");
-    assert_eq!(
-        report.zero_copy_regions,
-        vec!["rx_buffers".to_owned()],
-        "the RX queue's region is its mbuf pool"
+    assert!(
+        report.zero_copy_regions.is_empty(),
+        "virtual devices copy unless a region asks for zero copy"
     );
     assert!(report.lossless, "{:?}", report.problems);
     assert!(report.rx_packets > 10_000, "{}", report.rx_packets);

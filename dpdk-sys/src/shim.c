@@ -50,6 +50,16 @@ void shim_rte_mbuf_marks(struct rte_mbuf *const *mbufs, uint32_t *marks, unsigne
 		marks[i] = (mbufs[i]->ol_flags & RTE_MBUF_F_RX_FDIR_ID) ? mbufs[i]->hash.fdir.hi : 0;
 }
 
+void shim_rte_mbuf_infos(struct rte_mbuf *const *mbufs, struct shim_mbuf_info *infos, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		infos[i].buf_addr = mbufs[i]->buf_addr;
+		infos[i].data_off = mbufs[i]->data_off;
+		infos[i].data_len = mbufs[i]->data_len;
+		infos[i].nb_segs = mbufs[i]->nb_segs;
+	}
+}
+
 void *shim_rte_mbuf_buf_addr(const struct rte_mbuf *m)
 {
 	return m->buf_addr;

@@ -16,6 +16,15 @@ uint16_t shim_rte_pktmbuf_data_len(const struct rte_mbuf *m);
 void shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
 /* Flow marks of n received mbufs (0 where the device set none). */
 void shim_rte_mbuf_marks(struct rte_mbuf *const *mbufs, uint32_t *marks, unsigned int n);
+/* Where the data of a received mbuf lies. */
+struct shim_mbuf_info {
+	void *buf_addr;
+	uint16_t data_off;
+	uint16_t data_len;
+	uint16_t nb_segs;
+};
+/* Fills infos[i] for n mbufs (one call per burst). */
+void shim_rte_mbuf_infos(struct rte_mbuf *const *mbufs, struct shim_mbuf_info *infos, unsigned int n);
 /* Start of an mbuf's buffer and the offset of its data in it. */
 void *shim_rte_mbuf_buf_addr(const struct rte_mbuf *m);
 uint16_t shim_rte_mbuf_data_off(const struct rte_mbuf *m);

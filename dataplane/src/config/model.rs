@@ -123,6 +123,9 @@ pub struct MemoryRegionConfig {
     pub buf_size: usize,
     /// RDMA access rights.
     pub access: Vec<Access>,
+    /// `zero_copy`: lend the buffers to the engine's own pool so received frames land in
+    /// them without a copy (DPDK: the RX queue's mbuf pool). `None`: the engine decides.
+    pub zero_copy: Option<bool>,
     /// Where it is defined.
     pub location: Location,
 }

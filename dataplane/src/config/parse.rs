@@ -311,6 +311,18 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
         })
         .unwrap_or_else(|| vec![Access::Local]);
     m.not_supported_unless(d, "owned", |n| matches!(n.value, Value::Bool(true)));
+    let zero_copy = m
+        .optional(d, "zero_copy", |d, n, p| {
+            if let Value::Bool(b) = n.value {
+                return Some(Some(b));
+            }
+            match r::choice(d, n, p, &["auto", "true", "false"])? {
+                "auto" => Some(None),
+                "true" => Some(Some(true)),
+                _ => Some(Some(false)),
+            }
+        })
+        .flatten();
     m.finish(d);
     Some(MemoryRegionConfig {
         name: name?,
@@ -319,6 +331,7 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
         num_bufs: num_bufs? as usize,
         buf_size: buf_size? as usize,
         access,
+        zero_copy,
         location: node.location,
     })
 }

@@ -16,12 +16,12 @@ use crate::config::Direction;
 use crate::config::{Config, MemoryKind, RxConfig, validate::is_pci_address};
 use crate::hugepages;
 use crate::memory::{BufferLender, RegionId, RegionSet};
+use crate::ring::{Ring, Sync as RingSync};
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::InterfaceSteering;
 use dpdk_sys as sys;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
-use std::sync::RwLock;
 
 /// Descriptors per RX and TX ring.
 const RING_DESCRIPTORS: u16 = hugepages::DPDK_RING_DESCRIPTORS as u16;
@@ -107,13 +107,25 @@ unsafe impl Sync for Pool {}
 /// queue setup accepts (af_packet wants the MTU plus overhead).
 pub const ZERO_COPY_MIN_BUF_SIZE: usize = 2048;
 
-/// Which regions of `config` the DPDK engine receives into without copying: the region of
-/// an RX queue that has one region to itself (no other queue uses it), buffers of at least
-/// [`ZERO_COPY_MIN_BUF_SIZE`] bytes, enough of them for the descriptor ring, and memory the
-/// port can reach (host kinds; `device` only for a PCI NIC, which writes it by DMA). That
-/// region becomes the queue's mbuf pool (external buffers); mbufs are handed to the
+/// Which regions of `config` the DPDK engine receives into without copying. A region
+/// qualifies when it is the only region of one RX queue (no other queue uses it), has
+/// buffers of at least [`ZERO_COPY_MIN_BUF_SIZE`] bytes and enough of them for the
+/// descriptor ring, and is memory the port can reach (host kinds; `device` only for a PCI
+/// NIC, which writes it by DMA). A qualifying region is lent when its `zero_copy` is `true`,
+/// or, by default, when the port is a PCI NIC or the memory is `host_pinned` or `device`
+/// (memory meant for DMA). Virtual devices move frames with the CPU, and on them copying
+/// into host memory measured faster (BENCHMARKS.md), so they copy unless asked.
+/// A lent region becomes the queue's mbuf pool (external buffers): mbufs reach the
 /// application as the region's buffers and go back to the pool when the burst is dropped.
 pub fn zero_copy_regions(config: &Config) -> Vec<bool> {
+    zero_copy_plan(config)
+        .into_iter()
+        .map(|p| p.is_ok_and(|lend| lend))
+        .collect()
+}
+
+/// Per region: whether to lend it, or why a region with `zero_copy: true` cannot be.
+fn zero_copy_plan(config: &Config) -> Vec<Result<bool, String>> {
     let n = config.memory_regions.len();
     let index = |name: &String| config.memory_regions.iter().position(|m| &m.name == name);
     let mut uses = vec![0usize; n];
@@ -122,7 +134,14 @@ pub fn zero_copy_regions(config: &Config) -> Vec<bool> {
             uses[i] += 1;
         }
     }
-    let mut lent = vec![false; n];
+    let mut plan: Vec<Result<bool, String>> = config
+        .memory_regions
+        .iter()
+        .map(|m| match m.zero_copy {
+            Some(true) => Err("it is not the only memory region of one RX queue".into()),
+            _ => Ok(false),
+        })
+        .collect();
     for (iface, dir, q) in config.queues() {
         if dir != Direction::Rx || q.memory_regions.len() != 1 {
             continue;
@@ -131,18 +150,34 @@ pub fn zero_copy_regions(config: &Config) -> Vec<bool> {
             continue;
         };
         let m = &config.memory_regions[i];
-        let reachable = match m.kind {
-            MemoryKind::Host | MemoryKind::Huge | MemoryKind::HostPinned => true,
-            MemoryKind::Device => is_pci_address(&config.interfaces[iface].address),
-        };
+        let pci = is_pci_address(&config.interfaces[iface].address);
         let stride = (hugepages::DPDK_HEADROOM + m.buf_size).next_multiple_of(256);
-        lent[i] = uses[i] == 1
-            && reachable
-            && m.buf_size >= ZERO_COPY_MIN_BUF_SIZE
-            && stride <= u16::MAX as usize
-            && m.num_bufs >= hugepages::DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize;
+        let ring = hugepages::DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize;
+        let why_not = if uses[i] != 1 {
+            Some("other queues use it too".to_owned())
+        } else if m.kind == MemoryKind::Device && !pci {
+            Some("a virtual device cannot reach GPU memory".to_owned())
+        } else if m.buf_size < ZERO_COPY_MIN_BUF_SIZE {
+            Some(format!("buf_size is below {ZERO_COPY_MIN_BUF_SIZE}"))
+        } else if stride > u16::MAX as usize {
+            Some("buf_size is above 65 KiB".to_owned())
+        } else if m.num_bufs < ring {
+            Some(format!(
+                "num_bufs is below {ring} (1.5x the ring plus a burst)"
+            ))
+        } else {
+            None
+        };
+        let wanted = m
+            .zero_copy
+            .unwrap_or(pci || matches!(m.kind, MemoryKind::HostPinned | MemoryKind::Device));
+        plan[i] = match (why_not, m.zero_copy) {
+            (Some(reason), Some(true)) => Err(reason),
+            (Some(_), _) => Ok(false),
+            (None, _) => Ok(wanted),
+        };
     }
-    lent
+    plan
 }
 
 /// An mbuf pool over a region's own buffers (external buffers), and the mbuf of each
@@ -151,12 +186,14 @@ struct LentPool {
     pool: Pool,
     /// `mbufs[i]` carries region buffer `i`.
     mbufs: Vec<*mut sys::rte_mbuf>,
-    /// False once EAL is gone: buffers freed after that are not touched.
-    alive: RwLock<bool>,
+    /// Buffers the application is done with. The RX worker frees their mbufs (in bulk,
+    /// through its own mempool cache): freeing on the application's thread would pull
+    /// every mbuf header across cores.
+    returned: Ring<u32>,
 }
 
-// SAFETY: mbuf pointers are handed between threads as mempool operations allow; `alive`
-// guards their use after EAL cleanup.
+// SAFETY: the mbuf pointers are only dereferenced by DPDK calls on the RX worker; the
+// returned ring is thread-safe.
 unsafe impl Send for LentPool {}
 // SAFETY: as above.
 unsafe impl Sync for LentPool {}
@@ -166,19 +203,9 @@ struct LentBuffers(Arc<LentPool>);
 
 impl BufferLender for LentBuffers {
     fn give_back(&self, indices: &[u32]) {
-        let alive = self.0.alive.read().expect("lent pool lock");
-        if !*alive {
-            return;
-        }
-        let mut batch = [std::ptr::null_mut(); MAX_BURST];
-        for chunk in indices.chunks(MAX_BURST) {
-            for (slot, &i) in batch.iter_mut().zip(chunk) {
-                *slot = self.0.mbufs[i as usize];
-            }
-            // SAFETY: each index was received into once and is returned once (Burst
-            // ownership), so each mbuf is freed once, while EAL is alive (read lock held).
-            unsafe { sys::shim_rte_pktmbuf_free_bulk(batch.as_mut_ptr(), chunk.len() as u32) };
-        }
+        // The ring has a slot for every buffer, so it cannot be full.
+        let ok = self.0.returned.enqueue_bulk(indices);
+        debug_assert!(ok, "lent buffer returned twice");
     }
 }
 
@@ -302,8 +329,14 @@ impl DpdkEngine {
         regions: &Arc<RegionSet>,
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
-        let zero_copy = zero_copy_regions(config);
-        for (m, lent) in config.memory_regions.iter().zip(zero_copy) {
+        for (m, plan) in config.memory_regions.iter().zip(zero_copy_plan(config)) {
+            if let Err(reason) = &plan {
+                return Err(EngineError::Config(format!(
+                    "memory region `{}`: zero_copy: true cannot be done: {reason}",
+                    m.name
+                )));
+            }
+            let lent = plan.is_ok_and(|l| l);
             if m.kind == MemoryKind::Device && !lent {
                 return Err(EngineError::Config(format!(
                     "memory region `{}`: kind device with the DPDK engine needs a PCI NIC that writes GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {ZERO_COPY_MIN_BUF_SIZE}, num_bufs >= 1.5x the {RING_DESCRIPTORS}-descriptor ring); virtual devices move frames with the CPU, which cannot reach GPU memory",
@@ -818,7 +851,7 @@ impl DpdkEngine {
         let lent = Arc::new(LentPool {
             pool: Pool(pool),
             mbufs,
-            alive: RwLock::new(true),
+            returned: Ring::new(n, RingSync::Multi, RingSync::Single),
         });
         r.lend_all(Box::new(LentBuffers(lent.clone())))?;
         Ok((Pool(pool), lent))
@@ -850,11 +883,6 @@ impl Drop for DpdkEngine {
             unsafe {
                 sys::rte_eth_dev_stop(p.id);
                 sys::rte_eth_dev_close(p.id);
-            }
-            // Buffers the application still holds are not given back to pools about to
-            // disappear.
-            for (_, lent) in &p.lent {
-                *lent.alive.write().expect("lent pool lock") = false;
             }
             for &(base, len, mapped) in &p.registered {
                 // SAFETY: registered (and mapped) by this port; nothing uses it any more.
@@ -930,10 +958,13 @@ impl Engine for DpdkEngine {
                     .lent
                     .iter()
                     .find(|(q, _)| *q == queue)
-                    .map(|(_, l)| l.pool),
+                    .map(|(_, l)| l.clone()),
                 rules: p.rules.clone(),
                 scratch: [std::ptr::null_mut(); MAX_BURST],
                 mark_values: [0; MAX_BURST],
+                infos: [sys::shim_mbuf_info::default(); MAX_BURST],
+                reserve: [std::ptr::null_mut(); MAX_BURST],
+                reserve_len: 0,
             },
             mode,
         }))
@@ -1026,10 +1057,14 @@ struct DeviceQueue {
     /// rte_flow placed the packet but could not tag it: find the flow id from the headers.
     classify_ids: bool,
     /// The queue's region is its mbuf pool (this one): frames are handed over, not copied.
-    lent_pool: Option<Pool>,
+    lent_pool: Option<Arc<LentPool>>,
     rules: Arc<InterfaceSteering>,
     scratch: [*mut sys::rte_mbuf; MAX_BURST],
     mark_values: [u32; MAX_BURST],
+    infos: [sys::shim_mbuf_info; MAX_BURST],
+    /// Zero copy: mbufs of the lent pool kept ready, `reserve[..reserve_len]`.
+    reserve: [*mut sys::rte_mbuf; MAX_BURST],
+    reserve_len: usize,
 }
 
 /// How an RX queue gets its packets.
@@ -1126,8 +1161,8 @@ impl DeviceQueue {
     /// Up to `max` frames from the device as a burst of the queue's buffers, with their
     /// flow ids: handed over when the region is the mbuf pool, else copied.
     fn pull(&mut self, max: usize) -> Option<Burst> {
-        if let Some(pool) = self.lent_pool {
-            return self.pull_lent(max, pool);
+        if let Some(lent) = self.lent_pool.clone() {
+            return self.pull_lent(max, &lent);
         }
         // Take from the device only what our pools can hold; the rest waits in the
         // device's ring (a NIC counts its own misses when that ring overflows).
@@ -1177,35 +1212,69 @@ impl DeviceQueue {
 
     /// Zero-copy receive: each mbuf's buffer is one of the region's, so the burst takes
     /// the buffer index and the mbuf stays out of its pool until the burst is dropped.
-    fn pull_lent(&mut self, max: usize, pool: Pool) -> Option<Burst> {
-        // Only as many as the pool could replace: while the application holds the
-        // buffers, frames wait in the device's ring (as in copy mode).
-        // SAFETY: a valid pool.
-        let room = unsafe { sys::rte_mempool_avail_count(pool.0) } as usize;
-        let n = self.receive_mbufs(max.min(room));
+    fn pull_lent(&mut self, max: usize, lent: &LentPool) -> Option<Burst> {
+        // Buffers the application gave back go to the mempool first (this thread's cache).
+        let mut back = [0u32; MAX_BURST];
+        loop {
+            let k = lent.returned.dequeue_burst(&mut back);
+            if k == 0 {
+                break;
+            }
+            let mut batch = [std::ptr::null_mut(); MAX_BURST];
+            for (slot, &i) in batch.iter_mut().zip(&back[..k]) {
+                *slot = lent.mbufs[i as usize];
+            }
+            // SAFETY: each returned buffer was handed out once by this queue and comes back
+            // once (Burst ownership), so each mbuf is freed once.
+            unsafe { sys::shim_rte_pktmbuf_free_bulk(batch.as_mut_ptr(), k as u32) };
+            if k < MAX_BURST {
+                break;
+            }
+        }
+        let pool = lent.pool;
+        // Keep a burst's worth of the pool's mbufs in reserve, for frames the device hands
+        // over in mbufs of another pool (they are copied into these). Polling only as many
+        // frames as the reserve holds stops receiving while the application holds the
+        // buffers, and frames wait in the device's ring, as in copy mode.
+        if self.reserve_len < MAX_BURST {
+            let want = MAX_BURST - self.reserve_len;
+            // SAFETY: a valid pool; the reserve has room for `want` more pointers.
+            let ok = unsafe {
+                sys::shim_rte_pktmbuf_alloc_bulk(
+                    pool.0,
+                    self.reserve[self.reserve_len..].as_mut_ptr(),
+                    want as u32,
+                )
+            } == 0;
+            if ok {
+                self.reserve_len = MAX_BURST;
+            }
+        }
+        let n = self.receive_mbufs(max.min(self.reserve_len));
         if n == 0 {
             return None;
         }
+        // SAFETY: n received mbufs and room for n records.
+        unsafe {
+            sys::shim_rte_mbuf_infos(self.scratch.as_ptr(), self.infos.as_mut_ptr(), n as u32)
+        };
         let regions = self.regions.clone();
         let region_id = self.segments[0];
         let region = regions.get(region_id);
         let mut out = Burst::empty(regions.clone(), self.port, self.queue, n);
         let rules = self.classify_ids.then(|| self.rules.rules());
-        let (mut dropped, mut empty) = (0, 0);
+        let mut done: [*mut sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
+        let (mut n_done, mut dropped) = (0, 0);
         for i in 0..n {
-            let m = self.scratch[i];
-            // SAFETY: a received mbuf, ours until handed to the burst or freed.
-            let (buf, off, len, segs) = unsafe {
-                (
-                    sys::shim_rte_mbuf_buf_addr(m) as u64,
-                    sys::shim_rte_mbuf_data_off(m) as usize,
-                    sys::shim_rte_pktmbuf_data_len(m) as usize,
-                    sys::shim_rte_pktmbuf_nb_segs(m),
-                )
-            };
-            let movable = off == region.headroom() || region.host_accessible();
-            match region.index_of(buf) {
-                Some(index) if segs == 1 && len <= region.buf_size() && movable => {
+            let info = self.infos[i];
+            let (buf, off, len) = (
+                info.buf_addr as u64,
+                info.data_off as usize,
+                info.data_len as usize,
+            );
+            let fits = info.nb_segs == 1 && len <= region.buf_size();
+            let index = match region.index_of(buf) {
+                Some(index) if fits && (off == region.headroom() || region.host_accessible()) => {
                     if off != region.headroom() {
                         // The PMD left the data elsewhere in the buffer: move it to where
                         // the region's buffer starts.
@@ -1219,51 +1288,49 @@ impl DeviceQueue {
                             )
                         };
                     }
-                    out.push_owned(region_id, index, len as u32, 0);
-                    let slot = out.len() - 1;
-                    let id = self.flow_id(i, &out, slot, rules.as_deref());
-                    out.set_flow_id(slot, id);
+                    index
                 }
-                None if segs == 1 && len <= region.buf_size() && region.host_accessible() => {
+                None if fits && region.host_accessible() => {
                     // An mbuf of another pool (net_ring passes the sender's mbufs on):
-                    // copy it into one of ours.
-                    let mut own = [std::ptr::null_mut(); 1];
-                    // SAFETY: a valid pool and room for one pointer.
-                    if unsafe { sys::shim_rte_pktmbuf_alloc_bulk(pool.0, own.as_mut_ptr(), 1) } != 0
-                    {
-                        empty += 1;
-                    } else {
-                        // SAFETY: the new mbuf's buffer is a region buffer (its pool is
-                        // made of them) with room for headroom + buf_size bytes; `m` holds
-                        // `len` bytes at `off`.
-                        let index = unsafe {
-                            let dst = sys::shim_rte_mbuf_buf_addr(own[0]) as u64;
-                            std::ptr::copy_nonoverlapping(
-                                (buf + off as u64) as *const u8,
-                                (dst + region.headroom() as u64) as *mut u8,
-                                len,
-                            );
-                            region.index_of(dst)
-                        };
-                        let index = index.expect("mbufs of the lent pool carry region buffers");
-                        out.push_owned(region_id, index, len as u32, 0);
-                        let slot = out.len() - 1;
-                        let id = self.flow_id(i, &out, slot, rules.as_deref());
-                        out.set_flow_id(slot, id);
-                    }
-                    // SAFETY: the foreign mbuf is freed once.
-                    unsafe { sys::shim_rte_pktmbuf_free(m) };
+                    // copy it into one of ours from the reserve.
+                    self.reserve_len -= 1;
+                    let own = self.reserve[self.reserve_len];
+                    // SAFETY: `own` is an mbuf of the lent pool, so its buffer is a region
+                    // buffer with room for headroom + buf_size bytes; the foreign mbuf
+                    // holds `len` bytes at `off`.
+                    let dst = unsafe {
+                        let dst = sys::shim_rte_mbuf_buf_addr(own) as u64;
+                        std::ptr::copy_nonoverlapping(
+                            (buf + off as u64) as *const u8,
+                            (dst + region.headroom() as u64) as *mut u8,
+                            len,
+                        );
+                        dst
+                    };
+                    done[n_done] = self.scratch[i];
+                    n_done += 1;
+                    region
+                        .index_of(dst)
+                        .expect("mbufs of the lent pool carry region buffers")
                 }
                 _ => {
                     // A chained (too long) frame: counted, freed.
                     dropped += 1;
-                    // SAFETY: freed once; never handed to a burst.
-                    unsafe { sys::shim_rte_pktmbuf_free(m) };
+                    done[n_done] = self.scratch[i];
+                    n_done += 1;
+                    continue;
                 }
-            }
+            };
+            out.push_owned(region_id, index, len as u32, 0);
+            let slot = out.len() - 1;
+            let id = self.flow_id(i, &out, slot, rules.as_deref());
+            out.set_flow_id(slot, id);
+        }
+        if n_done > 0 {
+            // SAFETY: mbufs not handed to the burst, each freed once.
+            unsafe { sys::shim_rte_pktmbuf_free_bulk(done.as_mut_ptr(), n_done as u32) };
         }
         self.counters.drop_packets(DropReason::Malformed, dropped);
-        self.counters.drop_packets(DropReason::PoolEmpty, empty);
         (!out.is_empty()).then_some(out)
     }
 
@@ -1307,6 +1374,12 @@ impl Drop for DeviceQueue {
     fn drop(&mut self) {
         // Runs on the worker thread as it exits: the last read of the port's counters.
         self.fold_nic_counters();
+        if self.reserve_len > 0 {
+            // SAFETY: reserved mbufs, never handed out, each freed once.
+            unsafe {
+                sys::shim_rte_pktmbuf_free_bulk(self.reserve.as_mut_ptr(), self.reserve_len as u32)
+            };
+        }
     }
 }
 
@@ -1444,7 +1517,7 @@ dataplane:
 
     #[test]
     fn zero_copy_takes_a_queue_own_large_region_the_port_can_reach() {
-        let text = |address: &str| {
+        let text = |address: &str, own: &str| {
             format!(
                 r#"
 dataplane:
@@ -1453,7 +1526,7 @@ dataplane:
     stream_type: raw
     master_core: 0
     memory_regions:
-    - {{name: own, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
+    - {{name: own, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048, zero_copy: {own}}}
     - {{name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
     - {{name: small, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}}
     - {{name: few, kind: host, affinity: 0, num_bufs: 1000, buf_size: 2048}}
@@ -1472,21 +1545,40 @@ dataplane:
 "#
             )
         };
-        let lent = |address: &str| {
-            let cfg = crate::config::load_with(&text(address), "t", &|_| true)
+        let plan = |address: &str, own: &str| {
+            let cfg = crate::config::load_with(&text(address, own), "t", &|_| true)
                 .unwrap()
                 .config;
-            zero_copy_regions(&cfg)
+            zero_copy_plan(&cfg)
+        };
+        let lent = |address: &str| {
+            plan(address, "auto")
+                .into_iter()
+                .map(|p| p.unwrap())
+                .collect::<Vec<_>>()
         };
         assert_eq!(
             lent("net_null0"),
-            vec![true, false, false, false, false],
-            "a vdev copies with the CPU: no GPU memory"
+            vec![false, false, false, false, false],
+            "a vdev copies into host memory by default and cannot reach GPU memory"
         );
         assert_eq!(
             lent("0000:3b:00.0"),
             vec![true, false, false, false, true],
             "a PCI NIC writes GPU memory by DMA"
+        );
+        assert_eq!(plan("net_null0", "true")[0], Ok(true), "asked for");
+        assert_eq!(plan("0000:3b:00.0", "false")[0], Ok(false), "declined");
+        let shared = text("net_null0", "auto").replace(
+            "name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048",
+            "name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048, zero_copy: true",
+        );
+        let cfg = crate::config::load_with(&shared, "t", &|_| true)
+            .unwrap()
+            .config;
+        assert_eq!(
+            zero_copy_plan(&cfg)[1],
+            Err("other queues use it too".to_owned())
         );
     }
 }
