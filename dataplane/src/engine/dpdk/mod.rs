@@ -111,10 +111,9 @@ pub const ZERO_COPY_MIN_BUF_SIZE: usize = 2048;
 /// qualifies when it is the only region of one RX queue (no other queue uses it), has
 /// buffers of at least [`ZERO_COPY_MIN_BUF_SIZE`] bytes and enough of them for the
 /// descriptor ring, and is memory the port can reach (host kinds; `device` only for a PCI
-/// NIC, which writes it by DMA). A qualifying region is lent when its `zero_copy` is `true`,
-/// or, by default, when the port is a PCI NIC or the memory is `host_pinned` or `device`
-/// (memory meant for DMA). Virtual devices move frames with the CPU, and on them copying
-/// into host memory measured faster (BENCHMARKS.md), so they copy unless asked.
+/// NIC, which writes it by DMA). A qualifying region is lent unless its `zero_copy` is
+/// `false` or, by default, the port is a `net_ring` (which hands over the sender's mbufs,
+/// so a lent pool would only add a copy).
 /// A lent region becomes the queue's mbuf pool (external buffers): mbufs reach the
 /// application as the region's buffers and go back to the pool when the burst is dropped.
 pub fn zero_copy_regions(config: &Config) -> Vec<bool> {
@@ -170,7 +169,7 @@ fn zero_copy_plan(config: &Config) -> Vec<Result<bool, String>> {
         };
         let wanted = m
             .zero_copy
-            .unwrap_or(pci || matches!(m.kind, MemoryKind::HostPinned | MemoryKind::Device));
+            .unwrap_or(!config.interfaces[iface].address.starts_with("net_ring"));
         plan[i] = match (why_not, m.zero_copy) {
             (Some(reason), Some(true)) => Err(reason),
             (Some(_), _) => Ok(false),
@@ -1559,15 +1558,20 @@ dataplane:
         };
         assert_eq!(
             lent("net_null0"),
+            vec![true, false, false, false, false],
+            "a vdev cannot reach GPU memory"
+        );
+        assert_eq!(
+            lent("net_ring0"),
             vec![false, false, false, false, false],
-            "a vdev copies into host memory by default and cannot reach GPU memory"
+            "net_ring hands over the sender's mbufs: copy"
         );
         assert_eq!(
             lent("0000:3b:00.0"),
             vec![true, false, false, false, true],
             "a PCI NIC writes GPU memory by DMA"
         );
-        assert_eq!(plan("net_null0", "true")[0], Ok(true), "asked for");
+        assert_eq!(plan("net_ring0", "true")[0], Ok(true), "asked for");
         assert_eq!(plan("0000:3b:00.0", "false")[0], Ok(false), "declined");
         let shared = text("net_null0", "auto").replace(
             "name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048",
