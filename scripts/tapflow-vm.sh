@@ -73,6 +73,9 @@ rm -f "$IR/usr/sbin/ip"
 cp -L /usr/sbin/ip "$IR/usr/sbin/ip"
 for f in "$PMDS"/librte_{net_tap,bus_vdev,mempool_ring}.so.23; do copy_path "$f"; done
 cp "$CFG" "$IR/dpdk_tap_flows.yaml"
+# A fixed path: /tmp is a fresh tmpfs inside, so a binary under /tmp would be hidden.
+mkdir -p "$IR/opt"
+cp "$BIN" "$IR/opt/dataplane"
 KM=$W/k/lib/modules/$KVER/kernel
 for m in drivers/net/tun net/sched/sch_multiq net/sched/sch_ingress net/sched/cls_flower \
     net/sched/act_gact net/sched/act_mirred net/sched/act_skbedit net/sched/cls_bpf \
@@ -95,7 +98,7 @@ echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6
 ip link add dpbr0 type bridge forward_delay 0 stp_state 0
 ip link set dpbr0 up
 for t in dptap0 dptap1; do ip tuntap add dev \$t mode tap multi_queue; ip link set \$t master dpbr0 up; done
-DATAPLANE_EAL_ARGS="${DATAPLANE_EAL_ARGS:-}" timeout 200 $BIN bench raw /dpdk_tap_flows.yaml --seconds 3 --json > /tmp/out 2>&1
+DATAPLANE_EAL_ARGS="${DATAPLANE_EAL_ARGS:-}" timeout 200 /opt/dataplane bench raw /dpdk_tap_flows.yaml --seconds 3 --json > /tmp/out 2>&1
 echo "bench rc=\$?"
 [ -n "${TAPFLOW_DEBUG:-}" ] && ip -s link | sed 's/^/TAPFLOW-LINK: /'
 
