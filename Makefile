@@ -23,6 +23,7 @@ test: setup
 	$(CARGO) test --workspace --release $(FEATURES)
 	./scripts/smoke.sh
 	./scripts/tapflow-vm.sh
+	./scripts/rdma-vm-tests.sh
 
 bench: build
 	./scripts/bench.sh

@@ -8,6 +8,9 @@ command -v python3 >/dev/null || need+=(python3)
 # DPDK 22.11 for the dpdk-sys crate (bindings generated against it with libclang).
 pkg-config --exists libdpdk 2>/dev/null || need+=(dpdk libdpdk-dev)
 command -v dpdk-test >/dev/null || need+=(dpdk-dev)
+# sideway (RDMA) builds its vendored rdma-core headers with cmake; it loads libibverbs and
+# librdmacm at run time.
+command -v cmake >/dev/null || need+=(cmake)
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/x86_64-linux-gnu/libclang*.so >/dev/null 2>&1 || need+=(libclang-dev)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -1,6 +1,13 @@
-//! RDMA building blocks that need no RDMA device to be tested: reading a device's GID
-//! table from sysfs and choosing the RoCE v2 GID that carries an interface's IPv4 address
-//! (a wrong GID index is the most common RoCE connection failure).
+//! RDMA for the data plane. Parts that need no RDMA device to be tested: reading a
+//! device's GID table from sysfs and choosing the RoCE v2 GID that carries an interface's
+//! IPv4 address (a wrong GID index is the most common RoCE connection failure), connection
+//! management as state machines without I/O ([`cm`]), and the per-connection worker table
+//! with its stop-then-join order ([`workers`]). [`verbs`] runs RC connections over real
+//! verbs and rdma_cm (sideway, which loads rdma-core at run time).
+
+pub mod cm;
+pub mod verbs;
+pub mod workers;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
