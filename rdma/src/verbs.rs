@@ -136,6 +136,8 @@ pub struct ConnectionParams {
     pub rnr_retry: u8,
     /// Transport retry count.
     pub retry_count: u8,
+    /// Bytes of the window the peer may WRITE into and READ from.
+    pub window_size: usize,
     /// How long connection steps may take.
     pub timeout: Duration,
 }
@@ -148,6 +150,7 @@ impl Default for ConnectionParams {
             recv_depth: 64,
             rnr_retry: 7,
             retry_count: 7,
+            window_size: 64 * 1024,
             timeout: Duration::from_secs(10),
         }
     }
@@ -218,6 +221,37 @@ impl Listener {
         &self.id
     }
 
+    /// Waits for the next event on the listener's channel: a connection request, or a
+    /// disconnect of an accepted connection (by its [`Connection::key`]).
+    pub fn next_event(
+        &self,
+        timeout: Duration,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<ListenerEvent, VerbsError> {
+        let deadline = Instant::now() + timeout;
+        let ev = next_event(
+            &self.channel,
+            deadline,
+            "waiting for a connection event",
+            stop,
+        )?;
+        let kind = ev.event_type();
+        let id = ev.cm_id();
+        let status = ev.status();
+        let out = match (kind, id) {
+            (EventType::ConnectRequest, Some(id)) => ListenerEvent::Request(Request {
+                device_port: id.port(),
+                id,
+                channel: self.channel.clone(),
+            }),
+            (EventType::Disconnected, Some(id)) => ListenerEvent::Disconnected(key_of(&id)),
+            (EventType::Established, Some(id)) => ListenerEvent::Established(key_of(&id)),
+            (other, _) => ListenerEvent::Other(format!("{other:?} (status {status})")),
+        };
+        let _ = ev.ack();
+        Ok(out)
+    }
+
     /// Waits for the next connection request and returns it with the addresses it carries;
     /// the caller decides (the `cm::Server` state machine) whether to accept or reject.
     pub fn next_request(
@@ -249,6 +283,22 @@ impl Listener {
             device_port: port,
         })
     }
+}
+
+/// An event on a listener's channel.
+pub enum ListenerEvent {
+    /// A peer asks to connect.
+    Request(Request),
+    /// The connection with this key is up.
+    Established(u64),
+    /// The connection with this key went away.
+    Disconnected(u64),
+    /// Anything else, described.
+    Other(String),
+}
+
+fn key_of(id: &Arc<Identifier>) -> u64 {
+    Arc::as_ptr(id) as u64
 }
 
 /// A connection request, to accept or reject.
@@ -301,9 +351,58 @@ pub struct Connection {
     area: Box<[u8]>,
     params: ConnectionParams,
     free_send: Vec<u32>,
+    /// What each send slot is doing (valid while the slot is in flight).
+    send_ops: Vec<SendOp>,
     /// Receives posted and not completed.
     posted_recv: u32,
+    /// The peer's window: address, key, length (after [`Connection::exchange_keys`]).
+    remote: Option<RemoteWindow>,
 }
+
+/// The peer's RDMA window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteWindow {
+    /// Its address in the peer's memory.
+    pub addr: u64,
+    /// Its remote key.
+    pub rkey: u32,
+    /// Its length.
+    pub len: u64,
+}
+
+/// The operation a send slot carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SendOp {
+    Send,
+    Write,
+    Read { len: u32 },
+}
+
+/// One completed operation, as `poll_completions` reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Completion<'a> {
+    /// A message arrived.
+    Received(&'a [u8]),
+    /// The peer wrote `len` bytes at `offset` of our window and sent `imm` with it.
+    WrittenWithImm {
+        /// Immediate value.
+        imm: u32,
+        /// Bytes written.
+        len: u32,
+    },
+    /// One of our SENDs or WRITEs completed.
+    Sent,
+    /// One of our READs completed; `data` is what was read.
+    ReadDone {
+        /// The token `read` returned.
+        token: u32,
+        /// The bytes read.
+        data: &'a [u8],
+    },
+}
+
+/// Magic of the key-exchange message.
+const KEY_MAGIC: [u8; 4] = *b"DPKX";
 
 // SAFETY: the connection is used by one thread at a time (its worker); verbs objects may
 // be used from any thread.
@@ -454,7 +553,8 @@ impl Connection {
             .map_err(call("ibv_create_qp"))?
             .into();
         let slots = (params.recv_depth + params.send_depth) as usize;
-        let area = vec![0u8; slots * params.message_size].into_boxed_slice();
+        // Receive slots, send slots, then the window the peer may write and read.
+        let area = vec![0u8; slots * params.message_size + params.window_size].into_boxed_slice();
         // SAFETY: `area` lives as long as the connection, and the MR is deregistered before
         // it is freed (fields drop in declaration order; `mr` comes before `area`).
         let mr = unsafe {
@@ -476,7 +576,9 @@ impl Connection {
             area,
             params,
             free_send: (0..params.send_depth).rev().collect(),
+            send_ops: vec![SendOp::Send; params.send_depth as usize],
             posted_recv: 0,
+            remote: None,
         })
     }
 
@@ -532,6 +634,72 @@ impl Connection {
     /// Copies `data` into a send slot and posts a SEND. Returns false (nothing posted) when
     /// every send slot is in flight.
     pub fn send(&mut self, data: &[u8]) -> Result<bool, VerbsError> {
+        self.post_from_slot(data, SendOp::Send, None, None)
+    }
+
+    /// Copies `data` into a send slot and WRITEs it at `offset` of the peer's window, with
+    /// an immediate value when `imm` is set (the peer sees a `WrittenWithImm`). Returns
+    /// false when every send slot is in flight.
+    pub fn write(
+        &mut self,
+        data: &[u8],
+        offset: u64,
+        imm: Option<u32>,
+    ) -> Result<bool, VerbsError> {
+        let remote = self.remote_range(offset, data.len())?;
+        self.post_from_slot(data, SendOp::Write, Some(remote), imm)
+    }
+
+    /// READs `len` bytes at `offset` of the peer's window into a send slot. Returns a token
+    /// that the matching `ReadDone` carries, or `None` when every send slot is in flight.
+    pub fn read(&mut self, offset: u64, len: usize) -> Result<Option<u32>, VerbsError> {
+        assert!(
+            len <= self.params.message_size,
+            "read of {len} bytes exceeds message_size"
+        );
+        let (rkey, raddr) = self.remote_range(offset, len)?;
+        let Some(slot) = self.free_send.pop() else {
+            return Ok(None);
+        };
+        self.send_ops[slot as usize] = SendOp::Read { len: len as u32 };
+        let addr = self.slot_addr(self.params.recv_depth + slot);
+        let lkey = self.mr.lkey();
+        let mut guard = self.qp.start_post_send();
+        let wr = guard.construct_wr(slot as u64, WorkRequestFlags::Signaled);
+        // SAFETY: the slot lies inside the registered area and is not touched until the
+        // READ completes.
+        unsafe { wr.setup_read(rkey, raddr).setup_sge(lkey, addr, len as u32) };
+        if let Err(e) = guard.post() {
+            self.free_send.push(slot);
+            return Err(call("ibv_post_send (READ)")(e));
+        }
+        Ok(Some(slot))
+    }
+
+    fn remote_range(&self, offset: u64, len: usize) -> Result<(u32, u64), VerbsError> {
+        let r = self.remote.ok_or(VerbsError::Call {
+            what: "RDMA READ/WRITE",
+            detail: "the peer's window is unknown: call exchange_keys first".into(),
+        })?;
+        if offset + len as u64 > r.len {
+            return Err(VerbsError::Call {
+                what: "RDMA READ/WRITE",
+                detail: format!(
+                    "{len} bytes at offset {offset} exceed the peer's {}-byte window",
+                    r.len
+                ),
+            });
+        }
+        Ok((r.rkey, r.addr + offset))
+    }
+
+    fn post_from_slot(
+        &mut self,
+        data: &[u8],
+        op: SendOp,
+        remote: Option<(u32, u64)>,
+        imm: Option<u32>,
+    ) -> Result<bool, VerbsError> {
         assert!(
             data.len() <= self.params.message_size,
             "message of {} bytes exceeds message_size {}",
@@ -541,6 +709,7 @@ impl Connection {
         let Some(slot) = self.free_send.pop() else {
             return Ok(false);
         };
+        self.send_ops[slot as usize] = op;
         let index = self.params.recv_depth + slot;
         let addr = self.slot_addr(index);
         let off = index as usize * self.params.message_size;
@@ -548,29 +717,102 @@ impl Connection {
         let lkey = self.mr.lkey();
         let mut guard = self.qp.start_post_send();
         let wr = guard.construct_wr(slot as u64, WorkRequestFlags::Signaled);
+        let len = data.len() as u32;
         // SAFETY: the slot lies inside the registered area and stays untouched until its
-        // completion returns it to `free_send`.
-        unsafe { wr.setup_send().setup_sge(lkey, addr, data.len() as u32) };
+        // completion returns it to `free_send`. Immediate values go on the wire in network
+        // byte order.
+        unsafe {
+            match (remote, imm) {
+                (Some((rkey, raddr)), Some(v)) => wr
+                    .setup_write_imm(rkey, raddr, v.to_be())
+                    .setup_sge(lkey, addr, len),
+                (Some((rkey, raddr)), None) => {
+                    wr.setup_write(rkey, raddr).setup_sge(lkey, addr, len)
+                }
+                (None, _) => wr.setup_send().setup_sge(lkey, addr, len),
+            }
+        };
         if let Err(e) = guard.post() {
             self.free_send.push(slot);
-            return Err(VerbsError::Call {
-                what: "ibv_post_send",
-                detail: e.to_string(),
-            });
+            return Err(call("ibv_post_send")(e));
         }
         Ok(true)
     }
 
-    /// Polls both completion queues: received messages go to `on_message` and their slots
-    /// are reposted; completed sends free their slots. The first completion with an error
+    /// Tells the peer where our window is and learns where its window is: one SEND each
+    /// way, before any other traffic. READ and WRITE need it.
+    pub fn exchange_keys(&mut self, timeout: Duration) -> Result<RemoteWindow, VerbsError> {
+        let (rkey, addr) = self.remote_key();
+        let mut hello = Vec::with_capacity(24);
+        hello.extend_from_slice(&KEY_MAGIC);
+        hello.extend_from_slice(&addr.to_le_bytes());
+        hello.extend_from_slice(&rkey.to_le_bytes());
+        hello.extend_from_slice(&(self.params.window_size as u64).to_le_bytes());
+        let deadline = Instant::now() + timeout;
+        while !self.send(&hello)? {
+            self.poll_completions(|_| {})?;
+        }
+        let mut got = None;
+        let mut unexpected = false;
+        while got.is_none() {
+            if Instant::now() >= deadline {
+                return Err(VerbsError::Timeout("waiting for the peer's window key"));
+            }
+            self.poll_completions(|c| {
+                if let Completion::Received(m) = c {
+                    if m.len() == 24 && m[..4] == KEY_MAGIC {
+                        got = Some(RemoteWindow {
+                            addr: u64::from_le_bytes(m[4..12].try_into().expect("8 bytes")),
+                            rkey: u32::from_le_bytes(m[12..16].try_into().expect("4 bytes")),
+                            len: u64::from_le_bytes(m[16..24].try_into().expect("8 bytes")),
+                        });
+                    } else {
+                        unexpected = true;
+                    }
+                }
+            })?;
+            if unexpected {
+                return Err(VerbsError::Call {
+                    what: "key exchange",
+                    detail: "the peer sent data before its window key".into(),
+                });
+            }
+        }
+        self.remote = got;
+        Ok(got.expect("set above"))
+    }
+
+    /// Our window's contents (what the peer WRITEs and READs).
+    pub fn window(&self) -> &[u8] {
+        &self.area[self.window_offset()..]
+    }
+
+    /// Our window, writable (what the peer will READ).
+    pub fn window_mut(&mut self) -> &mut [u8] {
+        let off = self.window_offset();
+        &mut self.area[off..]
+    }
+
+    fn window_offset(&self) -> usize {
+        (self.params.recv_depth + self.params.send_depth) as usize * self.params.message_size
+    }
+
+    /// Polls both completion queues and reports each completion to `on`: received
+    /// messages (their slots are reposted at once), WRITE-with-immediate arrivals,
+    /// completed sends and writes, and READ results. The first completion with an error
     /// status is returned as an error.
-    pub fn poll(&mut self, mut on_message: impl FnMut(&[u8])) -> Result<Polled, VerbsError> {
+    pub fn poll_completions(
+        &mut self,
+        mut on: impl FnMut(Completion<'_>),
+    ) -> Result<Polled, VerbsError> {
+        const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
         let mut out = Polled::default();
         let mut repost = Vec::new();
         let mut failed = None;
         if let Ok(poller) = self.recv_cq.start_poll() {
             for wc in poller {
                 let slot = wc.wr_id() as u32;
+                self.posted_recv -= 1;
                 if wc.status() != WorkCompletionStatus::Success as u32 {
                     failed.get_or_insert(completion_error(
                         "recv",
@@ -578,20 +820,26 @@ impl Connection {
                         wc.status(),
                         wc.vendor_err(),
                     ));
-                    self.posted_recv -= 1;
                     continue;
                 }
-                let len = wc.byte_len() as usize;
-                let off = slot as usize * self.params.message_size;
-                on_message(&self.area[off..off + len]);
-                out.received += 1;
-                out.received_bytes += len as u64;
-                self.posted_recv -= 1;
+                let len = wc.byte_len();
+                if wc.opcode() == IBV_WC_RECV_RDMA_WITH_IMM {
+                    on(Completion::WrittenWithImm {
+                        imm: u32::from_be(wc.imm_data()),
+                        len,
+                    });
+                } else {
+                    let off = slot as usize * self.params.message_size;
+                    on(Completion::Received(&self.area[off..off + len as usize]));
+                    out.received += 1;
+                    out.received_bytes += len as u64;
+                }
                 repost.push(slot);
             }
         }
         if let Ok(poller) = self.send_cq.start_poll() {
             for wc in poller {
+                let slot = wc.wr_id() as u32;
                 if wc.status() != WorkCompletionStatus::Success as u32 {
                     failed.get_or_insert(completion_error(
                         "send",
@@ -600,9 +848,20 @@ impl Connection {
                         wc.vendor_err(),
                     ));
                 } else {
+                    match self.send_ops[slot as usize] {
+                        SendOp::Read { len } => {
+                            let off =
+                                (self.params.recv_depth + slot) as usize * self.params.message_size;
+                            on(Completion::ReadDone {
+                                token: slot,
+                                data: &self.area[off..off + len as usize],
+                            });
+                        }
+                        SendOp::Send | SendOp::Write => on(Completion::Sent),
+                    }
                     out.sent += 1;
                 }
-                self.free_send.push(wc.wr_id() as u32);
+                self.free_send.push(slot);
             }
         }
         if failed.is_none() {
@@ -612,6 +871,20 @@ impl Connection {
             Some(e) => Err(e.into()),
             None => Ok(out),
         }
+    }
+
+    /// As [`Connection::poll_completions`], handing only received messages to `on_message`.
+    pub fn poll(&mut self, mut on_message: impl FnMut(&[u8])) -> Result<Polled, VerbsError> {
+        self.poll_completions(|c| {
+            if let Completion::Received(m) = c {
+                on_message(m)
+            }
+        })
+    }
+
+    /// Identifies the connection in [`ListenerEvent`]s.
+    pub fn key(&self) -> u64 {
+        key_of(&self.id)
     }
 
     /// Starts an orderly disconnect.
@@ -634,9 +907,12 @@ impl Connection {
         }
     }
 
-    /// The remote key and address of the message area (for RDMA READ/WRITE by the peer).
+    /// The remote key and address of our window (for RDMA READ/WRITE by the peer).
     pub fn remote_key(&self) -> (u32, u64) {
-        (self.mr.rkey(), self.area.as_ptr() as u64)
+        (
+            self.mr.rkey(),
+            self.area.as_ptr() as u64 + self.window_offset() as u64,
+        )
     }
 }
 

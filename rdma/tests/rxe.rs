@@ -171,3 +171,241 @@ fn without_a_device_the_error_says_so() {
     assert!(msg.starts_with("no RDMA device found"), "{msg}");
     assert!(msg.contains("rdma link add"), "with a hint: {msg}");
 }
+
+/// Server and client connected on `port`, both returned.
+fn pair(port: u16, params: ConnectionParams) -> (Listener, Connection, Connection) {
+    let listener = Listener::bind(addr(SERVER, port), 8).expect("listen");
+    let client = std::thread::spawn(move || {
+        Connection::connect(addr(CLIENT, 0), addr(SERVER, port), params)
+    });
+    let req = listener
+        .next_request(Duration::from_secs(60), &|| false)
+        .expect("a request");
+    let server = req.accept(params).expect("accept");
+    let client = client.join().unwrap().expect("client connected");
+    (listener, server, client)
+}
+
+#[test]
+fn write_with_immediate_and_read_move_data_one_sided() {
+    if !have_device() {
+        return;
+    }
+    let params = ConnectionParams {
+        message_size: 4096,
+        window_size: 16 * 4096,
+        ..ConnectionParams::default()
+    };
+    let (_l, mut server, mut client) = pair(7474, params);
+    // Both sides learn the other's window.
+    let s = std::thread::spawn(move || {
+        server
+            .exchange_keys(Duration::from_secs(30))
+            .expect("server keys");
+        server
+    });
+    let remote = client
+        .exchange_keys(Duration::from_secs(30))
+        .expect("client keys");
+    let mut server = s.join().unwrap();
+    assert_eq!(remote.len, 16 * 4096);
+
+    // WRITE 4 chunks, the last with an immediate value.
+    let chunk = |i: u64| -> Vec<u8> { (0..4096u64).map(|b| (b * 7 + i * 13) as u8).collect() };
+    for i in 0..4u64 {
+        let imm = (i == 3).then_some(0xC0FFEE);
+        while !client.write(&chunk(i), i * 4096, imm).unwrap() {
+            client.poll_completions(|_| {}).unwrap();
+        }
+    }
+    let mut arrived = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while arrived.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no WRITE_WITH_IMM arrived"
+        );
+        client.poll_completions(|_| {}).unwrap();
+        server
+            .poll_completions(|c| {
+                if let rdma::verbs::Completion::WrittenWithImm { imm, len } = c {
+                    arrived = Some((imm, len));
+                }
+            })
+            .unwrap();
+    }
+    assert_eq!(
+        arrived,
+        Some((0xC0FFEE, 4096)),
+        "immediate value and length"
+    );
+    for i in 0..4u64 {
+        let at = (i * 4096) as usize;
+        assert_eq!(
+            &server.window()[at..at + 4096],
+            chunk(i).as_slice(),
+            "chunk {i}"
+        );
+    }
+
+    // READ back what the server puts in its window.
+    let pattern: Vec<u8> = (0..4096u32).map(|b| (b ^ 0x5a) as u8).collect();
+    server.window_mut()[8192..8192 + 4096].copy_from_slice(&pattern);
+    let token = client.read(8192, 4096).unwrap().expect("a free slot");
+    let mut data = None;
+    while data.is_none() {
+        assert!(std::time::Instant::now() < deadline, "READ never completed");
+        client
+            .poll_completions(|c| {
+                if let rdma::verbs::Completion::ReadDone { token: t, data: d } = c {
+                    assert_eq!(t, token);
+                    data = Some(d.to_vec());
+                }
+            })
+            .unwrap();
+    }
+    assert_eq!(data.unwrap(), pattern);
+    // Out of the window is refused before anything is posted.
+    assert!(client.read(16 * 4096 - 10, 100).is_err());
+    client.disconnect().unwrap();
+}
+
+#[test]
+fn client_disconnect_while_the_server_reports_stats_stops_the_server_worker() {
+    use rdma::workers::{Worker, WorkerTable};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    if !have_device() {
+        return;
+    }
+    let (listener, server, mut client) = pair(7475, ConnectionParams::default());
+    let key = server.key();
+    let table: Arc<WorkerTable<u64>> = Arc::new(WorkerTable::default());
+    let received = Arc::new(AtomicU64::new(0));
+    let (t, r) = (table.clone(), received.clone());
+    let worker = Worker::spawn("conn-worker".into(), move |stop| {
+        let mut conn = server;
+        while !stop.load(Ordering::Acquire) {
+            match conn.poll(|_| {}) {
+                Ok(p) => r.fetch_add(p.received, Ordering::Relaxed),
+                Err(_) => break,
+            };
+        }
+        // Final stats go through the table (takes its lock).
+        let _ = t.len();
+        r.load(Ordering::Relaxed)
+    })
+    .unwrap();
+    table.insert(key, worker);
+    // A stats reporter holds the table lock over and over.
+    let reporting = Arc::new(AtomicBool::new(true));
+    let (t2, rep) = (table.clone(), reporting.clone());
+    let stats = std::thread::spawn(move || {
+        while rep.load(Ordering::Acquire) {
+            let _ = t2.len();
+        }
+    });
+    for i in 0..100u32 {
+        while !client.send(&i.to_le_bytes()).unwrap() {
+            client.poll(|_| {}).unwrap();
+        }
+    }
+    while received.load(Ordering::Relaxed) < 100 {
+        client.poll(|_| {}).unwrap();
+    }
+    client.disconnect().unwrap();
+    // The server's event loop: the disconnect stops that connection's worker.
+    let start = std::time::Instant::now();
+    loop {
+        match listener
+            .next_event(Duration::from_secs(30), &|| false)
+            .expect("an event")
+        {
+            rdma::verbs::ListenerEvent::Disconnected(k) if k == key => break,
+            _ => continue,
+        }
+    }
+    let got = table.stop(key);
+    let took = start.elapsed();
+    reporting.store(false, Ordering::Release);
+    stats.join().unwrap();
+    assert_eq!(
+        got,
+        Some(100),
+        "the worker was joined and returned its count"
+    );
+    assert!(table.is_empty());
+    eprintln!("server worker stopped {took:?} after the disconnect event");
+    assert!(took < Duration::from_secs(5), "bounded: {took:?}");
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// QPs on the machine, from iproute2's `rdma` tool (`None` when it is not there).
+fn qps() -> Option<usize> {
+    let out = std::process::Command::new("rdma")
+        .args(["res", "show", "qp"])
+        .output()
+        .ok()?;
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("lqpn"))
+            .count(),
+    )
+}
+
+#[test]
+fn fifty_connect_disconnect_cycles_leak_nothing() {
+    if !have_device() {
+        return;
+    }
+    let listener = Listener::bind(addr(SERVER, 7476), 8).expect("listen");
+    let (threads_before, qps_before) = (threads(), qps());
+    for cycle in 0..50u32 {
+        let client = std::thread::spawn(move || {
+            let mut c = Connection::connect(
+                addr(CLIENT, 0),
+                addr(SERVER, 7476),
+                ConnectionParams::default(),
+            )
+            .expect("connect");
+            while !c.send(&cycle.to_le_bytes()).unwrap() {}
+            while c.send_room() < ConnectionParams::default().send_depth as usize {
+                c.poll(|_| {}).unwrap();
+            }
+            c.disconnect().unwrap();
+            c
+        });
+        let req = listener
+            .next_request(Duration::from_secs(60), &|| false)
+            .expect("request");
+        let mut server = req.accept(ConnectionParams::default()).expect("accept");
+        let mut got = None;
+        while got.is_none() {
+            server
+                .poll(|m| got = Some(u32::from_le_bytes(m.try_into().unwrap())))
+                .unwrap();
+        }
+        assert_eq!(got, Some(cycle));
+        let key = server.key();
+        loop {
+            match listener
+                .next_event(Duration::from_secs(30), &|| false)
+                .expect("event")
+            {
+                rdma::verbs::ListenerEvent::Disconnected(k) if k == key => break,
+                _ => continue,
+            }
+        }
+        drop(server);
+        drop(client.join().unwrap());
+    }
+    assert_eq!(threads(), threads_before, "no thread left behind");
+    match (qps_before, qps()) {
+        (Some(before), Some(after)) => assert_eq!(after, before, "no QP left behind"),
+        _ => eprintln!("SKIP QP count: the rdma tool is not available"),
+    }
+}
