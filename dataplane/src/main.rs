@@ -1,7 +1,7 @@
 //! The `dataplane` command: validate configurations and run benchmarks.
 
 use clap::{Parser, Subcommand};
-use dataplane::bench::{raw, ring};
+use dataplane::bench::{raw, rdma as rdma_bench, ring};
 use dataplane::config::{self, Config, Direction};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,6 +64,21 @@ enum Bench {
         #[arg(long)]
         verify_payload: bool,
     },
+    /// RDMA SEND/RECV between rdma_bench_server and rdma_bench_client, every message
+    /// verified; exits 0 only when every message completed and verified.
+    Rdma {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Run the server, the client, or both in this process.
+        #[arg(long, value_enum)]
+        mode: rdma_bench::Mode,
+        /// Seconds each side sends for.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ring microbenchmark: SPSC and MPMC, single and bulk 8/32/256.
     Ring {
         /// Items per producer and run.
@@ -103,6 +118,12 @@ fn main() -> ExitCode {
             json,
             verify_payload,
         }) => bench_raw(&file, seconds, json, verify_payload),
+        Command::Bench(Bench::Rdma {
+            file,
+            mode,
+            seconds,
+            json,
+        }) => bench_rdma(&file, mode, seconds, json),
         Command::Bench(Bench::Ring {
             items,
             reps,
@@ -266,6 +287,37 @@ fn bench_raw(file: &Path, seconds: f64, json: bool, verify_payload: bool) -> Exi
                 print!("{}", report.human());
             }
             if report.lossless {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench_rdma(file: &Path, mode: rdma_bench::Mode, seconds: f64, json: bool) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    let interrupted = interrupt_flag();
+    match rdma_bench::run(&c, mode, seconds, &interrupted) {
+        Ok(report) => {
+            eprint!("{}", report.human());
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&report).expect("report serialises")
+                );
+            }
+            if report.ok() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(2)

@@ -27,6 +27,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Longest wait for address or route resolution in one connection attempt.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Errors of the verbs layer.
 #[derive(Debug, thiserror::Error)]
 pub enum VerbsError {
@@ -482,8 +485,10 @@ impl Connection {
         let id = channel
             .create_id(PortSpace::Tcp)
             .map_err(call("rdma_create_id"))?;
-        let deadline = Instant::now() + params.timeout;
-        let ms = params.timeout;
+        // Resolution gets a short timeout per attempt: a lost first ARP exchange is better
+        // retried than waited out.
+        let ms = params.timeout.min(RESOLVE_TIMEOUT);
+        let deadline = Instant::now() + ms;
         // Bind the source first and resolve without one: sideway 0.4.3's resolve_addr passes
         // a pointer to a temporary that is gone by the time of the call when given a source
         // address (EINVAL).
@@ -502,6 +507,7 @@ impl Connection {
             .ack()
             .map_err(call("ack"))?;
         client.on_event(&CmEvent::RouteResolved(0));
+        let deadline = Instant::now() + params.timeout;
         let mut conn = Self::create(id.clone(), channel.clone(), params)?;
         let mut p = ConnectionParameter::default();
         p.setup_qp_number(conn.qp.qp_number());

@@ -1,5 +1,6 @@
 //! Benchmarks behind `dataplane bench`.
 
 pub mod raw;
+pub mod rdma;
 pub mod ring;
 pub mod traffic;
