@@ -409,3 +409,98 @@ fn fifty_connect_disconnect_cycles_leak_nothing() {
         _ => eprintln!("SKIP QP count: the rdma tool is not available"),
     }
 }
+
+#[test]
+fn a_peer_that_vanishes_mid_transfer_is_reported_and_nothing_hangs() {
+    if !have_device() {
+        return;
+    }
+    let params = ConnectionParams {
+        retry_count: 2,
+        ..ConnectionParams::default()
+    };
+    let (listener, mut server, client) = pair(7477, params);
+    // The client disappears without a disconnect, as a killed process would (its QP and
+    // rdma_cm id are destroyed), while the server keeps sending. It goes before its 64
+    // posted receives are used up: it never polls, so more would stall the server on RNR.
+    let key = server.key();
+    let start = std::time::Instant::now();
+    let mut dropped = Some(client);
+    let mut sent = 0u32;
+    let outcome = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "nothing reported in 60 s"
+        );
+        if sent == 32 && dropped.is_some() {
+            drop(dropped.take());
+            eprintln!("client dropped after {:?}", start.elapsed());
+        }
+        if conn_room(&server) && server.send(&sent.to_le_bytes()).unwrap() {
+            sent += 1;
+        }
+        if let Err(e) = server.poll(|_| {}) {
+            break format!("completion error: {e}");
+        }
+        if dropped.is_none() {
+            match listener.next_event(Duration::from_millis(1), &|| false) {
+                Ok(rdma::verbs::ListenerEvent::Disconnected(k)) if k == key => {
+                    break "disconnected".to_owned();
+                }
+                Ok(rdma::verbs::ListenerEvent::Other(what)) => eprintln!("event: {what}"),
+                _ => {}
+            }
+        }
+    };
+    eprintln!("after {:?}: {outcome}", start.elapsed());
+    assert!(
+        outcome == "disconnected" || outcome.contains("work request"),
+        "{outcome}"
+    );
+}
+
+fn conn_room(c: &Connection) -> bool {
+    c.send_room() > 0
+}
+
+#[test]
+fn shutdown_during_traffic_joins_every_worker_promptly() {
+    use rdma::workers::{Worker, WorkerTable};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    if !have_device() {
+        return;
+    }
+    let (_l, server, client) = pair(7478, ConnectionParams::default());
+    let table: Arc<WorkerTable<u64>> = Arc::new(WorkerTable::default());
+    for (key, conn) in [(1u64, server), (2u64, client)] {
+        let w = Worker::spawn(format!("conn-{key}"), move |stop| {
+            let mut conn = conn;
+            let mut moved = 0u64;
+            let mut seq = 0u32;
+            while !stop.load(Ordering::Acquire) {
+                if conn.send_room() > 0 && conn.send(&seq.to_le_bytes()).unwrap_or(false) {
+                    seq += 1;
+                }
+                match conn.poll(|_| {}) {
+                    Ok(p) => moved += p.received,
+                    Err(_) => break,
+                }
+            }
+            moved
+        })
+        .unwrap();
+        table.insert(key, w);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let start = std::time::Instant::now();
+    let done = table.stop_all();
+    let took = start.elapsed();
+    eprintln!("both workers joined {took:?} after the stop, traffic: {done:?}");
+    assert_eq!(done.len(), 2);
+    assert!(
+        done.iter().all(|(_, n)| n.is_some_and(|n| n > 0)),
+        "traffic flowed: {done:?}"
+    );
+    assert!(took < Duration::from_secs(5), "bounded: {took:?}");
+}
