@@ -34,10 +34,14 @@ done
 cat > "$tmp/run.sh" <<EOF2
 #!/bin/sh
 for s in $sizes; do
-  ib_send_bw -d rxe0 -s \$s -n $iters -F > $tmp/ib-srv-\$s.txt 2>&1 &
-  sleep 1
-  ib_send_bw -d rxe1 -s \$s -n $iters -F 198.18.0.1 > $tmp/ib-cli-\$s.txt 2>&1
-  wait
+  for try in 1 2 3; do
+    ib_send_bw -d rxe0 -s \$s -n $iters -F > $tmp/ib-srv-\$s.txt 2>&1 &
+    sleep 2
+    ib_send_bw -d rxe1 -s \$s -n $iters -F 198.18.0.1 > $tmp/ib-cli-\$s.txt 2>&1
+    wait
+    # Under emulation the client can start before the server listens: try again.
+    awk '/^ *[0-9]+ +[0-9]+ /{f=1} END{exit !f}' $tmp/ib-cli-\$s.txt && break
+  done
   echo "PERFTEST \$s \$(awk '/^ *[0-9]+ +[0-9]+ /{print \$4; exit}' $tmp/ib-cli-\$s.txt)"
   $bin bench rdma $tmp/ours-\$s.yaml --mode both --seconds $secs --json 2>/dev/null | tail -n 1 | sed "s/^/OURS \$s /"
 done
