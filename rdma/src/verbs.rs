@@ -201,7 +201,12 @@ fn expect_event(ev: Event, want: EventType, what: &'static str) -> Result<Event,
 pub struct Listener {
     channel: Arc<EventChannel>,
     id: Arc<Identifier>,
+    /// Events for other connections that arrived while one was being accepted; handed out
+    /// by `next_event` before new ones.
+    pending: Pending,
 }
+
+type Pending = Arc<std::sync::Mutex<std::collections::VecDeque<ListenerEvent>>>;
 
 impl Listener {
     /// Listens on `addr` (its IP selects the RDMA device).
@@ -216,7 +221,11 @@ impl Listener {
             .map_err(call("rdma_create_id"))?;
         id.bind_addr(addr).map_err(call("rdma_bind_addr"))?;
         id.listen(backlog).map_err(call("rdma_listen"))?;
-        Ok(Self { channel, id })
+        Ok(Self {
+            channel,
+            id,
+            pending: Pending::default(),
+        })
     }
 
     /// The port the listener is bound to.
@@ -231,6 +240,9 @@ impl Listener {
         timeout: Duration,
         stop: &dyn Fn() -> bool,
     ) -> Result<ListenerEvent, VerbsError> {
+        if let Some(ev) = self.pending.lock().expect("pending events").pop_front() {
+            return Ok(ev);
+        }
         let deadline = Instant::now() + timeout;
         let ev = next_event(
             &self.channel,
@@ -241,50 +253,26 @@ impl Listener {
         let kind = ev.event_type();
         let id = ev.cm_id();
         let status = ev.status();
-        let out = match (kind, id) {
-            (EventType::ConnectRequest, Some(id)) => ListenerEvent::Request(Request {
-                device_port: id.port(),
-                id,
-                channel: self.channel.clone(),
-            }),
-            (EventType::Disconnected, Some(id)) => ListenerEvent::Disconnected(key_of(&id)),
-            (EventType::Established, Some(id)) => ListenerEvent::Established(key_of(&id)),
-            (other, _) => ListenerEvent::Other(format!("{other:?} (status {status})")),
-        };
+        let out = ListenerEvent::of(kind, id, status, &self.channel, &self.pending);
         let _ = ev.ack();
         Ok(out)
     }
 
-    /// Waits for the next connection request and returns it with the addresses it carries;
-    /// the caller decides (the `cm::Server` state machine) whether to accept or reject.
+    /// Waits for the next connection request; the caller decides (the `cm::Server` state
+    /// machine) whether to accept or reject it. Any other event first is an error.
     pub fn next_request(
         &self,
         timeout: Duration,
         stop: &dyn Fn() -> bool,
     ) -> Result<Request, VerbsError> {
-        let deadline = Instant::now() + timeout;
-        let ev = next_event(
-            &self.channel,
-            deadline,
-            "waiting for a connection request",
-            stop,
-        )?;
-        let ev = expect_event(
-            ev,
-            EventType::ConnectRequest,
-            "waiting for a connection request",
-        )?;
-        let id = ev.cm_id().ok_or(VerbsError::Call {
-            what: "connection request",
-            detail: "no cm_id in the event".into(),
-        })?;
-        let port = id.port();
-        let _ = ev.ack();
-        Ok(Request {
-            id,
-            channel: self.channel.clone(),
-            device_port: port,
-        })
+        match self.next_event(timeout, stop)? {
+            ListenerEvent::Request(r) => Ok(r),
+            other => Err(VerbsError::Event {
+                what: "waiting for a connection request",
+                event: other.describe(),
+                status: 0,
+            }),
+        }
     }
 }
 
@@ -300,6 +288,37 @@ pub enum ListenerEvent {
     Other(String),
 }
 
+impl ListenerEvent {
+    fn of(
+        kind: EventType,
+        id: Option<Arc<Identifier>>,
+        status: i32,
+        channel: &Arc<EventChannel>,
+        pending: &Pending,
+    ) -> Self {
+        match (kind, id) {
+            (EventType::ConnectRequest, Some(id)) => ListenerEvent::Request(Request {
+                device_port: id.port(),
+                id,
+                channel: channel.clone(),
+                pending: pending.clone(),
+            }),
+            (EventType::Disconnected, Some(id)) => ListenerEvent::Disconnected(key_of(&id)),
+            (EventType::Established, Some(id)) => ListenerEvent::Established(key_of(&id)),
+            (other, _) => ListenerEvent::Other(format!("{other:?} (status {status})")),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            ListenerEvent::Request(_) => "ConnectRequest".into(),
+            ListenerEvent::Established(k) => format!("Established (connection {k:#x})"),
+            ListenerEvent::Disconnected(k) => format!("Disconnected (connection {k:#x})"),
+            ListenerEvent::Other(what) => what.clone(),
+        }
+    }
+}
+
 fn key_of(id: &Arc<Identifier>) -> u64 {
     Arc::as_ptr(id) as u64
 }
@@ -308,6 +327,7 @@ fn key_of(id: &Arc<Identifier>) -> u64 {
 pub struct Request {
     id: Arc<Identifier>,
     channel: Arc<EventChannel>,
+    pending: Pending,
     /// The device port the request arrived on (for logs only).
     pub device_port: u8,
 }
@@ -329,10 +349,41 @@ impl Request {
         p.setup_qp_number(conn.qp.qp_number());
         self.id.accept(p).map_err(call("rdma_accept"))?;
         let deadline = Instant::now() + params.timeout;
-        let ev = next_event(&self.channel, deadline, "accepting", &|| false)?;
-        let ev = expect_event(ev, EventType::Established, "accepting")?;
-        let _ = ev.ack();
-        Ok(conn)
+        let me = key_of(&self.id);
+        loop {
+            let ev = next_event(&self.channel, deadline, "accepting", &|| false)?;
+            let (kind, id, status) = (ev.event_type(), ev.cm_id(), ev.status());
+            match id {
+                Some(id) if key_of(&id) == me => {
+                    let _ = ev.ack();
+                    if kind == EventType::Established {
+                        return Ok(conn);
+                    }
+                    if kind == EventType::Disconnected {
+                        // The peer's data arrived and it left before our Established event
+                        // (its RTU came late or was implied by traffic): the connection
+                        // was made. Hand it over, with its disconnect queued for the
+                        // listener's next_event, so no received message is lost.
+                        self.pending
+                            .lock()
+                            .expect("pending events")
+                            .push_back(ListenerEvent::Disconnected(me));
+                        return Ok(conn);
+                    }
+                    return Err(VerbsError::Event {
+                        what: "accepting",
+                        event: format!("{kind:?}"),
+                        status,
+                    });
+                }
+                other => {
+                    // Another connection's event: keep it for the listener's next_event.
+                    let kept = ListenerEvent::of(kind, other, status, &self.channel, &self.pending);
+                    let _ = ev.ack();
+                    self.pending.lock().expect("pending events").push_back(kept);
+                }
+            }
+        }
     }
 
     /// Refuses the request.

@@ -288,7 +288,8 @@ impl Drop for InstalledFlows {
     }
 }
 
-fn flow_error(what: &str, err: &sys::rte_flow_error) -> String {
+/// `what`, the PMD's message and the error type.
+pub(super) fn flow_error(what: &str, err: &sys::rte_flow_error) -> String {
     let msg = if err.message.is_null() {
         "no message".into()
     } else {

@@ -273,15 +273,15 @@ fn flow_isolate(port_id: u16, on: bool) -> Result<(), String> {
     if unsafe { sys::rte_flow_isolate(port_id, i32::from(on), &mut err) } == 0 {
         return Ok(());
     }
-    let msg = if err.message.is_null() {
-        "no message".into()
-    } else {
-        // SAFETY: the PMD sets a NUL-terminated static message.
-        unsafe { CStr::from_ptr(err.message) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    Err(format!("rte_flow_isolate({on}): {msg}"))
+    Err(flow::flow_error(&format!("rte_flow_isolate({on})"), &err))
+}
+
+/// The device queue index of queue id `queue` in a port's (id, index) list.
+fn device_queue(map: &[(u16, u16)], port: u16, dir: &str, queue: u16) -> Result<u16, EngineError> {
+    map.iter()
+        .find(|(q, _)| *q == queue)
+        .map(|(_, i)| *i)
+        .ok_or_else(|| EngineError::Config(format!("port {port} has no {dir} queue {queue}")))
 }
 
 /// True when the port's flows need steering beyond the device's defaults.
@@ -914,12 +914,7 @@ impl Engine for DpdkEngine {
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
         let p = self.port(port)?;
-        let hw = p
-            .rx_queue_index
-            .iter()
-            .find(|(q, _)| *q == queue)
-            .map(|(_, i)| *i)
-            .ok_or_else(|| EngineError::Config(format!("port {port} has no RX queue {queue}")))?;
+        let hw = device_queue(&p.rx_queue_index, port, "RX", queue)?;
         let segments = self.segments(port, queue);
         if segments.is_empty() {
             return Err(EngineError::Config(format!(
@@ -976,12 +971,7 @@ impl Engine for DpdkEngine {
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         let p = self.port(port)?;
-        let hw = p
-            .tx_queue_index
-            .iter()
-            .find(|(q, _)| *q == queue)
-            .map(|(_, i)| *i)
-            .ok_or_else(|| EngineError::Config(format!("port {port} has no TX queue {queue}")))?;
+        let hw = device_queue(&p.tx_queue_index, port, "TX", queue)?;
         let pool = p
             .tx_pools
             .iter()
