@@ -504,3 +504,48 @@ fn shutdown_during_traffic_joins_every_worker_promptly() {
     );
     assert!(took < Duration::from_secs(5), "bounded: {took:?}");
 }
+
+#[test]
+fn a_rejected_client_hears_so_at_once_and_does_not_retry() {
+    if !have_device() {
+        return;
+    }
+    let mut cm = Server::new(
+        vec![ConfiguredInterface {
+            config_index: 0,
+            name: "data".into(),
+            addr: SERVER.parse().unwrap(),
+        }],
+        0,
+    );
+    let listener = Listener::bind(addr(SERVER, 7479), 8).expect("listen");
+    let client = std::thread::spawn(|| {
+        let start = std::time::Instant::now();
+        let r = Connection::connect(
+            addr(CLIENT, 0),
+            addr(SERVER, 7479),
+            ConnectionParams::default(),
+        );
+        (r.err().map(|e| e.to_string()), start.elapsed())
+    });
+    let req = listener
+        .next_request(Duration::from_secs(60), &|| false)
+        .expect("a request");
+    match &cm.on_event(&CmEvent::ConnectRequest {
+        conn: 1,
+        local: addr(SERVER, 7479),
+        remote: addr(CLIENT, 0),
+        device_port: req.device_port,
+    })[0]
+    {
+        CmAction::Reject { reason, .. } => {
+            assert!(reason.contains("most connections allowed (0)"), "{reason}");
+            req.reject();
+        }
+        other => panic!("{other:?}"),
+    }
+    let (err, took) = client.join().unwrap();
+    let err = err.expect("the client is refused");
+    eprintln!("client refused after {took:?}: {err}");
+    assert!(err.contains("Rejected"), "{err}");
+}
