@@ -12,26 +12,28 @@ if [ -z "$TOOLS" ]; then
     echo "rdma-vm-tests: SKIPPED: rxe-vm (the Soft-RoCE VM tool) not found" >&2
     exit 0
 fi
-bin=$(cargo test --release -p rdma --test rxe --no-run --message-format=json 2>/dev/null |
+# The same build as `make test` (workspace, DPDK feature), so nothing is rebuilt.
+bins=$(cargo test --release --workspace --features dataplane/dpdk --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "rxe" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] in ("rxe", "rdma_bursts") and m.get("executable"):
         print(m["executable"])')
-[ -n "$bin" ] || { echo "rdma-vm-tests: could not build the test binary" >&2; exit 1; }
+[ "$(echo "$bins" | wc -w)" = 2 ] || { echo "rdma-vm-tests: could not build the test binaries" >&2; exit 1; }
 dp=$(realpath target/release/dataplane)
 [ -x "$dp" ] || cargo build --release -p dataplane
 work=$(mktemp -d /tmp/rdma-vm-tests.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/run.sh" <<EOF2
 #!/bin/sh
-"$bin" --test-threads=1 || exit \$?
+for b in $(echo $bins); do "\$b" --test-threads=1 || exit \$?; done
 echo "--- dataplane bench rdma configs/rdma_loopback.yaml --mode both"
 "$dp" bench rdma "$PWD/configs/rdma_loopback.yaml" --mode both --seconds 3 --json
 EOF2
 chmod +x "$work/run.sh"
-files=(--file "$work" --file "$bin" --file "$dp" --file "$PWD/configs/rdma_loopback.yaml")
-for l in $( (ldd "$dp"; ldd "$bin") | grep -o '=> /[^ ]*\|^\s*/[^ ]*' | grep -o '/[^ ]*' | sort -u); do files+=(--file "$l"); done
+files=(--file "$work" --file "$dp" --file "$PWD/configs/rdma_loopback.yaml")
+for b in $bins; do files+=(--file "$b"); done
+for l in $( (ldd "$dp"; for b in $bins; do ldd "$b"; done) | grep -o '=> /[^ ]*\|^\s*/[^ ]*' | grep -o '/[^ ]*' | sort -u); do files+=(--file "$l"); done
 "$TOOLS/rxe-vm" --timeout 600 "${files[@]}" -- "$work/run.sh" 2>&1 | tee "$work/out.txt"
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || { echo "rdma-vm-tests: FAILED (exit $rc)" >&2; exit "$rc"; }

@@ -73,7 +73,6 @@ impl Burst {
 
     /// Appends a one-segment packet whose buffer `index` of `region` the caller hands over
     /// (an engine receiving into lent buffers); dropping the burst frees it.
-    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn push_owned(&mut self, region: RegionId, index: u32, len: u32, flow_id: u32) {
         let mut p = Packet {
             num_segments: 1,

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod hugepages;
 pub mod memory;
 pub mod plane;
+pub mod rdma_conn;
 pub mod ring;
 pub mod stats;
 pub mod steering;

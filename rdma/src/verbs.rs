@@ -141,6 +141,9 @@ pub struct ConnectionParams {
     pub retry_count: u8,
     /// Bytes of the window the peer may WRITE into and READ from.
     pub window_size: usize,
+    /// Post the connection's own receive slots (off when the caller posts receives into
+    /// its own registered buffers with [`Connection::post_external_receives`]).
+    pub own_receives: bool,
     /// How long connection steps may take.
     pub timeout: Duration,
 }
@@ -154,6 +157,7 @@ impl Default for ConnectionParams {
             rnr_retry: 7,
             retry_count: 7,
             window_size: 64 * 1024,
+            own_receives: true,
             timeout: Duration::from_secs(10),
         }
     }
@@ -410,6 +414,8 @@ pub struct Connection {
     send_ops: Vec<SendOp>,
     /// Receives posted and not completed.
     posted_recv: u32,
+    /// Sends of caller buffers in flight.
+    external_sends: usize,
     /// The peer's window: address, key, length (after [`Connection::exchange_keys`]).
     remote: Option<RemoteWindow>,
 }
@@ -447,6 +453,18 @@ pub enum Completion<'a> {
     },
     /// One of our SENDs or WRITEs completed.
     Sent,
+    /// A receive into a caller buffer completed with `len` bytes.
+    ReceivedExternal {
+        /// The buffer's token.
+        token: u64,
+        /// Bytes received.
+        len: u32,
+    },
+    /// A SEND of a caller buffer completed.
+    SentExternal {
+        /// The buffer's token.
+        token: u64,
+    },
     /// One of our READs completed; `data` is what was read.
     ReadDone {
         /// The token `read` returned.
@@ -454,6 +472,39 @@ pub enum Completion<'a> {
         /// The bytes read.
         data: &'a [u8],
     },
+}
+
+/// Work request ids of caller buffers carry this bit (own slots never reach it).
+const EXTERNAL: u64 = 1 << 63;
+
+/// A registration of caller memory with a connection's protection domain.
+pub struct Registration {
+    mr: Arc<MemoryRegion>,
+}
+
+impl Registration {
+    /// Local key for work requests.
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey()
+    }
+
+    /// Remote key for the peer's READ/WRITE.
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+}
+
+/// A caller-owned buffer for a work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExternalBuffer {
+    /// Local key of its registration.
+    pub lkey: u32,
+    /// Address.
+    pub addr: u64,
+    /// Bytes (to send, or room to receive into).
+    pub len: u32,
+    /// Reported back on completion (below 2^63).
+    pub token: u64,
 }
 
 /// Magic of the key-exchange message.
@@ -636,6 +687,7 @@ impl Connection {
             free_send: (0..params.send_depth).rev().collect(),
             send_ops: vec![SendOp::Send; params.send_depth as usize],
             posted_recv: 0,
+            external_sends: 0,
             remote: None,
         })
     }
@@ -675,8 +727,68 @@ impl Connection {
     }
 
     fn post_all_receives(&mut self) -> Result<(), VerbsError> {
+        if !self.params.own_receives {
+            return Ok(());
+        }
         let slots: Vec<u32> = (0..self.params.recv_depth).collect();
         self.post_recv_slots(&slots)
+    }
+
+    /// Registers `len` bytes at `addr` (host memory, or GPU memory where the NIC and
+    /// driver allow it) with this connection's protection domain.
+    ///
+    /// # Safety
+    /// The memory must stay mapped for as long as the registration and any work request
+    /// using it live.
+    pub unsafe fn register(&self, addr: u64, len: usize) -> Result<Registration, VerbsError> {
+        // SAFETY: the caller keeps the memory mapped (see above).
+        let mr = unsafe {
+            self._pd.reg_mr(
+                addr as usize,
+                len,
+                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+            )
+        }
+        .map_err(call("ibv_reg_mr"))?;
+        Ok(Registration { mr })
+    }
+
+    /// Posts receives into caller-owned registered buffers; each completes as
+    /// `Completion::ReceivedExternal` with its token.
+    pub fn post_external_receives(&mut self, bufs: &[ExternalBuffer]) -> Result<(), VerbsError> {
+        if bufs.is_empty() {
+            return Ok(());
+        }
+        let mut guard = self.qp.start_post_recv();
+        for b in bufs {
+            let wr = guard.construct_wr(EXTERNAL | b.token);
+            // SAFETY: the caller registered the buffer and keeps it until its completion.
+            unsafe { wr.setup_sge(b.lkey, b.addr, b.len) };
+        }
+        guard.post().map_err(call("ibv_post_recv"))?;
+        self.posted_recv += bufs.len() as u32;
+        Ok(())
+    }
+
+    /// SENDs caller-owned registered buffers, one message each, all or none: returns false
+    /// when the send queue lacks room for all of them. Each completes as
+    /// `Completion::SentExternal` with its token, in order.
+    pub fn send_external(&mut self, bufs: &[ExternalBuffer]) -> Result<bool, VerbsError> {
+        if bufs.len() > self.send_room() {
+            return Ok(false);
+        }
+        if bufs.is_empty() {
+            return Ok(true);
+        }
+        let mut guard = self.qp.start_post_send();
+        for b in bufs {
+            let wr = guard.construct_wr(EXTERNAL | b.token, WorkRequestFlags::Signaled);
+            // SAFETY: the caller registered the buffer and keeps it until its completion.
+            unsafe { wr.setup_send().setup_sge(b.lkey, b.addr, b.len) };
+        }
+        guard.post().map_err(call("ibv_post_send"))?;
+        self.external_sends += bufs.len();
+        Ok(true)
     }
 
     /// Receives currently posted.
@@ -684,9 +796,9 @@ impl Connection {
         self.posted_recv
     }
 
-    /// Free send slots.
+    /// Sends that can be posted now.
     pub fn send_room(&self) -> usize {
-        self.free_send.len()
+        self.free_send.len().saturating_sub(self.external_sends)
     }
 
     /// Copies `data` into a send slot and posts a SEND. Returns false (nothing posted) when
@@ -881,6 +993,15 @@ impl Connection {
                     continue;
                 }
                 let len = wc.byte_len();
+                if wc.wr_id() & EXTERNAL != 0 {
+                    on(Completion::ReceivedExternal {
+                        token: wc.wr_id() & !EXTERNAL,
+                        len,
+                    });
+                    out.received += 1;
+                    out.received_bytes += len as u64;
+                    continue;
+                }
                 if wc.opcode() == IBV_WC_RECV_RDMA_WITH_IMM {
                     on(Completion::WrittenWithImm {
                         imm: u32::from_be(wc.imm_data()),
@@ -897,6 +1018,23 @@ impl Connection {
         }
         if let Ok(poller) = self.send_cq.start_poll() {
             for wc in poller {
+                if wc.wr_id() & EXTERNAL != 0 {
+                    self.external_sends -= 1;
+                    if wc.status() != WorkCompletionStatus::Success as u32 {
+                        failed.get_or_insert(completion_error(
+                            "send",
+                            wc.wr_id() & !EXTERNAL,
+                            wc.status(),
+                            wc.vendor_err(),
+                        ));
+                    } else {
+                        on(Completion::SentExternal {
+                            token: wc.wr_id() & !EXTERNAL,
+                        });
+                        out.sent += 1;
+                    }
+                    continue;
+                }
                 let slot = wc.wr_id() as u32;
                 if wc.status() != WorkCompletionStatus::Success as u32 {
                     failed.get_or_insert(completion_error(

@@ -1,0 +1,224 @@
+//! An RDMA connection that moves the core's [`Burst`]s: each packet is one RC message, sent
+//! straight from its buffer and received straight into a buffer of the queue's region (our
+//! regions are registered with the connection's protection domain; nothing is copied).
+//!
+//! Receives are posted from the RX region before the connection is handed over and are
+//! replaced from the region's pool as they complete, so the receive window stays full while
+//! the application holds what it received. A burst handed to `send` stays owned by the
+//! connection until every one of its messages completed, then its buffers go back to their
+//! pools.
+
+use crate::burst::Burst;
+use crate::memory::{RegionId, RegionSet};
+use rdma::verbs::{Completion, Connection, ExternalBuffer, Registration, VerbsError};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// Why a burst could not be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The send queue has no room for the whole burst now; try again after `poll`.
+    #[error("the send queue is full")]
+    Full(Burst),
+    /// A packet is not in a registered region or has more than one segment.
+    #[error("{0}")]
+    Unsupported(String, Burst),
+    /// The verbs layer failed.
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+}
+
+/// A connection that sends and receives bursts.
+pub struct BurstConnection {
+    /// Always `Some` until dropped (taken first on drop, so the QP is gone before the
+    /// buffers it could still write are freed).
+    conn: Option<Connection>,
+    regions: Arc<RegionSet>,
+    rx_region: RegionId,
+    /// Registrations by region (kept alive as long as the connection).
+    registered: BTreeMap<RegionId, Registration>,
+    port: u16,
+    queue: u16,
+    /// Receives to keep posted.
+    recv_window: usize,
+    /// RX-region buffers posted as receives.
+    posted: std::collections::BTreeSet<u32>,
+    /// Bursts being sent: the token of their last message, and the burst.
+    in_flight: VecDeque<(u64, Burst)>,
+    next_token: u64,
+}
+
+impl BurstConnection {
+    /// Wraps an established connection (made with `own_receives: false`): registers the RX
+    /// region and `tx_regions`, and posts `recv_window` receives from the RX region.
+    pub fn new(
+        conn: Connection,
+        regions: Arc<RegionSet>,
+        rx_region: RegionId,
+        tx_regions: &[RegionId],
+        (port, queue): (u16, u16),
+        recv_window: usize,
+    ) -> Result<Self, VerbsError> {
+        let mut registered = BTreeMap::new();
+        for &r in tx_regions.iter().chain(std::iter::once(&rx_region)) {
+            if registered.contains_key(&r) {
+                continue;
+            }
+            let (addr, len) = regions.get(r).extent();
+            // SAFETY: the region set is kept alive by this connection (an Arc), so the
+            // memory outlives the registration.
+            let reg = unsafe { conn.register(addr, len) }?;
+            registered.insert(r, reg);
+        }
+        let mut c = Self {
+            conn: Some(conn),
+            regions,
+            rx_region,
+            registered,
+            port,
+            queue,
+            recv_window,
+            posted: Default::default(),
+            in_flight: VecDeque::new(),
+            next_token: 0,
+        };
+        c.refill_receives()?;
+        Ok(c)
+    }
+
+    /// Posts receives until the window is full (as far as the region has free buffers).
+    fn conn(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("connection present until drop")
+    }
+
+    fn refill_receives(&mut self) -> Result<(), VerbsError> {
+        let want = self.recv_window - self.posted.len();
+        if want == 0 {
+            return Ok(());
+        }
+        let regions = self.regions.clone();
+        let region = regions.get(self.rx_region);
+        let take = want.min(region.available());
+        if take == 0 {
+            return Ok(());
+        }
+        let mut idx = vec![0u32; take];
+        if !region.alloc_bulk(&mut idx) {
+            return Ok(());
+        }
+        let lkey = self.registered[&self.rx_region].lkey();
+        let bufs: Vec<ExternalBuffer> = idx
+            .iter()
+            .map(|&i| ExternalBuffer {
+                lkey,
+                addr: region.buffer_addr(i),
+                len: region.buf_size() as u32,
+                token: i as u64,
+            })
+            .collect();
+        if let Err(e) = self.conn().post_external_receives(&bufs) {
+            region.free_bulk(&idx);
+            return Err(e);
+        }
+        self.posted.extend(idx);
+        Ok(())
+    }
+
+    /// Sends every packet of `burst` as one message (single-segment packets in registered
+    /// regions). The connection owns the burst until all of it completed.
+    pub fn send(&mut self, burst: Burst) -> Result<(), SendError> {
+        if burst.is_empty() {
+            return Ok(());
+        }
+        let mut bufs = Vec::with_capacity(burst.len());
+        for (i, p) in burst.packets().iter().enumerate() {
+            let segs = p.segments();
+            if segs.len() != 1 {
+                return Err(SendError::Unsupported(
+                    format!(
+                        "packet {i} has {} segments; RDMA sends take one",
+                        segs.len()
+                    ),
+                    burst,
+                ));
+            }
+            let Some(reg) = self.registered.get(&segs[0].region) else {
+                return Err(SendError::Unsupported(
+                    format!(
+                        "packet {i} is in region `{}`, which this connection did not register",
+                        self.regions.get(segs[0].region).name()
+                    ),
+                    burst,
+                ));
+            };
+            bufs.push(ExternalBuffer {
+                lkey: reg.lkey(),
+                addr: burst.segment_addr(i, 0),
+                len: segs[0].len,
+                token: self.next_token + i as u64,
+            });
+        }
+        if !self.conn().send_external(&bufs)? {
+            return Err(SendError::Full(burst));
+        }
+        self.next_token += bufs.len() as u64;
+        self.in_flight.push_back((self.next_token - 1, burst));
+        Ok(())
+    }
+
+    /// Polls: returns the messages received since the last call as a burst of RX-region
+    /// buffers (one packet each), frees sent bursts, and tops the receives up.
+    pub fn poll(&mut self) -> Result<Option<Burst>, VerbsError> {
+        let mut received = Burst::empty(self.regions.clone(), self.port, self.queue, 64);
+        let mut last_sent = None;
+        let rx = self.rx_region;
+        let conn = self.conn.as_mut().expect("connection present until drop");
+        conn.poll_completions(|c| match c {
+            Completion::ReceivedExternal { token, len } => {
+                received.push_owned(rx, token as u32, len, 0);
+            }
+            Completion::SentExternal { token } => last_sent = Some(token),
+            _ => {}
+        })?;
+        for p in received.packets() {
+            self.posted.remove(&p.segments()[0].index);
+        }
+        // RC completes sends in order: every burst up to the last completed token is done.
+        if let Some(done) = last_sent {
+            while self
+                .in_flight
+                .front()
+                .is_some_and(|(last, _)| *last <= done)
+            {
+                self.in_flight.pop_front();
+            }
+        }
+        self.refill_receives()?;
+        Ok((!received.is_empty()).then_some(received))
+    }
+
+    /// Bursts still being sent.
+    pub fn bursts_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Receives posted now.
+    pub fn receives_posted(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// The underlying connection (disconnect, keys).
+    pub fn connection(&self) -> &Connection {
+        self.conn.as_ref().expect("connection present until drop")
+    }
+}
+
+impl Drop for BurstConnection {
+    fn drop(&mut self) {
+        // The QP goes first: after that nothing can write into the posted buffers.
+        drop(self.conn.take());
+        let posted: Vec<u32> = std::mem::take(&mut self.posted).into_iter().collect();
+        self.regions.get(self.rx_region).free_bulk(&posted);
+        // Bursts still in flight drop with `self`, returning their buffers.
+    }
+}
