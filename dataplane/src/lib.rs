@@ -15,6 +15,7 @@ pub mod hugepages;
 pub mod memory;
 pub mod plane;
 pub mod rdma_conn;
+pub mod rdma_plane;
 pub mod ring;
 pub mod stats;
 pub mod steering;
