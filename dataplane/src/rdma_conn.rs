@@ -173,16 +173,19 @@ impl BurstConnection {
         let mut last_sent = None;
         let rx = self.rx_region;
         let conn = self.conn.as_mut().expect("connection present until drop");
-        conn.poll_completions(|c| match c {
+        let polled = conn.poll_completions(|c| match c {
             Completion::ReceivedExternal { token, len } => {
                 received.push_owned(rx, token as u32, len, 0);
             }
             Completion::SentExternal { token } => last_sent = Some(token),
             _ => {}
-        })?;
+        });
+        // What arrived is the burst's now, even if a later completion failed (its buffers
+        // must not be freed again when the connection drops).
         for p in received.packets() {
             self.posted.remove(&p.segments()[0].index);
         }
+        polled?;
         // RC completes sends in order: every burst up to the last completed token is done.
         if let Some(done) = last_sent {
             while self
