@@ -6,26 +6,9 @@
 
 mod common;
 
-use dataplane::bench::raw::{self, RawOptions};
-use dataplane::config;
-use std::sync::atomic::AtomicBool;
-
 #[test]
 fn net_ring_with_flow_rules_steers_in_software_losslessly() {
-    let mut cfg = config::load_file(&common::config_path("dpdk_ring_4q.yaml"))
-        .expect("config")
-        .config;
-    cfg.master_core = 0;
-    let report = raw::run(
-        &cfg,
-        &RawOptions {
-            seconds: 1.0,
-            verify_payload: true,
-            progress: false,
-        },
-        &AtomicBool::new(false),
-    )
-    .expect("bench runs");
+    let report = common::bench_shipped_config("dpdk_ring_4q.yaml");
     assert_eq!(report.engine, "dpdk");
     assert_eq!(
         report.steering, "software",

@@ -3,7 +3,6 @@
 
 mod common;
 
-use dataplane::bench::raw::{self, RawOptions};
 use dataplane::config::{self, FlowConfig, FlowMatch, PortRange};
 use dataplane::{DataPlane, TxFailure};
 use std::collections::BTreeMap;
@@ -13,20 +12,7 @@ use std::time::Duration;
 
 #[test]
 fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
-    let mut cfg = config::load_file(&common::config_path("sw_loopback_4q.yaml"))
-        .expect("config")
-        .config;
-    cfg.master_core = 0;
-    let report = raw::run(
-        &cfg,
-        &RawOptions {
-            seconds: 1.0,
-            verify_payload: true,
-            progress: false,
-        },
-        &AtomicBool::new(false),
-    )
-    .expect("bench runs");
+    let report = common::bench_shipped_config("sw_loopback_4q.yaml");
     assert!(report.lossless, "{:?}", report.problems);
     assert_eq!(report.steering, "software");
     common::assert_four_queue_split(&report);

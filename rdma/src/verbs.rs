@@ -638,18 +638,16 @@ impl Connection {
             detail: "the connection has no device yet".into(),
         })?;
         let pd = ctx.alloc_pd().map_err(call("ibv_alloc_pd"))?;
-        let send_cq: GenericCompletionQueue = ctx
-            .create_cq_builder()
-            .setup_cqe(params.send_depth)
-            .build()
-            .map_err(call("ibv_create_cq (send)"))?
-            .into();
-        let recv_cq: GenericCompletionQueue = ctx
-            .create_cq_builder()
-            .setup_cqe(params.recv_depth)
-            .build()
-            .map_err(call("ibv_create_cq (recv)"))?
-            .into();
+        let cq = |depth: u32, what| -> Result<GenericCompletionQueue, VerbsError> {
+            Ok(ctx
+                .create_cq_builder()
+                .setup_cqe(depth)
+                .build()
+                .map_err(call(what))?
+                .into())
+        };
+        let send_cq = cq(params.send_depth, "ibv_create_cq (send)")?;
+        let recv_cq = cq(params.recv_depth, "ibv_create_cq (recv)")?;
         let qp: GenericQueuePair = pd
             .create_qp_builder()
             .setup_max_send_wr(params.send_depth)

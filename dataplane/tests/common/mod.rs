@@ -54,3 +54,22 @@ pub fn assert_four_queue_split(report: &dataplane::bench::raw::RawReport) {
     let want: Vec<(u32, u64)> = (0..4).map(|q| (q as u32 + 1, expected[q])).collect();
     assert_eq!(marks, want);
 }
+
+/// Runs `dataplane bench raw` on shipped config `name` for one second, payloads verified,
+/// with the main lcore on core 0.
+pub fn bench_shipped_config(name: &str) -> dataplane::bench::raw::RawReport {
+    let mut cfg = dataplane::config::load_file(&config_path(name))
+        .expect("config")
+        .config;
+    cfg.master_core = 0;
+    dataplane::bench::raw::run(
+        &cfg,
+        &dataplane::bench::raw::RawOptions {
+            seconds: 1.0,
+            verify_payload: true,
+            progress: false,
+        },
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .expect("bench runs")
+}

@@ -6,7 +6,6 @@
 
 use crate::config::{FlowConfig, FlowTransform, RxConfig, TunnelKind};
 use dpdk_sys as sys;
-use std::ffi::CStr;
 use std::mem::size_of;
 
 /// eCPRI's EtherType (eCPRI directly over Ethernet).
@@ -290,14 +289,8 @@ impl Drop for InstalledFlows {
 
 /// `what`, the PMD's message and the error type.
 pub(super) fn flow_error(what: &str, err: &sys::rte_flow_error) -> String {
-    let msg = if err.message.is_null() {
-        "no message".into()
-    } else {
-        // SAFETY: the PMD sets a NUL-terminated static message.
-        unsafe { CStr::from_ptr(err.message) }
-            .to_string_lossy()
-            .into_owned()
-    };
+    // SAFETY: the PMD sets a NUL-terminated static message, or none.
+    let msg = unsafe { super::c_text(err.message, "no message") };
     format!("{what}: {msg} (rte_flow error type {})", err.type_)
 }
 

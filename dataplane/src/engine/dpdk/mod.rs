@@ -28,6 +28,18 @@ const RING_DESCRIPTORS: u16 = hugepages::DPDK_RING_DESCRIPTORS as u16;
 /// Mbufs taken from or handed to the driver per call.
 const MAX_BURST: usize = 64;
 
+/// A C string from DPDK (a static name or message), or `default` for null.
+///
+/// # Safety
+/// `p` is null or points at a NUL-terminated string that lives through the call.
+pub(super) unsafe fn c_text(p: *const std::os::raw::c_char, default: &str) -> String {
+    if p.is_null() {
+        return default.to_owned();
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
 fn dpdk_error(what: &str, code: i32) -> String {
     let code = if code < 0 { -code } else { code };
     // SAFETY: rte_strerror returns a valid C string for any errno value.
@@ -411,14 +423,8 @@ impl DpdkEngine {
         if r != 0 {
             return Err(err("rte_eth_dev_info_get", r));
         }
-        let driver = if info.driver_name.is_null() {
-            "unknown driver".to_owned()
-        } else {
-            // SAFETY: the PMD's static driver name.
-            unsafe { CStr::from_ptr(info.driver_name) }
-                .to_string_lossy()
-                .into_owned()
-        };
+        // SAFETY: the PMD's static driver name, or null.
+        let driver = unsafe { c_text(info.driver_name, "unknown driver") };
         let rx: Vec<_> = iface.rx.iter().flat_map(|r| &r.queues).collect();
         let tx: Vec<_> = iface.tx.iter().flat_map(|t| &t.queues).collect();
         let rx_config = iface.rx.clone().unwrap_or_else(RxConfig::empty);
@@ -656,17 +662,24 @@ impl DpdkEngine {
                 return Err(err("rte_eth_rx_queue_setup (idle queue)", r));
             }
         }
-        for (i, q) in tx.iter().enumerate() {
-            // One mbuf carries every segment of a packet.
-            let frame: usize = q
-                .memory_regions
-                .iter()
-                .filter_map(|n| config.memory_regions.iter().find(|m| &m.name == n))
-                .map(|m| m.buf_size)
-                .sum();
-            let room = (frame.max(2048) + hugepages::DPDK_HEADROOM).min(u16::MAX as usize);
-            let pool = pool_for(q, "tx", 0, room)?;
-            // SAFETY: as for RX.
+        // Configured TX queues, then idle ones up to the device's count (net_tap).
+        for i in 0..hw_tx {
+            let q = tx.get(i);
+            let pool = match q {
+                Some(q) => {
+                    // One mbuf carries every segment of a packet.
+                    let frame: usize = q
+                        .memory_regions
+                        .iter()
+                        .filter_map(|n| config.memory_regions.iter().find(|m| &m.name == n))
+                        .map(|m| m.buf_size)
+                        .sum();
+                    let room = (frame.max(2048) + hugepages::DPDK_HEADROOM).min(u16::MAX as usize);
+                    Some(pool_for(q, "tx", 0, room)?)
+                }
+                None => None,
+            };
+            // SAFETY: configured port, queue index below the configured count.
             let r = unsafe {
                 sys::rte_eth_tx_queue_setup(
                     id,
@@ -679,22 +692,9 @@ impl DpdkEngine {
             if r != 0 {
                 return Err(err("rte_eth_tx_queue_setup", r));
             }
-            port.tx_pools.push((q.id, pool));
-            port.tx_queue_index.push((q.id, i as u16));
-        }
-        for i in tx.len()..hw_tx {
-            // SAFETY: configured port, queue index below the configured count.
-            let r = unsafe {
-                sys::rte_eth_tx_queue_setup(
-                    id,
-                    i as u16,
-                    RING_DESCRIPTORS,
-                    socket as u32,
-                    std::ptr::null(),
-                )
-            };
-            if r != 0 {
-                return Err(err("rte_eth_tx_queue_setup (idle queue)", r));
+            if let (Some(q), Some(pool)) = (q, pool) {
+                port.tx_pools.push((q.id, pool));
+                port.tx_queue_index.push((q.id, i as u16));
             }
         }
         // SAFETY: a configured port.
