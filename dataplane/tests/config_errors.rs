@@ -259,3 +259,37 @@ fn no_input_panics() {
         let _ = config::load_with(text, "t", &|_| true);
     }
 }
+
+#[test]
+fn roce_flow_control_keys_load_and_are_range_checked() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/rdma_loopback.yaml"),
+    )
+    .unwrap();
+    let tuned = text.replacen(
+        "transport_mode: RC\n",
+        "transport_mode: RC\n        min_rnr_timer: 5\n        rnr_retry: 3\n        retry_count: 2\n        max_inflight_bytes: 262144\n",
+        1,
+    );
+    let cfg = load(&tuned).expect("tuned config loads").config;
+    let roce = cfg.interfaces[0].roce.as_ref().unwrap();
+    assert_eq!(
+        (roce.min_rnr_timer, roce.rnr_retry, roce.retry_count),
+        (5, 3, 2)
+    );
+    // 256 KiB of 64 KiB messages: 4 sends in flight; small messages cap at 1024.
+    assert_eq!(roce.send_window(65536), 4);
+    assert_eq!(roce.send_window(64), 1024);
+    // The other interface kept the defaults.
+    let other = cfg.interfaces[1].roce.as_ref().unwrap();
+    assert_eq!((other.min_rnr_timer, other.rnr_retry), (12, 7));
+    let e = one_error(&text.replacen(
+        "transport_mode: RC\n",
+        "transport_mode: RC\n        min_rnr_timer: 32\n",
+        1,
+    ));
+    assert!(
+        e.contains("roce_config.min_rnr_timer") && e.contains("out of range"),
+        "{e}"
+    );
+}

@@ -126,51 +126,161 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
     );
 }
 
-#[test]
-fn the_loopback_config_connects_its_client_to_its_server_and_moves_bursts() {
-    use dataplane::rdma_plane::RdmaPlane;
-    if let Err(e) = verbs::device_present() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
+fn loopback_plane() -> dataplane::rdma_plane::RdmaPlane {
     // Without `..`: inside the VM only the files themselves exist, not the crate directory.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")
         .join("configs/rdma_loopback.yaml");
     let cfg = dataplane::config::load_file(&path).expect("config").config;
-    let plane = RdmaPlane::start(&cfg).expect("start");
-    let regions = plane.regions().clone();
-    let tx = regions.id_of("DATA_TX_GPU_CLIENT").unwrap();
-    let rx = regions.id_of("DATA_RX_GPU_SERVER").unwrap();
-    let (mut server, mut client) = std::thread::scope(|s| {
-        let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
-        let cli = plane
-            .connect("client", "198.18.0.1:4791".parse().unwrap())
-            .expect("connect");
-        (srv.join().unwrap().expect("accept"), cli)
-    });
-    let mut b = Burst::allocate(regions.clone(), 1, 0, &[tx], 16).unwrap();
-    for p in 0..16 {
-        let data = payload(9, p as u32);
-        b.buffer_mut(p, 0).unwrap()[..data.len()].copy_from_slice(&data);
-        b.set_len(p, 0, data.len());
+    dataplane::rdma_plane::RdmaPlane::start(&cfg).expect("start")
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    client.send(b).expect("send");
-    let (mut got, deadline) = (0u32, Instant::now() + Duration::from_secs(60));
-    while got < 16 {
-        assert!(Instant::now() < deadline, "got {got} of 16");
-        client.poll().unwrap();
-        if let Some(burst) = server.poll().unwrap() {
+}
+
+/// Sends `bursts` bursts of `per` packets from `from` and checks every packet arrives at
+/// `to`, in order, in `rx_region`.
+fn stream_bursts(
+    plane: &dataplane::rdma_plane::RdmaPlane,
+    from: &dataplane::rdma_plane::RdmaStream,
+    tx_region: &str,
+    to: &dataplane::rdma_plane::RdmaStream,
+    rx_region: &str,
+    (bursts, per): (u32, u32),
+) {
+    let regions = plane.regions().clone();
+    let (tx, rx) = (
+        regions.id_of(tx_region).unwrap(),
+        regions.id_of(rx_region).unwrap(),
+    );
+    let (mut sent, mut got) = (0u32, 0u32);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while got < bursts * per {
+        assert!(
+            Instant::now() < deadline,
+            "sent {sent} bursts, got {got} packets"
+        );
+        if sent < bursts
+            && let Some(mut b) = Burst::allocate(regions.clone(), 1, 0, &[tx], per as usize)
+        {
+            for p in 0..per as usize {
+                let data = payload(sent, p as u32);
+                b.buffer_mut(p, 0).unwrap()[..data.len()].copy_from_slice(&data);
+                b.set_len(p, 0, data.len());
+            }
+            match from.send(b) {
+                Ok(()) => sent += 1,
+                Err(b) => drop(b), // the queue is full: try again
+            }
+        }
+        while let Some(burst) = to.poll() {
             for i in 0..burst.len() {
-                assert_eq!(burst.data(i, 0).unwrap(), payload(9, got).as_slice());
-                assert_eq!(
-                    burst.packets()[i].segments()[0].region,
-                    rx,
-                    "received into the server RX region"
-                );
+                let (n, p) = (got / per, got % per);
+                assert_eq!(burst.data(i, 0).unwrap(), payload(n, p).as_slice());
+                assert_eq!(burst.packets()[i].segments()[0].region, rx);
                 got += 1;
             }
         }
     }
+    assert_eq!(from.stats().errors, 0, "{:?}", from.last_error());
+    assert_eq!(to.stats().errors, 0, "{:?}", to.last_error());
+}
+
+#[test]
+fn the_loopback_config_runs_workers_per_connection_and_frees_the_slot_on_disconnect() {
+    if let Err(e) = verbs::device_present() {
+        eprintln!("SKIP: {e}");
+        return;
+    }
+    let plane = loopback_plane();
+    let server_addr = "198.18.0.1:4791".parse().unwrap();
+    let (server, client) = std::thread::scope(|s| {
+        let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
+        let cli = plane.connect("client", server_addr).expect("connect");
+        (srv.join().unwrap().expect("accept"), cli)
+    });
+    assert_eq!(plane.workers(), 2, "one worker per connection end");
+    assert_eq!((server.interface(), server.queue()), ("server", 0));
+    // The QPs run with the configured (default) RNR timer, not rdma_cm's 655 ms.
+    for end in [&server, &client] {
+        let qp = end.qp_settings();
+        assert_eq!((qp.min_rnr_timer, qp.rnr_retry, qp.retry_count), (12, 7, 7));
+    }
+    stream_bursts(
+        &plane,
+        &client,
+        "DATA_TX_GPU_CLIENT",
+        &server,
+        "DATA_RX_GPU_SERVER",
+        (100, 16),
+    );
+    stream_bursts(
+        &plane,
+        &server,
+        "DATA_TX_GPU_SERVER",
+        &client,
+        "DATA_RX_GPU_CLIENT",
+        (60, 8),
+    );
+    assert_eq!(client.stats().sent_packets, 1600);
+    assert_eq!(server.stats().received_packets, 1600);
+
+    // The plane's client interface has one queue, so it cannot open a second connection.
+    let busy = plane
+        .connect("client", server_addr)
+        .err()
+        .expect("no free client queue");
+    assert!(
+        busy.to_string()
+            .contains("every queue already carries a connection"),
+        "{busy}"
+    );
+    // The server interface has one queue too: a second client (outside the plane) is refused.
+    let refused = Connection::connect(
+        "198.18.0.2:0".parse().unwrap(),
+        server_addr,
+        ConnectionParams::default(),
+    );
+    assert!(refused.is_err(), "a second connection must be refused");
+    let told = plane.accept("server", Duration::from_secs(60));
+    match told {
+        Err(dataplane::rdma_plane::RdmaPlaneError::Rejected { reason, .. }) => {
+            eprintln!("refused as expected: {reason}")
+        }
+        Err(e) => panic!("expected a rejection, got {e}"),
+        Ok(_) => panic!("expected a rejection, got a connection"),
+    }
+
+    // The client goes away: the server end closes, its worker is joined by the
+    // connection-manager thread, and the queue is free for the next client.
+    let start = Instant::now();
+    drop(client);
+    wait_until("the server end to close", || server.is_closed());
+    wait_until("both workers to stop", || plane.workers() == 0);
+    eprintln!(
+        "server worker stopped {:?} after the client dropped",
+        start.elapsed()
+    );
+    drop(server);
+    let (server, client) = std::thread::scope(|s| {
+        let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
+        let cli = plane.connect("client", server_addr).expect("reconnect");
+        (srv.join().unwrap().expect("accept again"), cli)
+    });
+    stream_bursts(
+        &plane,
+        &client,
+        "DATA_TX_GPU_CLIENT",
+        &server,
+        "DATA_RX_GPU_SERVER",
+        (10, 4),
+    );
+    drop((server, client));
+    drop(plane);
 }

@@ -137,6 +137,9 @@ pub struct ConnectionParams {
     pub recv_depth: u32,
     /// RNR retry count sent to the peer (7: retry forever).
     pub rnr_retry: u8,
+    /// How long the peer waits before resending when we had no receive posted (IB
+    /// encoding: 12 = 0.64 ms; rdma_cm leaves 0, which means 655 ms).
+    pub min_rnr_timer: u8,
     /// Transport retry count.
     pub retry_count: u8,
     /// Bytes of the window the peer may WRITE into and READ from.
@@ -155,12 +158,24 @@ impl Default for ConnectionParams {
             send_depth: 64,
             recv_depth: 64,
             rnr_retry: 7,
+            min_rnr_timer: 12,
             retry_count: 7,
             window_size: 64 * 1024,
             own_receives: true,
             timeout: Duration::from_secs(10),
         }
     }
+}
+
+/// Retry and RNR settings of a QP, as the device reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpSettings {
+    /// Minimum RNR NAK timer (IB encoding).
+    pub min_rnr_timer: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// Transport retries.
+    pub retry_count: u8,
 }
 
 /// Waits for the next event on `channel` (non-blocking channel, polled) up to `deadline`.
@@ -695,6 +710,9 @@ impl Connection {
             .id
             .get_qp_attr(state)
             .map_err(call("rdma_init_qp_attr"))?;
+        if state == QueuePairState::ReadyToReceive {
+            attr.setup_min_rnr_timer(self.params.min_rnr_timer);
+        }
         if state == QueuePairState::ReadyToSend {
             attr.setup_retry_cnt(self.params.retry_count)
                 .setup_rnr_retry(self.params.rnr_retry);
@@ -1099,6 +1117,20 @@ impl Connection {
             }
             Err(_) => false,
         }
+    }
+
+    /// The retry and RNR settings the QP runs with, read back from the device.
+    pub fn qp_settings(&self) -> Result<QpSettings, VerbsError> {
+        use sideway::ibverbs::queue_pair::QueuePairAttributeMask as M;
+        let (attr, _) = self
+            .qp
+            .query(M::MinResponderNotReadyTimer | M::ResponderNotReadyRetryCount | M::RetryCount)
+            .map_err(call("ibv_query_qp"))?;
+        Ok(QpSettings {
+            min_rnr_timer: attr.min_rnr_timer(),
+            rnr_retry: attr.rnr_retry(),
+            retry_count: attr.retry_cnt(),
+        })
     }
 
     /// The remote key and address of our window (for RDMA READ/WRITE by the peer).

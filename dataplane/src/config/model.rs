@@ -200,6 +200,41 @@ pub struct SocketConfig {
 pub struct RoceConfig {
     /// `RC`, `UC` or `UD`.
     pub transport_mode: String,
+    /// `min_rnr_timer`: how long a peer waits before resending when we had no receive
+    /// posted, in the IB encoding (0 = 655.36 ms, 12 = 0.64 ms, 31 = 491.52 ms).
+    pub min_rnr_timer: u8,
+    /// `rnr_retry`: receiver-not-ready retries (7 = retry for ever).
+    pub rnr_retry: u8,
+    /// `retry_count`: transport retries before a send fails with retry-exceeded.
+    pub retry_count: u8,
+    /// `max_inflight_bytes`: bytes of SENDs in flight per connection; divided by the
+    /// message size (the TX region's `buf_size`) it gives the send window.
+    pub max_inflight_bytes: u64,
+}
+
+impl RoceConfig {
+    /// Default `min_rnr_timer`: 0.64 ms (rdma_cm's 0 means 655 ms, a throughput cliff
+    /// for small messages).
+    pub const DEFAULT_MIN_RNR_TIMER: u8 = 12;
+    /// Default `max_inflight_bytes`.
+    pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 2 << 20;
+
+    /// Sends in flight for messages of `message_size` bytes: 1 to 1024.
+    pub fn send_window(&self, message_size: usize) -> u32 {
+        (self.max_inflight_bytes / message_size.max(1) as u64).clamp(1, 1024) as u32
+    }
+}
+
+impl Default for RoceConfig {
+    fn default() -> Self {
+        Self {
+            transport_mode: "RC".into(),
+            min_rnr_timer: Self::DEFAULT_MIN_RNR_TIMER,
+            rnr_retry: 7,
+            retry_count: 7,
+            max_inflight_bytes: Self::DEFAULT_MAX_INFLIGHT_BYTES,
+        }
+    }
 }
 
 /// `rx`.

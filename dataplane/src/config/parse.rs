@@ -353,9 +353,26 @@ fn interface(
                 r::choice(d, n, p, &["rc", "uc", "ud"])
             })
             .unwrap_or("rc");
+        let small = |c: &mut MapReader, d: &mut Diagnostics, key: &'static str, max, default| {
+            c.optional(d, key, |d, n, p| r::uint_in(d, n, p, 0, max))
+                .map_or(default, |v| v as u8)
+        };
+        let defaults = RoceConfig::default();
+        let min_rnr_timer = small(&mut c, d, "min_rnr_timer", 31, defaults.min_rnr_timer);
+        let rnr_retry = small(&mut c, d, "rnr_retry", 7, defaults.rnr_retry);
+        let retry_count = small(&mut c, d, "retry_count", 7, defaults.retry_count);
+        let max_inflight_bytes = c
+            .optional(d, "max_inflight_bytes", |d, n, p| {
+                r::uint_in(d, n, p, 1, 1 << 32)
+            })
+            .unwrap_or(defaults.max_inflight_bytes);
         c.finish(d);
         Some(RoceConfig {
             transport_mode: mode.to_ascii_uppercase(),
+            min_rnr_timer,
+            rnr_retry,
+            retry_count,
+            max_inflight_bytes,
         })
     });
     if let Some(n) = m.get("rdma_config") {

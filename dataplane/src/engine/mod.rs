@@ -128,6 +128,10 @@ pub fn create(
         EngineKind::Dpdk => Err(EngineError::Config(
             "the DPDK engine is not in this build; rebuild with `cargo build --release --features dpdk` (needs apt-get install dpdk libdpdk-dev libclang-dev pkg-config)".into(),
         )),
+        // RDMA moves connections, not queues: its API is `RdmaPlane`.
+        EngineKind::Rdma => Err(EngineError::Config(
+            "roce:// interfaces are RDMA connections, not packet queues: start them with `dataplane::rdma_plane::RdmaPlane::start` (accept/connect give streams with send(burst) and poll()), or run `dataplane bench rdma FILE`".into(),
+        )),
         other => Err(EngineError::Unavailable(other.name())),
     }
 }
