@@ -823,6 +823,16 @@ impl Connection {
         self.post_from_slot(data, SendOp::Send, None, None)
     }
 
+    /// Posts a SEND of `len` bytes that `fill` writes straight into a send slot (no copy).
+    /// Returns false (nothing posted, `fill` not called) when every send slot is in flight.
+    pub fn send_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, VerbsError> {
+        self.post_filled(len, fill, SendOp::Send, None, None)
+    }
+
     /// Copies `data` into a send slot and WRITEs it at `offset` of the peer's window, with
     /// an immediate value when `imm` is set (the peer sees a `WrittenWithImm`). Returns
     /// false when every send slot is in flight.
@@ -886,10 +896,21 @@ impl Connection {
         remote: Option<(u32, u64)>,
         imm: Option<u32>,
     ) -> Result<bool, VerbsError> {
+        self.post_filled(data.len(), |slot| slot.copy_from_slice(data), op, remote, imm)
+    }
+
+    /// Posts `len` bytes of a send slot that `fill` writes in place.
+    fn post_filled(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        op: SendOp,
+        remote: Option<(u32, u64)>,
+        imm: Option<u32>,
+    ) -> Result<bool, VerbsError> {
         assert!(
-            data.len() <= self.params.message_size,
-            "message of {} bytes exceeds message_size {}",
-            data.len(),
+            len <= self.params.message_size,
+            "message of {len} bytes exceeds message_size {}",
             self.params.message_size
         );
         let Some(slot) = self.free_send.pop() else {
@@ -899,11 +920,11 @@ impl Connection {
         let index = self.params.recv_depth + slot;
         let addr = self.slot_addr(index);
         let off = index as usize * self.params.message_size;
-        self.area[off..off + data.len()].copy_from_slice(data);
+        fill(&mut self.area[off..off + len]);
         let lkey = self.mr.lkey();
         let mut guard = self.qp.start_post_send();
         let wr = guard.construct_wr(slot as u64, WorkRequestFlags::Signaled);
-        let len = data.len() as u32;
+        let len = len as u32;
         // SAFETY: the slot lies inside the registered area and stays untouched until its
         // completion returns it to `free_send`. Immediate values go on the wire in network
         // byte order.
