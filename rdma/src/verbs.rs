@@ -896,7 +896,13 @@ impl Connection {
         remote: Option<(u32, u64)>,
         imm: Option<u32>,
     ) -> Result<bool, VerbsError> {
-        self.post_filled(data.len(), |slot| slot.copy_from_slice(data), op, remote, imm)
+        self.post_filled(
+            data.len(),
+            |slot| slot.copy_from_slice(data),
+            op,
+            remote,
+            imm,
+        )
     }
 
     /// Posts `len` bytes of a send slot that `fill` writes in place.
