@@ -10,6 +10,11 @@
 use cudarc::driver::{CudaContext, result, sys};
 use std::sync::Arc;
 
+pub mod kernels;
+pub mod reorder;
+
+pub use kernels::Gpu;
+
 /// Alignment of device allocations: NICs register GPU memory in 64 KiB pages.
 pub const DEVICE_ALIGNMENT: usize = 64 * 1024;
 
@@ -27,6 +32,17 @@ pub enum GpuError {
         /// GPUs found.
         count: u32,
     },
+    /// No NVRTC library (libnvrtc.so) could be loaded, so the kernels cannot be built.
+    #[error(
+        "no NVRTC found (libnvrtc.so could not be loaded); install the CUDA runtime compiler (cuda-nvrtc) next to the driver"
+    )]
+    NoNvrtc,
+    /// NVRTC rejected the kernel source.
+    #[error("compiling the GPU kernels failed: {0}")]
+    Compile(String),
+    /// The GPU or driver cannot do what was asked.
+    #[error("{0}")]
+    Unsupported(String),
     /// A CUDA call failed.
     #[error("{call} failed: {source}")]
     Driver {
@@ -37,7 +53,7 @@ pub enum GpuError {
     },
 }
 
-fn driver(call: &'static str) -> impl FnOnce(result::DriverError) -> GpuError {
+pub(crate) fn driver(call: &'static str) -> impl FnOnce(result::DriverError) -> GpuError {
     move |source| GpuError::Driver { call, source }
 }
 
@@ -164,6 +180,119 @@ impl Drop for DeviceBuffer {
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: `raw` came from cuMemAlloc in this context and is freed once.
             let _ = unsafe { result::free_sync(self.raw) };
+        }
+    }
+}
+
+/// A dma-buf file descriptor exported for a range of device memory, for NIC registration
+/// (`ibv_reg_dmabuf_mr`, DPDK dma-buf external memory). The descriptor closes on drop.
+#[derive(Debug)]
+pub struct DmaBuf {
+    /// The file descriptor.
+    pub fd: std::os::fd::OwnedFd,
+    /// Offset of the requested range inside the exported (page-aligned) range.
+    pub offset: u64,
+    /// Length of the exported range.
+    pub len: usize,
+}
+
+impl DeviceBuffer {
+    /// Exports `len` bytes at `offset` as a dma-buf. The range is widened to whole host
+    /// pages, as the driver requires. Fails with `Unsupported` where the GPU or driver has
+    /// no dma-buf support (proprietary kernel module, kernel before 5.12, integrated GPU).
+    pub fn export_dmabuf(&self, offset: usize, len: usize) -> Result<DmaBuf, GpuError> {
+        assert!(
+            offset + len <= self.len,
+            "range past the end of a device buffer"
+        );
+        let supported = self
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+            .map_err(driver("cuDeviceGetAttribute(DMA_BUF_SUPPORTED)"))?;
+        if supported == 0 {
+            return Err(GpuError::Unsupported(
+                "this GPU or driver cannot export dma-bufs (it needs Linux 5.12 or newer and NVIDIA's open kernel module); register device memory through nvidia-peermem instead".into(),
+            ));
+        }
+        let page = 4096u64;
+        let start = (self.aligned + offset as u64) / page * page;
+        let end = (self.aligned + (offset + len) as u64).div_ceil(page) * page;
+        let mut fd: std::ffi::c_int = -1;
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("cuCtxSetCurrent"))?;
+        // SAFETY: the range lies inside this allocation (rounded to pages inside the
+        // 64 KiB-aligned allocation); `fd` is written by the driver.
+        let r = unsafe {
+            sys::cuMemGetHandleForAddressRange(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                start,
+                (end - start) as usize,
+                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS || fd < 0 {
+            return Err(GpuError::Driver {
+                call: "cuMemGetHandleForAddressRange(DMA_BUF_FD)",
+                source: result::DriverError(r),
+            });
+        }
+        // SAFETY: the driver handed us a new descriptor that nothing else owns.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(DmaBuf {
+            fd,
+            offset: self.aligned + offset as u64 - start,
+            len: (end - start) as usize,
+        })
+    }
+}
+
+/// Existing host memory (a DPDK mempool, a huge-page region) page-locked and mapped for
+/// the GPU with `cuMemHostRegister`; unregistered on drop.
+#[derive(Debug)]
+pub struct HostRegistration {
+    ctx: Arc<CudaContext>,
+    ptr: *mut u8,
+}
+
+// SAFETY: the registration only records an address; it does not access the memory.
+unsafe impl Send for HostRegistration {}
+// SAFETY: as above.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `len` bytes at `ptr` with GPU `ordinal`. With unified addressing the GPU
+    /// reaches the memory at the same address.
+    ///
+    /// # Safety
+    /// The memory must stay mapped until the registration is dropped.
+    pub unsafe fn register(ordinal: u32, ptr: *mut u8, len: usize) -> Result<Self, GpuError> {
+        let ctx = context(ordinal)?;
+        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        // SAFETY: the caller keeps the memory mapped (above).
+        let r = unsafe {
+            sys::cuMemHostRegister_v2(
+                ptr.cast(),
+                len,
+                sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(GpuError::Driver {
+                call: "cuMemHostRegister",
+                source: result::DriverError(r),
+            });
+        }
+        Ok(Self { ctx, ptr })
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` was registered by `register` and is unregistered once.
+            let _ = unsafe { sys::cuMemHostUnregister(self.ptr.cast()) };
         }
     }
 }

@@ -1,0 +1,404 @@
+//! GPU kernels (compiled once per process and GPU with NVRTC, then cached) and the
+//! [`Gpu`] handle that launches them on its own stream.
+//!
+//! - `batched_copy`: one block per item copies `len` bytes from `src` to `dst` (device
+//!   memory, or pinned host memory mapped into the GPU's address space). Staged ingest,
+//!   header-data split and arrival-order gather are all made of it.
+//! - `reorder`: one block per packet reads the packet's sequence number, and copies (or
+//!   converts) its payload into slot `seq % packets_per_batch` of one output buffer.
+//!
+//! [`crate::reorder`] is the CPU implementation of the same arithmetic.
+
+use crate::reorder::{Method, ReorderSpec};
+use crate::{GpuError, PinnedBuffer, context, driver};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+const SOURCE: &str = r#"
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+extern "C" __global__ void batched_copy(const u64* src, const u64* dst, const u32* len, u32 n) {
+    u32 i = blockIdx.x;
+    if (i >= n) return;
+    const u8* s = (const u8*)src[i];
+    u8* d = (u8*)dst[i];
+    u32 l = len[i];
+    u32 start = 0;
+    if ((((u64)s | (u64)d) & 15) == 0) {
+        u32 v = l / 16;
+        const uint4* s4 = (const uint4*)s;
+        uint4* d4 = (uint4*)d;
+        for (u32 k = threadIdx.x; k < v; k += blockDim.x) d4[k] = s4[k];
+        start = v * 16;
+    }
+    for (u32 k = start + threadIdx.x; k < l; k += blockDim.x) d[k] = s[k];
+}
+
+__device__ int read_field(const u8* p, u32 len, u32 off, u32 width, u32* out) {
+    if ((off + width + 7) / 8 > len) return 0;
+    u32 first = off / 8, shift = off % 8, bytes = (shift + width + 7) / 8;
+    u64 v = 0;
+    for (u32 k = 0; k < bytes; k++) v = (v << 8) | p[first + k];
+    v >>= bytes * 8 - shift - width;
+    *out = (u32)(v & ((1ull << width) - 1));
+    return 1;
+}
+
+__device__ int load_sample(const u8* s, u32 e, int t, int network) {
+    switch (t) {
+    case 0: { u8 b = s[e / 2]; u32 nib = (e % 2 == 0) ? (b >> 4) : (b & 15); return (int)(nib ^ 8) - 8; }
+    case 1: return (int)(signed char)s[e];
+    case 2: { u32 a = s[2 * e], b = s[2 * e + 1]; return (int)(short)(network ? ((a << 8) | b) : ((b << 8) | a)); }
+    default: {
+        const u8* q = s + 4 * e;
+        u32 v = network ? ((u32)q[0] << 24 | (u32)q[1] << 16 | (u32)q[2] << 8 | q[3])
+                        : ((u32)q[3] << 24 | (u32)q[2] << 16 | (u32)q[1] << 8 | q[0]);
+        return (int)v;
+    }
+    }
+}
+
+__device__ u16 f32_to_f16(float f) {
+    u32 x = __float_as_uint(f);
+    u32 sign = (x >> 16) & 0x8000;
+    int raw_exp = (x >> 23) & 0xff;
+    u32 mant = x & 0x7fffff;
+    if (raw_exp == 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+    int exp = raw_exp - 127 + 15;
+    if (exp >= 31) return sign | 0x7c00;
+    if (exp <= 0) {
+        if (exp < -10) return sign;
+        mant |= 0x800000;
+        u32 shift = 14 - exp;
+        u32 h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return sign | h;
+    }
+    u32 h = ((u32)exp << 10) | (mant >> 13), rem = mant & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return sign | h;
+}
+
+__device__ u16 f32_to_bf16(float f) {
+    u32 x = __float_as_uint(f);
+    return (u16)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
+        u32 seq_off, u32 seq_width, u32 batch_off, u32 batch_width, u32 ppb,
+        u32 payload_off, u32 in_slot, u32 out_slot, int in_type, int out_type, int network,
+        u8* out, u32* meta) {
+    u32 i = blockIdx.x;
+    if (i >= n) return;
+    const u8* p = (const u8*)src[i];
+    u32 l = len[i], seq;
+    if (!read_field(p, l, seq_off, seq_width, &seq)) return;
+    if (i == 0 && threadIdx.x == 0) {
+        u32 batch = seq / ppb;
+        if (!batch_width || read_field(p, l, batch_off, batch_width, &batch)) {
+            meta[0] = batch;
+            meta[1] = 1;
+        }
+    }
+    u32 slot = seq % ppb;
+    u32 start = payload_off < l ? payload_off : l;
+    u32 avail = l - start;
+    if (avail > in_slot) avail = in_slot;
+    const u8* s = p + start;
+    u8* d = out + (u64)slot * out_slot;
+    if (in_type < 0) {
+        for (u32 k = threadIdx.x; k < avail; k += blockDim.x) d[k] = s[k];
+        return;
+    }
+    u32 bits = in_type == 0 ? 4 : in_type == 1 ? 8 : in_type == 2 ? 16 : 32;
+    u32 elems = avail * 8 / bits;
+    for (u32 e = threadIdx.x; e < elems; e += blockDim.x) {
+        float v = (float)load_sample(s, e, in_type, network);
+        if (out_type == 0) ((u16*)d)[e] = f32_to_f16(v);
+        else if (out_type == 1) ((u16*)d)[e] = f32_to_bf16(v);
+        else ((float*)d)[e] = v;
+    }
+}
+"#;
+
+/// Threads per block: one block per packet, so a 64 B packet wastes little and a 9 KiB one
+/// still gets enough parallelism.
+const THREADS: u32 = 128;
+/// Items per launch at most (the argument table's size).
+pub const MAX_ITEMS: usize = 4096;
+
+fn modules() -> &'static Mutex<HashMap<usize, Arc<CudaModule>>> {
+    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// True when NVRTC (libnvrtc) can be loaded.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library; no NVRTC call is made.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// The kernel module of `ctx`'s GPU: compiled on first use, then shared.
+fn module(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>, GpuError> {
+    let mut cache = modules().lock().expect("module cache");
+    if let Some(m) = cache.get(&ctx.ordinal()) {
+        return Ok(m.clone());
+    }
+    if !nvrtc_present() {
+        return Err(GpuError::NoNvrtc);
+    }
+    let arch = match ctx
+        .compute_capability()
+        .map_err(driver("cuDeviceGetAttribute"))?
+    {
+        (9, 0) => Some("compute_90"),
+        (8, 0) => Some("compute_80"),
+        (8, 6) => Some("compute_86"),
+        (8, 9) => Some("compute_89"),
+        (10, 0) => Some("compute_100"),
+        (12, 0) => Some("compute_120"),
+        (12, 1) => Some("compute_121"),
+        _ => None,
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+        SOURCE,
+        cudarc::nvrtc::CompileOptions {
+            arch,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| GpuError::Compile(e.to_string()))?;
+    let m = ctx.load_module(ptx).map_err(driver("cuModuleLoadData"))?;
+    cache.insert(ctx.ordinal(), m.clone());
+    Ok(m)
+}
+
+/// One GPU's kernels and a stream to run them on, with a pinned, GPU-mapped argument table.
+/// Each method queues work on the stream; [`Gpu::sync`] waits for it.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    batched_copy: CudaFunction,
+    reorder: CudaFunction,
+    /// src, dst (u64 each) and len (u32) per item, then reorder metadata.
+    table: PinnedBuffer,
+}
+
+// SAFETY: the CUDA handles are used only through `&mut self` or by CUDA itself; the context
+// is bound to the calling thread before each use.
+unsafe impl Send for Gpu {}
+
+const TABLE_BYTES: usize = MAX_ITEMS * (8 + 8 + 4) + 64;
+
+impl Gpu {
+    /// Kernels of GPU `ordinal` on a new stream.
+    pub fn new(ordinal: u32) -> Result<Self, GpuError> {
+        let ctx = context(ordinal)?;
+        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        let m = module(&ctx)?;
+        let f = |name| m.load_function(name).map_err(driver("cuModuleGetFunction"));
+        let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
+        Ok(Self {
+            batched_copy: f("batched_copy")?,
+            reorder: f("reorder")?,
+            table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
+            stream,
+            ctx,
+        })
+    }
+
+    /// The stream the work runs on (GPU consumers order their work after it).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Binds the context to the calling thread (workers call it once after starting).
+    pub fn bind(&self) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))
+    }
+
+    fn table_parts(&mut self) -> (&mut [u64], &mut [u64], &mut [u32], &mut [u32]) {
+        // SAFETY: the table is TABLE_BYTES of pinned memory owned by `self`, 8-byte
+        // aligned (page-aligned allocation); the four views do not overlap. The GPU reads
+        // it only between a launch and the next `sync`, and callers sync before refilling.
+        unsafe {
+            let base = self.table.as_ptr();
+            (
+                std::slice::from_raw_parts_mut(base.cast::<u64>(), MAX_ITEMS),
+                std::slice::from_raw_parts_mut(base.add(MAX_ITEMS * 8).cast::<u64>(), MAX_ITEMS),
+                std::slice::from_raw_parts_mut(base.add(MAX_ITEMS * 16).cast::<u32>(), MAX_ITEMS),
+                std::slice::from_raw_parts_mut(base.add(MAX_ITEMS * 20).cast::<u32>(), 16),
+            )
+        }
+    }
+
+    fn table_addrs(&self) -> (u64, u64, u64, u64) {
+        let b = self.table.as_ptr() as u64;
+        (
+            b,
+            b + MAX_ITEMS as u64 * 8,
+            b + MAX_ITEMS as u64 * 16,
+            b + MAX_ITEMS as u64 * 20,
+        )
+    }
+
+    /// Queues copies of `(src, dst, len)` items, one block each (at most [`MAX_ITEMS`]).
+    ///
+    /// # Safety
+    /// Every `src` range must be readable and every `dst` range writable by the GPU (device
+    /// memory, or pinned host memory mapped for it) until the next [`Gpu::sync`].
+    pub unsafe fn batched_copy(&mut self, items: &[(u64, u64, u32)]) -> Result<(), GpuError> {
+        assert!(items.len() <= MAX_ITEMS, "more than MAX_ITEMS items");
+        if items.is_empty() {
+            return Ok(());
+        }
+        let (src, dst, len, _) = self.table_parts();
+        for (k, &(s, d, l)) in items.iter().enumerate() {
+            src[k] = s;
+            dst[k] = d;
+            len[k] = l;
+        }
+        let (s, d, l, _) = self.table_addrs();
+        let n = items.len() as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (n, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.batched_copy);
+        b.arg(&s).arg(&d).arg(&l).arg(&n);
+        // SAFETY: the kernel's signature matches the arguments; the table stays valid and
+        // unchanged until sync; the ranges are the caller's promise.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(driver("cuLaunchKernel(batched_copy)"))
+    }
+
+    /// Reorders `packets` (`(address, len)` in arrival order, GPU-readable) into `out`
+    /// (device address, `spec.batch_bytes()` long), which is zeroed first. Waits for the
+    /// result and returns the batch id of the first packet (`None` when it was too short).
+    ///
+    /// # Safety
+    /// The packets must be readable and `out` writable by the GPU until this returns.
+    pub unsafe fn reorder(
+        &mut self,
+        spec: &ReorderSpec,
+        packets: &[(u64, u32)],
+        out: u64,
+    ) -> Result<Option<u32>, GpuError> {
+        assert!(packets.len() <= MAX_ITEMS, "more than MAX_ITEMS packets");
+        let (src, _, len, meta) = self.table_parts();
+        for (k, &(a, l)) in packets.iter().enumerate() {
+            src[k] = a;
+            len[k] = l;
+        }
+        meta[0] = 0;
+        meta[1] = 0;
+        let (s, _, l, m) = self.table_addrs();
+        let seq = spec.sequence();
+        let (batch_off, batch_width) = match spec.method {
+            Method::SeqBatchNumber { batch, .. } => (batch.bit_offset, batch.bit_width),
+            Method::SeqPacketsPerBatch { .. } => (0, 0),
+        };
+        let ppb = spec.packets_per_batch();
+        let (in_type, out_type, network) = match spec.conversion {
+            None => (-1i32, 0i32, 0i32),
+            Some(c) => (c.input.code(), c.output.code(), c.network_order as i32),
+        };
+        let (in_slot, out_slot) = (spec.in_slot_bytes, spec.out_slot_bytes());
+        let n = packets.len() as u32;
+        self.bind()?;
+        // SAFETY: `out` is the caller's writable device range of batch_bytes().
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                out,
+                0,
+                spec.batch_bytes(),
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(driver("cuMemsetD8Async"))?;
+        if n > 0 {
+            let cfg = LaunchConfig {
+                grid_dim: (n, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&self.reorder);
+            b.arg(&s)
+                .arg(&l)
+                .arg(&n)
+                .arg(&seq.bit_offset)
+                .arg(&seq.bit_width)
+                .arg(&batch_off)
+                .arg(&batch_width)
+                .arg(&ppb)
+                .arg(&spec.payload_byte_offset)
+                .arg(&in_slot)
+                .arg(&out_slot)
+                .arg(&in_type)
+                .arg(&out_type)
+                .arg(&network)
+                .arg(&out)
+                .arg(&m);
+            // SAFETY: the signature matches; the table and `out` stay valid until the sync
+            // below.
+            unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(reorder)"))?;
+        }
+        self.sync()?;
+        let (_, _, _, meta) = self.table_parts();
+        Ok((meta[1] == 1).then_some(meta[0]))
+    }
+
+    /// Queues a host-to-device copy.
+    ///
+    /// # Safety
+    /// `src` must stay valid (and, for the copy to be asynchronous, pinned) and `dst`
+    /// writable until the next sync.
+    pub unsafe fn copy_to_device(
+        &self,
+        dst: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller's promise (above).
+        let r = unsafe {
+            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.stream.cu_stream())
+        };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyHtoDAsync",
+                source: cudarc::driver::result::DriverError(r),
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues a device-to-device copy.
+    ///
+    /// # Safety
+    /// Both ranges must be valid device memory until the next sync.
+    pub unsafe fn copy_device(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        // SAFETY: the caller's promise (above).
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, len, self.stream.cu_stream()) }
+            .map_err(driver("cuMemcpyDtoDAsync"))
+    }
+
+    /// Waits until everything queued on the stream is done.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+}
