@@ -31,6 +31,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         batch_size: 32,
         timeout_us: 0,
         memory_regions: vec![],
+        tx_eth_src: false,
         location: Default::default(),
     };
     let flows = (0..n)
@@ -70,6 +71,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         flows,
         flex_items: vec![],
         exception_queue: None,
+        reorder: Vec::new(),
     }
 }
 

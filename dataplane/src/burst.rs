@@ -56,6 +56,8 @@ pub struct Burst {
     queue: u16,
     epoch: u64,
     packets: Vec<Packet>,
+    /// Set on the aggregate bursts a reorder produces.
+    reorder: Option<Box<crate::reorder::ReorderInfo>>,
 }
 
 impl Burst {
@@ -68,6 +70,7 @@ impl Burst {
             queue,
             epoch: 0,
             packets,
+            reorder: None,
         }
     }
 
@@ -122,6 +125,7 @@ impl Burst {
                     queue,
                     epoch: 0,
                     packets,
+                    reorder: None,
                 });
                 return None;
             }
@@ -139,6 +143,7 @@ impl Burst {
             queue,
             epoch: 0,
             packets,
+            reorder: None,
         })
     }
 
@@ -306,6 +311,37 @@ impl Burst {
         }
         self.packets.truncate(kept);
         kept
+    }
+
+    /// Moves every packet for which `pick` names an output to the end of that output
+    /// burst; the others stay here, in order.
+    pub(crate) fn sort_out(
+        &mut self,
+        outputs: &mut [Burst],
+        mut pick: impl FnMut(&Packet) -> Option<usize>,
+    ) {
+        let mut kept = 0;
+        for i in 0..self.packets.len() {
+            let p = self.packets[i];
+            match pick(&p) {
+                Some(out) => outputs[out].packets.push(p),
+                None => {
+                    self.packets[kept] = p;
+                    kept += 1;
+                }
+            }
+        }
+        self.packets.truncate(kept);
+    }
+
+    /// What a reorder says about this burst, when it is one of its aggregates: one packet
+    /// whose buffer holds a whole batch, slot after slot.
+    pub fn reorder_info(&self) -> Option<&crate::reorder::ReorderInfo> {
+        self.reorder.as_deref()
+    }
+
+    pub(crate) fn set_reorder_info(&mut self, info: crate::reorder::ReorderInfo) {
+        self.reorder = Some(Box::new(info));
     }
 
     /// The region set the buffers belong to.

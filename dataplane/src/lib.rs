@@ -16,6 +16,7 @@ pub mod memory;
 pub mod plane;
 pub mod rdma_conn;
 pub mod rdma_plane;
+pub mod reorder;
 pub mod ring;
 pub mod stats;
 pub mod steering;

@@ -50,20 +50,49 @@ pub enum StartError {
     Spawn(std::io::Error),
 }
 
-/// The application's end of an RX queue: bursts in arrival order.
+/// The application's end of an RX queue: bursts in arrival order, or, on a queue with
+/// `reorder_configs`, reordered aggregates (see [`crate::reorder`]) and the other flows'
+/// packets.
 pub struct RxQueue {
     ring: rtrb::Consumer<Burst>,
     /// Interface name.
     pub interface: String,
     /// Queue id.
     pub queue: u16,
+    reorder: Option<crate::reorder::QueueReorder>,
+    reorder_error: Option<String>,
 }
 
 impl RxQueue {
-    /// The next burst, if one is ready. Never blocks.
+    /// The next burst, if one is ready. Never blocks. A reorder that fails (a GPU error)
+    /// stops delivering; [`RxQueue::reorder_error`] says why.
     #[inline]
     pub fn poll(&mut self) -> Option<Burst> {
-        self.ring.pop().ok()
+        let Some(reorder) = &mut self.reorder else {
+            return self.ring.pop().ok();
+        };
+        if self.reorder_error.is_some() {
+            return None;
+        }
+        let ring = &mut self.ring;
+        match reorder.poll(|| ring.pop().ok()) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!("{}: queue {}: {e}", self.interface, self.queue);
+                self.reorder_error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Counters of the queue's reorders, when it has any.
+    pub fn reorder_counts(&self) -> Option<crate::reorder::ReorderCounts> {
+        self.reorder.as_ref().map(|r| r.counts())
+    }
+
+    /// Why the queue's reorder stopped, if it did.
+    pub fn reorder_error(&self) -> Option<&str> {
+        self.reorder_error.as_deref()
     }
 }
 
@@ -236,6 +265,13 @@ impl DataPlane {
                             ring: consumer,
                             interface: iface.name.clone(),
                             queue: q.id,
+                            reorder: crate::reorder::QueueReorder::for_queue(
+                                config,
+                                &regions,
+                                iface_index,
+                                q.id,
+                            ),
+                            reorder_error: None,
                         },
                     );
                     Task::Rx(RxTask::new(
@@ -251,6 +287,9 @@ impl DataPlane {
                     ))
                 }
                 Direction::Tx => {
+                    let header_on_gpu = segment_regions
+                        .first()
+                        .is_some_and(|r| !regions.get(*r).host_accessible());
                     tx_queues.insert(
                         (iface_index, q.id),
                         TxQueue {
@@ -263,11 +302,27 @@ impl DataPlane {
                             batch_size: q.batch_size as usize,
                         },
                     );
-                    Task::Tx(TxTask::new(
-                        engine.tx_port(port, q.id, c.clone())?,
-                        consumer,
-                        c,
-                    ))
+                    let task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
+                    if q.tx_eth_src && header_on_gpu {
+                        // A NIC's egress flow would stamp it; a CPU cannot write GPU memory.
+                        tracing::warn!(
+                            "interface `{}`: TX queue {} keeps its headers in device memory, so the {} engine sends them without the tx_eth_src stamp",
+                            iface.name,
+                            q.id,
+                            engine.name()
+                        );
+                    }
+                    if q.tx_eth_src && !header_on_gpu {
+                        let mac = engine.mac_address(port).ok_or_else(|| {
+                            EngineError::Config(format!(
+                                "interface `{}`: TX queue {} asks for the tx_eth_src offload, but the {} engine has no MAC address for it",
+                                iface.name, q.id, engine.name()
+                            ))
+                        })?;
+                        Task::Tx(task.with_eth_src(mac))
+                    } else {
+                        Task::Tx(task)
+                    }
                 }
             };
             per_core.entry(q.cpu_core).or_default().push(task);

@@ -125,6 +125,8 @@ pub struct TxTask {
     pub(crate) ring: rtrb::Consumer<Burst>,
     pub(crate) counters: Arc<QueueCounters>,
     in_flight: Option<Burst>,
+    /// `tx_eth_src`: the MAC written into every frame's Ethernet source field.
+    eth_src: Option<[u8; 6]>,
 }
 
 impl TxTask {
@@ -139,13 +141,39 @@ impl TxTask {
             ring,
             counters,
             in_flight: None,
+            eth_src: None,
         }
     }
 
+    /// Stamps `mac` into the Ethernet source of every frame this queue sends (the
+    /// `tx_eth_src` offload, done in software).
+    pub fn with_eth_src(mut self, mac: [u8; 6]) -> Self {
+        self.eth_src = Some(mac);
+        self
+    }
+
     fn poll(&mut self) -> bool {
-        let Some(burst) = self.in_flight.take().or_else(|| self.ring.pop().ok()) else {
-            self.port.idle();
-            return false;
+        let burst = match self.in_flight.take() {
+            Some(b) => b,
+            None => match self.ring.pop() {
+                Ok(mut b) => {
+                    if let Some(mac) = self.eth_src {
+                        for i in 0..b.len() {
+                            // Validation keeps the first segment of such queues in host memory.
+                            if let Some(frame) = b.buffer_mut(i, 0)
+                                && frame.len() >= 12
+                            {
+                                frame[6..12].copy_from_slice(&mac);
+                            }
+                        }
+                    }
+                    b
+                }
+                Err(_) => {
+                    self.port.idle();
+                    return false;
+                }
+            },
         };
         let (n, bytes) = (burst.len() as u64, burst.bytes());
         match self.port.transmit(burst) {

@@ -205,13 +205,18 @@ fn placeholders_are_rejected() {
 #[test]
 fn unsupported_reference_keys_are_named() {
     let e = one_error(&GOOD.replace(
-        "        flows:",
-        "        reorder_configs: []\n        flows:",
+        "          cpu_core: 0\n          batch_size: 64\n          memory_regions: [bufs]\n      rx:",
+        "          cpu_core: 0\n          batch_size: 64\n          memory_regions: [bufs]\n          split_boundary: 64\n      rx:",
     ));
     assert!(
-        e.contains("not supported yet: interfaces[0].rx.reorder_configs"),
+        e.contains("not supported yet: interfaces[0].tx.queues[0].split_boundary"),
         "{e}"
     );
+    let e = one_error(&GOOD.replace(
+        "          memory_regions: [bufs]\n      rx:",
+        "          memory_regions: [bufs]\n          offloads: [vlan_push]\n      rx:",
+    ));
+    assert!(e.contains("not supported: offloads vlan_push"), "{e}");
 }
 
 #[test]
@@ -292,4 +297,44 @@ fn roce_flow_control_keys_load_and_are_range_checked() {
         e.contains("roce_config.min_rnr_timer") && e.contains("out of range"),
         "{e}"
     );
+}
+
+#[test]
+fn reorder_configs_are_checked_as_in_the_reference() {
+    let with = |reorder: &str| {
+        GOOD.replace(
+            "          match: {udp_src: 4096, udp_dst: \"5000-5010\"}\n",
+            &format!("          match: {{udp_src: 4096, udp_dst: \"5000-5010\"}}\n        reorder_configs:\n{reorder}"),
+        )
+        .replace(
+            "      buf_size: 2048\n",
+            "      buf_size: 2048\n    - {name: out, kind: host, affinity: 0, num_bufs: 4, buf_size: 65536}\n",
+        )
+    };
+    let ok = "        - {name: r, reorder_type: cpu, memory_region: out, payload_byte_offset: 48, flow_ids: [1], method: {seq_packets_per_batch: {sequence_number: {bit_offset: 336, bit_width: 16}, packets_per_batch: 32}}}\n";
+    let cfg = load(&with(ok)).expect("a valid reorder loads").config;
+    let r = &cfg.interfaces[0].rx.as_ref().unwrap().reorder[0];
+    assert_eq!(r.spec(2048).batch_bytes(), 32 * 2000);
+    // The output must hold a batch: 64 x 2000 bytes > 65536.
+    let e = one_error(&with(
+        &ok.replace("packets_per_batch: 32", "packets_per_batch: 64"),
+    ));
+    assert!(e.contains("a batch needs 128000 bytes"), "{e}");
+    let e = errors(&with(&ok.replace("reorder_type: cpu", "reorder_type: gpu")));
+    assert!(
+        e.len() == 2 && e[0].contains("source region `bufs` is host"),
+        "{e:?}"
+    );
+    assert!(e[1].contains("output region `out` is host"), "{e:?}");
+    let e = one_error(&with(&ok.replace("flow_ids: [1]", "flow_ids: [9]")));
+    assert!(e.contains("no flow in rx.flows has id 9"), "{e}");
+    let e = one_error(&with(
+        &ok.replace("packets_per_batch: 32", "packets_per_batch: 24"),
+    ));
+    assert!(e.contains("must divide 2^16"), "{e}");
+    let e = one_error(&with(&ok.replace(
+        "method: {seq_packets_per_batch: {sequence_number: {bit_offset: 336, bit_width: 16}, packets_per_batch: 32}}",
+        "data_types: {input_type: int4, output_type: fp64}, method: {seq_batch_number: {sequence_number: {bit_offset: 336, bit_width: 10}, batch_number: {bit_offset: 352, bit_width: 2}}}",
+    )));
+    assert!(e.contains("not supported: output_type fp64"), "{e}");
 }

@@ -87,6 +87,18 @@ pub fn device_name(ordinal: u32) -> Result<String, GpuError> {
     context(ordinal)?.name().map_err(driver("cuDeviceGetName"))
 }
 
+/// Copies `out.len()` bytes from device (or GPU-mapped) address `addr` on GPU `ordinal`
+/// to the host (synchronous; for checks and tests, not the packet path).
+///
+/// # Safety
+/// `addr..addr + out.len()` must be memory the GPU can read.
+pub unsafe fn read_device(ordinal: u32, addr: u64, out: &mut [u8]) -> Result<(), GpuError> {
+    let ctx = context(ordinal)?;
+    ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+    // SAFETY: the caller's promise (above).
+    unsafe { result::memcpy_dtoh_sync(out, addr) }.map_err(driver("cuMemcpyDtoH"))
+}
+
 /// Device memory, 64 KiB aligned, with `SYNC_MEMOPS` set so that DMA from a NIC and CUDA
 /// copies are ordered.
 #[derive(Debug)]

@@ -268,7 +268,11 @@ pub fn load_sample(input: &[u8], e: usize, t: InputType, network_order: bool) ->
     match t {
         InputType::Int4 => {
             let b = input[e / 2];
-            let nibble = if e.is_multiple_of(2) { b >> 4 } else { b & 0x0f };
+            let nibble = if e.is_multiple_of(2) {
+                b >> 4
+            } else {
+                b & 0x0f
+            };
             ((nibble ^ 8) as i32) - 8
         }
         InputType::Int8 => input[e] as i8 as i32,

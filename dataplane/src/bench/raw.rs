@@ -60,8 +60,155 @@ pub struct RawReport {
     pub flow_ids: BTreeMap<u32, u64>,
     /// Checker verdicts.
     pub checker: CheckCounts,
+    /// Reorder results, when a queue has `reorder_configs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reorder: Option<ReorderReport>,
     /// Why the run was not lossless (empty when it was).
     pub problems: Vec<String>,
+}
+
+/// What the queues' reorders did, and what the checkers found in their output.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReorderReport {
+    /// Complete batches.
+    pub batches: u64,
+    /// Incomplete batches flushed by the timeout.
+    pub timeout_batches: u64,
+    /// Packets placed in batches.
+    pub aggregated_packets: u64,
+    /// Packets of other flows passed through.
+    pub passthrough_packets: u64,
+    /// Batches whose every slot held the packet with the right sequence number.
+    pub verified_batches: u64,
+    /// Batches with a slot holding the wrong packet, or fewer filled slots than packets.
+    pub bad_batches: u64,
+    /// Batches that could not be checked (converted samples, or a sequence number outside
+    /// the copied payload).
+    pub unchecked_batches: u64,
+}
+
+impl ReorderReport {
+    fn add(&mut self, o: &ReorderReport) {
+        self.batches += o.batches;
+        self.timeout_batches += o.timeout_batches;
+        self.aggregated_packets += o.aggregated_packets;
+        self.passthrough_packets += o.passthrough_packets;
+        self.verified_batches += o.verified_batches;
+        self.bad_batches += o.bad_batches;
+        self.unchecked_batches += o.unchecked_batches;
+    }
+}
+
+/// Checks reorder aggregates: each filled slot must hold the packet whose sequence number
+/// belongs there (read back from the slot's copy of the payload).
+struct ReorderChecker {
+    /// Per reorder name: the spec, and the GPU of the output region when it is device memory.
+    plans: BTreeMap<String, (gpudirect::reorder::ReorderSpec, Option<u32>)>,
+    report: ReorderReport,
+    scratch: Vec<u8>,
+}
+
+impl ReorderChecker {
+    fn new(config: &Config) -> Self {
+        let mut plans = BTreeMap::new();
+        for iface in &config.interfaces {
+            let Some(rx) = &iface.rx else { continue };
+            for r in &rx.reorder {
+                let src = r.flow_ids.iter().find_map(|id| {
+                    let f = rx.flows.iter().find(|f| f.id == *id)?;
+                    let q = rx.queues.iter().find(|q| f.queue_ids == [q.id])?;
+                    config
+                        .memory_regions
+                        .iter()
+                        .find(|m| Some(&m.name) == q.memory_regions.first())
+                });
+                let out = config
+                    .memory_regions
+                    .iter()
+                    .find(|m| m.name == r.memory_region);
+                if let (Some(src), Some(out)) = (src, out) {
+                    let gpu =
+                        (out.kind == crate::config::MemoryKind::Device).then_some(out.affinity);
+                    plans.insert(r.name.clone(), (r.spec(src.buf_size), gpu));
+                }
+            }
+        }
+        Self {
+            plans,
+            report: ReorderReport::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    fn check(&mut self, burst: &crate::Burst, info: &crate::reorder::ReorderInfo) {
+        let Some((spec, gpu)) = self.plans.get(&info.name).copied() else {
+            self.report.unchecked_batches += 1;
+            return;
+        };
+        let seq = spec.sequence();
+        let skip = spec.payload_byte_offset * 8;
+        if spec.conversion.is_some() || seq.bit_offset < skip {
+            self.report.unchecked_batches += 1;
+            return;
+        }
+        let in_slot = gpudirect::reorder::BitField {
+            bit_offset: seq.bit_offset - skip,
+            bit_width: seq.bit_width,
+        };
+        let data: &[u8] = match (burst.data(0, 0), gpu) {
+            (Some(d), _) => d,
+            (None, Some(ordinal)) => {
+                self.scratch.resize(info.aggregate_len, 0);
+                // SAFETY: the aggregate is a device buffer of aggregate_len bytes owned by
+                // `burst`.
+                if unsafe {
+                    gpudirect::read_device(ordinal, burst.segment_addr(0, 0), &mut self.scratch)
+                }
+                .is_err()
+                {
+                    self.report.unchecked_batches += 1;
+                    return;
+                }
+                &self.scratch
+            }
+            (None, None) => {
+                self.report.unchecked_batches += 1;
+                return;
+            }
+        };
+        let ppb = info.packets_per_batch;
+        let stride = info.slot_bytes as usize;
+        let mut filled = 0u32;
+        let mut wrong = false;
+        for s in 0..ppb {
+            let slot = &data[s as usize * stride..(s as usize + 1) * stride];
+            if slot.iter().all(|&b| b == 0) {
+                continue; // nothing arrived for it
+            }
+            let v = in_slot.read(slot);
+            let batch_ok = match spec.method {
+                gpudirect::reorder::Method::SeqPacketsPerBatch { .. } => {
+                    v.map(|v| v / ppb) == info.batch_id
+                }
+                gpudirect::reorder::Method::SeqBatchNumber { .. } => true,
+            };
+            if v.map(|v| v % ppb) == Some(s) && batch_ok {
+                filled += 1;
+            } else {
+                wrong = true;
+            }
+        }
+        let expected = if info.timed_out {
+            info.source_packets
+        } else {
+            ppb
+        };
+        if wrong || filled != expected {
+            self.report.bad_batches += 1;
+        } else {
+            self.report.verified_batches += 1;
+        }
+    }
 }
 
 /// Why a bench could not run.
@@ -80,7 +227,7 @@ struct Generator {
 }
 
 struct CheckerThread {
-    thread: JoinHandle<(u64, u64, Checker, FlowMarks)>,
+    thread: JoinHandle<(u64, u64, Checker, FlowMarks, Option<ReorderReport>)>,
 }
 
 /// Runs the bench. `interrupted` is polled (Ctrl-C ends the run early, with a report).
@@ -130,6 +277,7 @@ pub fn run(
             b.cpu_core,
             opts.verify_payload,
         );
+        let reorder_check = ReorderChecker::new(config);
         let thread = std::thread::Builder::new()
             .name("bench-rx".into())
             .spawn(move || {
@@ -137,6 +285,7 @@ pub fn run(
                     let _ = affinity::pin_current_thread(c);
                 }
                 let mut checker = Checker::new(verify);
+                let mut reorder_check = reorder_check;
                 let mut marks = FlowMarks::default();
                 let (mut packets, mut bytes) = (0u64, 0u64);
                 let mut idle = 0u32;
@@ -145,6 +294,13 @@ pub fn run(
                     for q in &mut queues {
                         if let Some(burst) = q.poll() {
                             got = true;
+                            if let Some(info) = burst.reorder_info() {
+                                reorder_check.check(&burst, info);
+                                packets += info.source_packets as u64;
+                                bytes += info.payload_bytes;
+                                received.store(packets, Ordering::Relaxed);
+                                continue;
+                            }
                             for i in 0..burst.len() {
                                 marks.count(burst.packets()[i].flow_id);
                                 match burst.data(i, 0) {
@@ -165,7 +321,28 @@ pub fn run(
                         std::thread::yield_now();
                     }
                 }
-                (packets, bytes, checker, marks)
+                let mut reorder = None::<ReorderReport>;
+                for q in &queues {
+                    if let Some(c) = q.reorder_counts() {
+                        let r = reorder.get_or_insert_with(Default::default);
+                        r.batches += c.batches;
+                        r.timeout_batches += c.timeout_batches;
+                        r.aggregated_packets += c.aggregated_packets;
+                        r.passthrough_packets += c.passthrough_packets;
+                    }
+                    if let Some(e) = q.reorder_error() {
+                        checker
+                            .first_problem
+                            .get_or_insert_with(|| format!("reorder: {e}"));
+                        checker.counts.corrupt += 1;
+                    }
+                }
+                if let Some(r) = &mut reorder {
+                    r.verified_batches = reorder_check.report.verified_batches;
+                    r.bad_batches = reorder_check.report.bad_batches;
+                    r.unchecked_batches = reorder_check.report.unchecked_batches;
+                }
+                (packets, bytes, checker, marks, reorder)
             })
             .map_err(StartError::Spawn)?;
         checkers.push(CheckerThread { thread });
@@ -322,8 +499,12 @@ pub fn run(
     let mut counts = CheckCounts::default();
     let mut problems = Vec::new();
     let mut flow_ids = BTreeMap::new();
+    let mut reorder: Option<ReorderReport> = None;
     for c in checkers {
-        let (p, b, checker, marks) = c.thread.join().expect("checker thread");
+        let (p, b, checker, marks, r) = c.thread.join().expect("checker thread");
+        if let Some(r) = r {
+            reorder.get_or_insert_with(Default::default).add(&r);
+        }
         marks.merge_into(&mut flow_ids);
         rx_packets += p;
         rx_bytes += b;
@@ -371,6 +552,15 @@ pub fn run(
             counts.corrupt, counts.gaps, counts.reordered
         ));
     }
+    if let Some(r) = &reorder
+        && r.bad_batches > 0
+    {
+        problems.push(format!(
+            "reorder: {} of {} batches held a packet in the wrong slot or missed one that arrived",
+            r.bad_batches,
+            r.batches + r.timeout_batches
+        ));
+    }
     if both_sides && rx_packets > tx_packets {
         problems.push(format!(
             "received {rx_packets} packets but only {tx_packets} were sent"
@@ -400,6 +590,7 @@ pub fn run(
         queues: snapshot.queues,
         flow_ids,
         checker: counts,
+        reorder,
         problems,
     })
 }
@@ -470,6 +661,12 @@ impl RawReport {
             "  checker: {} valid, {} corrupt, {} missing from sequences, {} out of order\n",
             self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered
         ));
+        if let Some(r) = &self.reorder {
+            s.push_str(&format!(
+                "  reorder: {} batches, {} flushed by timeout, {} packets aggregated, {} passed through; {} batches verified, {} bad, {} unchecked (RX bytes count their payload bytes)\n",
+                r.batches, r.timeout_batches, r.aggregated_packets, r.passthrough_packets, r.verified_batches, r.bad_batches, r.unchecked_batches
+            ));
+        }
         for q in &self.queues {
             s.push_str(&format!(
                 "  {} {} queue {}: {} packets, {} bytes\n",

@@ -62,6 +62,9 @@ pub struct FrameBuilder {
     stream: u16,
     sequence: Vec<u64>,
     counter: u64,
+    /// `sequence_number_offset`: byte position of the 32-bit frame counter and its next
+    /// value.
+    frame_counter: Option<(usize, u32)>,
 }
 
 impl FrameBuilder {
@@ -85,10 +88,15 @@ impl FrameBuilder {
         let udp_len = (frame_len - UDP_OFFSET) as u16;
         t[38..40].copy_from_slice(&udp_len.to_be_bytes());
         // Bytes between the UDP header and the trailer: zero padding to header_size, then a
-        // counting pattern.
+        // counting pattern (zero where the frame counter goes; it is summed per frame).
+        let counter_at = cfg
+            .sequence_number
+            .map(|s| (cfg.header_size + s.offset) as usize);
         let fill: Vec<u8> = (L2_L4_HEADER..frame_len - TRAILER)
             .map(|i| {
-                if i < cfg.header_size as usize {
+                if i < cfg.header_size as usize
+                    || counter_at.is_some_and(|at| (at..at + 4).contains(&i))
+                {
                     0
                 } else {
                     i as u8
@@ -108,6 +116,9 @@ impl FrameBuilder {
             stream,
             sequence: vec![0; flows],
             counter: 0,
+            frame_counter: cfg
+                .sequence_number
+                .map(|s| ((cfg.header_size + s.offset) as usize, s.start)),
         }
     }
 
@@ -143,7 +154,14 @@ impl FrameBuilder {
         trailer[8..12].copy_from_slice(&(flow as u32).to_be_bytes());
         trailer[12..20].copy_from_slice(&seq.to_be_bytes());
         let trailer_odd = (f - TRAILER - UDP_OFFSET) % 2 == 1;
+        let mut counter_sum = 0;
+        if let Some((at, next)) = &mut self.frame_counter {
+            buf[*at..*at + 4].copy_from_slice(&next.to_be_bytes());
+            counter_sum = sum16(&buf[*at..*at + 4], (*at - UDP_OFFSET) % 2 == 1);
+            *next = next.wrapping_add(1);
+        }
         let sum = self.constant_sum
+            + counter_sum
             + u64::from(sport)
             + u64::from(dport)
             + sum16(&buf[f - TRAILER..f], trailer_odd);
@@ -306,14 +324,31 @@ mod tests {
             ip_dst_addr: Ipv4Addr::new(10, 0, 0, 2),
             eth_src_addr: [2, 0, 0, 0, 0, 1],
             eth_dst_addr: [2, 0, 0, 0, 0, 2],
+            sequence_number: None,
             location: Default::default(),
         }
     }
 
     #[test]
     fn frames_are_valid_udp_according_to_etherparse() {
-        for (h, p) in [(64, 64), (64, 1000), (43, 21), (42, 20)] {
-            let mut b = FrameBuilder::new(&cfg(h, p), 3);
+        let counted = |h, p, offset| BenchTxConfig {
+            sequence_number: Some(crate::config::SequenceField {
+                offset,
+                start: 0xffff_fffe,
+            }),
+            ..cfg(h, p)
+        };
+        for c in [
+            cfg(64, 64),
+            cfg(64, 1000),
+            cfg(43, 21),
+            cfg(42, 20),
+            counted(64, 1000, 0),
+            counted(43, 100, 3),
+            counted(64, 64, 40),
+        ] {
+            let (h, p) = (c.header_size, c.payload_size);
+            let mut b = FrameBuilder::new(&c, 3);
             let mut buf = vec![0u8; b.frame_len()];
             b.write_constant(&mut buf);
             let mut ports = Vec::new();
@@ -341,6 +376,15 @@ mod tests {
                     "UDP checksum for header {h} payload {p}"
                 );
                 ports.push((udp.source_port(), udp.destination_port()));
+                if let Some(seq) = c.sequence_number {
+                    let at = (h + seq.offset) as usize;
+                    let n = ports.len() as u32 - 1;
+                    assert_eq!(
+                        u32::from_be_bytes(buf[at..at + 4].try_into().unwrap()),
+                        seq.start.wrapping_add(n),
+                        "frame counter, wrapping at 2^32"
+                    );
+                }
             }
             assert_eq!(ports[0], (4096, 5000));
             assert_eq!(ports[1], (4097, 5001));

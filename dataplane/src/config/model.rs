@@ -237,6 +237,50 @@ impl Default for RoceConfig {
     }
 }
 
+/// Where a reorder runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReorderKind {
+    /// CUDA kernels on the GPU of the output region.
+    Gpu,
+    /// Plain CPU code on the application's thread.
+    Cpu,
+}
+
+/// `rx.reorder_configs[]`: packets of some flows are put back in sequence order, a batch at
+/// a time, into one contiguous buffer of `memory_region`.
+#[derive(Clone, Debug)]
+pub struct ReorderConfig {
+    /// Unique per interface.
+    pub name: String,
+    /// GPU or CPU.
+    pub kind: ReorderKind,
+    /// Region of the output buffers.
+    pub memory_region: String,
+    /// Bytes skipped at the start of each packet.
+    pub payload_byte_offset: u32,
+    /// Flows whose packets are reordered.
+    pub flow_ids: Vec<u32>,
+    /// Optional sample conversion (`data_types`).
+    pub conversion: Option<gpudirect::reorder::Conversion>,
+    /// Batch and slot of each packet (`method`).
+    pub method: gpudirect::reorder::Method,
+    /// Where it is defined.
+    pub location: Location,
+}
+
+impl ReorderConfig {
+    /// The kernel parameters for packets from a region of `source_buf_size`-byte buffers:
+    /// each slot takes up to `source_buf_size - payload_byte_offset` payload bytes.
+    pub fn spec(&self, source_buf_size: usize) -> gpudirect::reorder::ReorderSpec {
+        gpudirect::reorder::ReorderSpec {
+            method: self.method,
+            payload_byte_offset: self.payload_byte_offset,
+            in_slot_bytes: source_buf_size.saturating_sub(self.payload_byte_offset as usize) as u32,
+            conversion: self.conversion,
+        }
+    }
+}
+
 /// `rx`.
 #[derive(Clone, Debug)]
 pub struct RxConfig {
@@ -251,6 +295,8 @@ pub struct RxConfig {
     /// With `flow_isolation`, unmatched packets go to this queue instead of being dropped
     /// (so ARP and the like can be inspected). Flow id 0.
     pub exception_queue: Option<u16>,
+    /// Reorders (`reorder_configs`).
+    pub reorder: Vec<ReorderConfig>,
 }
 
 impl RxConfig {
@@ -262,6 +308,7 @@ impl RxConfig {
             flows: Vec::new(),
             flex_items: Vec::new(),
             exception_queue: None,
+            reorder: Vec::new(),
         }
     }
 }
@@ -339,6 +386,9 @@ pub struct QueueConfig {
     pub timeout_us: u64,
     /// Memory regions, one per segment, in segment order.
     pub memory_regions: Vec<String>,
+    /// TX `offloads: [tx_eth_src]`: the worker writes the interface's MAC address into the
+    /// Ethernet source field of every frame it sends.
+    pub tx_eth_src: bool,
     /// Where it is defined.
     pub location: Location,
 }
@@ -658,8 +708,21 @@ pub struct BenchTxConfig {
     pub eth_src_addr: [u8; 6],
     /// Ethernet destination.
     pub eth_dst_addr: [u8; 6],
+    /// `sequence_number_offset` / `sequence_number_start`: a 32-bit big-endian counter at
+    /// this offset from the payload start (after `header_size`), counting from `start`, one
+    /// per frame of the generator (what a reorder sorts by).
+    pub sequence_number: Option<SequenceField>,
     /// Where it is defined.
     pub location: Location,
+}
+
+/// Where the generator writes its frame counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SequenceField {
+    /// Bytes after the payload start.
+    pub offset: u32,
+    /// First value.
+    pub start: u32,
 }
 
 /// `rdma_bench_*` / `socket_bench_*`: one side of a request/response benchmark.

@@ -3,8 +3,9 @@
 
 use super::diag::{DiagnosticKind as Kind, Diagnostics};
 use super::model::*;
-use super::reader::{self as r, MapReader, index};
+use super::reader::{self as r, MapReader, index, join};
 use super::yaml::{Node, Value};
+use gpudirect::reorder::{BitField, Conversion, InputType, Method, OutputType};
 use std::net::Ipv4Addr;
 
 /// Largest sane buffer count / size (prevents arithmetic overflow later).
@@ -702,8 +703,23 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
             )
         })
         .unwrap_or_default();
+    let mut tx_eth_src = false;
     if dir == Direction::Tx {
-        m.not_supported(d, "offloads");
+        m.optional(d, "offloads", |d, n, p| {
+            for (i, x) in r::list(d, n, p)?.iter().enumerate() {
+                match r::string(d, x, &index(p, i)).as_deref() {
+                    Some("tx_eth_src") => tx_eth_src = true,
+                    Some(other) => d.error(
+                        Kind::NotSupported,
+                        &index(p, i),
+                        Some(x.location),
+                        format!("not supported: offloads {other} (tx_eth_src is)"),
+                    ),
+                    None => {}
+                }
+            }
+            Some(())
+        });
         m.not_supported_unless(d, "pacing_mbps", |n| matches!(n.value, Value::Int(0)));
     }
     m.not_supported(d, "split_boundary");
@@ -715,6 +731,7 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
         batch_size: batch_size?,
         timeout_us,
         memory_regions,
+        tx_eth_src,
         location: node.location,
     })
 }
@@ -758,7 +775,7 @@ fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
     let exception_queue = m
         .optional(d, "exception_queue", |d, n, p| r::uint_in(d, n, p, 0, 63))
         .map(|v| v as u16);
-    m.not_supported(d, "reorder_configs");
+    let reorder = list_of(d, &mut m, "reorder_configs", reorder_config);
     m.finish(d);
     Some(RxConfig {
         flow_isolation,
@@ -766,6 +783,230 @@ fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
         flows,
         flex_items,
         exception_queue,
+        reorder,
+    })
+}
+
+fn bit_field(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BitField> {
+    let mut m = MapReader::open(d, node, path)?;
+    let bit_offset = m.required(d, "bit_offset", |d, n, p| r::uint_in(d, n, p, 0, 65535 * 8));
+    let bit_width = m.required(d, "bit_width", |d, n, p| r::uint_in(d, n, p, 1, 32));
+    m.finish(d);
+    Some(BitField {
+        bit_offset: bit_offset? as u32,
+        bit_width: bit_width? as u32,
+    })
+}
+
+fn reorder_method(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Method> {
+    let mut m = MapReader::open(d, node, path)?;
+    let given = [m.has("seq_batch_number"), m.has("seq_packets_per_batch")];
+    let by_batch = m.optional(d, "seq_batch_number", |d, n, p| {
+        let mut b = MapReader::open(d, n, p)?;
+        let sequence = b.required(d, "sequence_number", bit_field);
+        let batch = b.required(d, "batch_number", bit_field);
+        b.finish(d);
+        let (sequence, batch) = (sequence?, batch?);
+        if batch.bit_width >= sequence.bit_width {
+            d.error(
+                Kind::Range,
+                &join(p, "batch_number.bit_width"),
+                Some(n.location),
+                format!(
+                    "batch_number.bit_width ({}) must be smaller than sequence_number.bit_width ({}): packets per batch = 2^seq bits / 2^batch bits",
+                    batch.bit_width, sequence.bit_width
+                ),
+            );
+            return None;
+        }
+        Some(Method::SeqBatchNumber { sequence, batch })
+    });
+    let by_count = m.optional(d, "seq_packets_per_batch", |d, n, p| {
+        let mut b = MapReader::open(d, n, p)?;
+        let sequence = b.required(d, "sequence_number", bit_field);
+        let ppb = b.required(d, "packets_per_batch", |d, n, p| {
+            r::uint_in(d, n, p, 1, gpudirect::kernels::MAX_ITEMS as u64)
+        });
+        b.finish(d);
+        let (sequence, ppb) = (sequence?, ppb? as u32);
+        if !(1u64 << sequence.bit_width).is_multiple_of(ppb as u64) {
+            d.error(
+                Kind::Range,
+                &join(p, "packets_per_batch"),
+                Some(n.location),
+                format!(
+                    "packets_per_batch {ppb} must divide 2^{} (the sequence number wraps there)",
+                    sequence.bit_width
+                ),
+            );
+            return None;
+        }
+        Some(Method::SeqPacketsPerBatch {
+            sequence,
+            packets_per_batch: ppb,
+        })
+    });
+    m.finish(d);
+    match given {
+        [true, true] => {
+            d.error(
+                Kind::Invalid,
+                path,
+                Some(node.location),
+                "give one method: seq_batch_number or seq_packets_per_batch, not both",
+            );
+            None
+        }
+        [false, false] => {
+            d.error(
+                Kind::Missing,
+                path,
+                Some(node.location),
+                "missing the method: seq_batch_number or seq_packets_per_batch",
+            );
+            None
+        }
+        // One given: errors inside it are already reported.
+        _ => by_batch.or(by_count),
+    }
+}
+
+fn data_types(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Conversion> {
+    let mut m = MapReader::open(d, node, path)?;
+    // The reference accepts short aliases; a map with both spellings is an error.
+    let pick = |d: &mut Diagnostics,
+                m: &mut MapReader,
+                key: &'static str,
+                alias: &'static str,
+                choices: &[&'static str]| {
+        if m.has(key) && m.has(alias) {
+            d.error(
+                Kind::Duplicate,
+                &join(path, alias),
+                Some(m.location_of(alias)),
+                format!("`{alias}` and `{key}` are the same key; give one"),
+            );
+        }
+        let k = if m.has(alias) { alias } else { key };
+        m.optional(d, k, |d, n, p| r::choice(d, n, p, choices))
+    };
+    let input = pick(
+        d,
+        &mut m,
+        "input_type",
+        "input",
+        &["int4", "int8", "int16", "int32"],
+    );
+    let output = pick(
+        d,
+        &mut m,
+        "output_type",
+        "output",
+        &["fp16", "bf16", "fp32", "fp64", "int32"],
+    );
+    let order = pick(
+        d,
+        &mut m,
+        "endianness",
+        "input_endianness",
+        &["host", "network"],
+    );
+    m.finish(d);
+    let input = match input {
+        Some("int4") => InputType::Int4,
+        Some("int8") => InputType::Int8,
+        Some("int16") => InputType::Int16,
+        Some(_) => InputType::Int32,
+        None => {
+            d.error(
+                Kind::Missing,
+                &join(path, "input_type"),
+                Some(node.location),
+                "missing required key `input_type`",
+            );
+            return None;
+        }
+    };
+    let output = match output {
+        Some("fp16") => OutputType::Fp16,
+        Some("bf16") => OutputType::Bf16,
+        Some("fp32") => OutputType::Fp32,
+        Some(other) => {
+            d.error(
+                Kind::NotSupported,
+                &join(path, "output_type"),
+                Some(node.location),
+                format!("not supported: output_type {other} (fp16, bf16 and fp32 are)"),
+            );
+            return None;
+        }
+        None => {
+            d.error(
+                Kind::Missing,
+                &join(path, "output_type"),
+                Some(node.location),
+                "missing required key `output_type`",
+            );
+            return None;
+        }
+    };
+    Some(Conversion {
+        input,
+        output,
+        network_order: order == Some("network"),
+    })
+}
+
+fn reorder_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<ReorderConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let kind = m.required(d, "reorder_type", |d, n, p| {
+        r::choice(d, n, p, &["gpu", "cpu"]).map(|k| {
+            if k == "gpu" {
+                ReorderKind::Gpu
+            } else {
+                ReorderKind::Cpu
+            }
+        })
+    });
+    let memory_region = m.required(d, "memory_region", r::name);
+    let payload_byte_offset = m
+        .optional(d, "payload_byte_offset", |d, n, p| {
+            r::uint_in(d, n, p, 0, 65535)
+        })
+        .unwrap_or(0) as u32;
+    let flow_ids = m.required(d, "flow_ids", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        if items.is_empty() {
+            d.error(
+                Kind::Invalid,
+                p,
+                Some(n.location),
+                "flow_ids must name at least one flow",
+            );
+            return None;
+        }
+        Some(
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, x)| r::uint_in(d, x, &index(p, i), 0, 0xFF_FFFF))
+                .map(|v| v as u32)
+                .collect::<Vec<_>>(),
+        )
+    });
+    let conversion = m.optional(d, "data_types", data_types);
+    let method = m.required(d, "method", reorder_method);
+    m.finish(d);
+    Some(ReorderConfig {
+        name: name?,
+        kind: kind?,
+        memory_region: memory_region?,
+        payload_byte_offset,
+        flow_ids: flow_ids?,
+        conversion,
+        method: method?,
+        location: node.location,
     })
 }
 
@@ -1345,12 +1586,34 @@ fn bench_tx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchTxConfi
         .unwrap_or(Ipv4Addr::new(5, 6, 7, 8));
     let eth_src_addr = m.optional(d, "eth_src_addr", mac).unwrap_or([0; 6]);
     let eth_dst_addr = m.optional(d, "eth_dst_addr", mac).unwrap_or([0; 6]);
-    for key in [
-        "gpu_direct",
-        "split_boundary",
-        "sequence_number_offset",
-        "sequence_number_start",
-    ] {
+    let seq_offset = m.optional(d, "sequence_number_offset", |d, n, p| {
+        r::uint_in(d, n, p, 0, 65535)
+    });
+    let seq_start = m.optional(d, "sequence_number_start", |d, n, p| {
+        r::uint_in(d, n, p, 0, u32::MAX as u64)
+    });
+    let sequence_number = (seq_offset.is_some() || seq_start.is_some()).then(|| SequenceField {
+        offset: seq_offset.unwrap_or(0) as u32,
+        start: seq_start.unwrap_or(0) as u32,
+    });
+    if let Some(seq) = sequence_number {
+        let (h, p) = (header_size, payload_size);
+        let end = (h + seq.offset) as usize + 4;
+        let room = (h + p) as usize - crate::bench::traffic::TRAILER;
+        if end > room {
+            d.error(
+                Kind::Range,
+                &join(path, "sequence_number_offset"),
+                Some(m.location_of("sequence_number_offset")),
+                format!(
+                    "the 4-byte sequence number at payload offset {} ends at byte {end}, past the {room} bytes before the frame's {}-byte check trailer; lower the offset or raise payload_size",
+                    seq.offset,
+                    crate::bench::traffic::TRAILER
+                ),
+            );
+        }
+    }
+    for key in ["gpu_direct", "split_boundary"] {
         m.not_supported(d, key);
     }
     m.finish(d);
@@ -1367,6 +1630,7 @@ fn bench_tx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchTxConfi
         ip_dst_addr,
         eth_src_addr,
         eth_dst_addr,
+        sequence_number,
         location: node.location,
     })
 }

@@ -41,8 +41,126 @@ pub fn check(d: &mut Diagnostics, c: &Config, online_cores: &dyn Fn(u32) -> bool
             );
         }
     }
+    reorder_rules(d, c);
     bench_refs(d, c);
     cores(d, c, online_cores);
+}
+
+/// `reorder_configs`: the reference's rules. Each flow maps to exactly one queue (no RSS),
+/// all flows of a config to the same queue, no flow in two configs; that queue has one
+/// region (no header-data split); the output region holds a whole batch; memory kinds fit
+/// where the reorder runs. Beyond the reference, conversion also runs on the CPU.
+fn reorder_rules(d: &mut Diagnostics, c: &Config) {
+    let region = |name: &str| c.memory_regions.iter().find(|m| m.name == name);
+    for (i, iface) in c.interfaces.iter().enumerate() {
+        let Some(rx) = &iface.rx else { continue };
+        let mut names = HashMap::new();
+        let mut claimed: HashMap<u32, usize> = HashMap::new();
+        for (k, r) in rx.reorder.iter().enumerate() {
+            let path = format!("interfaces[{i}].rx.reorder_configs[{k}]");
+            let at = Some(r.location);
+            if let Some(first) = names.insert(r.name.as_str(), k) {
+                d.error(
+                    Kind::Duplicate,
+                    &format!("{path}.name"),
+                    at,
+                    format!(
+                        "duplicate reorder name `{}` (also reorder_configs[{first}])",
+                        r.name
+                    ),
+                );
+            }
+            if c.engine == EngineKind::Rdma || c.engine == EngineKind::Socket {
+                d.error(Kind::NotSupported, &path, at, "not supported: reorder_configs on socket or RDMA interfaces (raw streams only)");
+                continue;
+            }
+            let mut queue = None;
+            for (fi, &fid) in r.flow_ids.iter().enumerate() {
+                let fp = format!("{path}.flow_ids[{fi}]");
+                if let Some(other) = claimed.insert(fid, k) {
+                    d.error(
+                        Kind::Duplicate,
+                        &fp,
+                        at,
+                        format!("flow id {fid} is already reordered by reorder_configs[{other}]"),
+                    );
+                }
+                let Some(flow) = rx.flows.iter().find(|f| f.id == fid) else {
+                    d.error(
+                        Kind::UnknownReference,
+                        &fp,
+                        at,
+                        format!("no flow in rx.flows has id {fid}"),
+                    );
+                    continue;
+                };
+                match flow.queue_ids.as_slice() {
+                    [q] if queue.is_none_or(|first| first == *q) => queue = Some(*q),
+                    [q] => d.error(Kind::Invalid, &fp, at, format!("flow `{}` goes to queue {q}, the reorder's other flows to queue {}; one reorder serves one queue", flow.name, queue.unwrap_or_default())),
+                    _ => d.error(Kind::Invalid, &fp, at, format!("flow `{}` spreads over several queues (RSS); a reordered flow must go to exactly one queue", flow.name)),
+                }
+            }
+            let Some(out) = region(&r.memory_region) else {
+                d.error(
+                    Kind::UnknownReference,
+                    &format!("{path}.memory_region"),
+                    at,
+                    format!("unknown memory region `{}`", r.memory_region),
+                );
+                continue;
+            };
+            let Some(q) = queue.and_then(|id| rx.queues.iter().find(|q| q.id == id)) else {
+                continue;
+            };
+            if q.memory_regions.len() != 1 {
+                d.error(Kind::Invalid, &path, at, format!("queue `{}` has {} memory regions; a reordered queue has exactly one (no header-data split)", q.name, q.memory_regions.len()));
+                continue;
+            }
+            let Some(src) = region(&q.memory_regions[0]) else {
+                continue;
+            };
+            if r.payload_byte_offset as usize >= src.buf_size {
+                d.error(
+                    Kind::Range,
+                    &format!("{path}.payload_byte_offset"),
+                    at,
+                    format!(
+                        "payload_byte_offset {} is not below the source region's buf_size {}",
+                        r.payload_byte_offset, src.buf_size
+                    ),
+                );
+                continue;
+            }
+            let spec = r.spec(src.buf_size);
+            if spec.sequence().end_byte() > src.buf_size {
+                d.error(Kind::Range, &format!("{path}.method"), at, format!("the sequence number (bits {}..{}) lies past the source region's {}-byte buffers", spec.sequence().bit_offset, spec.sequence().bit_offset + spec.sequence().bit_width, src.buf_size));
+            }
+            if out.buf_size < spec.batch_bytes() {
+                d.error(Kind::Range, &format!("{path}.memory_region"), at, format!(
+                    "region `{}` has buf_size {}, but a batch needs {} bytes ({} packets x {} bytes per slot; a slot is the source buf_size {} minus payload_byte_offset {}{})",
+                    out.name, out.buf_size, spec.batch_bytes(), spec.packets_per_batch(), spec.out_slot_bytes(), src.buf_size, r.payload_byte_offset,
+                    if r.conversion.is_some() { ", converted" } else { "" }
+                ));
+            }
+            let gpu_kinds = [MemoryKind::Device, MemoryKind::HostPinned];
+            match r.kind {
+                ReorderKind::Gpu => {
+                    for (what, m) in [("source", src), ("output", out)] {
+                        if !gpu_kinds.contains(&m.kind) {
+                            d.error(Kind::Invalid, &path, at, format!("a gpu reorder reads and writes GPU-reachable memory: the {what} region `{}` is {}, use device or host_pinned", m.name, m.kind.name()));
+                        }
+                    }
+                }
+                ReorderKind::Cpu => {
+                    for (what, m) in [("source", src), ("output", out)] {
+                        if m.kind == MemoryKind::Device {
+                            d.error(Kind::Invalid, &path, at, format!("a cpu reorder reads and writes host memory: the {what} region `{}` is device memory, use reorder_type: gpu", m.name));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn duplicates(d: &mut Diagnostics, c: &Config) {
@@ -180,6 +298,14 @@ fn references(d: &mut Diagnostics, c: &Config) {
                 }
             }
         }
+    }
+    for r in c
+        .interfaces
+        .iter()
+        .filter_map(|i| i.rx.as_ref())
+        .flat_map(|rx| &rx.reorder)
+    {
+        used.insert(r.memory_region.as_str());
     }
     for (i, m) in c.memory_regions.iter().enumerate() {
         if !used.contains(m.name.as_str()) && !socket_engine {

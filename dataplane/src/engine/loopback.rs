@@ -122,6 +122,12 @@ impl Engine for LoopbackEngine {
     fn steering(&self) -> String {
         "software".into()
     }
+
+    /// A locally administered address per interface: 02:00:00:00:00:<index + 1>.
+    fn mac_address(&self, port: u16) -> Option<[u8; 6]> {
+        let [hi, lo] = (port + 1).to_be_bytes();
+        Some([0x02, 0, 0, 0, hi, lo])
+    }
 }
 
 /// A TX queue: an ingress point of its interface.

@@ -76,6 +76,12 @@ pub trait Engine: Send + Sync {
     /// Called on each worker thread after pinning and before its first poll, and again
     /// (with `false`) before it exits; engines register per-thread state here.
     fn worker_thread(&self, _starting: bool) {}
+
+    /// The MAC address of interface `port`, stamped into frames by the `tx_eth_src`
+    /// offload; `None` when the engine has none to give.
+    fn mac_address(&self, _port: u16) -> Option<[u8; 6]> {
+        None
+    }
 }
 
 /// An engine could not be created or a queue could not be opened.

@@ -992,6 +992,14 @@ impl Engine for DpdkEngine {
         Overflow::Backpressure
     }
 
+    fn mac_address(&self, port: u16) -> Option<[u8; 6]> {
+        let id = self.ports.get(port as usize)?.id;
+        let mut mac = sys::rte_ether_addr::default();
+        // SAFETY: a started port and an out structure.
+        let rc = unsafe { sys::rte_eth_macaddr_get(id, &mut mac) };
+        (rc == 0).then_some(mac.addr_bytes)
+    }
+
     fn steering(&self) -> String {
         let mut names: Vec<&str> = self.ports.iter().map(Port::steering_name).collect();
         names.dedup();

@@ -18,6 +18,7 @@ fn queue(id: u16) -> QueueConfig {
         batch_size: 32,
         timeout_us: 0,
         memory_regions: vec!["m".into()],
+        tx_eth_src: false,
         location: Default::default(),
     }
 }
@@ -35,6 +36,7 @@ fn rx(queues: &[u16], flows: Vec<FlowConfig>, isolation: bool) -> RxConfig {
             location: Default::default(),
         }],
         exception_queue: None,
+        reorder: Vec::new(),
     }
 }
 

@@ -1,0 +1,340 @@
+//! Reorder by sequence number (`rx.reorder_configs`), on the application's side of an RX
+//! queue, as in the reference: [`crate::plane::RxQueue::poll`] takes the queue's bursts,
+//! holds the packets of reordered flows until a batch is complete (its
+//! `packets_per_batch` arrivals) or the queue's `timeout_us` passed since its first packet,
+//! then puts their payloads into one buffer of the reorder's region, each in slot
+//! `sequence % packets_per_batch`, and hands that buffer over as a one-packet aggregate
+//! burst with [`ReorderInfo`]. Slots no packet filled are zero. Packets of other flows pass
+//! through unchanged.
+//!
+//! `reorder_type: cpu` runs [`gpudirect::reorder::reorder_cpu`]; `gpu` runs the CUDA kernel
+//! of [`gpudirect::Gpu`] on the GPU of the output region and returns when it finished.
+
+use crate::burst::Burst;
+use crate::config::{Config, ReorderKind};
+use crate::memory::{RegionId, RegionSet};
+use gpudirect::reorder::ReorderSpec;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What an aggregate burst holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReorderInfo {
+    /// The reorder's name.
+    pub name: String,
+    /// Batch id of the batch's first packet (its batch number field, or sequence /
+    /// packets per batch); `None` when that packet was too short to carry a sequence
+    /// number.
+    pub batch_id: Option<u32>,
+    /// Packets placed in the output.
+    pub source_packets: u32,
+    /// Payload bytes placed (before conversion).
+    pub payload_bytes: u64,
+    /// Slots in the output.
+    pub packets_per_batch: u32,
+    /// Bytes of each slot.
+    pub slot_bytes: u32,
+    /// Bytes of the output (`packets_per_batch * slot_bytes`).
+    pub aggregate_len: usize,
+    /// The batch was flushed incomplete because the queue's timeout passed.
+    pub timed_out: bool,
+}
+
+/// Counters of one queue's reorders.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReorderCounts {
+    /// Complete batches delivered.
+    pub batches: u64,
+    /// Incomplete batches flushed by the timeout.
+    pub timeout_batches: u64,
+    /// Packets placed into batches.
+    pub aggregated_packets: u64,
+    /// Packets of other flows passed through.
+    pub passthrough_packets: u64,
+}
+
+#[cfg(feature = "cuda")]
+type GpuBackend = Option<gpudirect::Gpu>;
+#[cfg(not(feature = "cuda"))]
+type GpuBackend = ();
+
+struct Plan {
+    name: String,
+    kind: ReorderKind,
+    spec: ReorderSpec,
+    output: RegionId,
+    /// Packets of the batch being collected.
+    staged: Burst,
+    first_at: Option<Instant>,
+    /// GPU ordinal of the output region.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    gpu_ordinal: u32,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    gpu: GpuBackend,
+}
+
+/// Why a reorder could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReorderError {
+    /// The GPU failed.
+    #[error("reorder `{name}`: {reason}")]
+    Gpu {
+        /// Reorder name.
+        name: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// The reorders of one RX queue.
+pub(crate) struct QueueReorder {
+    regions: Arc<RegionSet>,
+    plans: Vec<Plan>,
+    plan_of_flow: HashMap<u32, usize>,
+    timeout: Option<Duration>,
+    ready: VecDeque<Burst>,
+    counts: ReorderCounts,
+    /// Set when a batch could not be written (no free output buffer): no more input is
+    /// taken until it can, so the backlog stays in the queue's ring, not here.
+    blocked: bool,
+}
+
+impl QueueReorder {
+    /// The reorders of queue `queue` of interface `port`, or `None` when it has none.
+    pub(crate) fn for_queue(
+        config: &Config,
+        regions: &Arc<RegionSet>,
+        port: usize,
+        queue: u16,
+    ) -> Option<Self> {
+        let iface = &config.interfaces[port];
+        let rx = iface.rx.as_ref()?;
+        let q = rx.queues.iter().find(|q| q.id == queue)?;
+        let source = regions.id_of(q.memory_regions.first()?)?;
+        let mut plans = Vec::new();
+        let mut plan_of_flow = HashMap::new();
+        for r in &rx.reorder {
+            // Validation put every flow of a reorder on one queue.
+            let here = r.flow_ids.iter().any(|id| {
+                rx.flows
+                    .iter()
+                    .any(|f| f.id == *id && f.queue_ids == [queue])
+            });
+            if !here {
+                continue;
+            }
+            let output = regions.id_of(&r.memory_region)?;
+            for id in &r.flow_ids {
+                plan_of_flow.insert(*id, plans.len());
+            }
+            let out_cfg = config
+                .memory_regions
+                .iter()
+                .find(|m| m.name == r.memory_region)?;
+            plans.push(Plan {
+                name: r.name.clone(),
+                kind: r.kind,
+                spec: r.spec(regions.get(source).buf_size()),
+                output,
+                staged: Burst::empty(regions.clone(), port as u16, queue, 0),
+                first_at: None,
+                gpu_ordinal: out_cfg.affinity,
+                gpu: Default::default(),
+            });
+        }
+        if plans.is_empty() {
+            return None;
+        }
+        Some(Self {
+            regions: regions.clone(),
+            plans,
+            plan_of_flow,
+            timeout: (q.timeout_us > 0).then(|| Duration::from_micros(q.timeout_us)),
+            ready: VecDeque::new(),
+            counts: ReorderCounts::default(),
+            blocked: false,
+        })
+    }
+
+    pub(crate) fn counts(&self) -> ReorderCounts {
+        self.counts
+    }
+
+    /// The next aggregate or passthrough burst; `next_input` yields the queue's raw bursts.
+    pub(crate) fn poll(
+        &mut self,
+        mut next_input: impl FnMut() -> Option<Burst>,
+    ) -> Result<Option<Burst>, ReorderError> {
+        loop {
+            if let Some(b) = self.ready.pop_front() {
+                return Ok(Some(b));
+            }
+            self.flush_full_and_expired()?;
+            if let Some(b) = self.ready.pop_front() {
+                return Ok(Some(b));
+            }
+            if self.blocked {
+                return Ok(None);
+            }
+            let Some(mut raw) = next_input() else {
+                return Ok(None);
+            };
+            let mut staged: Vec<Burst> = self
+                .plans
+                .iter_mut()
+                .map(|p| {
+                    std::mem::replace(&mut p.staged, Burst::empty(self.regions.clone(), 0, 0, 0))
+                })
+                .collect();
+            let before: Vec<usize> = staged.iter().map(|b| b.len()).collect();
+            let plan_of_flow = &self.plan_of_flow;
+            raw.sort_out(&mut staged, |p| plan_of_flow.get(&p.flow_id).copied());
+            let now = Instant::now();
+            for ((plan, b), n0) in self.plans.iter_mut().zip(staged).zip(before) {
+                if n0 == 0 && !b.is_empty() {
+                    plan.first_at = Some(now);
+                }
+                plan.staged = b;
+            }
+            if !raw.is_empty() {
+                self.counts.passthrough_packets += raw.len() as u64;
+                self.ready.push_back(raw);
+            }
+        }
+    }
+
+    /// Writes every plan's complete batches, and its incomplete one once the timeout
+    /// passed since its first packet.
+    fn flush_full_and_expired(&mut self) -> Result<(), ReorderError> {
+        self.blocked = false;
+        for k in 0..self.plans.len() {
+            loop {
+                let plan = &self.plans[k];
+                let ppb = plan.spec.packets_per_batch() as usize;
+                let full = plan.staged.len() >= ppb;
+                let expired = !plan.staged.is_empty()
+                    && self
+                        .timeout
+                        .zip(plan.first_at)
+                        .is_some_and(|(t, at)| at.elapsed() >= t);
+                if !full && !expired {
+                    break;
+                }
+                match self.write_batch(k, full)? {
+                    Some(out) => self.ready.push_back(out),
+                    None => {
+                        self.blocked = true;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the first batch of plan `k`; `None` when the output region has no free
+    /// buffer (the batch stays staged).
+    fn write_batch(&mut self, k: usize, full: bool) -> Result<Option<Burst>, ReorderError> {
+        let regions = self.regions.clone();
+        let plan = &mut self.plans[k];
+        let ppb = plan.spec.packets_per_batch() as usize;
+        let out_region = regions.get(plan.output);
+        let mut index = [0u32];
+        if !out_region.alloc_bulk(&mut index) {
+            return Ok(None);
+        }
+        let aggregate_len = plan.spec.batch_bytes();
+        let mut out = Burst::empty(regions.clone(), plan.staged.port(), plan.staged.queue(), 1);
+        out.push_owned(plan.output, index[0], aggregate_len as u32, 0);
+        // The batch: the first `ppb` staged packets.
+        let mut batch = Burst::empty(
+            regions.clone(),
+            plan.staged.port(),
+            plan.staged.queue(),
+            ppb,
+        );
+        batch.take_from(&mut plan.staged, ppb);
+        let (batch_id, placed) = match plan.kind {
+            ReorderKind::Cpu => {
+                let packets: Vec<&[u8]> = (0..batch.len())
+                    .map(|i| batch.data(i, 0).expect("validated: host-readable source"))
+                    .collect();
+                let dst = out
+                    .buffer_mut(0, 0)
+                    .expect("validated: host-writable output");
+                dst[..aggregate_len].fill(0);
+                gpudirect::reorder::reorder_cpu(&plan.spec, &packets, dst)
+            }
+            ReorderKind::Gpu => gpu_reorder(plan, &batch, out.segment_addr(0, 0))?,
+        };
+        let payload_bytes = (0..batch.len())
+            .filter(|&i| batch.packets()[i].len() >= plan.spec.sequence().end_byte())
+            .map(|i| {
+                let len = batch.packets()[i].len() as u64;
+                len.saturating_sub(plan.spec.payload_byte_offset as u64)
+                    .min(plan.spec.in_slot_bytes as u64)
+            })
+            .sum();
+        plan.first_at = (!plan.staged.is_empty()).then(Instant::now);
+        if full {
+            self.counts.batches += 1;
+        } else {
+            self.counts.timeout_batches += 1;
+        }
+        self.counts.aggregated_packets += placed as u64;
+        out.set_reorder_info(ReorderInfo {
+            name: plan.name.clone(),
+            batch_id,
+            source_packets: placed as u32,
+            payload_bytes,
+            packets_per_batch: ppb as u32,
+            slot_bytes: plan.spec.out_slot_bytes(),
+            aggregate_len,
+            timed_out: !full,
+        });
+        // The source packets go back to their pool here: their bytes are in the output.
+        drop(batch);
+        Ok(Some(out))
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_reorder(
+    plan: &mut Plan,
+    batch: &Burst,
+    out: u64,
+) -> Result<(Option<u32>, usize), ReorderError> {
+    let err = |e: gpudirect::GpuError| ReorderError::Gpu {
+        name: plan.name.clone(),
+        reason: e.to_string(),
+    };
+    if plan.gpu.is_none() {
+        plan.gpu = Some(gpudirect::Gpu::new(plan.gpu_ordinal).map_err(err)?);
+    }
+    let gpu = plan.gpu.as_mut().expect("just set");
+    gpu.bind().map_err(err)?;
+    let packets: Vec<(u64, u32)> = (0..batch.len())
+        .map(|i| (batch.segment_addr(i, 0), batch.packets()[i].len() as u32))
+        .collect();
+    // SAFETY: validation put the source and output in device or host_pinned memory, which
+    // the GPU reaches at these addresses; this burst and `out` own the buffers until the
+    // call returns (it waits for the kernel).
+    let batch_id = unsafe { gpu.reorder(&plan.spec, &packets, out) }.map_err(err)?;
+    let placed = (0..batch.len())
+        .filter(|&i| batch.packets()[i].len() >= plan.spec.sequence().end_byte())
+        .count();
+    Ok((batch_id, placed))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_reorder(
+    plan: &mut Plan,
+    _batch: &Burst,
+    _out: u64,
+) -> Result<(Option<u32>, usize), ReorderError> {
+    Err(ReorderError::Gpu {
+        name: plan.name.clone(),
+        reason: "this build has no CUDA support; rebuild with --features cuda".into(),
+    })
+}
