@@ -18,6 +18,7 @@ pub mod rdma_conn;
 pub mod rdma_plane;
 pub mod reorder;
 pub mod ring;
+pub mod stage;
 pub mod stats;
 pub mod steering;
 pub mod worker;

@@ -99,6 +99,8 @@ pub trait BufferLender: Send + std::marker::Sync {
 pub struct Region {
     name: String,
     kind: MemoryKind,
+    /// GPU ordinal (device, host_pinned) or NUMA node.
+    affinity: u32,
     buf_size: usize,
     stride: usize,
     /// Bytes in front of each buffer's data, reserved for an engine (DPDK's mbuf headroom
@@ -168,6 +170,7 @@ impl Region {
         Ok(Self {
             name: cfg.name.clone(),
             kind: cfg.kind,
+            affinity: cfg.affinity,
             buf_size: cfg.buf_size,
             stride,
             headroom,
@@ -187,6 +190,11 @@ impl Region {
     /// Its memory kind.
     pub fn kind(&self) -> MemoryKind {
         self.kind
+    }
+
+    /// GPU ordinal (device and host_pinned regions) or NUMA node.
+    pub fn affinity(&self) -> u32 {
+        self.affinity
     }
 
     /// Usable bytes per buffer.

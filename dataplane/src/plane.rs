@@ -274,7 +274,7 @@ impl DataPlane {
                             reorder_error: None,
                         },
                     );
-                    Task::Rx(RxTask::new(
+                    let task = RxTask::new(
                         engine.rx_port(port, q.id, c.clone())?,
                         producer,
                         regions.clone(),
@@ -284,7 +284,25 @@ impl DataPlane {
                         timeout,
                         engine.rx_overflow(),
                         c,
-                    ))
+                    );
+                    let stage_err = |e: String| {
+                        EngineError::Config(format!(
+                            "interface `{}`: RX queue {}: {e}",
+                            iface.name, q.id
+                        ))
+                    };
+                    let mode = crate::stage::StageMode::from_env().map_err(stage_err)?;
+                    match crate::stage::RxStage::for_queue(
+                        &regions,
+                        &segment_regions,
+                        q.batch_size as usize,
+                        mode,
+                    )
+                    .map_err(stage_err)?
+                    {
+                        Some(stage) => Task::Rx(task.with_stage(stage)),
+                        None => Task::Rx(task),
+                    }
                 }
                 Direction::Tx => {
                     let header_on_gpu = segment_regions

@@ -17,6 +17,8 @@ pub enum DropReason {
     Malformed,
     /// The engine (NIC) missed packets.
     EngineMissed,
+    /// Copying into or out of GPU memory failed (a CUDA error).
+    GpuCopy,
 }
 
 /// Counters of one queue. Each counter has one writer (the queue's worker, or the thread
@@ -25,7 +27,7 @@ pub enum DropReason {
 pub struct QueueCounters {
     packets: AtomicU64,
     bytes: AtomicU64,
-    drops: [AtomicU64; 5],
+    drops: [AtomicU64; 6],
 }
 
 #[inline]
@@ -59,6 +61,7 @@ impl QueueCounters {
                 no_flow: d(DropReason::NoFlow),
                 malformed: d(DropReason::Malformed),
                 engine_missed: d(DropReason::EngineMissed),
+                gpu_copy: d(DropReason::GpuCopy),
             },
         )
     }
@@ -77,12 +80,19 @@ pub struct Drops {
     pub malformed: u64,
     /// Missed by the engine / NIC.
     pub engine_missed: u64,
+    /// Lost to a failed copy into or out of GPU memory.
+    pub gpu_copy: u64,
 }
 
 impl Drops {
     /// Sum over all reasons.
     pub fn total(&self) -> u64 {
-        self.ring_full + self.pool_empty + self.no_flow + self.malformed + self.engine_missed
+        self.ring_full
+            + self.pool_empty
+            + self.no_flow
+            + self.malformed
+            + self.engine_missed
+            + self.gpu_copy
     }
 
     /// Adds another set of counts.
@@ -92,6 +102,7 @@ impl Drops {
         self.no_flow += o.no_flow;
         self.malformed += o.malformed;
         self.engine_missed += o.engine_missed;
+        self.gpu_copy += o.gpu_copy;
     }
 }
 

@@ -38,6 +38,10 @@ pub struct RxTask {
     assembling: Option<Burst>,
     first_packet_at: Option<Instant>,
     ready: Option<Burst>,
+    /// Moves packets into the queue's own layout (GPU memory, header-data split).
+    stage: Option<Box<crate::stage::RxStage>>,
+    /// A closed burst waiting for free buffers of the stage's regions.
+    unstaged: Option<Burst>,
 }
 
 impl RxTask {
@@ -67,7 +71,15 @@ impl RxTask {
             assembling: None,
             first_packet_at: None,
             ready: None,
+            stage: None,
+            unstaged: None,
         }
+    }
+
+    /// Stages every burst into the queue's layout before delivering it.
+    pub(crate) fn with_stage(mut self, stage: crate::stage::RxStage) -> Self {
+        self.stage = Some(Box::new(stage));
+        self
     }
 
     fn poll(&mut self, flush: bool) -> bool {
@@ -75,6 +87,12 @@ impl RxTask {
         if let Some(b) = self.ready.take() {
             self.deliver(b);
             if self.ready.is_some() {
+                return false;
+            }
+        }
+        if let Some(b) = self.unstaged.take() {
+            self.deliver(b);
+            if self.unstaged.is_some() {
                 return false;
             }
         }
@@ -108,6 +126,30 @@ impl RxTask {
     }
 
     fn deliver(&mut self, burst: Burst) {
+        let Some(stage) = self.stage.as_mut() else {
+            return self.push(burst);
+        };
+        let burst = match stage.apply(burst) {
+            Ok(b) => b,
+            // Backpressure: the application still holds the stage regions' buffers.
+            Err(crate::stage::StageError::NoBuffers(b)) => {
+                self.unstaged = Some(b);
+                return;
+            }
+            Err(crate::stage::StageError::Failed { packets, reason }) => {
+                tracing::error!(
+                    "port {} queue {}: {packets} packets dropped: {reason}",
+                    self.port_id,
+                    self.queue_id
+                );
+                self.counters.drop_packets(DropReason::GpuCopy, packets);
+                return;
+            }
+        };
+        self.push(burst);
+    }
+
+    fn push(&mut self, burst: Burst) {
         let (n, bytes) = (burst.len() as u64, burst.bytes());
         match self.ring.push(burst) {
             Ok(()) => self.counters.add(n, bytes),

@@ -90,6 +90,35 @@ __device__ u16 f32_to_bf16(float f) {
     return (u16)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
+// Per packet: the big-endian 16-bit word sum of bytes [sum_from, len) (an odd last byte
+// counts as a high byte), and `head` leading plus `tail` trailing bytes copied out. Lets
+// the host check checksums and headers of frames that stay in GPU memory.
+extern "C" __global__ void frame_digest(const u64* src, const u32* len, u32 n, u32 sum_from,
+        u32 head, u32 tail, u8* digest, u64* sums) {
+    __shared__ u64 part[128];
+    u32 i = blockIdx.x;
+    if (i >= n) return;
+    const u8* p = (const u8*)src[i];
+    u32 l = len[i];
+    u64 s = 0;
+    if (l > sum_from) {
+        u32 words = (l - sum_from) / 2;
+        for (u32 k = threadIdx.x; k < words; k += blockDim.x)
+            s += ((u32)p[sum_from + 2 * k] << 8) | p[sum_from + 2 * k + 1];
+        if (threadIdx.x == 0 && ((l - sum_from) & 1)) s += (u32)p[l - 1] << 8;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (u32 w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) sums[i] = part[0];
+    u8* d = digest + (u64)i * (head + tail);
+    for (u32 k = threadIdx.x; k < head; k += blockDim.x) d[k] = k < l ? p[k] : 0;
+    for (u32 k = threadIdx.x; k < tail; k += blockDim.x) d[head + k] = l >= tail ? p[l - tail + k] : 0;
+}
+
 extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
         u32 seq_off, u32 seq_width, u32 batch_off, u32 batch_width, u32 ppb,
         u32 payload_off, u32 in_slot, u32 out_slot, int in_type, int out_type, int network,
@@ -186,6 +215,10 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     batched_copy: CudaFunction,
     reorder: CudaFunction,
+    frame_digest: CudaFunction,
+    /// Output of `frame_digest` (grown on demand).
+    digest_out: Option<PinnedBuffer>,
+    ordinal: u32,
     /// src, dst (u64 each) and len (u32) per item, then reorder metadata.
     table: PinnedBuffer,
 }
@@ -207,6 +240,9 @@ impl Gpu {
         Ok(Self {
             batched_copy: f("batched_copy")?,
             reorder: f("reorder")?,
+            frame_digest: f("frame_digest")?,
+            digest_out: None,
+            ordinal,
             table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
             stream,
             ctx,
@@ -359,6 +395,66 @@ impl Gpu {
         self.sync()?;
         let (_, _, _, meta) = self.table_parts();
         Ok((meta[1] == 1).then_some(meta[0]))
+    }
+
+    /// For each packet (`(address, len)`, GPU-readable): the sum of its big-endian 16-bit
+    /// words from byte `sum_from` on into `sums[i]`, and its first `head` and last `tail`
+    /// bytes into `digests[i * (head + tail)..]`. Waits for the result.
+    ///
+    /// # Safety
+    /// The packets must be readable by the GPU until this returns.
+    pub unsafe fn frame_digest(
+        &mut self,
+        packets: &[(u64, u32)],
+        sum_from: u32,
+        (head, tail): (u32, u32),
+        sums: &mut [u64],
+        digests: &mut [u8],
+    ) -> Result<(), GpuError> {
+        let n = packets.len();
+        assert!(n <= MAX_ITEMS, "more than MAX_ITEMS packets");
+        let per = (head + tail) as usize;
+        assert!(sums.len() >= n && digests.len() >= n * per);
+        if n == 0 {
+            return Ok(());
+        }
+        let need = n * (8 + per);
+        if self.digest_out.as_ref().is_none_or(|b| b.len() < need) {
+            self.digest_out = Some(PinnedBuffer::alloc(self.ordinal, need.max(MAX_ITEMS * 72))?);
+        }
+        let (src, _, len, _) = self.table_parts();
+        for (k, &(a, l)) in packets.iter().enumerate() {
+            src[k] = a;
+            len[k] = l;
+        }
+        let out = self.digest_out.as_ref().expect("just allocated").as_ptr();
+        let (s, _, l, _) = self.table_addrs();
+        let (sums_at, digest_at) = (out as u64, out as u64 + 8 * n as u64);
+        let n32 = n as u32;
+        self.bind()?;
+        let cfg = LaunchConfig {
+            grid_dim: (n32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.frame_digest);
+        b.arg(&s)
+            .arg(&l)
+            .arg(&n32)
+            .arg(&sum_from)
+            .arg(&head)
+            .arg(&tail)
+            .arg(&digest_at)
+            .arg(&sums_at);
+        // SAFETY: the signature matches; table and output stay valid until the sync.
+        unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(frame_digest)"))?;
+        self.sync()?;
+        // SAFETY: the output holds n sums then n digests, written by the finished kernel.
+        unsafe {
+            std::ptr::copy_nonoverlapping(out.cast::<u64>(), sums.as_mut_ptr(), n);
+            std::ptr::copy_nonoverlapping(out.add(8 * n), digests.as_mut_ptr(), n * per);
+        }
+        Ok(())
     }
 
     /// Queues a host-to-device copy.

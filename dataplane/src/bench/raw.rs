@@ -99,6 +99,164 @@ impl ReorderReport {
     }
 }
 
+/// Hands every frame of a burst to the checker, whatever its layout: one host segment as
+/// is; split host segments joined; frames with a segment in GPU memory through the GPU's
+/// `frame_digest` kernel, which sums the payload where it lies (so the UDP checksum of every
+/// byte is verified on the GPU) and copies out headers and trailer.
+#[derive(Default)]
+struct FrameReader {
+    joined: Vec<u8>,
+    #[cfg(feature = "cuda")]
+    gpu: Option<gpudirect::Gpu>,
+    #[cfg(feature = "cuda")]
+    sums: Vec<u64>,
+    #[cfg(feature = "cuda")]
+    digests: Vec<u8>,
+}
+
+impl FrameReader {
+    fn check(&mut self, burst: &crate::Burst, checker: &mut Checker) {
+        let Some(first) = burst.packets().first() else {
+            return;
+        };
+        let regions = burst.regions();
+        let host = first
+            .segments()
+            .iter()
+            .all(|s| regions.get(s.region).host_accessible());
+        if host {
+            for i in 0..burst.len() {
+                let segs = burst.packets()[i].segments().len();
+                if segs == 1 {
+                    checker.check(burst.data(i, 0).expect("host memory"));
+                } else {
+                    self.joined.clear();
+                    for s in 0..segs {
+                        self.joined
+                            .extend_from_slice(burst.data(i, s).expect("host memory"));
+                    }
+                    checker.check(&self.joined);
+                }
+            }
+            return;
+        }
+        #[cfg(feature = "cuda")]
+        if let Err(e) = self.check_on_gpu(burst, checker) {
+            checker
+                .first_problem
+                .get_or_insert(format!("GPU check: {e}"));
+            checker.counts.corrupt += burst.len() as u64;
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            checker.counts.corrupt += burst.len() as u64;
+        }
+    }
+
+    /// Frames `[device]` (batched GPU) or `[host headers, device payload]` (header-data
+    /// split).
+    #[cfg(feature = "cuda")]
+    fn check_on_gpu(&mut self, burst: &crate::Burst, checker: &mut Checker) -> Result<(), String> {
+        use super::traffic::{L2_L4_HEADER, PAYLOAD_SUM_FROM, TRAILER, payload_sum, shift_sum};
+        let regions = burst.regions();
+        let layout: Vec<bool> = burst.packets()[0]
+            .segments()
+            .iter()
+            .map(|s| regions.get(s.region).host_accessible())
+            .collect();
+        let dev_seg = layout.len() - 1;
+        if !(layout == [false] || layout == [true, false]) {
+            return Err(format!(
+                "no GPU check for segment layout {layout:?} (host = true)"
+            ));
+        }
+        let ordinal = regions
+            .get(burst.packets()[0].segments()[dev_seg].region)
+            .affinity();
+        if self.gpu.is_none() {
+            self.gpu = Some(gpudirect::Gpu::new(ordinal).map_err(|e| e.to_string())?);
+        }
+        let gpu = self.gpu.as_mut().expect("just set");
+        let whole = dev_seg == 0;
+        let (sum_from, head) = if whole {
+            (PAYLOAD_SUM_FROM as u32, L2_L4_HEADER as u32)
+        } else {
+            (0, 0)
+        };
+        let per = head as usize + TRAILER;
+        let n = burst.len();
+        let packets: Vec<(u64, u32)> = (0..n)
+            .map(|i| {
+                (
+                    burst.segment_addr(i, dev_seg),
+                    burst.packets()[i].segments()[dev_seg].len,
+                )
+            })
+            .collect();
+        self.sums.resize(n, 0);
+        self.digests.resize(n * per, 0);
+        for (k, chunk) in packets.chunks(gpudirect::kernels::MAX_ITEMS).enumerate() {
+            let at = k * gpudirect::kernels::MAX_ITEMS;
+            // SAFETY: the device segments belong to `burst`, alive for the call.
+            unsafe {
+                gpu.frame_digest(
+                    chunk,
+                    sum_from,
+                    (head, TRAILER as u32),
+                    &mut self.sums[at..],
+                    &mut self.digests[at * per..],
+                )
+            }
+            .map_err(|e| e.to_string())?;
+        }
+        for i in 0..n {
+            let d = &self.digests[i * per..(i + 1) * per];
+            let len = burst.packets()[i].len();
+            if whole {
+                checker.check_parts(
+                    &d[..L2_L4_HEADER],
+                    &d[L2_L4_HEADER..],
+                    len,
+                    Some(self.sums[i]),
+                );
+                continue;
+            }
+            let h = burst.data(i, 0).expect("host headers");
+            let dev_len = burst.packets()[i].segments()[1].len as usize;
+            if h.len() < L2_L4_HEADER || dev_len < TRAILER {
+                // Too short to split the check: bring the payload over and check on the CPU.
+                self.joined.clear();
+                self.joined.extend_from_slice(h);
+                let at = self.joined.len();
+                self.joined.resize(at + dev_len, 0);
+                // SAFETY: the device segment of `burst` holds `dev_len` bytes.
+                unsafe {
+                    gpudirect::read_device(
+                        ordinal,
+                        burst.segment_addr(i, 1),
+                        &mut self.joined[at..],
+                    )
+                }
+                .map_err(|e| e.to_string())?;
+                checker.check(&self.joined);
+                continue;
+            }
+            let dev_sum = if (h.len() - PAYLOAD_SUM_FROM) % 2 == 1 {
+                shift_sum(self.sums[i])
+            } else {
+                self.sums[i]
+            };
+            checker.check_parts(
+                &h[..L2_L4_HEADER],
+                &d[..TRAILER],
+                len,
+                Some(payload_sum(h) + dev_sum),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Checks reorder aggregates: each filled slot must hold the packet whose sequence number
 /// belongs there (read back from the slot's copy of the payload).
 struct ReorderChecker {
@@ -285,6 +443,7 @@ pub fn run(
                     let _ = affinity::pin_current_thread(c);
                 }
                 let mut checker = Checker::new(verify);
+                let mut frames = FrameReader::default();
                 let mut reorder_check = reorder_check;
                 let mut marks = FlowMarks::default();
                 let (mut packets, mut bytes) = (0u64, 0u64);
@@ -303,14 +462,9 @@ pub fn run(
                             }
                             for i in 0..burst.len() {
                                 marks.count(burst.packets()[i].flow_id);
-                                match burst.data(i, 0) {
-                                    Some(frame) => {
-                                        checker.check(frame);
-                                        bytes += frame.len() as u64;
-                                    }
-                                    None => bytes += burst.packets()[i].len() as u64,
-                                }
+                                bytes += burst.packets()[i].len() as u64;
                             }
+                            frames.check(&burst, &mut checker);
                             packets += burst.len() as u64;
                             received.store(packets, Ordering::Relaxed);
                         }
@@ -654,8 +808,8 @@ impl RawReport {
         ));
         let d = &self.drops;
         s.push_str(&format!(
-            "  drops: ring_full {} pool_empty {} no_flow {} malformed {} engine_missed {}\n",
-            d.ring_full, d.pool_empty, d.no_flow, d.malformed, d.engine_missed
+            "  drops: ring_full {} pool_empty {} no_flow {} malformed {} engine_missed {} gpu_copy {}\n",
+            d.ring_full, d.pool_empty, d.no_flow, d.malformed, d.engine_missed, d.gpu_copy
         ));
         s.push_str(&format!(
             "  checker: {} valid, {} corrupt, {} missing from sequences, {} out of order\n",

@@ -44,6 +44,24 @@ fn fold(mut sum: u64) -> u16 {
     sum as u16
 }
 
+/// Where the sum behind a frame's UDP checksum starts: the IPv4 source address.
+pub const PAYLOAD_SUM_FROM: usize = 26;
+
+/// The big-endian 16-bit word sum of `frame` from [`PAYLOAD_SUM_FROM`] to its end (an odd
+/// last byte counts as a high byte): what [`Checker::check_parts`] needs to verify the UDP
+/// checksum. The GPU's `frame_digest` kernel computes the same sum.
+pub fn payload_sum(frame: &[u8]) -> u64 {
+    sum16(&frame[PAYLOAD_SUM_FROM..], false)
+}
+
+/// The same sum for bytes that sit at an odd distance from [`PAYLOAD_SUM_FROM`] (the
+/// second part of a split frame whose first part has an odd length after it): each
+/// 16-bit word straddles the parts, which in ones-complement arithmetic is a byte swap of
+/// the folded sum.
+pub fn shift_sum(sum: u64) -> u64 {
+    u64::from(fold(sum).swap_bytes())
+}
+
 /// Internet checksum of `data`.
 pub fn checksum(data: &[u8]) -> u16 {
     !fold(sum16(data, false))
@@ -217,7 +235,29 @@ impl Checker {
     /// Checks one frame.
     #[inline]
     pub fn check(&mut self, frame: &[u8]) {
-        match self.parse(frame) {
+        let len = frame.len();
+        if len < L2_L4_HEADER + TRAILER {
+            self.counts.corrupt += 1;
+            self.note(format!(
+                "corrupt frame of {len} bytes: shorter than headers and trailer"
+            ));
+            return;
+        }
+        let sum = self.verify_payload.then(|| payload_sum(frame));
+        self.check_parts(&frame[..L2_L4_HEADER], &frame[len - TRAILER..], len, sum);
+    }
+
+    /// Checks a frame known by parts: its first [`L2_L4_HEADER`] bytes, its last
+    /// [`TRAILER`] bytes, its length, and optionally [`payload_sum`] of it (computed where
+    /// the frame is, on the GPU for frames in device memory).
+    pub fn check_parts(
+        &mut self,
+        head: &[u8],
+        tail: &[u8],
+        frame_len: usize,
+        payload_sum: Option<u64>,
+    ) {
+        match Self::parse(head, tail, frame_len, payload_sum) {
             Ok((stream, flow, seq)) => {
                 let s = stream as usize;
                 if self.next.len() <= s {
@@ -248,7 +288,7 @@ impl Checker {
             }
             Err(why) => {
                 self.counts.corrupt += 1;
-                self.note(format!("corrupt frame of {} bytes: {why}", frame.len()));
+                self.note(format!("corrupt frame of {frame_len} bytes: {why}"));
             }
         }
     }
@@ -259,30 +299,34 @@ impl Checker {
         }
     }
 
-    fn parse(&self, f: &[u8]) -> Result<(u16, usize, u64), &'static str> {
-        if f.len() < L2_L4_HEADER + TRAILER {
+    fn parse(
+        f: &[u8],
+        t: &[u8],
+        len: usize,
+        payload_sum: Option<u64>,
+    ) -> Result<(u16, usize, u64), &'static str> {
+        if len < L2_L4_HEADER + TRAILER || f.len() < L2_L4_HEADER || t.len() < TRAILER {
             return Err("shorter than headers and trailer");
         }
         if f[12..14] != [0x08, 0x00] || f[14] != 0x45 || f[23] != 17 {
             return Err("not IPv4/UDP without options");
         }
-        if usize::from(u16::from_be_bytes([f[16], f[17]])) != f.len() - 14 {
+        if usize::from(u16::from_be_bytes([f[16], f[17]])) != len - 14 {
             return Err("IPv4 total length does not match the frame");
         }
         if checksum(&f[14..34]) != 0 {
             return Err("bad IPv4 header checksum");
         }
-        if usize::from(u16::from_be_bytes([f[38], f[39]])) != f.len() - UDP_OFFSET {
+        if usize::from(u16::from_be_bytes([f[38], f[39]])) != len - UDP_OFFSET {
             return Err("UDP length does not match the frame");
         }
-        let t = &f[f.len() - TRAILER..];
         if t[0..4] != MAGIC {
             return Err("no trailer");
         }
-        if self.verify_payload {
-            let udp_len = (f.len() - UDP_OFFSET) as u64;
-            let sum = sum16(&f[26..34], false) + 17 + udp_len + sum16(&f[UDP_OFFSET..], false);
-            if fold(sum) != 0xffff {
+        if let Some(sum) = payload_sum {
+            // Pseudo header: addresses (inside the sum), protocol, UDP length.
+            let udp_len = (len - UDP_OFFSET) as u64;
+            if fold(sum + 17 + udp_len) != 0xffff {
                 return Err("bad UDP checksum");
             }
         }
