@@ -79,6 +79,16 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// GPU paths on GPU 0: staged ingest against a pinned host-to-device copy, the reorder
+    /// kernel against a device-to-device copy.
+    Gpu {
+        /// Seconds per timed round of the staged-ingest cases (7 rounds each).
+        #[arg(long, default_value_t = 0.3)]
+        seconds: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ring microbenchmark: SPSC and MPMC, single and bulk 8/32/256.
     Ring {
         /// Items per producer and run.
@@ -124,6 +134,7 @@ fn main() -> ExitCode {
             seconds,
             json,
         }) => bench_rdma(&file, mode, seconds, json),
+        Command::Bench(Bench::Gpu { seconds, json }) => bench_gpu(seconds, json),
         Command::Bench(Bench::Ring {
             items,
             reps,
@@ -328,6 +339,34 @@ fn bench_rdma(file: &Path, mode: rdma_bench::Mode, seconds: f64, json: bool) -> 
             ExitCode::FAILURE
         }
     }
+}
+
+#[cfg(feature = "cuda")]
+fn bench_gpu(seconds: f64, json: bool) -> ExitCode {
+    match dataplane::bench::gpu::run(seconds) {
+        Ok(report) => {
+            eprint!("{}", report.human());
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&report).expect("report serialises")
+                );
+            } else {
+                print!("{}", report.human());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn bench_gpu(_seconds: f64, _json: bool) -> ExitCode {
+    eprintln!("error: this build has no CUDA support; rebuild with --features cuda");
+    ExitCode::FAILURE
 }
 
 fn bench_ring(opts: ring::RingBenchOptions, json: bool) -> ExitCode {

@@ -291,12 +291,11 @@ impl DataPlane {
                             iface.name, q.id
                         ))
                     };
-                    let mode = crate::stage::StageMode::from_env().map_err(stage_err)?;
                     match crate::stage::RxStage::for_queue(
                         &regions,
                         &segment_regions,
                         q.batch_size as usize,
-                        mode,
+                        config.gpu_stage,
                     )
                     .map_err(stage_err)?
                     {

@@ -11,7 +11,8 @@
 //! - **From GPU memory** (a TX queue in `device` memory feeding a host RX queue): packets
 //!   are copied back out.
 //!
-//! Host-to-GPU bytes travel one of two ways, both measured in BENCHMARKS.md:
+//! Host-to-GPU bytes travel one of two ways (`cfg.gpu_stage`), both measured in
+//! BENCHMARKS.md:
 //! - `copy`: the CPU gathers the payloads into a pinned staging buffer, laid out like their
 //!   destination buffers, and one asynchronous copy per run of adjacent destination buffers
 //!   moves them (one per burst when the pool hands out neighbours, as it mostly does);
@@ -34,19 +35,6 @@ pub enum StageMode {
     Copy,
     /// A GPU kernel reads from pinned memory.
     Kernel,
-}
-
-impl StageMode {
-    /// From `DATAPLANE_STAGE_MODE` (`copy` or `kernel`, default `kernel`).
-    pub fn from_env() -> Result<Self, String> {
-        match std::env::var("DATAPLANE_STAGE_MODE").as_deref() {
-            Err(_) | Ok("kernel") => Ok(StageMode::Kernel),
-            Ok("copy") => Ok(StageMode::Copy),
-            Ok(other) => Err(format!(
-                "DATAPLANE_STAGE_MODE={other}: expected `copy` or `kernel`"
-            )),
-        }
-    }
 }
 
 /// Why a burst could not be staged.

@@ -1,5 +1,7 @@
 //! Benchmarks behind `dataplane bench`.
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod raw;
 pub mod rdma;
 pub mod ring;

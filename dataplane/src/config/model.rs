@@ -22,6 +22,9 @@ pub struct Config {
     pub log_level: String,
     /// `debug:` (accepted, only raises the log level).
     pub debug: bool,
+    /// `gpu_stage` (ours): how the RX worker moves packets from host memory into a
+    /// queue's GPU memory when the engine cannot (see [`crate::stage`]).
+    pub gpu_stage: crate::stage::StageMode,
     /// Memory regions in file order.
     pub memory_regions: Vec<MemoryRegionConfig>,
     /// Interfaces in file order; their index is the port id.

@@ -60,6 +60,7 @@ struct Common {
     log_level: String,
     debug: bool,
     loopback: bool,
+    gpu_stage: crate::stage::StageMode,
     legacy_protocol: Option<Transport>,
 }
 
@@ -96,6 +97,7 @@ fn cfg(d: &mut Diagnostics, m: &mut MapReader) -> Option<Config> {
         engine,
         log_level: common.log_level,
         debug: common.debug,
+        gpu_stage: common.gpu_stage,
         memory_regions: regions?,
         interfaces,
         bench: BenchConfig::default(),
@@ -158,6 +160,14 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
     let legacy_protocol = m.optional(d, "protocol", |d, n, p| {
         r::choice(d, n, p, &["roce", "rdma", "tcp", "udp"]).map(transport_of)
     });
+    let gpu_stage = m
+        .optional(d, "gpu_stage", |d, n, p| {
+            r::choice(d, n, p, &["kernel", "copy"]).map(|k| match k {
+                "copy" => crate::stage::StageMode::Copy,
+                _ => crate::stage::StageMode::Kernel,
+            })
+        })
+        .unwrap_or(crate::stage::StageMode::Kernel);
     m.not_supported(d, "manager");
     Some(Common {
         version: version? as u32,
@@ -167,6 +177,7 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
         log_level,
         debug,
         loopback,
+        gpu_stage,
         legacy_protocol,
     })
 }

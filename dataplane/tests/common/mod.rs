@@ -3,11 +3,18 @@
 
 use std::path::PathBuf;
 
-/// A shipped configuration, by its name in `configs/`.
+/// A shipped configuration, by its name in `configs/` (of the source tree the test was
+/// built in, else of the current directory: test binaries carried to another machine run
+/// from a copy of the repository).
 pub fn config_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../configs")
-        .join(name)
+        .join(name);
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from("configs").join(name)
+    }
 }
 
 /// The `--json` report: the last line of a `dataplane bench` run's stdout.

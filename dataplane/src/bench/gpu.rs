@@ -1,0 +1,286 @@
+//! `dataplane bench gpu`: the GPU paths next to their physical peers, measured in one run.
+//!
+//! - **Staged ingest**: bursts of packets in host memory moved into a `device` region by
+//!   the RX stage (both modes, pageable and pinned sources), in Gb/s of payload, next to
+//!   the plain pinned host-to-device copy bandwidth of one large buffer.
+//! - **Reorder**: the reorder kernel on a batch in device memory, in GB/s of payload, next
+//!   to a device-to-device copy of the same bytes.
+//!
+//! Each figure is the median of several timed rounds.
+
+use crate::burst::Burst;
+use crate::config::{Access, MemoryKind, MemoryRegionConfig};
+use crate::memory::RegionSet;
+use crate::stage::{RxStage, StageMode};
+use gpudirect::reorder::{BitField, Conversion, InputType, Method, OutputType, ReorderSpec};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One staged-ingest case.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageResult {
+    /// Payload bytes per packet.
+    pub payload: usize,
+    /// Memory of the source packets.
+    pub source: &'static str,
+    /// `kernel` or `copy`.
+    pub mode: &'static str,
+    /// Payload Gb/s into device memory (median round).
+    pub gbps: f64,
+    /// `gbps` over the pinned host-to-device copy bandwidth.
+    pub ratio_to_h2d: f64,
+}
+
+/// One reorder case.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReorderResult {
+    /// What the kernel does.
+    pub case: String,
+    /// Packets per batch and payload bytes each.
+    pub packets: u32,
+    /// Payload bytes per packet.
+    pub payload: u32,
+    /// Input GB/s of the reorder kernel (median round).
+    pub reorder_gbyte_s: f64,
+    /// GB/s of a device-to-device copy of the same bytes.
+    pub d2d_gbyte_s: f64,
+    /// `reorder_gbyte_s / d2d_gbyte_s`.
+    pub ratio: f64,
+}
+
+/// The whole report (`--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuReport {
+    /// GPU name.
+    pub gpu: String,
+    /// Pinned host-to-device copy of one 256 MiB buffer, Gb/s.
+    pub h2d_pinned_gbps: f64,
+    /// Staged ingest cases.
+    pub stage: Vec<StageResult>,
+    /// Reorder cases.
+    pub reorder: Vec<ReorderResult>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn region(name: &str, kind: MemoryKind, num_bufs: usize, buf_size: usize) -> MemoryRegionConfig {
+    MemoryRegionConfig {
+        name: name.into(),
+        kind,
+        affinity: 0,
+        num_bufs,
+        buf_size,
+        access: vec![Access::Local],
+        zero_copy: None,
+        location: Default::default(),
+    }
+}
+
+/// Runs every case on GPU 0; each timed round lasts about `round` seconds.
+pub fn run(round: f64) -> Result<GpuReport, String> {
+    let e = |e: gpudirect::GpuError| e.to_string();
+    let gpu_name = gpudirect::device_name(0).map_err(e)?;
+    let mut gpu = gpudirect::Gpu::new(0).map_err(e)?;
+    let round = Duration::from_secs_f64(round.max(0.05));
+    let rounds = 7;
+
+    // The peer: one large pinned buffer copied to the device.
+    let big = 256 << 20;
+    let pinned = gpudirect::PinnedBuffer::alloc(0, big).map_err(e)?;
+    let dev = gpudirect::DeviceBuffer::alloc(0, big).map_err(e)?;
+    let mut h2d = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        // SAFETY: both buffers are `big` bytes and live past the sync.
+        unsafe { gpu.copy_to_device(dev.device_ptr(), pinned.as_ptr(), big) }.map_err(e)?;
+        gpu.sync().map_err(e)?;
+        h2d.push(big as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    let h2d_pinned_gbps = median(h2d);
+
+    let mut stage = Vec::new();
+    for payload in [1024usize, 8192] {
+        for (source, kind) in [
+            ("host", MemoryKind::Host),
+            ("host_pinned", MemoryKind::HostPinned),
+        ] {
+            for (mode_name, mode) in [("kernel", StageMode::Kernel), ("copy", StageMode::Copy)] {
+                let gbps = stage_case(payload, kind, mode, round, rounds)?;
+                stage.push(StageResult {
+                    payload,
+                    source,
+                    mode: mode_name,
+                    gbps,
+                    ratio_to_h2d: gbps / h2d_pinned_gbps,
+                });
+            }
+        }
+    }
+
+    let mut reorder = Vec::new();
+    let seq = BitField {
+        bit_offset: 0,
+        bit_width: 32,
+    };
+    for (case, payload, conversion) in [
+        ("reorder 1024 x 8 KiB, bytes", 8192u32, None),
+        ("reorder 1024 x 1 KiB, bytes", 1024, None),
+        (
+            "reorder 1024 x 8 KiB, int16 -> fp32",
+            8192,
+            Some(Conversion {
+                input: InputType::Int16,
+                output: OutputType::Fp32,
+                network_order: true,
+            }),
+        ),
+    ] {
+        let spec = ReorderSpec {
+            method: Method::SeqPacketsPerBatch {
+                sequence: seq,
+                packets_per_batch: 1024,
+            },
+            payload_byte_offset: 64,
+            in_slot_bytes: payload,
+            conversion,
+        };
+        reorder.push(reorder_case(&mut gpu, case, &spec, payload, rounds)?);
+    }
+    Ok(GpuReport {
+        gpu: gpu_name,
+        h2d_pinned_gbps,
+        stage,
+        reorder,
+    })
+}
+
+/// Payload Gb/s of the RX stage moving bursts of 256 packets from `kind` memory into a
+/// device region.
+fn stage_case(
+    payload: usize,
+    kind: MemoryKind,
+    mode: StageMode,
+    round: Duration,
+    rounds: usize,
+) -> Result<f64, String> {
+    const BURST: usize = 256;
+    let regions = Arc::new(
+        RegionSet::allocate(&[
+            region("src", kind, BURST * 4, payload),
+            region("dst", MemoryKind::Device, BURST * 4, payload),
+        ])
+        .map_err(|e| e.to_string())?,
+    );
+    let (src, dst) = (0, 1);
+    let mut stage = RxStage::for_queue(&regions, &[dst], BURST, mode)?
+        .ok_or("a device region always needs a stage")?;
+    let mut results = Vec::new();
+    for _ in 0..rounds {
+        let (mut bytes, t) = (0u64, Instant::now());
+        while t.elapsed() < round {
+            let mut b =
+                Burst::allocate(regions.clone(), 0, 0, &[src], BURST).ok_or("source pool empty")?;
+            for i in 0..BURST {
+                b.set_len(i, 0, payload);
+            }
+            let out = match stage.apply(b) {
+                Ok(out) => out,
+                Err(crate::stage::StageError::NoBuffers(_)) => {
+                    return Err("device pool empty".into());
+                }
+                Err(crate::stage::StageError::Failed { reason, .. }) => return Err(reason),
+            };
+            bytes += out.bytes();
+        }
+        results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    Ok(median(results))
+}
+
+/// The reorder kernel on one batch in device memory against a device-to-device copy of
+/// the same payload bytes.
+fn reorder_case(
+    gpu: &mut gpudirect::Gpu,
+    case: &str,
+    spec: &ReorderSpec,
+    payload: u32,
+    rounds: usize,
+) -> Result<ReorderResult, String> {
+    let e = |e: gpudirect::GpuError| e.to_string();
+    let ppb = spec.packets_per_batch();
+    let stride = (payload as usize + 64).next_multiple_of(256);
+    let input = gpudirect::DeviceBuffer::alloc(0, stride * ppb as usize).map_err(e)?;
+    let output = gpudirect::DeviceBuffer::alloc(0, spec.batch_bytes()).map_err(e)?;
+    let copy_dst = gpudirect::DeviceBuffer::alloc(0, payload as usize * ppb as usize).map_err(e)?;
+    // Packets in reverse order: sequence number first, then payload bytes.
+    let mut host = vec![0u8; stride * ppb as usize];
+    for k in 0..ppb as usize {
+        let seq = (ppb as usize - 1 - k) as u32;
+        host[k * stride..k * stride + 4].copy_from_slice(&seq.to_be_bytes());
+        for (j, b) in host[k * stride + 64..k * stride + 64 + payload as usize]
+            .iter_mut()
+            .enumerate()
+        {
+            *b = (j ^ k) as u8;
+        }
+    }
+    input.write(0, &host).map_err(e)?;
+    let packets: Vec<(u64, u32)> = (0..ppb as u64)
+        .map(|k| (input.device_ptr() + k * stride as u64, payload + 64))
+        .collect();
+    let bytes = payload as f64 * ppb as f64;
+    let (mut r, mut c) = (Vec::new(), Vec::new());
+    const REPS: u32 = 50;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        for _ in 0..REPS {
+            // SAFETY: packets and output are device buffers alive for the call.
+            unsafe { gpu.reorder(spec, &packets, output.device_ptr()) }.map_err(e)?;
+        }
+        r.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
+        let t = Instant::now();
+        for _ in 0..REPS {
+            // SAFETY: both ranges lie in device buffers of at least `bytes` bytes.
+            unsafe { gpu.copy_device(copy_dst.device_ptr(), input.device_ptr(), bytes as usize) }
+                .map_err(e)?;
+            gpu.sync().map_err(e)?;
+        }
+        c.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    let (reorder_gbyte_s, d2d_gbyte_s) = (median(r), median(c));
+    Ok(ReorderResult {
+        case: case.into(),
+        packets: ppb,
+        payload,
+        reorder_gbyte_s,
+        d2d_gbyte_s,
+        ratio: reorder_gbyte_s / d2d_gbyte_s,
+    })
+}
+
+impl GpuReport {
+    /// A human-readable summary.
+    pub fn human(&self) -> String {
+        let mut s = format!(
+            "{}: pinned host-to-device copy {:.1} Gb/s\n",
+            self.gpu, self.h2d_pinned_gbps
+        );
+        for r in &self.stage {
+            s.push_str(&format!(
+                "  staged ingest {:>5} B from {:<11} ({:<6}): {:>7.1} Gb/s = {:.2} x pinned copy\n",
+                r.payload, r.source, r.mode, r.gbps, r.ratio_to_h2d
+            ));
+        }
+        for r in &self.reorder {
+            s.push_str(&format!(
+                "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2}\n",
+                r.case, r.reorder_gbyte_s, r.d2d_gbyte_s, r.ratio
+            ));
+        }
+        s
+    }
+}
