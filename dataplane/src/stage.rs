@@ -20,12 +20,15 @@
 //!   (GPU-mapped) memory and writes each to its buffer; packets in pageable memory are first
 //!   gathered into the pinned staging buffer.
 //!
-//! The worker waits for the copies before it hands the burst over, so the application never
-//! sees a buffer whose bytes are still in flight.
+//! Up to [`gpudirect::kernels::TABLE_SLOTS`] bursts are in flight on the GPU at once (each
+//! with its own argument table and staging area); the worker hands a burst over only when
+//! the event recorded after its copies reports them done, in arrival order, so the
+//! application never sees a buffer whose bytes are still moving.
 
 use crate::burst::Burst;
 use crate::config::MemoryKind;
 use crate::memory::{RegionId, RegionSet};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// How host bytes reach GPU memory.
@@ -62,6 +65,22 @@ struct Move {
     len: u32,
 }
 
+/// A staged burst on its way: the output, and the source kept until the copies out of it
+/// finished.
+struct InFlight {
+    out: Burst,
+    _source: Burst,
+    /// Waits for the GPU (its table slot's event) before it is handed back.
+    #[cfg(feature = "cuda")]
+    on_gpu: bool,
+    /// Device-to-pageable-host bytes the CPU moves out of staging once the GPU is done:
+    /// (staging offset, destination, length).
+    #[cfg(feature = "cuda")]
+    finish: Vec<(usize, u64, u32)>,
+    #[cfg(feature = "cuda")]
+    slot: usize,
+}
+
 /// The stage of one RX queue.
 pub(crate) struct RxStage {
     regions: Arc<RegionSet>,
@@ -69,6 +88,7 @@ pub(crate) struct RxStage {
     /// Header-data split boundary (the first region's buf_size) with two regions.
     split: Option<usize>,
     moves: Vec<Move>,
+    in_flight: VecDeque<InFlight>,
     #[cfg(feature = "cuda")]
     gpu: Option<GpuPath>,
 }
@@ -76,16 +96,21 @@ pub(crate) struct RxStage {
 #[cfg(feature = "cuda")]
 struct GpuPath {
     gpu: gpudirect::Gpu,
+    /// One staging area per table slot.
     staging: gpudirect::PinnedBuffer,
+    slot_bytes: usize,
+    next_slot: usize,
     mode: StageMode,
     items: Vec<(u64, u64, u32)>,
-    /// Device-to-host moves finished by the CPU after the GPU wrote them to staging.
-    finish: Vec<(usize, u64, u32)>,
 }
 
 fn gpu_side(regions: &RegionSet, r: RegionId) -> bool {
     regions.get(r).kind() == MemoryKind::Device
 }
+
+/// Bursts in flight at most (one per GPU argument table).
+#[cfg(feature = "cuda")]
+const DEPTH: usize = gpudirect::kernels::TABLE_SLOTS;
 
 impl RxStage {
     /// A stage for a queue with `layout` regions, or `None` when its packets need none
@@ -108,40 +133,58 @@ impl RxStage {
             ));
         }
         #[cfg(not(feature = "cuda"))]
-        let _ = (batch, mode);
+        let _ = mode;
         Ok(Some(Self {
             regions: regions.clone(),
             layout: layout.to_vec(),
             split,
             moves: Vec::with_capacity(batch * 2),
+            in_flight: VecDeque::new(),
             #[cfg(feature = "cuda")]
             gpu: match layout.iter().find(|&&r| gpu_side(regions, r)) {
                 None => None,
                 Some(_) => {
                     let ordinal = device_ordinal(regions, layout);
-                    let bytes = batch
+                    let slot_bytes = (batch
                         * layout
                             .iter()
                             .map(|&r| regions.get(r).stride())
                             .max()
-                            .unwrap_or(0);
+                            .unwrap_or(0))
+                    .max(4096);
                     let e = |e: gpudirect::GpuError| e.to_string();
                     Some(GpuPath {
                         gpu: gpudirect::Gpu::new(ordinal).map_err(e)?,
-                        staging: gpudirect::PinnedBuffer::alloc(ordinal, bytes.max(4096))
+                        staging: gpudirect::PinnedBuffer::alloc(ordinal, slot_bytes * DEPTH)
                             .map_err(e)?,
+                        slot_bytes,
+                        next_slot: 0,
                         mode,
                         items: Vec::with_capacity(batch),
-                        finish: Vec::with_capacity(batch),
                     })
                 }
             },
         }))
     }
 
-    /// `burst` in the queue's layout: unchanged when it already is, otherwise copied into
-    /// new buffers (the old ones go back to their pools).
-    pub(crate) fn apply(&mut self, burst: Burst) -> Result<Burst, StageError> {
+    /// True when another burst can be submitted now.
+    pub(crate) fn has_room(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.gpu.is_some() {
+            return self.in_flight.len() < DEPTH;
+        }
+        true
+    }
+
+    /// Bursts submitted and not yet handed back.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Starts moving `burst` into the queue's layout; [`RxStage::completed`] hands it back.
+    /// A burst already in the layout is handed back as it is. Call only with
+    /// [`RxStage::has_room`].
+    pub(crate) fn submit(&mut self, burst: Burst) -> Result<(), StageError> {
         let in_layout = burst.packets().iter().all(|p| {
             p.segments().len() == self.layout.len()
                 && p.segments()
@@ -150,7 +193,18 @@ impl RxStage {
                     .all(|(s, r)| s.region == *r)
         });
         if burst.is_empty() || in_layout {
-            return Ok(burst);
+            let empty = Burst::empty(self.regions.clone(), burst.port(), burst.queue(), 0);
+            self.in_flight.push_back(InFlight {
+                out: burst,
+                _source: empty,
+                #[cfg(feature = "cuda")]
+                on_gpu: false,
+                #[cfg(feature = "cuda")]
+                finish: Vec::new(),
+                #[cfg(feature = "cuda")]
+                slot: 0,
+            });
+            return Ok(());
         }
         let n = burst.len();
         let Some(mut out) = Burst::allocate(
@@ -200,16 +254,9 @@ impl RxStage {
             }
             out.set_flow_id(i, p.flow_id);
         }
-        self.run_moves().map_err(failed)?;
-        // The old buffers go back only now: every copy out of them has finished.
-        drop(burst);
-        Ok(out)
-    }
-
-    fn run_moves(&mut self) -> Result<(), String> {
         let regions = self.regions.clone();
         let on_gpu = |r| gpu_side(&regions, r);
-        // Host to host: plain copies.
+        // Host to host: plain copies, done now.
         for m in self
             .moves
             .iter()
@@ -221,11 +268,21 @@ impl RxStage {
                 std::ptr::copy_nonoverlapping(m.src as *const u8, m.dst as *mut u8, m.len as usize)
             };
         }
-        if self
+        let needs_gpu = self
             .moves
             .iter()
-            .all(|m| !on_gpu(m.src_region) && !on_gpu(m.dst_region))
-        {
+            .any(|m| on_gpu(m.src_region) || on_gpu(m.dst_region));
+        if !needs_gpu {
+            self.in_flight.push_back(InFlight {
+                out,
+                _source: burst,
+                #[cfg(feature = "cuda")]
+                on_gpu: false,
+                #[cfg(feature = "cuda")]
+                finish: Vec::new(),
+                #[cfg(feature = "cuda")]
+                slot: 0,
+            });
             return Ok(());
         }
         #[cfg(feature = "cuda")]
@@ -234,11 +291,92 @@ impl RxStage {
                 .gpu
                 .as_mut()
                 .expect("a GPU path exists for device regions");
-            gpu.run(&regions, &self.moves)
-                .map_err(|e| format!("GPU copy failed: {e}"))
+            let (slot, finish) = gpu
+                .submit(&regions, &self.moves)
+                .map_err(|e| failed(format!("GPU copy failed: {e}")))?;
+            self.in_flight.push_back(InFlight {
+                out,
+                _source: burst,
+                on_gpu: true,
+                finish,
+                slot,
+            });
+            Ok(())
         }
         #[cfg(not(feature = "cuda"))]
-        Err("this build has no CUDA support".into())
+        Err(failed("this build has no CUDA support".into()))
+    }
+
+    /// The oldest submitted burst once its copies finished (arrival order is kept).
+    pub(crate) fn completed(&mut self) -> Option<Result<Burst, StageError>> {
+        let front = self.in_flight.front()?;
+        #[cfg(feature = "cuda")]
+        if front.on_gpu {
+            let gpu = &self.gpu.as_ref().expect("GPU path").gpu;
+            match gpu.slot_done(front.slot) {
+                Ok(false) => return None,
+                Ok(true) => {}
+                Err(e) => return Some(Err(self.lost(format!("GPU copy failed: {e}")))),
+            }
+        }
+        let _ = front;
+        Some(Ok(self.finish_front()))
+    }
+
+    /// As [`RxStage::completed`], waiting for the oldest burst.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn wait_oldest(&mut self) -> Option<Result<Burst, StageError>> {
+        #[cfg(feature = "cuda")]
+        if let Some(f) = self.in_flight.front()
+            && f.on_gpu
+            && let Err(e) = self.gpu.as_ref().expect("GPU path").gpu.wait_slot(f.slot)
+        {
+            return Some(Err(self.lost(format!("GPU copy failed: {e}"))));
+        }
+        self.completed()
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn lost(&mut self, reason: String) -> StageError {
+        let f = self.in_flight.pop_front().expect("a burst in flight");
+        StageError::Failed {
+            packets: f.out.len() as u64,
+            reason,
+        }
+    }
+
+    fn finish_front(&mut self) -> Burst {
+        let f = self.in_flight.pop_front().expect("a burst in flight");
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = &self.gpu {
+            let base = gpu.staging.as_ptr();
+            for &(at, dst, len) in &f.finish {
+                // SAFETY: the GPU finished writing this slot's staging; `dst` is a host
+                // buffer of the output burst.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        base.add(f.slot * gpu.slot_bytes + at),
+                        dst as *mut u8,
+                        len as usize,
+                    )
+                };
+            }
+        }
+        // The source buffers go back as `f` drops: every copy out of them has finished.
+        let InFlight { out, .. } = f;
+        out
+    }
+}
+
+impl Drop for RxStage {
+    fn drop(&mut self) {
+        // Nothing may still write into buffers that go back to their pools.
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            let _ = g.gpu.bind();
+            let _ = g.gpu.sync();
+        }
+        self.in_flight.clear();
     }
 }
 
@@ -252,17 +390,27 @@ fn device_ordinal(regions: &RegionSet, layout: &[RegionId]) -> u32 {
 
 #[cfg(feature = "cuda")]
 impl GpuPath {
-    /// Runs every move that touches GPU memory, then waits for them.
-    fn run(&mut self, regions: &RegionSet, moves: &[Move]) -> Result<(), gpudirect::GpuError> {
+    /// Queues every move that touches GPU memory in the next table slot and records the
+    /// slot's event after them. Returns the slot and the CPU's share of device-to-host
+    /// moves.
+    #[allow(clippy::type_complexity)]
+    fn submit(
+        &mut self,
+        regions: &RegionSet,
+        moves: &[Move],
+    ) -> Result<(usize, Vec<(usize, u64, u32)>), gpudirect::GpuError> {
         // Cheap when already current; the worker thread may differ from the creator.
         self.gpu.bind()?;
+        let slot = self.next_slot;
+        self.next_slot = (slot + 1) % DEPTH;
         let dev = |r| gpu_side(regions, r);
         let pinned = |r| regions.get(r).kind() == MemoryKind::HostPinned;
-        let base = self.staging.as_ptr();
-        let cap = self.staging.len();
+        // SAFETY: the slot's staging area lies inside the staging buffer.
+        let base = unsafe { self.staging.as_ptr().add(slot * self.slot_bytes) };
+        let cap = self.slot_bytes;
         let mut used = 0usize;
+        let mut finish = Vec::new();
         self.items.clear();
-        self.finish.clear();
         let mut copy_mode_moves: Vec<Move> = Vec::new();
         for m in moves
             .iter()
@@ -293,29 +441,29 @@ impl GpuPath {
                 // Pageable host destination: the GPU writes staging, the CPU finishes.
                 assert!(used + m.len as usize <= cap, "staging sized for a burst");
                 dst = base as u64 + used as u64;
-                self.finish.push((used, m.dst, m.len));
+                finish.push((used, m.dst, m.len));
                 used += m.len as usize;
             }
             self.items.push((src, dst, m.len));
         }
-        for chunk in self.items.chunks(crate::stage::MAX_ITEMS) {
-            // SAFETY: every source and destination is device memory or pinned host memory
-            // mapped for the GPU, owned by the bursts or staging until the sync below.
-            unsafe { self.gpu.batched_copy(chunk) }?;
-            if self.items.len() > crate::stage::MAX_ITEMS {
+        if self.items.len() > MAX_ITEMS {
+            // More items than one table holds: one launch at a time, waited for.
+            for chunk in self.items.chunks(MAX_ITEMS) {
+                // SAFETY: as below; the sync frees the table before the next chunk.
+                unsafe { self.gpu.batched_copy_in(slot, chunk) }?;
                 self.gpu.sync()?;
             }
+        } else {
+            // SAFETY: every source and destination is device memory or pinned host memory
+            // mapped for the GPU, owned by the bursts or staging until the event below
+            // completes; the slot's previous launch completed (at most DEPTH in flight).
+            unsafe { self.gpu.batched_copy_in(slot, &self.items) }?;
         }
         if !copy_mode_moves.is_empty() {
-            self.copy_runs(regions, &mut copy_mode_moves, used)?;
+            self.copy_runs(regions, &mut copy_mode_moves, base, used)?;
         }
-        self.gpu.sync()?;
-        for &(at, dst, len) in &self.finish {
-            // SAFETY: the GPU finished writing staging; `dst` is a host buffer of the new
-            // burst.
-            unsafe { std::ptr::copy_nonoverlapping(base.add(at), dst as *mut u8, len as usize) };
-        }
-        Ok(())
+        self.gpu.record_slot(slot)?;
+        Ok((slot, finish))
     }
 
     /// Copy mode: gathers into staging laid out like the destinations and issues one
@@ -324,10 +472,10 @@ impl GpuPath {
         &mut self,
         regions: &RegionSet,
         moves: &mut [Move],
+        base: *mut u8,
         mut used: usize,
     ) -> Result<(), gpudirect::GpuError> {
         moves.sort_unstable_by_key(|m| m.dst);
-        let base = self.staging.as_ptr();
         let mut k = 0;
         while k < moves.len() {
             let stride = regions.get(moves[k].dst_region).stride() as u64;
@@ -341,12 +489,9 @@ impl GpuPath {
             let run = &moves[k..end];
             let d0 = run[0].dst;
             let span = (run[end - k - 1].dst - d0) as usize + run[end - k - 1].len as usize;
-            assert!(
-                used + span <= self.staging.len(),
-                "staging sized for a burst"
-            );
+            assert!(used + span <= self.slot_bytes, "staging sized for a burst");
             for m in run {
-                // SAFETY: host source of the burst; the staging range is inside the buffer.
+                // SAFETY: host source of the burst; the staging range is inside the slot.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         m.src as *const u8,
@@ -355,8 +500,8 @@ impl GpuPath {
                     )
                 };
             }
-            // SAFETY: pinned staging stays untouched until the sync; the destination run
-            // lies in device buffers of the new burst.
+            // SAFETY: pinned staging stays untouched until the burst's event completes;
+            // the destination run lies in device buffers of the new burst.
             unsafe { self.gpu.copy_to_device(d0, base.add(used), span) }?;
             used += span;
             k = end;

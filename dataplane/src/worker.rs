@@ -85,15 +85,19 @@ impl RxTask {
     fn poll(&mut self, flush: bool) -> bool {
         // A full burst waiting for ring space blocks this queue (backpressure).
         if let Some(b) = self.ready.take() {
-            self.deliver(b);
+            self.push(b);
             if self.ready.is_some() {
                 return false;
             }
         }
+        self.drain_stage();
+        if self.ready.is_some() {
+            return false;
+        }
         if let Some(b) = self.unstaged.take() {
             self.deliver(b);
             if self.unstaged.is_some() {
-                return false;
+                return self.stage.as_ref().is_some_and(|s| s.in_flight() > 0);
             }
         }
         let burst = self.assembling.get_or_insert_with(|| {
@@ -129,24 +133,45 @@ impl RxTask {
         let Some(stage) = self.stage.as_mut() else {
             return self.push(burst);
         };
-        let burst = match stage.apply(burst) {
-            Ok(b) => b,
+        if !stage.has_room() {
+            self.unstaged = Some(burst);
+            return self.drain_stage();
+        }
+        match stage.submit(burst) {
+            Ok(()) => {}
             // Backpressure: the application still holds the stage regions' buffers.
-            Err(crate::stage::StageError::NoBuffers(b)) => {
-                self.unstaged = Some(b);
-                return;
-            }
+            Err(crate::stage::StageError::NoBuffers(b)) => self.unstaged = Some(b),
             Err(crate::stage::StageError::Failed { packets, reason }) => {
-                tracing::error!(
-                    "port {} queue {}: {packets} packets dropped: {reason}",
-                    self.port_id,
-                    self.queue_id
-                );
-                self.counters.drop_packets(DropReason::GpuCopy, packets);
-                return;
+                self.stage_failed(packets, &reason)
             }
-        };
-        self.push(burst);
+        }
+        self.drain_stage();
+    }
+
+    /// Delivers the stage's finished bursts, oldest first, while the ring has room.
+    fn drain_stage(&mut self) {
+        while self.ready.is_none() {
+            let Some(stage) = self.stage.as_mut() else {
+                return;
+            };
+            match stage.completed() {
+                None => return,
+                Some(Ok(b)) => self.push(b),
+                Some(Err(crate::stage::StageError::Failed { packets, reason })) => {
+                    self.stage_failed(packets, &reason)
+                }
+                Some(Err(crate::stage::StageError::NoBuffers(b))) => drop(b),
+            }
+        }
+    }
+
+    fn stage_failed(&mut self, packets: u64, reason: &str) {
+        tracing::error!(
+            "port {} queue {}: {packets} packets dropped: {reason}",
+            self.port_id,
+            self.queue_id
+        );
+        self.counters.drop_packets(DropReason::GpuCopy, packets);
     }
 
     fn push(&mut self, burst: Burst) {

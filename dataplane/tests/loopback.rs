@@ -150,3 +150,79 @@ fn start_fails_cleanly_for_missing_cores_and_missing_cuda() {
         Ok(_) => eprintln!("SKIP: a CUDA driver is present, device memory was allocated"),
     }
 }
+
+/// Header-data split in software: the RX queue has two regions, so the RX worker puts the
+/// first 64 bytes of each packet in the first and the rest in the second, and the TX
+/// buffers go back to their pool.
+#[test]
+fn a_two_region_rx_queue_gets_headers_and_payloads_split() {
+    let text = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: "sw"
+    memory_regions:
+    - {name: txb, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
+    - {name: hdr, kind: host, affinity: 0, num_bufs: 256, buf_size: 64}
+    - {name: pay, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx:
+        queues:
+        - {name: tq, id: 0, cpu_core: 1, batch_size: 16, memory_regions: [txb]}
+      rx:
+        queues:
+        - {name: rq, id: 0, cpu_core: 1, batch_size: 16, timeout_us: 200, memory_regions: [hdr, pay]}
+"#;
+    let cfg = config::load_with(text, "hds.yaml", &|c| c < 2)
+        .unwrap()
+        .config;
+    let mut plane = DataPlane::start(&cfg).expect("start");
+    let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
+    let mut rx = plane.take_rx_queue("loop0", 0).unwrap();
+    let lens = [10usize, 64, 65, 700, 1024];
+    let mut b = tx.alloc(lens.len()).unwrap();
+    for (i, &len) in lens.iter().enumerate() {
+        let buf = b.buffer_mut(i, 0).unwrap();
+        for (k, x) in buf[..len].iter_mut().enumerate() {
+            *x = (k * 7 + i) as u8;
+        }
+        b.set_len(i, 0, len);
+    }
+    tx.send(b).expect("send");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let burst = loop {
+        if let Some(b) = rx.poll() {
+            break b;
+        }
+        assert!(Instant::now() < deadline, "nothing arrived");
+        std::thread::yield_now();
+    };
+    assert_eq!(burst.len(), lens.len());
+    let regions = burst.regions().clone();
+    for (i, &len) in lens.iter().enumerate() {
+        let p = burst.packets()[i];
+        let segs = p.segments();
+        assert_eq!(segs.len(), 2);
+        assert_eq!(regions.get(segs[0].region).name(), "hdr");
+        assert_eq!(regions.get(segs[1].region).name(), "pay");
+        assert_eq!(
+            (segs[0].len as usize, segs[1].len as usize),
+            (len.min(64), len.saturating_sub(64))
+        );
+        let whole: Vec<u8> = [burst.data(i, 0).unwrap(), burst.data(i, 1).unwrap()].concat();
+        let want: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
+        assert_eq!(whole, want, "packet {i}");
+    }
+    drop(burst);
+    let txb = regions.id_of("txb").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while regions.get(txb).available() != 256 {
+        assert!(Instant::now() < deadline, "TX buffers never came back");
+        std::thread::yield_now();
+    }
+    plane.shutdown();
+}

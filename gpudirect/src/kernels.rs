@@ -23,6 +23,27 @@ typedef unsigned int u32;
 typedef unsigned short u16;
 typedef unsigned char u8;
 
+// Block-wide copy and zero fill, 16 bytes at a time where the addresses allow.
+__device__ void copy_bytes(u8* d, const u8* s, u32 n) {
+    u32 start = 0;
+    if ((((u64)s | (u64)d) & 15) == 0) {
+        u32 v = n / 16;
+        for (u32 k = threadIdx.x; k < v; k += blockDim.x) ((uint4*)d)[k] = ((const uint4*)s)[k];
+        start = v * 16;
+    }
+    for (u32 k = start + threadIdx.x; k < n; k += blockDim.x) d[k] = s[k];
+}
+
+__device__ void zero_bytes(u8* d, u32 n) {
+    u32 head = (u32)((16 - ((u64)d & 15)) & 15);
+    if (head > n) head = n;
+    for (u32 k = threadIdx.x; k < head; k += blockDim.x) d[k] = 0;
+    u8* a = d + head;
+    u32 rest = n - head, v = rest / 16;
+    for (u32 k = threadIdx.x; k < v; k += blockDim.x) ((uint4*)a)[k] = make_uint4(0, 0, 0, 0);
+    for (u32 k = v * 16 + threadIdx.x; k < rest; k += blockDim.x) a[k] = 0;
+}
+
 extern "C" __global__ void batched_copy(const u64* src, const u64* dst, const u32* len, u32 n) {
     u32 i = blockIdx.x;
     if (i >= n) return;
@@ -122,7 +143,7 @@ extern "C" __global__ void frame_digest(const u64* src, const u32* len, u32 n, u
 extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
         u32 seq_off, u32 seq_width, u32 batch_off, u32 batch_width, u32 ppb,
         u32 payload_off, u32 in_slot, u32 out_slot, int in_type, int out_type, int network,
-        u8* out, u32* meta) {
+        u8* out, u32* meta, u32* filled) {
     u32 i = blockIdx.x;
     if (i >= n) return;
     const u8* p = (const u8*)src[i];
@@ -136,13 +157,15 @@ extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
         }
     }
     u32 slot = seq % ppb;
+    if (threadIdx.x == 0) filled[slot] = 1;
     u32 start = payload_off < l ? payload_off : l;
     u32 avail = l - start;
     if (avail > in_slot) avail = in_slot;
     const u8* s = p + start;
     u8* d = out + (u64)slot * out_slot;
     if (in_type < 0) {
-        for (u32 k = threadIdx.x; k < avail; k += blockDim.x) d[k] = s[k];
+        copy_bytes(d, s, avail);
+        zero_bytes(d + avail, out_slot - avail);
         return;
     }
     u32 bits = in_type == 0 ? 4 : in_type == 1 ? 8 : in_type == 2 ? 16 : 32;
@@ -153,6 +176,18 @@ extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
         else if (out_type == 1) ((u16*)d)[e] = f32_to_bf16(v);
         else ((float*)d)[e] = v;
     }
+    u32 written = elems * (out_type == 2 ? 4 : 2);
+    zero_bytes(d + written, out_slot - written);
+}
+
+// After `reorder`: zeroes every slot no packet filled, and clears the marks for the next
+// batch. One block per slot.
+extern "C" __global__ void zero_missing(u8* out, u32 out_slot, u32 ppb, u32* filled) {
+    u32 slot = blockIdx.x;
+    if (slot >= ppb) return;
+    if (!filled[slot]) zero_bytes(out + (u64)slot * out_slot, out_slot);
+    __syncthreads();
+    if (threadIdx.x == 0) filled[slot] = 0;
 }
 "#;
 
@@ -215,7 +250,13 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     batched_copy: CudaFunction,
     reorder: CudaFunction,
+    zero_missing: CudaFunction,
     frame_digest: CudaFunction,
+    /// One event per argument-table slot, recorded after that slot's work.
+    slot_events: Vec<cudarc::driver::CudaEvent>,
+    /// One mark per slot, set by `reorder` and cleared by `zero_missing` (device memory,
+    /// zero between batches).
+    filled: crate::DeviceBuffer,
     /// Output of `frame_digest` (grown on demand).
     digest_out: Option<PinnedBuffer>,
     ordinal: u32,
@@ -227,7 +268,11 @@ pub struct Gpu {
 // is bound to the calling thread before each use.
 unsafe impl Send for Gpu {}
 
-const TABLE_BYTES: usize = MAX_ITEMS * (8 + 8 + 4) + 64;
+/// Argument tables, so that this many launches can be in flight at once (see
+/// [`Gpu::batched_copy_in`]).
+pub const TABLE_SLOTS: usize = 4;
+const TABLE_SLOT_BYTES: usize = MAX_ITEMS * (8 + 8 + 4) + 64;
+const TABLE_BYTES: usize = TABLE_SLOT_BYTES * TABLE_SLOTS;
 
 impl Gpu {
     /// Kernels of GPU `ordinal` on a new stream.
@@ -240,7 +285,16 @@ impl Gpu {
         Ok(Self {
             batched_copy: f("batched_copy")?,
             reorder: f("reorder")?,
+            zero_missing: f("zero_missing")?,
             frame_digest: f("frame_digest")?,
+            slot_events: (0..TABLE_SLOTS)
+                .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))
+                .collect::<Result<_, _>>()?,
+            filled: {
+                let b = crate::DeviceBuffer::alloc(ordinal, MAX_ITEMS * 4)?;
+                b.write(0, &vec![0u8; MAX_ITEMS * 4])?;
+                b
+            },
             digest_out: None,
             ordinal,
             table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
@@ -265,11 +319,17 @@ impl Gpu {
     }
 
     fn table_parts(&mut self) -> (&mut [u64], &mut [u64], &mut [u32], &mut [u32]) {
-        // SAFETY: the table is TABLE_BYTES of pinned memory owned by `self`, 8-byte
-        // aligned (page-aligned allocation); the four views do not overlap. The GPU reads
-        // it only between a launch and the next `sync`, and callers sync before refilling.
+        self.table_parts_in(0)
+    }
+
+    fn table_parts_in(&mut self, slot: usize) -> (&mut [u64], &mut [u64], &mut [u32], &mut [u32]) {
+        assert!(slot < TABLE_SLOTS);
+        // SAFETY: each slot is TABLE_SLOT_BYTES of pinned memory owned by `self`, 8-byte
+        // aligned (page-aligned allocation, slot size a multiple of 8); the four views do
+        // not overlap. The GPU reads a slot only between a launch and the completion the
+        // caller waits for before refilling that slot.
         unsafe {
-            let base = self.table.as_ptr();
+            let base = self.table.as_ptr().add(slot * TABLE_SLOT_BYTES);
             (
                 std::slice::from_raw_parts_mut(base.cast::<u64>(), MAX_ITEMS),
                 std::slice::from_raw_parts_mut(base.add(MAX_ITEMS * 8).cast::<u64>(), MAX_ITEMS),
@@ -280,7 +340,11 @@ impl Gpu {
     }
 
     fn table_addrs(&self) -> (u64, u64, u64, u64) {
-        let b = self.table.as_ptr() as u64;
+        self.table_addrs_in(0)
+    }
+
+    fn table_addrs_in(&self, slot: usize) -> (u64, u64, u64, u64) {
+        let b = self.table.as_ptr() as u64 + (slot * TABLE_SLOT_BYTES) as u64;
         (
             b,
             b + MAX_ITEMS as u64 * 8,
@@ -295,17 +359,32 @@ impl Gpu {
     /// Every `src` range must be readable and every `dst` range writable by the GPU (device
     /// memory, or pinned host memory mapped for it) until the next [`Gpu::sync`].
     pub unsafe fn batched_copy(&mut self, items: &[(u64, u64, u32)]) -> Result<(), GpuError> {
+        // SAFETY: the caller's promise, and table slot 0 is free once synced.
+        unsafe { self.batched_copy_in(0, items) }
+    }
+
+    /// As [`Gpu::batched_copy`], with its arguments in table `slot` (below
+    /// [`TABLE_SLOTS`]): launches in different slots may be in flight together.
+    ///
+    /// # Safety
+    /// As [`Gpu::batched_copy`]; also, the previous launch that used `slot` must have
+    /// completed (its [`GpuEvent`] reported done, or a sync since).
+    pub unsafe fn batched_copy_in(
+        &mut self,
+        slot: usize,
+        items: &[(u64, u64, u32)],
+    ) -> Result<(), GpuError> {
         assert!(items.len() <= MAX_ITEMS, "more than MAX_ITEMS items");
         if items.is_empty() {
             return Ok(());
         }
-        let (src, dst, len, _) = self.table_parts();
+        let (src, dst, len, _) = self.table_parts_in(slot);
         for (k, &(s, d, l)) in items.iter().enumerate() {
             src[k] = s;
             dst[k] = d;
             len[k] = l;
         }
-        let (s, d, l, _) = self.table_addrs();
+        let (s, d, l, _) = self.table_addrs_in(slot);
         let n = items.len() as u32;
         let cfg = LaunchConfig {
             grid_dim: (n, 1, 1),
@@ -322,8 +401,10 @@ impl Gpu {
     }
 
     /// Reorders `packets` (`(address, len)` in arrival order, GPU-readable) into `out`
-    /// (device address, `spec.batch_bytes()` long), which is zeroed first. Waits for the
-    /// result and returns the batch id of the first packet (`None` when it was too short).
+    /// (device address, `spec.batch_bytes()` long); every byte of `out` that no packet
+    /// wrote is zeroed (slot tails and missing slots, without a separate memset pass).
+    /// Waits for the result and returns the batch id of the first packet (`None` when it
+    /// was too short).
     ///
     /// # Safety
     /// The packets must be readable and `out` writable by the GPU until this returns.
@@ -334,6 +415,10 @@ impl Gpu {
         out: u64,
     ) -> Result<Option<u32>, GpuError> {
         assert!(packets.len() <= MAX_ITEMS, "more than MAX_ITEMS packets");
+        assert!(
+            spec.packets_per_batch() as usize <= MAX_ITEMS,
+            "more than MAX_ITEMS slots"
+        );
         let (src, _, len, meta) = self.table_parts();
         for (k, &(a, l)) in packets.iter().enumerate() {
             src[k] = a;
@@ -355,16 +440,7 @@ impl Gpu {
         let (in_slot, out_slot) = (spec.in_slot_bytes, spec.out_slot_bytes());
         let n = packets.len() as u32;
         self.bind()?;
-        // SAFETY: `out` is the caller's writable device range of batch_bytes().
-        unsafe {
-            cudarc::driver::result::memset_d8_async(
-                out,
-                0,
-                spec.batch_bytes(),
-                self.stream.cu_stream(),
-            )
-        }
-        .map_err(driver("cuMemsetD8Async"))?;
+        let filled = self.filled.device_ptr();
         if n > 0 {
             let cfg = LaunchConfig {
                 grid_dim: (n, 1, 1),
@@ -387,11 +463,21 @@ impl Gpu {
                 .arg(&out_type)
                 .arg(&network)
                 .arg(&out)
-                .arg(&m);
+                .arg(&m)
+                .arg(&filled);
             // SAFETY: the signature matches; the table and `out` stay valid until the sync
             // below.
             unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(reorder)"))?;
         }
+        let cfg = LaunchConfig {
+            grid_dim: (ppb, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.zero_missing);
+        b.arg(&out).arg(&out_slot).arg(&ppb).arg(&filled);
+        // SAFETY: the signature matches; `out` holds ppb slots of out_slot bytes.
+        unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(zero_missing)"))?;
         self.sync()?;
         let (_, _, _, meta) = self.table_parts();
         Ok((meta[1] == 1).then_some(meta[0]))
@@ -491,10 +577,64 @@ impl Gpu {
             .map_err(driver("cuMemcpyDtoDAsync"))
     }
 
+    /// Marks the current end of the stream: the event completes when everything queued so
+    /// far has.
+    pub fn record(&self) -> Result<GpuEvent, GpuError> {
+        let event = self.ctx.new_event(None).map_err(driver("cuEventCreate"))?;
+        event
+            .record(&self.stream)
+            .map_err(driver("cuEventRecord"))?;
+        Ok(GpuEvent(event))
+    }
+
+    /// Records table `slot`'s event: it completes when everything queued so far has.
+    pub fn record_slot(&self, slot: usize) -> Result<(), GpuError> {
+        self.slot_events[slot]
+            .record(&self.stream)
+            .map_err(driver("cuEventRecord"))
+    }
+
+    /// True once the work before table `slot`'s last recorded event finished.
+    pub fn slot_done(&self, slot: usize) -> Result<bool, GpuError> {
+        self.slot_events[slot]
+            .try_is_complete()
+            .map_err(driver("cuEventQuery"))
+    }
+
+    /// Blocks until table `slot`'s last recorded event completed.
+    pub fn wait_slot(&self, slot: usize) -> Result<(), GpuError> {
+        self.slot_events[slot]
+            .synchronize()
+            .map_err(driver("cuEventSynchronize"))
+    }
+
     /// Waits until everything queued on the stream is done.
     pub fn sync(&self) -> Result<(), GpuError> {
         self.stream
             .synchronize()
             .map_err(driver("cuStreamSynchronize"))
+    }
+}
+
+/// A point in a [`Gpu`]'s stream; GPU consumers can also wait on it (`cuStreamWaitEvent`).
+pub struct GpuEvent(cudarc::driver::CudaEvent);
+
+// SAFETY: CUDA events may be queried and waited on from any thread.
+unsafe impl Send for GpuEvent {}
+
+impl GpuEvent {
+    /// True once the work before it finished (never blocks).
+    pub fn is_done(&self) -> Result<bool, GpuError> {
+        self.0.try_is_complete().map_err(driver("cuEventQuery"))
+    }
+
+    /// Blocks until the work before it finished.
+    pub fn wait(&self) -> Result<(), GpuError> {
+        self.0.synchronize().map_err(driver("cuEventSynchronize"))
+    }
+
+    /// The raw `CUevent`, for GPU consumers that order their own streams after it.
+    pub fn raw(&self) -> cudarc::driver::sys::CUevent {
+        self.0.cu_event()
     }
 }

@@ -170,31 +170,37 @@ fn stage_case(
     const BURST: usize = 256;
     let regions = Arc::new(
         RegionSet::allocate(&[
-            region("src", kind, BURST * 4, payload),
-            region("dst", MemoryKind::Device, BURST * 4, payload),
+            region("src", kind, BURST * 8, payload),
+            region("dst", MemoryKind::Device, BURST * 8, payload),
         ])
         .map_err(|e| e.to_string())?,
     );
     let (src, dst) = (0, 1);
     let mut stage = RxStage::for_queue(&regions, &[dst], BURST, mode)?
         .ok_or("a device region always needs a stage")?;
+    let fail = |e| match e {
+        crate::stage::StageError::NoBuffers(_) => "device pool empty".to_string(),
+        crate::stage::StageError::Failed { reason, .. } => reason,
+    };
     let mut results = Vec::new();
     for _ in 0..rounds {
         let (mut bytes, t) = (0u64, Instant::now());
         while t.elapsed() < round {
-            let mut b =
-                Burst::allocate(regions.clone(), 0, 0, &[src], BURST).ok_or("source pool empty")?;
-            for i in 0..BURST {
-                b.set_len(i, 0, payload);
-            }
-            let out = match stage.apply(b) {
-                Ok(out) => out,
-                Err(crate::stage::StageError::NoBuffers(_)) => {
-                    return Err("device pool empty".into());
+            // Keep the stage's pipeline full, as an RX worker under load does.
+            while stage.has_room() {
+                let mut b = Burst::allocate(regions.clone(), 0, 0, &[src], BURST)
+                    .ok_or("source pool empty")?;
+                for i in 0..BURST {
+                    b.set_len(i, 0, payload);
                 }
-                Err(crate::stage::StageError::Failed { reason, .. }) => return Err(reason),
-            };
-            bytes += out.bytes();
+                stage.submit(b).map_err(fail)?;
+            }
+            if let Some(done) = stage.wait_oldest() {
+                bytes += done.map_err(fail)?.bytes();
+            }
+        }
+        while let Some(done) = stage.wait_oldest() {
+            bytes += done.map_err(fail)?.bytes();
         }
         results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
     }
