@@ -27,8 +27,16 @@ typedef unsigned char u8;
 __device__ void copy_bytes(u8* d, const u8* s, u32 n) {
     u32 start = 0;
     if ((((u64)s | (u64)d) & 15) == 0) {
-        u32 v = n / 16;
-        for (u32 k = threadIdx.x; k < v; k += blockDim.x) ((uint4*)d)[k] = ((const uint4*)s)[k];
+        u32 v = n / 16, b = blockDim.x, k = threadIdx.x;
+        const uint4* s4 = (const uint4*)s;
+        uint4* d4 = (uint4*)d;
+        // Four independent loads in flight per thread: PCIe reads of pinned host memory
+        // need many outstanding requests to reach the link's bandwidth.
+        for (; k + 3 * b < v; k += 4 * b) {
+            uint4 x0 = s4[k], x1 = s4[k + b], x2 = s4[k + 2 * b], x3 = s4[k + 3 * b];
+            d4[k] = x0; d4[k + b] = x1; d4[k + 2 * b] = x2; d4[k + 3 * b] = x3;
+        }
+        for (; k < v; k += b) d4[k] = s4[k];
         start = v * 16;
     }
     for (u32 k = start + threadIdx.x; k < n; k += blockDim.x) d[k] = s[k];
@@ -49,16 +57,7 @@ extern "C" __global__ void batched_copy(const u64* src, const u64* dst, const u3
     if (i >= n) return;
     const u8* s = (const u8*)src[i];
     u8* d = (u8*)dst[i];
-    u32 l = len[i];
-    u32 start = 0;
-    if ((((u64)s | (u64)d) & 15) == 0) {
-        u32 v = l / 16;
-        const uint4* s4 = (const uint4*)s;
-        uint4* d4 = (uint4*)d;
-        for (u32 k = threadIdx.x; k < v; k += blockDim.x) d4[k] = s4[k];
-        start = v * 16;
-    }
-    for (u32 k = start + threadIdx.x; k < l; k += blockDim.x) d[k] = s[k];
+    copy_bytes(d, s, len[i]);
 }
 
 __device__ int read_field(const u8* p, u32 len, u32 off, u32 width, u32* out) {
@@ -116,7 +115,7 @@ __device__ u16 f32_to_bf16(float f) {
 // the host check checksums and headers of frames that stay in GPU memory.
 extern "C" __global__ void frame_digest(const u64* src, const u32* len, u32 n, u32 sum_from,
         u32 head, u32 tail, u8* digest, u64* sums) {
-    __shared__ u64 part[128];
+    __shared__ u64 part[256];
     u32 i = blockIdx.x;
     if (i >= n) return;
     const u8* p = (const u8*)src[i];
@@ -157,7 +156,8 @@ extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
         }
     }
     u32 slot = seq % ppb;
-    if (threadIdx.x == 0) filled[slot] = 1;
+    // filled[ppb] counts distinct slots; zero_missing has nothing to do when all are.
+    if (threadIdx.x == 0 && atomicExch(&filled[slot], 1) == 0) atomicAdd(&filled[ppb], 1);
     u32 start = payload_off < l ? payload_off : l;
     u32 avail = l - start;
     if (avail > in_slot) avail = in_slot;
@@ -185,15 +185,20 @@ extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
 extern "C" __global__ void zero_missing(u8* out, u32 out_slot, u32 ppb, u32* filled) {
     u32 slot = blockIdx.x;
     if (slot >= ppb) return;
-    if (!filled[slot]) zero_bytes(out + (u64)slot * out_slot, out_slot);
+    if (filled[ppb] != ppb && !filled[slot]) zero_bytes(out + (u64)slot * out_slot, out_slot);
     __syncthreads();
     if (threadIdx.x == 0) filled[slot] = 0;
+}
+
+// Clears the count of filled slots after zero_missing ran (one thread).
+extern "C" __global__ void reset_count(u32 ppb, u32* filled) {
+    filled[ppb] = 0;
 }
 "#;
 
 /// Threads per block: one block per packet, so a 64 B packet wastes little and a 9 KiB one
 /// still gets enough parallelism.
-const THREADS: u32 = 128;
+const THREADS: u32 = 256;
 /// Items per launch at most (the argument table's size).
 pub const MAX_ITEMS: usize = 4096;
 
@@ -251,6 +256,7 @@ pub struct Gpu {
     batched_copy: CudaFunction,
     reorder: CudaFunction,
     zero_missing: CudaFunction,
+    reset_count: CudaFunction,
     frame_digest: CudaFunction,
     /// One event per argument-table slot, recorded after that slot's work.
     slot_events: Vec<cudarc::driver::CudaEvent>,
@@ -286,13 +292,14 @@ impl Gpu {
             batched_copy: f("batched_copy")?,
             reorder: f("reorder")?,
             zero_missing: f("zero_missing")?,
+            reset_count: f("reset_count")?,
             frame_digest: f("frame_digest")?,
             slot_events: (0..TABLE_SLOTS)
                 .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))
                 .collect::<Result<_, _>>()?,
             filled: {
-                let b = crate::DeviceBuffer::alloc(ordinal, MAX_ITEMS * 4)?;
-                b.write(0, &vec![0u8; MAX_ITEMS * 4])?;
+                let b = crate::DeviceBuffer::alloc(ordinal, (MAX_ITEMS + 1) * 4)?;
+                b.write(0, &vec![0u8; (MAX_ITEMS + 1) * 4])?;
                 b
             },
             digest_out: None,
@@ -478,6 +485,15 @@ impl Gpu {
         b.arg(&out).arg(&out_slot).arg(&ppb).arg(&filled);
         // SAFETY: the signature matches; `out` holds ppb slots of out_slot bytes.
         unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(zero_missing)"))?;
+        let one = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.reset_count);
+        b.arg(&ppb).arg(&filled);
+        // SAFETY: the signature matches; `filled` has room for index ppb.
+        unsafe { b.launch(one) }.map_err(driver("cuLaunchKernel(reset_count)"))?;
         self.sync()?;
         let (_, _, _, meta) = self.table_parts();
         Ok((meta[1] == 1).then_some(meta[0]))
