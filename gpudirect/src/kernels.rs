@@ -27,16 +27,20 @@ typedef unsigned char u8;
 __device__ void copy_bytes(u8* d, const u8* s, u32 n) {
     u32 start = 0;
     if ((((u64)s | (u64)d) & 15) == 0) {
-        u32 v = n / 16, b = blockDim.x, k = threadIdx.x;
+        u32 v = n / 16, b = blockDim.x;
         const uint4* s4 = (const uint4*)s;
         uint4* d4 = (uint4*)d;
-        // Four independent loads in flight per thread: PCIe reads of pinned host memory
-        // need many outstanding requests to reach the link's bandwidth.
-        for (; k + 3 * b < v; k += 4 * b) {
-            uint4 x0 = s4[k], x1 = s4[k + b], x2 = s4[k + 2 * b], x3 = s4[k + 3 * b];
-            d4[k] = x0; d4[k + b] = x1; d4[k + 2 * b] = x2; d4[k + 3 * b] = x3;
+        // Up to four independent loads in flight per thread before any store: PCIe reads
+        // of pinned host memory need many outstanding requests to fill the link.
+        for (u32 base = threadIdx.x; base < v; base += 4 * b) {
+            uint4 x[4];
+#pragma unroll
+            for (u32 j = 0; j < 4; j++)
+                if (base + j * b < v) x[j] = s4[base + j * b];
+#pragma unroll
+            for (u32 j = 0; j < 4; j++)
+                if (base + j * b < v) d4[base + j * b] = x[j];
         }
-        for (; k < v; k += b) d4[k] = s4[k];
         start = v * 16;
     }
     for (u32 k = start + threadIdx.x; k < n; k += blockDim.x) d[k] = s[k];
@@ -139,25 +143,11 @@ extern "C" __global__ void frame_digest(const u64* src, const u32* len, u32 n, u
     for (u32 k = threadIdx.x; k < tail; k += blockDim.x) d[head + k] = l >= tail ? p[l - tail + k] : 0;
 }
 
-extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
-        u32 seq_off, u32 seq_width, u32 batch_off, u32 batch_width, u32 ppb,
-        u32 payload_off, u32 in_slot, u32 out_slot, int in_type, int out_type, int network,
-        u8* out, u32* meta, u32* filled) {
-    u32 i = blockIdx.x;
-    if (i >= n) return;
-    const u8* p = (const u8*)src[i];
-    u32 l = len[i], seq;
-    if (!read_field(p, l, seq_off, seq_width, &seq)) return;
-    if (i == 0 && threadIdx.x == 0) {
-        u32 batch = seq / ppb;
-        if (!batch_width || read_field(p, l, batch_off, batch_width, &batch)) {
-            meta[0] = batch;
-            meta[1] = 1;
-        }
-    }
+// Writes packet `i`'s payload (copied or converted) into its slot and zeroes the slot's
+// tail. Too-short packets (no sequence number) write nothing.
+__device__ void place(const u8* p, u32 l, u32 seq, u32 ppb, u32 payload_off, u32 in_slot,
+        u32 out_slot, int in_type, int out_type, int network, u8* out) {
     u32 slot = seq % ppb;
-    // filled[ppb] counts distinct slots; zero_missing has nothing to do when all are.
-    if (threadIdx.x == 0 && atomicExch(&filled[slot], 1) == 0) atomicAdd(&filled[ppb], 1);
     u32 start = payload_off < l ? payload_off : l;
     u32 avail = l - start;
     if (avail > in_slot) avail = in_slot;
@@ -180,19 +170,48 @@ extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
     zero_bytes(d + written, out_slot - written);
 }
 
-// After `reorder`: zeroes every slot no packet filled, and clears the marks for the next
-// batch. One block per slot.
-extern "C" __global__ void zero_missing(u8* out, u32 out_slot, u32 ppb, u32* filled) {
-    u32 slot = blockIdx.x;
-    if (slot >= ppb) return;
-    if (filled[ppb] != ppb && !filled[slot]) zero_bytes(out + (u64)slot * out_slot, out_slot);
+// One block per packet. Each block tags its slot with this call's generation `gen`; the
+// last block to finish zeroes every slot no packet tagged, and resets the counters for
+// the next call, so a batch takes one launch and no separate memset.
+// state[0]: distinct slots filled, state[1]: blocks done.
+extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
+        u32 seq_off, u32 seq_width, u32 batch_off, u32 batch_width, u32 ppb,
+        u32 payload_off, u32 in_slot, u32 out_slot, int in_type, int out_type, int network,
+        u8* out, u32* meta, u32* filled, u32* state, u32 gen) {
+    __shared__ u32 last;
+    u32 i = blockIdx.x;
+    const u8* p = (const u8*)src[i];
+    u32 l = len[i], seq;
+    if (read_field(p, l, seq_off, seq_width, &seq)) {
+        if (i == 0 && threadIdx.x == 0) {
+            u32 batch = seq / ppb;
+            if (!batch_width || read_field(p, l, batch_off, batch_width, &batch)) {
+                meta[0] = batch;
+                meta[1] = 1;
+            }
+        }
+        if (threadIdx.x == 0 && atomicExch(&filled[seq % ppb], gen) != gen)
+            atomicAdd(&state[0], 1);
+        place(p, l, seq, ppb, payload_off, in_slot, out_slot, in_type, out_type, network, out);
+    }
     __syncthreads();
-    if (threadIdx.x == 0) filled[slot] = 0;
-}
-
-// Clears the count of filled slots after zero_missing ran (one thread).
-extern "C" __global__ void reset_count(u32 ppb, u32* filled) {
-    filled[ppb] = 0;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&state[1], 1) == n - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (atomicAdd(&state[0], 0) != ppb) {
+        for (u32 slot = 0; slot < ppb; slot++) {
+            if (atomicAdd(&filled[slot], 0) != gen) zero_bytes(out + (u64)slot * out_slot, out_slot);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        state[0] = 0;
+        state[1] = 0;
+    }
 }
 "#;
 
@@ -255,14 +274,14 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     batched_copy: CudaFunction,
     reorder: CudaFunction,
-    zero_missing: CudaFunction,
-    reset_count: CudaFunction,
     frame_digest: CudaFunction,
     /// One event per argument-table slot, recorded after that slot's work.
     slot_events: Vec<cudarc::driver::CudaEvent>,
-    /// One mark per slot, set by `reorder` and cleared by `zero_missing` (device memory,
-    /// zero between batches).
+    /// Device memory for `reorder`: the generation that last filled each slot, then two
+    /// counters (slots filled, blocks done), zero between calls.
     filled: crate::DeviceBuffer,
+    /// Generation of the next `reorder` call (never 0, the initial tag).
+    generation: u32,
     /// Output of `frame_digest` (grown on demand).
     digest_out: Option<PinnedBuffer>,
     ordinal: u32,
@@ -291,17 +310,17 @@ impl Gpu {
         Ok(Self {
             batched_copy: f("batched_copy")?,
             reorder: f("reorder")?,
-            zero_missing: f("zero_missing")?,
-            reset_count: f("reset_count")?,
+
             frame_digest: f("frame_digest")?,
             slot_events: (0..TABLE_SLOTS)
                 .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))
                 .collect::<Result<_, _>>()?,
             filled: {
-                let b = crate::DeviceBuffer::alloc(ordinal, (MAX_ITEMS + 1) * 4)?;
-                b.write(0, &vec![0u8; (MAX_ITEMS + 1) * 4])?;
+                let b = crate::DeviceBuffer::alloc(ordinal, (MAX_ITEMS + 2) * 4)?;
+                b.write(0, &vec![0u8; (MAX_ITEMS + 2) * 4])?;
                 b
             },
+            generation: 1,
             digest_out: None,
             ordinal,
             table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
@@ -448,7 +467,22 @@ impl Gpu {
         let n = packets.len() as u32;
         self.bind()?;
         let filled = self.filled.device_ptr();
-        if n > 0 {
+        let state = filled + MAX_ITEMS as u64 * 4;
+        let generation = self.generation;
+        self.generation = self.generation.wrapping_add(1).max(1);
+        if n == 0 {
+            // No block to zero the output: a plain memset.
+            // SAFETY: `out` is the caller's writable device range of batch_bytes().
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    out,
+                    0,
+                    spec.batch_bytes(),
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(driver("cuMemsetD8Async"))?;
+        } else {
             let cfg = LaunchConfig {
                 grid_dim: (n, 1, 1),
                 block_dim: (THREADS, 1, 1),
@@ -471,29 +505,13 @@ impl Gpu {
                 .arg(&network)
                 .arg(&out)
                 .arg(&m)
-                .arg(&filled);
-            // SAFETY: the signature matches; the table and `out` stay valid until the sync
-            // below.
+                .arg(&filled)
+                .arg(&state)
+                .arg(&generation);
+            // SAFETY: the signature matches; the table, `out` and the slot tags stay valid
+            // until the sync below.
             unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(reorder)"))?;
         }
-        let cfg = LaunchConfig {
-            grid_dim: (ppb, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(&self.zero_missing);
-        b.arg(&out).arg(&out_slot).arg(&ppb).arg(&filled);
-        // SAFETY: the signature matches; `out` holds ppb slots of out_slot bytes.
-        unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(zero_missing)"))?;
-        let one = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = self.stream.launch_builder(&self.reset_count);
-        b.arg(&ppb).arg(&filled);
-        // SAFETY: the signature matches; `filled` has room for index ppb.
-        unsafe { b.launch(one) }.map_err(driver("cuLaunchKernel(reset_count)"))?;
         self.sync()?;
         let (_, _, _, meta) = self.table_parts();
         Ok((meta[1] == 1).then_some(meta[0]))
