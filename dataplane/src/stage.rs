@@ -13,9 +13,12 @@
 //!
 //! Host-to-GPU bytes travel one of two ways (`cfg.gpu_stage`), both measured in
 //! BENCHMARKS.md:
-//! - `copy`: the CPU gathers the payloads into a pinned staging buffer, laid out like their
-//!   destination buffers, and one asynchronous copy per run of adjacent destination buffers
-//!   moves them (one per burst when the pool hands out neighbours, as it mostly does);
+//! - `copy`: DMA copies. Packets in pinned memory that sit next to each other in both the
+//!   source and the destination region go as one asynchronous copy per run (lone ones go
+//!   through the kernel); packets in pageable memory are gathered by the CPU into a pinned
+//!   staging buffer laid out like their destinations and copied one run of adjacent
+//!   destination buffers at a time (one copy per burst when the pools hand out
+//!   neighbours, as they mostly do);
 //! - `kernel` (the default): a GPU gather kernel reads the packets straight from pinned
 //!   (GPU-mapped) memory and writes each to its buffer; packets in pageable memory are first
 //!   gathered into the pinned staging buffer.
@@ -412,14 +415,19 @@ impl GpuPath {
         let mut finish = Vec::new();
         self.items.clear();
         let mut copy_mode_moves: Vec<Move> = Vec::new();
+        let mut direct: Vec<Move> = Vec::new();
         for m in moves
             .iter()
             .filter(|m| dev(m.src_region) || dev(m.dst_region))
         {
             let reachable_src = dev(m.src_region) || pinned(m.src_region);
             let reachable_dst = dev(m.dst_region) || pinned(m.dst_region);
-            if self.mode == StageMode::Copy && !dev(m.src_region) && dev(m.dst_region) {
-                copy_mode_moves.push(*m);
+            if self.mode == StageMode::Copy && dev(m.dst_region) {
+                if reachable_src {
+                    direct.push(*m);
+                } else {
+                    copy_mode_moves.push(*m);
+                }
                 continue;
             }
             let (mut src, mut dst) = (m.src, m.dst);
@@ -445,6 +453,42 @@ impl GpuPath {
                 used += m.len as usize;
             }
             self.items.push((src, dst, m.len));
+        }
+        // Copy mode, GPU-reachable sources: runs of packets adjacent in both source and
+        // destination go as one DMA copy each; lone packets join the kernel's items.
+        let mut runs = Vec::new();
+        direct.sort_unstable_by_key(|m| m.dst);
+        let mut k = 0;
+        while k < direct.len() {
+            let stride = regions.get(direct[k].dst_region).stride() as u64;
+            let mut end = k + 1;
+            while end < direct.len()
+                && direct[end].dst_region == direct[k].dst_region
+                && direct[end].src_region == direct[k].src_region
+                && direct[end].dst == direct[end - 1].dst + stride
+                && direct[end].src == direct[end - 1].src + stride
+            {
+                end += 1;
+            }
+            if end - k >= 2 {
+                let last = direct[end - 1];
+                let span = (last.dst - direct[k].dst) as usize + last.len as usize;
+                runs.push((direct[k].src, direct[k].dst, span, dev(direct[k].src_region)));
+            } else {
+                self.items.push((direct[k].src, direct[k].dst, direct[k].len));
+            }
+            k = end;
+        }
+        for &(src, dst, span, from_device) in &runs {
+            // SAFETY: both runs lie in buffers of the bursts in flight (pinned host or
+            // device memory), untouched until the slot's event completes.
+            unsafe {
+                if from_device {
+                    self.gpu.copy_device(dst, src, span)
+                } else {
+                    self.gpu.copy_to_device(dst, src as *const u8, span)
+                }
+            }?;
         }
         if self.items.len() > MAX_ITEMS {
             // More items than one table holds: one launch at a time, waited for.

@@ -440,19 +440,40 @@ impl Gpu {
         packets: &[(u64, u32)],
         out: u64,
     ) -> Result<Option<u32>, GpuError> {
+        // SAFETY: the caller's promise; the sync below ends the use of table slot 0.
+        unsafe { self.reorder_in(0, spec, packets, out) }?;
+        self.sync()?;
+        Ok(self.reorder_batch_id(0))
+    }
+
+    /// Queues a reorder (as [`Gpu::reorder`]) with its arguments in table `slot`, without
+    /// waiting: batches go back to back on the stream. Once it completed (a sync, or the
+    /// slot's event after [`Gpu::record_slot`]), [`Gpu::reorder_batch_id`] gives the batch
+    /// id.
+    ///
+    /// # Safety
+    /// The packets must stay readable and `out` writable by the GPU until it completed;
+    /// the previous work that used `slot` must have completed.
+    pub unsafe fn reorder_in(
+        &mut self,
+        slot: usize,
+        spec: &ReorderSpec,
+        packets: &[(u64, u32)],
+        out: u64,
+    ) -> Result<(), GpuError> {
         assert!(packets.len() <= MAX_ITEMS, "more than MAX_ITEMS packets");
         assert!(
             spec.packets_per_batch() as usize <= MAX_ITEMS,
             "more than MAX_ITEMS slots"
         );
-        let (src, _, len, meta) = self.table_parts();
+        let (src, _, len, meta) = self.table_parts_in(slot);
         for (k, &(a, l)) in packets.iter().enumerate() {
             src[k] = a;
             len[k] = l;
         }
         meta[0] = 0;
         meta[1] = 0;
-        let (s, _, l, m) = self.table_addrs();
+        let (s, _, l, m) = self.table_addrs_in(slot);
         let seq = spec.sequence();
         let (batch_off, batch_width) = match spec.method {
             Method::SeqBatchNumber { batch, .. } => (batch.bit_offset, batch.bit_width),
@@ -512,9 +533,13 @@ impl Gpu {
             // until the sync below.
             unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(reorder)"))?;
         }
-        self.sync()?;
-        let (_, _, _, meta) = self.table_parts();
-        Ok((meta[1] == 1).then_some(meta[0]))
+        Ok(())
+    }
+
+    /// The batch id the completed reorder in table `slot` read from its first packet.
+    pub fn reorder_batch_id(&mut self, slot: usize) -> Option<u32> {
+        let (_, _, _, meta) = self.table_parts_in(slot);
+        (meta[1] == 1).then_some(meta[0])
     }
 
     /// For each packet (`(address, len)`, GPU-readable): the sum of its big-endian 16-bit
