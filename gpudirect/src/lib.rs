@@ -383,6 +383,26 @@ mod tests {
             let p = PinnedBuffer::alloc(0, 4096).expect("pinned alloc");
             // SAFETY: the buffer is 4096 bytes long and owned here.
             unsafe { p.as_ptr().write_bytes(7, 4096) };
+            // A dma-buf of a device range, or the typed refusal where the driver has none.
+            match b.export_dmabuf(4096, 8192) {
+                Ok(d) => {
+                    eprintln!("dma-buf exported: {} bytes at offset {}", d.len, d.offset);
+                    assert!(d.len >= 8192 && d.offset < 4096);
+                }
+                Err(GpuError::Unsupported(why)) => eprintln!("dma-buf not supported: {why}"),
+                Err(e) => panic!("dma-buf export failed unexpectedly: {e}"),
+            }
+            // Existing host memory registered, read back through the GPU.
+            let mut host = vec![0u8; 1 << 16];
+            host[..9].copy_from_slice(b"registerd");
+            // SAFETY: `host` outlives the registration (dropped first below).
+            let reg = unsafe { HostRegistration::register(0, host.as_mut_ptr(), host.len()) }
+                .expect("cuMemHostRegister");
+            let mut back = [0u8; 9];
+            // SAFETY: registered memory is GPU-reachable at its host address (UVA).
+            unsafe { read_device(0, host.as_ptr() as u64, &mut back) }.unwrap();
+            assert_eq!(&back, b"registerd");
+            drop(reg);
             return;
         }
         eprintln!("SKIP GPU part: no CUDA driver found on this machine");

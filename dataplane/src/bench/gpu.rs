@@ -260,14 +260,8 @@ fn reorder_case(
         let t = Instant::now();
         for _ in 0..REPS {
             // SAFETY: both ranges lie in device buffers of at least `bytes` bytes.
-            unsafe {
-                gpu.copy_device(
-                    copy_dst.device_ptr(),
-                    input.device_ptr(),
-                    bytes as usize,
-                )
-            }
-            .map_err(e)?;
+            unsafe { gpu.copy_device(copy_dst.device_ptr(), input.device_ptr(), bytes as usize) }
+                .map_err(e)?;
         }
         gpu.sync().map_err(e)?;
         c.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
