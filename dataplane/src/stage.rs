@@ -604,7 +604,7 @@ mod tests {
                 let mut into = RxStage::for_queue(&regions, &[1], 64, mode)
                     .unwrap()
                     .unwrap();
-                let mut out_of = RxStage::for_queue(&regions, &[2], 64, mode).unwrap();
+                let out_of = RxStage::for_queue(&regions, &[2], 64, mode).unwrap();
                 assert!(
                     out_of.is_none(),
                     "a host-only layout needs no stage by itself"
