@@ -167,7 +167,7 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
                 _ => crate::stage::StageMode::Kernel,
             })
         })
-        .unwrap_or(crate::stage::StageMode::Kernel);
+        .unwrap_or(crate::stage::StageMode::Copy);
     m.not_supported(d, "manager");
     Some(Common {
         version: version? as u32,
