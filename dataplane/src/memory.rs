@@ -197,6 +197,16 @@ impl Region {
         self.affinity
     }
 
+    /// For a `device` region: its whole memory exported as a dma-buf, for NICs that
+    /// register GPU memory that way (`ibv_reg_dmabuf_mr`). `None` for other kinds.
+    #[cfg(feature = "cuda")]
+    pub fn export_dmabuf(&self) -> Option<Result<gpudirect::DmaBuf, gpudirect::GpuError>> {
+        match &self.backing {
+            Backing::Device(b) => Some(b.export_dmabuf(0, b.len())),
+            _ => None,
+        }
+    }
+
     /// Usable bytes per buffer.
     pub fn buf_size(&self) -> usize {
         self.buf_size

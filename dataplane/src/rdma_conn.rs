@@ -65,9 +65,7 @@ impl BurstConnection {
                 continue;
             }
             let (addr, len) = regions.get(r).extent();
-            // SAFETY: the region set is kept alive by this connection (an Arc), so the
-            // memory outlives the registration.
-            let reg = unsafe { conn.register(addr, len) }?;
+            let reg = register_region(&conn, &regions, r, addr, len)?;
             registered.insert(r, reg);
         }
         let mut c = Self {
@@ -214,6 +212,46 @@ impl BurstConnection {
     pub fn connection(&self) -> &Connection {
         self.conn.as_ref().expect("connection present until drop")
     }
+}
+
+/// Registers region `r` with the connection's PD: GPU memory through a dma-buf where the
+/// driver exports one (then `ibv_reg_dmabuf_mr`), otherwise, and for host memory, with
+/// `ibv_reg_mr` (GPU memory then needs nvidia-peermem).
+fn register_region(
+    conn: &Connection,
+    regions: &RegionSet,
+    r: RegionId,
+    addr: u64,
+    len: usize,
+) -> Result<Registration, VerbsError> {
+    #[cfg(feature = "cuda")]
+    if let Some(export) = regions.get(r).export_dmabuf() {
+        use std::os::fd::AsRawFd;
+        let dmabuf = match export {
+            Ok(d) => {
+                // SAFETY: the region set (kept alive by the connection) owns the exported
+                // memory; the descriptor is closed when `d` drops, after registration.
+                let reg = unsafe { conn.register_dmabuf(d.fd.as_raw_fd(), d.offset, len, addr) };
+                match reg {
+                    Ok(reg) => return Ok(reg),
+                    Err(e) => format!("dma-buf registration failed ({e})"),
+                }
+            }
+            Err(e) => format!("no dma-buf ({e})"),
+        };
+        // SAFETY: as above; the memory outlives the registration.
+        return unsafe { conn.register(addr, len) }.map_err(|e| VerbsError::Call {
+            what: "registering GPU memory",
+            detail: format!(
+                "region `{}`: {dmabuf}; ibv_reg_mr: {e} (load nvidia-peermem, or use a NIC and driver with dma-buf support)",
+                regions.get(r).name()
+            ),
+        });
+    }
+    let _ = (regions, r);
+    // SAFETY: the region set is kept alive by this connection (an Arc), so the memory
+    // outlives the registration.
+    unsafe { conn.register(addr, len) }
 }
 
 impl Drop for BurstConnection {

@@ -769,6 +769,35 @@ impl Connection {
         Ok(Registration { mr })
     }
 
+    /// Registers `len` bytes of a dma-buf (GPU memory exported with
+    /// `gpudirect::DeviceBuffer::export_dmabuf`), starting `offset` bytes into it, reachable
+    /// in work requests at address `iova` (the device pointer). Needs a NIC and driver with
+    /// dma-buf support (Soft-RoCE has none); the descriptor may be closed afterwards.
+    ///
+    /// # Safety
+    /// The exported memory must stay allocated for as long as the registration and any
+    /// work request using it live.
+    pub unsafe fn register_dmabuf(
+        &self,
+        fd: std::os::fd::RawFd,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Registration, VerbsError> {
+        // SAFETY: the caller keeps the exported memory allocated (see above).
+        let mr = unsafe {
+            self._pd.reg_dmabuf_mr(
+                offset,
+                len,
+                iova,
+                fd,
+                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+            )
+        }
+        .map_err(call("ibv_reg_dmabuf_mr"))?;
+        Ok(Registration { mr })
+    }
+
     /// Posts receives into caller-owned registered buffers; each completes as
     /// `Completion::ReceivedExternal` with its token.
     pub fn post_external_receives(&mut self, bufs: &[ExternalBuffer]) -> Result<(), VerbsError> {
