@@ -1,0 +1,33 @@
+#!/bin/bash
+# GPU benchmarks on a machine with an NVIDIA GPU (BENCHMARKS.md, "GPU"): `bench gpu`
+# (staged ingest vs a pinned host-to-device copy, reorder kernel vs a device copy), then
+# the GPU loopback configs in both stage modes next to the same configs in pinned host
+# memory (no stage). Build elsewhere and carry the binary: DATAPLANE_BIN=path/to/dataplane.
+# Prints one summary line per run; OUT=dir also keeps the JSON reports there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=${DATAPLANE_BIN:-target/release/dataplane}
+out=${OUT:-$(mktemp -d)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$bin" bench gpu --json > "$out/bench_gpu.json" || exit 1
+summary() { # label json-line
+  python3 -c "import json,sys; r=json.loads(sys.argv[2]); print(sys.argv[1], 'lossless' if r['lossless'] else 'NOT LOSSLESS', round(r['rx_mpps'],2), 'Mpps', round(r['rx_gbps'],1), 'Gb/s', r.get('reorder',''))" "$1" "$2"
+}
+run() { # label config
+  local line
+  line=$("$bin" bench raw "$2" --seconds "${SECONDS_RUN:-4}" --json 2>/dev/null | tail -1)
+  echo "$line" >> "$out/raw.jsonl"
+  summary "$1" "$line"
+}
+for c in gpu_loopback_64 gpu_loopback_8k; do
+  for mode in copy kernel; do
+    sed "s/gpu_stage: \"copy\"/gpu_stage: \"$mode\"/" "configs/$c.yaml" > "$tmp/$c-$mode.yaml"
+    run "$c device $mode" "$tmp/$c-$mode.yaml"
+  done
+  sed 's/kind: "device"/kind: "host_pinned"/' "configs/$c.yaml" > "$tmp/$c-host.yaml"
+  run "$c host_pinned (no stage, peer)" "$tmp/$c-host.yaml"
+done
+run gpu_loopback_hds configs/gpu_loopback_hds.yaml
+run gpu_loopback_reorder configs/gpu_loopback_reorder.yaml
+echo "reports in $out"
