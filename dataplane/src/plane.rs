@@ -291,11 +291,27 @@ impl DataPlane {
                             iface.name, q.id
                         ))
                     };
+                    // The software loopback hands TX buffers to RX queues: a TX queue in GPU
+                    // memory means packets arrive there.
+                    let gpu_source = if config.engine == crate::config::EngineKind::Loopback {
+                        iface
+                            .tx
+                            .iter()
+                            .flat_map(|t| &t.queues)
+                            .filter_map(|t| t.memory_regions.first())
+                            .filter_map(|n| regions.id_of(n))
+                            .map(|r| regions.get(r))
+                            .find(|r| r.kind() == crate::config::MemoryKind::Device)
+                            .map(|r| r.affinity())
+                    } else {
+                        None
+                    };
                     match crate::stage::RxStage::for_queue(
                         &regions,
                         &segment_regions,
                         q.batch_size as usize,
                         config.gpu_stage,
+                        gpu_source,
                     )
                     .map_err(stage_err)?
                     {

@@ -121,14 +121,16 @@ const DEPTH: usize = gpudirect::kernels::TABLE_SLOTS;
 
 impl RxStage {
     /// A stage for a queue with `layout` regions, or `None` when its packets need none
-    /// (one host region). `batch` is the most packets per burst.
+    /// (one host region, and no packets from GPU memory: `gpu_source` names the GPU of
+    /// a device region packets may arrive in). `batch` is the most packets per burst.
     pub(crate) fn for_queue(
         regions: &Arc<RegionSet>,
         layout: &[RegionId],
         batch: usize,
         mode: StageMode,
+        gpu_source: Option<u32>,
     ) -> Result<Option<Self>, String> {
-        let any_device = layout.iter().any(|&r| gpu_side(regions, r));
+        let any_device = layout.iter().any(|&r| gpu_side(regions, r)) || gpu_source.is_some();
         if layout.len() < 2 && !any_device {
             return Ok(None);
         }
@@ -148,10 +150,14 @@ impl RxStage {
             moves: Vec::with_capacity(batch * 2),
             in_flight: VecDeque::new(),
             #[cfg(feature = "cuda")]
-            gpu: match layout.iter().find(|&&r| gpu_side(regions, r)) {
+            gpu: match layout
+                .iter()
+                .find(|&&r| gpu_side(regions, r))
+                .map(|&r| regions.get(r).affinity())
+                .or(gpu_source)
+            {
                 None => None,
-                Some(_) => {
-                    let ordinal = device_ordinal(regions, layout);
+                Some(ordinal) => {
                     let slot_bytes = (batch
                         * layout
                             .iter()
@@ -388,14 +394,6 @@ impl Drop for RxStage {
 }
 
 #[cfg(feature = "cuda")]
-fn device_ordinal(regions: &RegionSet, layout: &[RegionId]) -> u32 {
-    layout
-        .iter()
-        .find(|&&r| gpu_side(regions, r))
-        .map_or(0, |&r| regions.get(r).affinity())
-}
-
-#[cfg(feature = "cuda")]
 impl GpuPath {
     /// Queues every move that touches GPU memory in the next table slot and records the
     /// slot's event after them. Returns the slot and the CPU's share of device-to-host
@@ -605,10 +603,10 @@ mod tests {
                     ])
                     .unwrap(),
                 );
-                let mut into = RxStage::for_queue(&regions, &[1], 64, mode)
+                let mut into = RxStage::for_queue(&regions, &[1], 64, mode, None)
                     .unwrap()
                     .unwrap();
-                let out_of = RxStage::for_queue(&regions, &[2], 64, mode).unwrap();
+                let out_of = RxStage::for_queue(&regions, &[2], 64, mode, None).unwrap();
                 assert!(
                     out_of.is_none(),
                     "a host-only layout needs no stage by itself"

@@ -176,7 +176,7 @@ fn stage_case(
         .map_err(|e| e.to_string())?,
     );
     let (src, dst) = (0, 1);
-    let mut stage = RxStage::for_queue(&regions, &[dst], BURST, mode)?
+    let mut stage = RxStage::for_queue(&regions, &[dst], BURST, mode, None)?
         .ok_or("a device region always needs a stage")?;
     let fail = |e| match e {
         crate::stage::StageError::NoBuffers(_) => "device pool empty".to_string(),
