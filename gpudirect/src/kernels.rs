@@ -170,48 +170,33 @@ __device__ void place(const u8* p, u32 l, u32 seq, u32 ppb, u32 payload_off, u32
     zero_bytes(d + written, out_slot - written);
 }
 
-// One block per packet. Each block tags its slot with this call's generation `gen`; the
-// last block to finish zeroes every slot no packet tagged, and resets the counters for
-// the next call, so a batch takes one launch and no separate memset.
-// state[0]: distinct slots filled, state[1]: blocks done.
+// One block per packet: tags its slot with this call's generation `gen` and places the
+// payload. `zero_missing` then clears the slots this call did not tag.
 extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
         u32 seq_off, u32 seq_width, u32 batch_off, u32 batch_width, u32 ppb,
         u32 payload_off, u32 in_slot, u32 out_slot, int in_type, int out_type, int network,
-        u8* out, u32* meta, u32* filled, u32* state, u32 gen) {
-    __shared__ u32 last;
+        u8* out, u32* meta, u32* filled, u32 gen) {
     u32 i = blockIdx.x;
     const u8* p = (const u8*)src[i];
     u32 l = len[i], seq;
-    if (read_field(p, l, seq_off, seq_width, &seq)) {
-        if (i == 0 && threadIdx.x == 0) {
-            u32 batch = seq / ppb;
-            if (!batch_width || read_field(p, l, batch_off, batch_width, &batch)) {
-                meta[0] = batch;
-                meta[1] = 1;
-            }
-        }
-        if (threadIdx.x == 0 && atomicExch(&filled[seq % ppb], gen) != gen)
-            atomicAdd(&state[0], 1);
-        place(p, l, seq, ppb, payload_off, in_slot, out_slot, in_type, out_type, network, out);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(&state[1], 1) == n - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (atomicAdd(&state[0], 0) != ppb) {
-        for (u32 slot = 0; slot < ppb; slot++) {
-            if (atomicAdd(&filled[slot], 0) != gen) zero_bytes(out + (u64)slot * out_slot, out_slot);
+    if (!read_field(p, l, seq_off, seq_width, &seq)) return;
+    if (i == 0 && threadIdx.x == 0) {
+        u32 batch = seq / ppb;
+        if (!batch_width || read_field(p, l, batch_off, batch_width, &batch)) {
+            meta[0] = batch;
+            meta[1] = 1;
         }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        state[0] = 0;
-        state[1] = 0;
-    }
+    if (threadIdx.x == 0) filled[seq % ppb] = gen;
+    place(p, l, seq, ppb, payload_off, in_slot, out_slot, in_type, out_type, network, out);
+}
+
+// One block per slot: zeroes the slots `reorder` did not tag with `gen`. Tags of older
+// calls never equal `gen`, so nothing needs resetting between batches.
+extern "C" __global__ void zero_missing(u8* out, u32 out_slot, u32 ppb, const u32* filled,
+        u32 gen) {
+    u32 slot = blockIdx.x;
+    if (slot < ppb && filled[slot] != gen) zero_bytes(out + (u64)slot * out_slot, out_slot);
 }
 "#;
 
@@ -274,11 +259,11 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     batched_copy: CudaFunction,
     reorder: CudaFunction,
+    zero_missing: CudaFunction,
     frame_digest: CudaFunction,
     /// One event per argument-table slot, recorded after that slot's work.
     slot_events: Vec<cudarc::driver::CudaEvent>,
-    /// Device memory for `reorder`: the generation that last filled each slot, then two
-    /// counters (slots filled, blocks done), zero between calls.
+    /// Device memory for `reorder`: the generation that last filled each slot.
     filled: crate::DeviceBuffer,
     /// Generation of the next `reorder` call (never 0, the initial tag).
     generation: u32,
@@ -310,14 +295,15 @@ impl Gpu {
         Ok(Self {
             batched_copy: f("batched_copy")?,
             reorder: f("reorder")?,
+            zero_missing: f("zero_missing")?,
 
             frame_digest: f("frame_digest")?,
             slot_events: (0..TABLE_SLOTS)
                 .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))
                 .collect::<Result<_, _>>()?,
             filled: {
-                let b = crate::DeviceBuffer::alloc(ordinal, (MAX_ITEMS + 2) * 4)?;
-                b.write(0, &vec![0u8; (MAX_ITEMS + 2) * 4])?;
+                let b = crate::DeviceBuffer::alloc(ordinal, MAX_ITEMS * 4)?;
+                b.write(0, &vec![0u8; MAX_ITEMS * 4])?;
                 b
             },
             generation: 1,
@@ -488,22 +474,9 @@ impl Gpu {
         let n = packets.len() as u32;
         self.bind()?;
         let filled = self.filled.device_ptr();
-        let state = filled + MAX_ITEMS as u64 * 4;
         let generation = self.generation;
         self.generation = self.generation.wrapping_add(1).max(1);
-        if n == 0 {
-            // No block to zero the output: a plain memset.
-            // SAFETY: `out` is the caller's writable device range of batch_bytes().
-            unsafe {
-                cudarc::driver::result::memset_d8_async(
-                    out,
-                    0,
-                    spec.batch_bytes(),
-                    self.stream.cu_stream(),
-                )
-            }
-            .map_err(driver("cuMemsetD8Async"))?;
-        } else {
+        if n > 0 {
             let cfg = LaunchConfig {
                 grid_dim: (n, 1, 1),
                 block_dim: (THREADS, 1, 1),
@@ -527,12 +500,24 @@ impl Gpu {
                 .arg(&out)
                 .arg(&m)
                 .arg(&filled)
-                .arg(&state)
                 .arg(&generation);
             // SAFETY: the signature matches; the table, `out` and the slot tags stay valid
-            // until the sync below.
+            // until the work completes (the caller's promise).
             unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(reorder)"))?;
         }
+        let cfg = LaunchConfig {
+            grid_dim: (ppb, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.zero_missing);
+        b.arg(&out)
+            .arg(&out_slot)
+            .arg(&ppb)
+            .arg(&filled)
+            .arg(&generation);
+        // SAFETY: the signature matches; `out` holds ppb slots of out_slot bytes.
+        unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(zero_missing)"))?;
         Ok(())
     }
 
