@@ -288,15 +288,7 @@ fn bench_raw(file: &Path, seconds: f64, json: bool, verify_payload: bool) -> Exi
     };
     match raw::run(&c, &opts, &interrupted) {
         Ok(report) => {
-            eprint!("{}", report.human());
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("report serialises")
-                );
-            } else {
-                print!("{}", report.human());
-            }
+            print_report(&report.human(), &report, json);
             if report.lossless {
                 ExitCode::SUCCESS
             } else {
@@ -341,19 +333,24 @@ fn bench_rdma(file: &Path, mode: rdma_bench::Mode, seconds: f64, json: bool) -> 
     }
 }
 
+/// The human report on stderr, and on stdout either it again or one JSON line.
+fn print_report(human: &str, report: &impl serde::Serialize, json: bool) {
+    eprint!("{human}");
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).expect("report serialises")
+        );
+    } else {
+        print!("{human}");
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn bench_gpu(seconds: f64, json: bool) -> ExitCode {
     match dataplane::bench::gpu::run(seconds) {
         Ok(report) => {
-            eprint!("{}", report.human());
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("report serialises")
-                );
-            } else {
-                print!("{}", report.human());
-            }
+            print_report(&report.human(), &report, json);
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -518,16 +518,7 @@ mod tests {
     use crate::config::Access;
 
     fn cfg(kind: MemoryKind, num_bufs: usize, buf_size: usize) -> MemoryRegionConfig {
-        MemoryRegionConfig {
-            name: "r".into(),
-            kind,
-            affinity: 0,
-            num_bufs,
-            buf_size,
-            access: vec![Access::Local],
-            zero_copy: None,
-            location: Default::default(),
-        }
+        MemoryRegionConfig::new("r", kind, num_bufs, buf_size)
     }
 
     #[test]

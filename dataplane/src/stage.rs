@@ -88,6 +88,22 @@ struct InFlight {
     slot: usize,
 }
 
+impl InFlight {
+    /// A burst whose copies are all done already (none, or only on the CPU).
+    fn done(out: Burst, source: Burst) -> Self {
+        Self {
+            out,
+            _source: source,
+            #[cfg(feature = "cuda")]
+            on_gpu: false,
+            #[cfg(feature = "cuda")]
+            finish: Vec::new(),
+            #[cfg(feature = "cuda")]
+            slot: 0,
+        }
+    }
+}
+
 /// The stage of one RX queue.
 pub(crate) struct RxStage {
     regions: Arc<RegionSet>,
@@ -207,16 +223,7 @@ impl RxStage {
         });
         if burst.is_empty() || in_layout {
             let empty = Burst::empty(self.regions.clone(), burst.port(), burst.queue(), 0);
-            self.in_flight.push_back(InFlight {
-                out: burst,
-                _source: empty,
-                #[cfg(feature = "cuda")]
-                on_gpu: false,
-                #[cfg(feature = "cuda")]
-                finish: Vec::new(),
-                #[cfg(feature = "cuda")]
-                slot: 0,
-            });
+            self.in_flight.push_back(InFlight::done(burst, empty));
             return Ok(());
         }
         let n = burst.len();
@@ -286,16 +293,7 @@ impl RxStage {
             .iter()
             .any(|m| on_gpu(m.src_region) || on_gpu(m.dst_region));
         if !needs_gpu {
-            self.in_flight.push_back(InFlight {
-                out,
-                _source: burst,
-                #[cfg(feature = "cuda")]
-                on_gpu: false,
-                #[cfg(feature = "cuda")]
-                finish: Vec::new(),
-                #[cfg(feature = "cuda")]
-                slot: 0,
-            });
+            self.in_flight.push_back(InFlight::done(out, burst));
             return Ok(());
         }
         #[cfg(feature = "cuda")]
@@ -569,19 +567,10 @@ const MAX_ITEMS: usize = gpudirect::kernels::MAX_ITEMS;
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
     use super::*;
-    use crate::config::{Access, MemoryRegionConfig};
+    use crate::config::MemoryRegionConfig;
 
     fn region(name: &str, kind: MemoryKind) -> MemoryRegionConfig {
-        MemoryRegionConfig {
-            name: name.into(),
-            kind,
-            affinity: 0,
-            num_bufs: 256,
-            buf_size: 2048,
-            access: vec![Access::Local],
-            zero_copy: None,
-            location: Default::default(),
-        }
+        MemoryRegionConfig::new(name, kind, 256, 2048)
     }
 
     /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),

@@ -9,7 +9,7 @@
 //! Each figure is the median of several timed rounds.
 
 use crate::burst::Burst;
-use crate::config::{Access, MemoryKind, MemoryRegionConfig};
+use crate::config::{MemoryKind, MemoryRegionConfig};
 use crate::memory::RegionSet;
 use crate::stage::{RxStage, StageMode};
 use gpudirect::reorder::{BitField, Conversion, InputType, Method, OutputType, ReorderSpec};
@@ -65,19 +65,6 @@ pub struct GpuReport {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
-}
-
-fn region(name: &str, kind: MemoryKind, num_bufs: usize, buf_size: usize) -> MemoryRegionConfig {
-    MemoryRegionConfig {
-        name: name.into(),
-        kind,
-        affinity: 0,
-        num_bufs,
-        buf_size,
-        access: vec![Access::Local],
-        zero_copy: None,
-        location: Default::default(),
-    }
 }
 
 /// Runs every case on GPU 0; each timed round lasts about `round` seconds.
@@ -170,8 +157,8 @@ fn stage_case(
     const BURST: usize = 256;
     let regions = Arc::new(
         RegionSet::allocate(&[
-            region("src", kind, BURST * 8, payload),
-            region("dst", MemoryKind::Device, BURST * 8, payload),
+            MemoryRegionConfig::new("src", kind, BURST * 8, payload),
+            MemoryRegionConfig::new("dst", MemoryKind::Device, BURST * 8, payload),
         ])
         .map_err(|e| e.to_string())?,
     );

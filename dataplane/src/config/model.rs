@@ -133,6 +133,23 @@ pub struct MemoryRegionConfig {
     pub location: Location,
 }
 
+impl MemoryRegionConfig {
+    /// A region built in code rather than read from YAML: GPU 0 or NUMA node 0, local
+    /// access, zero copy left to the engine.
+    pub fn new(name: &str, kind: MemoryKind, num_bufs: usize, buf_size: usize) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            affinity: 0,
+            num_bufs,
+            buf_size,
+            access: vec![Access::Local],
+            zero_copy: None,
+            location: Location::default(),
+        }
+    }
+}
+
 /// `interfaces[]`.
 #[derive(Clone, Debug)]
 pub struct InterfaceConfig {
