@@ -515,7 +515,6 @@ impl RegionSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Access;
 
     fn cfg(kind: MemoryKind, num_bufs: usize, buf_size: usize) -> MemoryRegionConfig {
         MemoryRegionConfig::new("r", kind, num_bufs, buf_size)
