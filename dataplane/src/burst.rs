@@ -58,6 +58,9 @@ pub struct Burst {
     packets: Vec<Packet>,
     /// Set on the aggregate bursts a reorder produces.
     reorder: Option<Box<crate::reorder::ReorderInfo>>,
+    /// The CUDA stream (raw `CUstream`) that wrote this burst's GPU segments; 0 when none
+    /// did.
+    gpu_stream: u64,
 }
 
 impl Burst {
@@ -71,6 +74,7 @@ impl Burst {
             epoch: 0,
             packets,
             reorder: None,
+            gpu_stream: 0,
         }
     }
 
@@ -126,6 +130,7 @@ impl Burst {
                     epoch: 0,
                     packets,
                     reorder: None,
+                    gpu_stream: 0,
                 });
                 return None;
             }
@@ -144,6 +149,7 @@ impl Burst {
             epoch: 0,
             packets,
             reorder: None,
+            gpu_stream: 0,
         })
     }
 
@@ -342,6 +348,18 @@ impl Burst {
 
     pub(crate) fn set_reorder_info(&mut self, info: crate::reorder::ReorderInfo) {
         self.reorder = Some(Box::new(info));
+    }
+
+    /// The CUDA stream (a raw `CUstream`) whose work filled this burst's GPU memory, or
+    /// `None`. The work has completed before a burst is delivered, so consumers need not
+    /// wait on it; GPU consumers may queue their own kernels on this stream to stay in
+    /// its order.
+    pub fn gpu_stream(&self) -> Option<u64> {
+        (self.gpu_stream != 0).then_some(self.gpu_stream)
+    }
+
+    pub(crate) fn set_gpu_stream(&mut self, stream: u64) {
+        self.gpu_stream = stream;
     }
 
     /// The region set the buffers belong to.

@@ -266,7 +266,11 @@ impl QueueReorder {
                 dst[..aggregate_len].fill(0);
                 gpudirect::reorder::reorder_cpu(&plan.spec, &packets, dst)
             }
-            ReorderKind::Gpu => gpu_reorder(plan, &batch, out.segment_addr(0, 0))?,
+            ReorderKind::Gpu => {
+                let (id, placed, stream) = gpu_reorder(plan, &batch, out.segment_addr(0, 0))?;
+                out.set_gpu_stream(stream);
+                (id, placed)
+            }
         };
         let payload_bytes = (0..batch.len())
             .filter(|&i| batch.packets()[i].len() >= plan.spec.sequence().end_byte())
@@ -304,7 +308,7 @@ fn gpu_reorder(
     plan: &mut Plan,
     batch: &Burst,
     out: u64,
-) -> Result<(Option<u32>, usize), ReorderError> {
+) -> Result<(Option<u32>, usize, u64), ReorderError> {
     let err = |e: gpudirect::GpuError| ReorderError::Gpu {
         name: plan.name.clone(),
         reason: e.to_string(),
@@ -321,10 +325,11 @@ fn gpu_reorder(
     // the GPU reaches at these addresses; this burst and `out` own the buffers until the
     // call returns (it waits for the kernel).
     let batch_id = unsafe { gpu.reorder(&plan.spec, &packets, out) }.map_err(err)?;
+    let stream = gpu.stream().cu_stream() as u64;
     let placed = (0..batch.len())
         .filter(|&i| batch.packets()[i].len() >= plan.spec.sequence().end_byte())
         .count();
-    Ok((batch_id, placed))
+    Ok((batch_id, placed, stream))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -332,7 +337,7 @@ fn gpu_reorder(
     plan: &mut Plan,
     _batch: &Burst,
     _out: u64,
-) -> Result<(Option<u32>, usize), ReorderError> {
+) -> Result<(Option<u32>, usize, u64), ReorderError> {
     Err(ReorderError::Gpu {
         name: plan.name.clone(),
         reason: "this build has no CUDA support; rebuild with --features cuda".into(),

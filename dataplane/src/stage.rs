@@ -373,8 +373,15 @@ impl RxStage {
                 };
             }
         }
+        #[cfg(feature = "cuda")]
+        let on_gpu = f.on_gpu;
         // The source buffers go back as `f` drops: every copy out of them has finished.
-        let InFlight { out, .. } = f;
+        #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+        let InFlight { mut out, .. } = f;
+        #[cfg(feature = "cuda")]
+        if let (true, Some(gpu)) = (on_gpu, &self.gpu) {
+            out.set_gpu_stream(gpu.gpu.stream().cu_stream() as u64);
+        }
         out
     }
 }
@@ -631,6 +638,7 @@ mod tests {
                 into.submit(b).map_err(|_| "submit").unwrap();
                 let on_gpu = into.wait_oldest().unwrap().map_err(|_| "stage").unwrap();
                 assert!(on_gpu.data(0, 0).is_none(), "now in device memory");
+                assert!(on_gpu.gpu_stream().is_some(), "names the stream that filled it");
                 out_of.submit(on_gpu).map_err(|_| "submit back").unwrap();
                 let back = out_of
                     .wait_oldest()
