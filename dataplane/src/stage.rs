@@ -638,7 +638,10 @@ mod tests {
                 into.submit(b).map_err(|_| "submit").unwrap();
                 let on_gpu = into.wait_oldest().unwrap().map_err(|_| "stage").unwrap();
                 assert!(on_gpu.data(0, 0).is_none(), "now in device memory");
-                assert!(on_gpu.gpu_stream().is_some(), "names the stream that filled it");
+                assert!(
+                    on_gpu.gpu_stream().is_some(),
+                    "names the stream that filled it"
+                );
                 out_of.submit(on_gpu).map_err(|_| "submit back").unwrap();
                 let back = out_of
                     .wait_oldest()
