@@ -64,12 +64,8 @@ struct Plan {
     kind: ReorderKind,
     spec: ReorderSpec,
     output: RegionId,
-    /// Packets of the batch being collected.
-    staged: Burst,
+    /// When the first packet of the batch being collected arrived (`None`: none staged).
     first_at: Option<Instant>,
-    /// GPU ordinal of the output region.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    gpu_ordinal: u32,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     gpu: GpuBackend,
 }
@@ -91,6 +87,8 @@ pub enum ReorderError {
 pub(crate) struct QueueReorder {
     regions: Arc<RegionSet>,
     plans: Vec<Plan>,
+    /// Packets of each plan's batch being collected (the plan's index).
+    staged: Vec<Burst>,
     plan_of_flow: HashMap<u32, usize>,
     timeout: Option<Duration>,
     ready: VecDeque<Burst>,
@@ -113,35 +111,25 @@ impl QueueReorder {
         let q = rx.queues.iter().find(|q| q.id == queue)?;
         let source = regions.id_of(q.memory_regions.first()?)?;
         let mut plans = Vec::new();
+        let mut staged = Vec::new();
         let mut plan_of_flow = HashMap::new();
         for r in &rx.reorder {
-            // Validation put every flow of a reorder on one queue.
-            let here = r.flow_ids.iter().any(|id| {
-                rx.flows
-                    .iter()
-                    .any(|f| f.id == *id && f.queue_ids == [queue])
-            });
-            if !here {
+            if rx.reorder_queue(r).is_none_or(|q| q.id != queue) {
                 continue;
             }
             let output = regions.id_of(&r.memory_region)?;
             for id in &r.flow_ids {
                 plan_of_flow.insert(*id, plans.len());
             }
-            let out_cfg = config
-                .memory_regions
-                .iter()
-                .find(|m| m.name == r.memory_region)?;
             plans.push(Plan {
                 name: r.name.clone(),
                 kind: r.kind,
                 spec: r.spec(regions.get(source).buf_size()),
                 output,
-                staged: Burst::empty(regions.clone(), port as u16, queue, 0),
                 first_at: None,
-                gpu_ordinal: out_cfg.affinity,
                 gpu: Default::default(),
             });
+            staged.push(Burst::empty(regions.clone(), port as u16, queue, 0));
         }
         if plans.is_empty() {
             return None;
@@ -149,6 +137,7 @@ impl QueueReorder {
         Some(Self {
             regions: regions.clone(),
             plans,
+            staged,
             plan_of_flow,
             timeout: (q.timeout_us > 0).then(|| Duration::from_micros(q.timeout_us)),
             ready: VecDeque::new(),
@@ -180,22 +169,13 @@ impl QueueReorder {
             let Some(mut raw) = next_input() else {
                 return Ok(None);
             };
-            let mut staged: Vec<Burst> = self
-                .plans
-                .iter_mut()
-                .map(|p| {
-                    std::mem::replace(&mut p.staged, Burst::empty(self.regions.clone(), 0, 0, 0))
-                })
-                .collect();
-            let before: Vec<usize> = staged.iter().map(|b| b.len()).collect();
             let plan_of_flow = &self.plan_of_flow;
-            raw.sort_out(&mut staged, |p| plan_of_flow.get(&p.flow_id).copied());
+            raw.sort_out(&mut self.staged, |p| plan_of_flow.get(&p.flow_id).copied());
             let now = Instant::now();
-            for ((plan, b), n0) in self.plans.iter_mut().zip(staged).zip(before) {
-                if n0 == 0 && !b.is_empty() {
+            for (plan, staged) in self.plans.iter_mut().zip(&self.staged) {
+                if plan.first_at.is_none() && !staged.is_empty() {
                     plan.first_at = Some(now);
                 }
-                plan.staged = b;
             }
             if !raw.is_empty() {
                 self.counts.passthrough_packets += raw.len() as u64;
@@ -212,8 +192,9 @@ impl QueueReorder {
             loop {
                 let plan = &self.plans[k];
                 let ppb = plan.spec.packets_per_batch() as usize;
-                let full = plan.staged.len() >= ppb;
-                let expired = !plan.staged.is_empty()
+                let staged = &self.staged[k];
+                let full = staged.len() >= ppb;
+                let expired = !staged.is_empty()
                     && self
                         .timeout
                         .zip(plan.first_at)
@@ -238,6 +219,7 @@ impl QueueReorder {
     fn write_batch(&mut self, k: usize, full: bool) -> Result<Option<Burst>, ReorderError> {
         let regions = self.regions.clone();
         let plan = &mut self.plans[k];
+        let staged = &mut self.staged[k];
         let ppb = plan.spec.packets_per_batch() as usize;
         let out_region = regions.get(plan.output);
         let mut index = [0u32];
@@ -245,17 +227,24 @@ impl QueueReorder {
             return Ok(None);
         }
         let aggregate_len = plan.spec.batch_bytes();
-        let mut out = Burst::empty(regions.clone(), plan.staged.port(), plan.staged.queue(), 1);
+        let (port, queue) = (staged.port(), staged.queue());
+        let mut out = Burst::empty(regions.clone(), port, queue, 1);
         out.push_owned(plan.output, index[0], aggregate_len as u32, 0);
         // The batch: the first `ppb` staged packets.
-        let mut batch = Burst::empty(
-            regions.clone(),
-            plan.staged.port(),
-            plan.staged.queue(),
-            ppb,
-        );
-        batch.take_from(&mut plan.staged, ppb);
-        let (batch_id, placed) = match plan.kind {
+        let mut batch = Burst::empty(regions.clone(), port, queue, ppb);
+        batch.take_from(staged, ppb);
+        // Packets long enough to carry a sequence number are placed, the rest skipped
+        // (by the CPU code and the kernel alike).
+        let (mut placed, mut payload_bytes) = (0usize, 0u64);
+        for p in batch.packets() {
+            if p.len() >= plan.spec.sequence().end_byte() {
+                placed += 1;
+                payload_bytes += (p.len() as u64)
+                    .saturating_sub(plan.spec.payload_byte_offset as u64)
+                    .min(plan.spec.in_slot_bytes as u64);
+            }
+        }
+        let batch_id = match plan.kind {
             ReorderKind::Cpu => {
                 let packets: Vec<&[u8]> = (0..batch.len())
                     .map(|i| batch.data(i, 0).expect("validated: host-readable source"))
@@ -264,23 +253,16 @@ impl QueueReorder {
                     .buffer_mut(0, 0)
                     .expect("validated: host-writable output");
                 dst[..aggregate_len].fill(0);
-                gpudirect::reorder::reorder_cpu(&plan.spec, &packets, dst)
+                gpudirect::reorder::reorder_cpu(&plan.spec, &packets, dst).0
             }
             ReorderKind::Gpu => {
-                let (id, placed, stream) = gpu_reorder(plan, &batch, out.segment_addr(0, 0))?;
+                let ordinal = out_region.affinity();
+                let (id, stream) = gpu_reorder(plan, ordinal, &batch, out.segment_addr(0, 0))?;
                 out.set_gpu_stream(stream);
-                (id, placed)
+                id
             }
         };
-        let payload_bytes = (0..batch.len())
-            .filter(|&i| batch.packets()[i].len() >= plan.spec.sequence().end_byte())
-            .map(|i| {
-                let len = batch.packets()[i].len() as u64;
-                len.saturating_sub(plan.spec.payload_byte_offset as u64)
-                    .min(plan.spec.in_slot_bytes as u64)
-            })
-            .sum();
-        plan.first_at = (!plan.staged.is_empty()).then(Instant::now);
+        plan.first_at = (!staged.is_empty()).then(Instant::now);
         if full {
             self.counts.batches += 1;
         } else {
@@ -306,15 +288,16 @@ impl QueueReorder {
 #[cfg(feature = "cuda")]
 fn gpu_reorder(
     plan: &mut Plan,
+    ordinal: u32,
     batch: &Burst,
     out: u64,
-) -> Result<(Option<u32>, usize, u64), ReorderError> {
+) -> Result<(Option<u32>, u64), ReorderError> {
     let err = |e: gpudirect::GpuError| ReorderError::Gpu {
         name: plan.name.clone(),
         reason: e.to_string(),
     };
     if plan.gpu.is_none() {
-        plan.gpu = Some(gpudirect::Gpu::new(plan.gpu_ordinal).map_err(err)?);
+        plan.gpu = Some(gpudirect::Gpu::new(ordinal).map_err(err)?);
     }
     let gpu = plan.gpu.as_mut().expect("just set");
     gpu.bind().map_err(err)?;
@@ -326,18 +309,16 @@ fn gpu_reorder(
     // call returns (it waits for the kernel).
     let batch_id = unsafe { gpu.reorder(&plan.spec, &packets, out) }.map_err(err)?;
     let stream = gpu.stream().cu_stream() as u64;
-    let placed = (0..batch.len())
-        .filter(|&i| batch.packets()[i].len() >= plan.spec.sequence().end_byte())
-        .count();
-    Ok((batch_id, placed, stream))
+    Ok((batch_id, stream))
 }
 
 #[cfg(not(feature = "cuda"))]
 fn gpu_reorder(
     plan: &mut Plan,
+    _ordinal: u32,
     _batch: &Burst,
     _out: u64,
-) -> Result<(Option<u32>, usize, u64), ReorderError> {
+) -> Result<(Option<u32>, u64), ReorderError> {
     Err(ReorderError::Gpu {
         name: plan.name.clone(),
         reason: "this build has no CUDA support; rebuild with --features cuda".into(),

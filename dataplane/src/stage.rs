@@ -72,6 +72,11 @@ struct Move {
     len: u32,
 }
 
+/// Device-to-pageable-host bytes the CPU moves out of staging once the GPU is done:
+/// (staging offset, destination, length).
+#[cfg(feature = "cuda")]
+type CpuFinish = Vec<(usize, u64, u32)>;
+
 /// A staged burst on its way: the output, and the source kept until the copies out of it
 /// finished.
 struct InFlight {
@@ -80,10 +85,9 @@ struct InFlight {
     /// Waits for the GPU (its table slot's event) before it is handed back.
     #[cfg(feature = "cuda")]
     on_gpu: bool,
-    /// Device-to-pageable-host bytes the CPU moves out of staging once the GPU is done:
-    /// (staging offset, destination, length).
+    /// The CPU's share of device-to-host moves.
     #[cfg(feature = "cuda")]
-    finish: Vec<(usize, u64, u32)>,
+    finish: CpuFinish,
     #[cfg(feature = "cuda")]
     slot: usize,
 }
@@ -403,12 +407,11 @@ impl GpuPath {
     /// Queues every move that touches GPU memory in the next table slot and records the
     /// slot's event after them. Returns the slot and the CPU's share of device-to-host
     /// moves.
-    #[allow(clippy::type_complexity)]
     fn submit(
         &mut self,
         regions: &RegionSet,
         moves: &[Move],
-    ) -> Result<(usize, Vec<(usize, u64, u32)>), gpudirect::GpuError> {
+    ) -> Result<(usize, CpuFinish), gpudirect::GpuError> {
         // Cheap when already current; the worker thread may differ from the creator.
         self.gpu.bind()?;
         let slot = self.next_slot;
@@ -467,16 +470,7 @@ impl GpuPath {
         direct.sort_unstable_by_key(|m| m.dst);
         let mut k = 0;
         while k < direct.len() {
-            let stride = regions.get(direct[k].dst_region).stride() as u64;
-            let mut end = k + 1;
-            while end < direct.len()
-                && direct[end].dst_region == direct[k].dst_region
-                && direct[end].src_region == direct[k].src_region
-                && direct[end].dst == direct[end - 1].dst + stride
-                && direct[end].src == direct[end - 1].src + stride
-            {
-                end += 1;
-            }
+            let end = run_end(regions, &direct, k, true);
             if end - k >= 2 {
                 let last = direct[end - 1];
                 let span = (last.dst - direct[k].dst) as usize + last.len as usize;
@@ -535,14 +529,7 @@ impl GpuPath {
         moves.sort_unstable_by_key(|m| m.dst);
         let mut k = 0;
         while k < moves.len() {
-            let stride = regions.get(moves[k].dst_region).stride() as u64;
-            let mut end = k + 1;
-            while end < moves.len()
-                && moves[end].dst_region == moves[k].dst_region
-                && moves[end].dst == moves[end - 1].dst + stride
-            {
-                end += 1;
-            }
+            let end = run_end(regions, moves, k, false);
             let run = &moves[k..end];
             let d0 = run[0].dst;
             let span = (run[end - k - 1].dst - d0) as usize + run[end - k - 1].len as usize;
@@ -565,6 +552,27 @@ impl GpuPath {
         }
         Ok(())
     }
+}
+
+/// End of the run of moves starting at `k` (sorted by destination) whose destination
+/// buffers are neighbours in one region, and with `with_source` whose sources are too, at
+/// the same distance: such a run is one contiguous copy.
+#[cfg(feature = "cuda")]
+fn run_end(regions: &RegionSet, moves: &[Move], k: usize, with_source: bool) -> usize {
+    let first = moves[k];
+    let stride = regions.get(first.dst_region).stride() as u64;
+    let mut end = k + 1;
+    while end < moves.len() {
+        let (m, prev) = (moves[end], moves[end - 1]);
+        let dst_next = m.dst_region == first.dst_region && m.dst == prev.dst + stride;
+        let src_next =
+            !with_source || (m.src_region == first.src_region && m.src == prev.src + stride);
+        if !(dst_next && src_next) {
+            break;
+        }
+        end += 1;
+    }
+    end
 }
 
 /// Items per kernel launch (the argument table's size).

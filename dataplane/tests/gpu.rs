@@ -270,16 +270,7 @@ fn run_gpu_config(name: &str, mode: Option<dataplane::stage::StageMode>) {
     if let Some(m) = mode {
         cfg.gpu_stage = m;
     }
-    let report = dataplane::bench::raw::run(
-        &cfg,
-        &dataplane::bench::raw::RawOptions {
-            seconds: 2.0,
-            verify_payload: true,
-            progress: false,
-        },
-        &std::sync::atomic::AtomicBool::new(false),
-    )
-    .expect("bench runs");
+    let report = common::run_bench(&cfg, 2.0);
     eprint!("{name} ({mode:?}):\n{}", report.human());
     assert!(report.lossless, "{name}: {:?}", report.problems);
     assert!(report.rx_packets > 0);

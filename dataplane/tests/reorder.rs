@@ -239,16 +239,7 @@ fn the_reference_sw_loopback_reorder_example_runs_lossless_and_verified() {
         .expect("the reference example validates")
         .config;
     onto_two_cores(&mut cfg);
-    let report = dataplane::bench::raw::run(
-        &cfg,
-        &dataplane::bench::raw::RawOptions {
-            seconds: 1.0,
-            verify_payload: false,
-            progress: false,
-        },
-        &std::sync::atomic::AtomicBool::new(false),
-    )
-    .expect("bench runs");
+    let report = common::run_bench(&cfg, 1.0);
     drop(pages);
     eprint!("{}", report.human());
     assert!(report.lossless, "{:?}", report.problems);

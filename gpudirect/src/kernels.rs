@@ -203,6 +203,15 @@ extern "C" __global__ void zero_missing(u8* out, u32 out_slot, u32 ppb, const u3
 /// Threads per block: one block per packet, so a 64 B packet wastes little and a 9 KiB one
 /// still gets enough parallelism.
 const THREADS: u32 = 256;
+/// One block of [`THREADS`] per item (packet, copy or slot).
+fn per_block(items: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (items, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Items per launch at most (the argument table's size).
 pub const MAX_ITEMS: usize = 4096;
 
@@ -380,7 +389,7 @@ impl Gpu {
     ///
     /// # Safety
     /// As [`Gpu::batched_copy`]; also, the previous launch that used `slot` must have
-    /// completed (its [`GpuEvent`] reported done, or a sync since).
+    /// completed ([`Gpu::slot_done`] or [`Gpu::wait_slot`], or a sync since).
     pub unsafe fn batched_copy_in(
         &mut self,
         slot: usize,
@@ -398,11 +407,7 @@ impl Gpu {
         }
         let (s, d, l, _) = self.table_addrs_in(slot);
         let n = items.len() as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (n, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = per_block(n);
         let mut b = self.stream.launch_builder(&self.batched_copy);
         b.arg(&s).arg(&d).arg(&l).arg(&n);
         // SAFETY: the kernel's signature matches the arguments; the table stays valid and
@@ -477,11 +482,7 @@ impl Gpu {
         let generation = self.generation;
         self.generation = self.generation.wrapping_add(1).max(1);
         if n > 0 {
-            let cfg = LaunchConfig {
-                grid_dim: (n, 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = per_block(n);
             let mut b = self.stream.launch_builder(&self.reorder);
             b.arg(&s)
                 .arg(&l)
@@ -505,11 +506,7 @@ impl Gpu {
             // until the work completes (the caller's promise).
             unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(reorder)"))?;
         }
-        let cfg = LaunchConfig {
-            grid_dim: (ppb, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = per_block(ppb);
         let mut b = self.stream.launch_builder(&self.zero_missing);
         b.arg(&out)
             .arg(&out_slot)
@@ -562,11 +559,7 @@ impl Gpu {
         let (sums_at, digest_at) = (out as u64, out as u64 + 8 * n as u64);
         let n32 = n as u32;
         self.bind()?;
-        let cfg = LaunchConfig {
-            grid_dim: (n32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = per_block(n32);
         let mut b = self.stream.launch_builder(&self.frame_digest);
         b.arg(&s)
             .arg(&l)
@@ -621,16 +614,6 @@ impl Gpu {
             .map_err(driver("cuMemcpyDtoDAsync"))
     }
 
-    /// Marks the current end of the stream: the event completes when everything queued so
-    /// far has.
-    pub fn record(&self) -> Result<GpuEvent, GpuError> {
-        let event = self.ctx.new_event(None).map_err(driver("cuEventCreate"))?;
-        event
-            .record(&self.stream)
-            .map_err(driver("cuEventRecord"))?;
-        Ok(GpuEvent(event))
-    }
-
     /// Records table `slot`'s event: it completes when everything queued so far has.
     pub fn record_slot(&self, slot: usize) -> Result<(), GpuError> {
         self.slot_events[slot]
@@ -657,28 +640,5 @@ impl Gpu {
         self.stream
             .synchronize()
             .map_err(driver("cuStreamSynchronize"))
-    }
-}
-
-/// A point in a [`Gpu`]'s stream; GPU consumers can also wait on it (`cuStreamWaitEvent`).
-pub struct GpuEvent(cudarc::driver::CudaEvent);
-
-// SAFETY: CUDA events may be queried and waited on from any thread.
-unsafe impl Send for GpuEvent {}
-
-impl GpuEvent {
-    /// True once the work before it finished (never blocks).
-    pub fn is_done(&self) -> Result<bool, GpuError> {
-        self.0.try_is_complete().map_err(driver("cuEventQuery"))
-    }
-
-    /// Blocks until the work before it finished.
-    pub fn wait(&self) -> Result<(), GpuError> {
-        self.0.synchronize().map_err(driver("cuEventSynchronize"))
-    }
-
-    /// The raw `CUevent`, for GPU consumers that order their own streams after it.
-    pub fn raw(&self) -> cudarc::driver::sys::CUevent {
-        self.0.cu_event()
     }
 }

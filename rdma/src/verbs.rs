@@ -216,6 +216,18 @@ fn expect_event(ev: Event, want: EventType, what: &'static str) -> Result<Event,
     }
 }
 
+/// A non-blocking event channel and an rdma_cm identifier on it (TCP port space).
+fn new_id() -> Result<(Arc<EventChannel>, Arc<Identifier>), VerbsError> {
+    let channel = EventChannel::new().map_err(call("rdma_create_event_channel"))?;
+    channel
+        .set_nonblocking(true)
+        .map_err(call("event channel non-blocking"))?;
+    let id = channel
+        .create_id(PortSpace::Tcp)
+        .map_err(call("rdma_create_id"))?;
+    Ok((channel, id))
+}
+
 /// A listening rdma_cm endpoint.
 pub struct Listener {
     channel: Arc<EventChannel>,
@@ -231,13 +243,7 @@ impl Listener {
     /// Listens on `addr` (its IP selects the RDMA device).
     pub fn bind(addr: SocketAddr, backlog: i32) -> Result<Self, VerbsError> {
         device_present()?;
-        let channel = EventChannel::new().map_err(call("rdma_create_event_channel"))?;
-        channel
-            .set_nonblocking(true)
-            .map_err(call("event channel non-blocking"))?;
-        let id = channel
-            .create_id(PortSpace::Tcp)
-            .map_err(call("rdma_create_id"))?;
+        let (channel, id) = new_id()?;
         id.bind_addr(addr).map_err(call("rdma_bind_addr"))?;
         id.listen(backlog).map_err(call("rdma_listen"))?;
         Ok(Self {
@@ -596,13 +602,7 @@ impl Connection {
         params: ConnectionParams,
         client: &mut Client,
     ) -> Result<Self, VerbsError> {
-        let channel = EventChannel::new().map_err(call("rdma_create_event_channel"))?;
-        channel
-            .set_nonblocking(true)
-            .map_err(call("event channel non-blocking"))?;
-        let id = channel
-            .create_id(PortSpace::Tcp)
-            .map_err(call("rdma_create_id"))?;
+        let (channel, id) = new_id()?;
         // Resolution gets a short timeout per attempt: a lost first ARP exchange is better
         // retried than waited out.
         let ms = params.timeout.min(RESOLVE_TIMEOUT);

@@ -272,9 +272,7 @@ impl ReorderChecker {
         for iface in &config.interfaces {
             let Some(rx) = &iface.rx else { continue };
             for r in &rx.reorder {
-                let src = r.flow_ids.iter().find_map(|id| {
-                    let f = rx.flows.iter().find(|f| f.id == *id)?;
-                    let q = rx.queues.iter().find(|q| f.queue_ids == [q.id])?;
+                let src = rx.reorder_queue(r).and_then(|q| {
                     config
                         .memory_regions
                         .iter()

@@ -320,6 +320,16 @@ pub struct RxConfig {
 }
 
 impl RxConfig {
+    /// The queue reorder `r` serves: that of its first flow that goes to exactly one queue
+    /// (validation makes every flow of a reorder go to the same one).
+    pub fn reorder_queue(&self, r: &ReorderConfig) -> Option<&QueueConfig> {
+        r.flow_ids.iter().find_map(|id| {
+            let f = self.flows.iter().find(|f| f.id == *id)?;
+            let [q] = f.queue_ids[..] else { return None };
+            self.queues.iter().find(|c| c.id == q)
+        })
+    }
+
     /// No queues, no flows.
     pub fn empty() -> Self {
         Self {

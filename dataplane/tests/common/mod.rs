@@ -69,10 +69,18 @@ pub fn bench_shipped_config(name: &str) -> dataplane::bench::raw::RawReport {
         .expect("config")
         .config;
     cfg.master_core = 0;
+    run_bench(&cfg, 1.0)
+}
+
+/// Runs `dataplane bench raw` on `cfg` for `seconds`, payloads verified, no progress lines.
+pub fn run_bench(
+    cfg: &dataplane::config::Config,
+    seconds: f64,
+) -> dataplane::bench::raw::RawReport {
     dataplane::bench::raw::run(
-        &cfg,
+        cfg,
         &dataplane::bench::raw::RawOptions {
-            seconds: 1.0,
+            seconds,
             verify_payload: true,
             progress: false,
         },
