@@ -254,12 +254,30 @@ impl Burst {
         self.regions.get(s.region).buffer_addr(s.index)
     }
 
+    /// True when `other`'s buffers come from the same region set as this burst's, so that
+    /// descriptors may move between the two.
+    #[inline]
+    pub fn same_memory(&self, other: &Burst) -> bool {
+        Arc::ptr_eq(&self.regions, &other.regions)
+    }
+
+    /// True when this burst's buffers belong to `regions`.
+    #[inline]
+    pub fn belongs_to(&self, regions: &Arc<RegionSet>) -> bool {
+        Arc::ptr_eq(&self.regions, regions)
+    }
+
     /// Moves up to `max` packets from the front of `from` to the end of this burst
     /// (descriptors only; the bytes stay where they are). Returns how many moved.
+    ///
+    /// # Panics
+    /// When the two bursts come from different region sets (two data planes): a buffer
+    /// index only means something in the set it was taken from, so moving it would let two
+    /// bursts own one buffer. Checked in release builds; see [`Burst::same_memory`].
     pub fn take_from(&mut self, from: &mut Burst, max: usize) -> usize {
-        debug_assert!(
-            Arc::ptr_eq(&self.regions, &from.regions),
-            "bursts of different data planes"
+        assert!(
+            self.same_memory(from),
+            "Burst::take_from: the bursts belong to different region sets (two data planes)"
         );
         let n = max.min(from.packets.len());
         if self.packets.is_empty() {
@@ -301,6 +319,7 @@ impl Burst {
         outputs: &mut [Burst],
         mut route: impl FnMut(&Burst, usize) -> Option<(usize, u32)>,
     ) -> usize {
+        assert_same_memory(&self, outputs);
         let mut kept = 0;
         for i in 0..self.packets.len() {
             match route(&self, i) {
@@ -326,6 +345,7 @@ impl Burst {
         outputs: &mut [Burst],
         mut pick: impl FnMut(&Packet) -> Option<usize>,
     ) {
+        assert_same_memory(self, outputs);
         let mut kept = 0;
         for i in 0..self.packets.len() {
             let p = self.packets[i];
@@ -366,6 +386,16 @@ impl Burst {
     pub fn regions(&self) -> &Arc<RegionSet> {
         &self.regions
     }
+}
+
+/// The release-mode check of every internal path that moves descriptors into other
+/// bursts: all of them must share `from`'s region set.
+#[inline]
+fn assert_same_memory(from: &Burst, outputs: &[Burst]) {
+    assert!(
+        outputs.iter().all(|o| from.same_memory(o)),
+        "packet descriptors moved between bursts of different region sets"
+    );
 }
 
 impl Drop for Burst {

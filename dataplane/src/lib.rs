@@ -17,11 +17,13 @@ pub mod plane;
 pub mod rdma_conn;
 pub mod rdma_plane;
 pub mod reorder;
-pub mod ring;
 pub mod stage;
 pub mod stats;
 pub mod steering;
 pub mod worker;
+
+/// The bulk ring buffer pools are built on (its own crate, so loom can model-check it).
+pub use dataplane_ring as ring;
 
 pub use burst::{Burst, Packet, Segment};
 pub use plane::{DataPlane, RxQueue, SendError, StartError, TxFailure, TxQueue};

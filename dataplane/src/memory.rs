@@ -5,7 +5,7 @@
 use crate::burst::Packet;
 use crate::config::{MemoryKind, MemoryRegionConfig};
 use crate::hugepages;
-use crate::ring::{Ring, Sync};
+use crate::ring::Ring;
 use crossbeam_queue::ArrayQueue;
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use std::ptr::NonNull;
@@ -148,6 +148,8 @@ impl Region {
         if bytes > isize::MAX as usize / 2 {
             return Err(too_large());
         }
+        // Made before the memory: a pool of more than 2^30 buffers is refused here.
+        let pool = Ring::new(cfg.num_bufs).map_err(|_| too_large())?;
         let backing = match cfg.kind {
             MemoryKind::Host => map_pages(cfg, bytes, false)?,
             MemoryKind::Huge => map_huge(cfg, bytes, index)?,
@@ -161,11 +163,10 @@ impl Region {
             #[cfg(feature = "cuda")]
             Backing::Pinned(b) => b.as_ptr() as u64,
         };
-        let pool = Ring::new(cfg.num_bufs, Sync::Multi, Sync::Multi);
         let all: Vec<u32> = (0..cfg.num_bufs as u32).collect();
         for chunk in all.chunks(4096) {
-            let ok = pool.enqueue_bulk(chunk);
-            debug_assert!(ok);
+            // The pool has a slot for every buffer.
+            assert!(pool.enqueue_bulk(chunk), "buffer pool smaller than its region");
         }
         Ok(Self {
             name: cfg.name.clone(),

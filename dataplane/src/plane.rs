@@ -108,6 +108,10 @@ pub enum TxFailure {
     /// The burst belongs to another queue.
     #[error("burst belongs to another queue")]
     WrongQueue,
+    /// The burst's buffers come from another data plane's memory regions; its buffer
+    /// indices mean nothing here.
+    #[error("burst was allocated from another data plane's memory regions")]
+    ForeignMemory,
 }
 
 /// A burst that could not be sent, handed back so that nothing is freed behind the
@@ -166,6 +170,12 @@ impl TxQueue {
     /// Queues `burst` for transmission. On failure the burst comes back in the error.
     #[inline]
     pub fn send(&mut self, burst: Burst) -> Result<(), SendError> {
+        if !burst.belongs_to(&self.regions) {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::ForeignMemory,
+            });
+        }
         if burst.port() != self.port || burst.queue() != self.queue {
             return Err(SendError {
                 burst,

@@ -125,6 +125,12 @@ impl BurstConnection {
     /// Sends every packet of `burst` as one message (single-segment packets in registered
     /// regions). The connection owns the burst until all of it completed.
     pub fn send(&mut self, burst: Burst) -> Result<(), SendError> {
+        if !burst.belongs_to(&self.regions) {
+            return Err(SendError::Unsupported(
+                "the burst was allocated from another data plane's memory regions".into(),
+                burst,
+            ));
+        }
         if burst.is_empty() {
             return Ok(());
         }

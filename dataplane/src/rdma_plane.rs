@@ -427,6 +427,7 @@ fn spawn_stream(
         state,
         qp,
         workers: shared.workers.clone(),
+        regions: shared.regions.clone(),
     })
 }
 
@@ -746,13 +747,17 @@ pub struct RdmaStream {
     slot: (usize, usize),
     /// Set for client connections, whose slot this end releases.
     shared: Option<Arc<Shared>>,
+    /// The plane's region set: only its bursts may be sent here.
+    regions: Arc<RegionSet>,
 }
 
 impl RdmaStream {
     /// Queues `burst` to be sent, one message per packet. Gives it back when the queue to
     /// the worker is full (try again later) or the connection is closed.
     pub fn send(&self, burst: Burst) -> Result<(), Burst> {
-        if self.is_closed() {
+        // A burst of another plane's memory could never be sent from this connection's
+        // registered regions; refuse it here, where the application still holds it.
+        if self.is_closed() || !burst.belongs_to(&self.regions) {
             return Err(burst);
         }
         let tx = self.to_worker.as_ref().expect("sender present until drop");

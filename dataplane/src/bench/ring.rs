@@ -8,7 +8,7 @@
 //! `scripts/ring_compare.sh` can put the two side by side without conversion errors.
 
 use crate::affinity;
-use crate::ring::{Ring, Sync};
+use crate::ring::{Consumer, Mode, Producer, split};
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,7 +51,7 @@ struct Sample {
 
 /// Single-item cases use the single-item calls, as a user of one item at a time would.
 #[inline]
-fn put(ring: &Ring<u64>, batch: &[u64]) -> bool {
+fn put(ring: &Producer<u64>, batch: &[u64]) -> bool {
     if let [one] = batch {
         ring.enqueue(*one)
     } else {
@@ -60,7 +60,7 @@ fn put(ring: &Ring<u64>, batch: &[u64]) -> bool {
 }
 
 #[inline]
-fn take(ring: &Ring<u64>, out: &mut [u64]) -> bool {
+fn take(ring: &Consumer<u64>, out: &mut [u64]) -> bool {
     if let [one] = out {
         ring.dequeue().map(|v| *one = v).is_some()
     } else {
@@ -90,14 +90,15 @@ fn same_thread_run(opts: &RingBenchOptions, bulk: usize) -> Sample {
 }
 
 fn same_thread_loop(opts: &RingBenchOptions, bulk: usize) -> Sample {
-    let ring = Ring::<u64>::new(opts.ring_size, Sync::Single, Sync::Single);
+    let (producer, consumer) =
+        split::<u64>(opts.ring_size, Mode::Single, Mode::Single).expect("ring size checked");
     let batch = vec![7u64; bulk];
     let mut out = vec![0u64; bulk];
     let rounds = (opts.items / bulk as u64).max(1);
     let start = Instant::now();
     for _ in 0..rounds {
-        let ok = put(&ring, std::hint::black_box(&batch));
-        let ok2 = take(&ring, std::hint::black_box(&mut out));
+        let ok = put(&producer, std::hint::black_box(&batch));
+        let ok2 = take(&consumer, std::hint::black_box(&mut out));
         assert!(ok && ok2, "an empty ring takes and gives back one bulk");
     }
     let secs = start.elapsed().as_secs_f64();
@@ -114,12 +115,18 @@ fn threaded_run(
     consumers: usize,
     bulk: usize,
 ) -> Sample {
-    let mode = |n| if n > 1 { Sync::Multi } else { Sync::Single };
-    let ring = Arc::new(Ring::<u64>::new(
-        opts.ring_size,
-        mode(producers),
-        mode(consumers),
-    ));
+    let mode = |n| if n > 1 { Mode::Multi } else { Mode::Single };
+    let (producer, consumer) = split::<u64>(opts.ring_size, mode(producers), mode(consumers))
+        .expect("ring size checked");
+    // One handle per thread: a single side has one, a multi side clones.
+    let mut producer_ends = vec![producer];
+    while producer_ends.len() < producers {
+        producer_ends.push(producer_ends[0].try_clone().expect("multi producer"));
+    }
+    let mut consumer_ends = vec![consumer];
+    while consumer_ends.len() < consumers {
+        consumer_ends.push(consumer_ends[0].try_clone().expect("multi consumer"));
+    }
     let cores = affinity::usable_cores();
     let core_for = |i: usize| cores.get(i % cores.len().max(1)).copied();
     let go = Arc::new(AtomicBool::new(false));
@@ -127,8 +134,8 @@ fn threaded_run(
     let total = per_producer * producers as u64;
     let per_consumer = total / consumers as u64;
     let mut threads = Vec::new();
-    for p in 0..producers {
-        let (ring, go, core) = (ring.clone(), go.clone(), core_for(p));
+    for (p, ring) in producer_ends.into_iter().enumerate() {
+        let (go, core) = (go.clone(), core_for(p));
         threads.push(std::thread::spawn(move || {
             if let Some(c) = core {
                 let _ = affinity::pin_current_thread(c);
@@ -147,8 +154,8 @@ fn threaded_run(
             start.elapsed().as_secs_f64() * 1e9 / per_producer as f64
         }));
     }
-    for c in 0..consumers {
-        let (ring, go, core) = (ring.clone(), go.clone(), core_for(producers + c));
+    for (c, ring) in consumer_ends.into_iter().enumerate() {
+        let (go, core) = (go.clone(), core_for(producers + c));
         threads.push(std::thread::spawn(move || {
             if let Some(core) = core {
                 let _ = affinity::pin_current_thread(core);

@@ -23,22 +23,81 @@ pub struct Loaded {
     pub warnings: Vec<Diagnostic>,
 }
 
-/// Reads and validates a configuration file.
+/// Largest configuration file read (far above any real one).
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Reads and validates a configuration file. Only regular files of at most
+/// [`MAX_FILE_BYTES`] are read: a device (`/dev/zero`) or a FIFO is refused before it is
+/// opened for reading, so nothing blocks or reads without end.
 pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     let name = path.display().to_string();
-    match std::fs::read_to_string(path) {
+    match read_config_file(path) {
         Ok(text) => load_str(&text, &name),
-        Err(e) => {
+        Err(why) => {
             let mut d = Diagnostics::default();
             d.error(
                 DiagnosticKind::Invalid,
                 "",
                 None,
-                format!("cannot read {name}: {e}"),
+                format!("cannot read {name}: {why}"),
             );
             Err(d.into_error(&name))
         }
     }
+}
+
+fn read_config_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(format!(
+            "not a regular file ({}); give the path of a YAML file",
+            describe_file_type(&meta.file_type())
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "the file is {} bytes; configurations are limited to {MAX_FILE_BYTES} bytes",
+            meta.len()
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    // The file may grow between the check and the read: read one byte past the limit.
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "the file grew past {MAX_FILE_BYTES} bytes while it was read"
+        ));
+    }
+    Ok(text)
+}
+
+fn describe_file_type(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// This machine's memory (`MemTotal` in /proc/meminfo), or `None` when unreadable.
+pub fn host_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Reads and validates configuration text; `source_name` appears in messages.
@@ -68,7 +127,7 @@ pub fn load_with(
     let Some(config) = parse::document(&mut d, &root) else {
         return Err(d.into_error(source_name));
     };
-    validate::check(&mut d, &config, online);
+    validate::check(&mut d, &config, online, host_memory_bytes());
     if d.has_errors() {
         return Err(d.into_error(source_name));
     }

@@ -10,7 +10,11 @@ use std::net::Ipv4Addr;
 
 /// Largest sane buffer count / size (prevents arithmetic overflow later).
 const MAX_COUNT: u64 = 1 << 32;
-const MAX_BUF_SIZE: u64 = 1 << 32;
+/// Most buffers in one region: the buffer pool's ring holds at most 2^30 entries.
+pub const MAX_NUM_BUFS: u64 = 1 << 30;
+/// Largest buffer: segment lengths are 32-bit, and 1 GiB is far beyond any packet or
+/// reorder batch.
+pub const MAX_BUF_SIZE: u64 = 1 << 30;
 
 /// Reads a whole document. Returns `None` when errors were recorded in `d`.
 pub fn document(d: &mut Diagnostics, root: &Node) -> Option<Config> {
@@ -298,7 +302,7 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
         })
     });
     let affinity = m.required(d, "affinity", |d, n, p| r::uint_in(d, n, p, 0, 1023));
-    let num_bufs = m.required(d, "num_bufs", |d, n, p| r::uint_in(d, n, p, 1, MAX_COUNT));
+    let num_bufs = m.required(d, "num_bufs", |d, n, p| r::uint_in(d, n, p, 1, MAX_NUM_BUFS));
     let buf_size = m.required(d, "buf_size", |d, n, p| {
         r::uint_in(d, n, p, 1, MAX_BUF_SIZE)
     });

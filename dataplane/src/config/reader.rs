@@ -222,11 +222,37 @@ pub fn string(d: &mut Diagnostics, node: &Node, path: &str) -> Option<String> {
             return None;
         }
     };
+    // Checked before the text is echoed anywhere: a multi-megabyte value must not become
+    // a multi-megabyte message, and C APIs (EAL arguments, device names) end at a NUL.
+    if text.len() > MAX_STRING_BYTES {
+        d.error(
+            Kind::Range,
+            path,
+            Some(node.location),
+            format!(
+                "is {} bytes long; the limit is {MAX_STRING_BYTES}",
+                text.len()
+            ),
+        );
+        return None;
+    }
+    if text.contains('\0') {
+        d.error(
+            Kind::Invalid,
+            path,
+            Some(node.location),
+            "contains a NUL byte",
+        );
+        return None;
+    }
     if placeholder(d, node, path, &text) {
         return None;
     }
     Some(text)
 }
+
+/// Longest string value (names, addresses, vdev arguments with socket paths).
+pub const MAX_STRING_BYTES: usize = 4096;
 
 /// A non-empty string.
 pub fn name(d: &mut Diagnostics, node: &Node, path: &str) -> Option<String> {

@@ -6,10 +6,18 @@ use super::reader::suggest;
 use std::collections::{HashMap, HashSet};
 
 /// Runs every check on a parsed configuration.
-pub fn check(d: &mut Diagnostics, c: &Config, online_cores: &dyn Fn(u32) -> bool) {
+pub fn check(
+    d: &mut Diagnostics,
+    c: &Config,
+    online_cores: &dyn Fn(u32) -> bool,
+    host_memory_bytes: Option<u64>,
+) {
     duplicates(d, c);
     references(d, c);
     buffer_counts(d, c);
+    if let Some(total) = host_memory_bytes {
+        memory_totals(d, c, total);
+    }
     engine_rules(d, c);
     for (i, iface) in c.interfaces.iter().enumerate() {
         if let Some(tx) = &iface.tx {
@@ -322,6 +330,28 @@ fn references(d: &mut Diagnostics, c: &Config) {
 /// Each queue holds up to one burst of buffers from each of its regions at a time, so a
 /// region needs at least the sum of its queues' batch sizes, and twice that to keep a
 /// pipeline busy while the application still holds the previous bursts.
+/// Host memory regions (host, huge, host_pinned) must fit in the machine's memory, each
+/// and together; device memory is the GPU's and is checked when allocated.
+fn memory_totals(d: &mut Diagnostics, c: &Config, machine: u64) {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut sum = 0u64;
+    for (i, m) in c.memory_regions.iter().enumerate() {
+        if m.kind == MemoryKind::Device {
+            continue;
+        }
+        let bytes = (m.num_bufs as u64).saturating_mul(m.buf_size as u64);
+        sum = sum.saturating_add(bytes);
+        if bytes > machine {
+            d.error(Kind::Range, &format!("memory_regions[{i}].num_bufs"), Some(m.location), format!("memory region `{}` needs {bytes} bytes ({:.1} GiB: num_bufs {} x buf_size {}), more than this machine's {machine} bytes ({:.1} GiB) of memory", m.name, gib(bytes), m.num_bufs, m.buf_size, gib(machine)));
+            return;
+        }
+    }
+    if sum > machine {
+        let at = c.memory_regions.first().map(|m| m.location);
+        d.error(Kind::Range, "memory_regions", at, format!("the host memory regions need {sum} bytes ({:.1} GiB) together, more than this machine's {machine} bytes ({:.1} GiB) of memory", gib(sum), gib(machine)));
+    }
+}
+
 fn buffer_counts(d: &mut Diagnostics, c: &Config) {
     for (i, m) in c.memory_regions.iter().enumerate() {
         let users: Vec<&QueueConfig> = c

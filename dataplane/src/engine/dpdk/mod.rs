@@ -16,7 +16,7 @@ use crate::config::Direction;
 use crate::config::{Config, MemoryKind, RxConfig, validate::is_pci_address};
 use crate::hugepages;
 use crate::memory::{BufferLender, RegionId, RegionSet};
-use crate::ring::{Ring, Sync as RingSync};
+use crate::ring::Ring;
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::InterfaceSteering;
 use dpdk_sys as sys;
@@ -216,7 +216,7 @@ impl BufferLender for LentBuffers {
     fn give_back(&self, indices: &[u32]) {
         // The ring has a slot for every buffer, so it cannot be full.
         let ok = self.0.returned.enqueue_bulk(indices);
-        debug_assert!(ok, "lent buffer returned twice");
+        assert!(ok, "lent buffer returned twice");
     }
 }
 
@@ -850,7 +850,8 @@ impl DpdkEngine {
         let lent = Arc::new(LentPool {
             pool: Pool(pool),
             mbufs,
-            returned: Ring::new(n, RingSync::Multi, RingSync::Single),
+            // Multi-consumer too: the queue reads it through the shared pool.
+            returned: Ring::new(n).map_err(|e| e.to_string())?,
         });
         r.lend_all(Box::new(LentBuffers(lent.clone())))?;
         Ok((Pool(pool), lent))
