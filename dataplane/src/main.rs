@@ -3,10 +3,11 @@
 use clap::{Parser, Subcommand};
 use dataplane::bench::{raw, rdma as rdma_bench, ring};
 use dataplane::config::{self, Config, Direction};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Parser)]
 #[command(
@@ -63,6 +64,12 @@ enum Bench {
         /// Also verify every packet's UDP checksum (reads every byte).
         #[arg(long)]
         verify_payload: bool,
+        /// No progress line and no human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+        /// Longest wait, after sending stopped, for packets still in the pipeline.
+        #[arg(long, default_value_t = 10.0)]
+        drain_seconds: f64,
     },
     /// RDMA SEND/RECV between rdma_bench_server and rdma_bench_client, every message
     /// verified; exits 0 only when every message completed and verified.
@@ -78,6 +85,9 @@ enum Bench {
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// GPU paths on GPU 0: staged ingest against a pinned host-to-device copy, the reorder
     /// kernel against a device-to-device copy.
@@ -106,19 +116,98 @@ enum Bench {
     },
 }
 
+/// SIGINT and SIGTERM, as flags the benches poll.
+struct Signals {
+    /// Set by either signal.
+    any: Arc<AtomicBool>,
+    /// Set by SIGINT.
+    int: Arc<AtomicBool>,
+    /// When set, a further signal ends the process at once (commands that do not poll).
+    exit_at_once: Arc<AtomicBool>,
+}
+
+impl Signals {
+    /// Installs the handlers; done first, so a signal at any later moment is seen.
+    fn install() -> Self {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let s = Self {
+            any: Arc::new(AtomicBool::new(false)),
+            int: Arc::new(AtomicBool::new(false)),
+            exit_at_once: Arc::new(AtomicBool::new(false)),
+        };
+        for (sig, status) in [(SIGINT, 130), (SIGTERM, 143)] {
+            let r = signal_hook::flag::register_conditional_shutdown(
+                sig,
+                status,
+                s.exit_at_once.clone(),
+            )
+            .and_then(|_| signal_hook::flag::register(sig, s.any.clone()));
+            if let Err(e) = r {
+                eprintln!("warning: cannot handle signal {sig}: {e}");
+            }
+        }
+        if let Err(e) = signal_hook::flag::register(SIGINT, s.int.clone()) {
+            eprintln!("warning: cannot handle signal {SIGINT}: {e}");
+        }
+        s
+    }
+
+    /// For commands that do not poll: a signal that already came ends the process now,
+    /// later ones end it at once.
+    fn default_behaviour(&self) {
+        self.exit_at_once.store(true, Ordering::SeqCst);
+        if self.any.load(Ordering::SeqCst) {
+            std::process::exit(self.exit_status());
+        }
+    }
+
+    fn interrupted(&self) -> bool {
+        self.any.load(Ordering::SeqCst)
+    }
+
+    /// 130 after SIGINT, 143 after SIGTERM (128 + the signal's number).
+    fn exit_status(&self) -> i32 {
+        if self.int.load(Ordering::SeqCst) {
+            130
+        } else {
+            143
+        }
+    }
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head -1`) ends the process quietly.
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .is_err()
+    {
+        std::process::exit(141);
+    }
+}
+
 fn main() -> ExitCode {
+    let signals = Signals::install();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DATAPLANE_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
         .init();
     let cli = Cli::parse();
+    if !matches!(
+        cli.command,
+        Command::Bench(Bench::Raw { .. }) | Command::Bench(Bench::Rdma { .. })
+    ) {
+        signals.default_behaviour();
+    }
     match cli.command {
         Command::Validate { file } => validate(&file),
         Command::Hugepages(Hugepages::Status) => {
-            print!("{}", dataplane::hugepages::status_text());
+            emit(&dataplane::hugepages::status_text());
             ExitCode::SUCCESS
         }
         Command::Hugepages(Hugepages::Cleanup { dry_run }) => hugepages_cleanup(dry_run),
@@ -127,13 +216,23 @@ fn main() -> ExitCode {
             seconds,
             json,
             verify_payload,
-        }) => bench_raw(&file, seconds, json, verify_payload),
+            quiet,
+            drain_seconds,
+        }) => bench_raw(
+            &file,
+            seconds,
+            drain_seconds,
+            Output { json, quiet },
+            verify_payload,
+            &signals,
+        ),
         Command::Bench(Bench::Rdma {
             file,
             mode,
             seconds,
             json,
-        }) => bench_rdma(&file, mode, seconds, json),
+            quiet,
+        }) => bench_rdma(&file, mode, seconds, Output { json, quiet }, &signals),
         Command::Bench(Bench::Gpu { seconds, json }) => bench_gpu(seconds, json),
         Command::Bench(Bench::Ring {
             items,
@@ -154,21 +253,24 @@ fn main() -> ExitCode {
 fn hugepages_cleanup(dry_run: bool) -> ExitCode {
     use dataplane::hugepages;
     let verb = if dry_run { "Would remove" } else { "Removed" };
+    let mut out = String::new();
     for dir in hugepages::cleanup_dpdk_runtime_dirs(dry_run) {
-        println!("{verb} leftover DPDK runtime directory {}", dir.display());
+        out += &format!("{verb} leftover DPDK runtime directory {}\n", dir.display());
     }
     let mounts = hugepages::mounts();
     if mounts.is_empty() {
-        println!("no hugetlbfs mounts: no hugepage files to clean");
+        out += "no hugetlbfs mounts: no hugepage files to clean\n";
+        emit(&out);
         return ExitCode::SUCCESS;
     }
     let report = hugepages::cleanup(&mounts, dry_run);
     for line in report.lines(dry_run) {
-        println!("{line}");
+        out += &format!("{line}\n");
     }
     if report.removed.is_empty() && report.errors.is_empty() {
-        println!("no leftover hugepage files");
+        out += "no leftover hugepage files\n";
     }
+    emit(&out);
     if report.errors.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -199,15 +301,15 @@ fn validate(file: &Path) -> ExitCode {
     let Some(c) = load(file) else {
         return ExitCode::FAILURE;
     };
-    println!("{}: valid", file.display());
-    println!(
-        "  engine: {} (stream_type {:?}), master_core {}",
+    let mut out = format!("{}: valid\n", file.display());
+    out += &format!(
+        "  engine: {} (stream_type {:?}), master_core {}\n",
         c.engine.name(),
         c.stream_type,
         c.master_core
     );
     for iface in &c.interfaces {
-        println!("  interface {} at {}", iface.name, iface.address);
+        out += &format!("  interface {} at {}\n", iface.name, iface.address);
         let rx = iface
             .rx
             .iter()
@@ -217,8 +319,8 @@ fn validate(file: &Path) -> ExitCode {
             .iter()
             .flat_map(|t| t.queues.iter().map(|q| (Direction::Tx, q)));
         for (dir, q) in rx.chain(tx) {
-            println!(
-                "    {} queue {} `{}`: core {}, batch {}, timeout {} us, regions [{}]",
+            out += &format!(
+                "    {} queue {} `{}`: core {}, batch {}, timeout {} us, regions [{}]\n",
                 dir.name(),
                 q.id,
                 q.name,
@@ -231,20 +333,27 @@ fn validate(file: &Path) -> ExitCode {
         if let Some(rx) = &iface.rx
             && !rx.flows.is_empty()
         {
-            println!(
-                "    {} flow rule(s), flow_isolation {}",
+            out += &format!(
+                "    {} flow rule(s), flow_isolation {}\n",
                 rx.flows.len(),
                 rx.flow_isolation
             );
         }
+        if let Some(f) = &iface.faults {
+            out += &format!(
+                "    fault injection: {} rule(s), seed {}\n",
+                f.rules.len(),
+                f.seed
+            );
+        }
     }
-    println!("  worker cores: {:?}", c.worker_cores());
+    out += &format!("  worker cores: {:?}\n", c.worker_cores());
     let mut total = 0u64;
     for m in &c.memory_regions {
         let bytes = m.num_bufs as u64 * m.buf_size as u64;
         total += bytes;
-        println!(
-            "  memory {} ({}, affinity {}): {} x {} B = {:.1} MiB",
+        out += &format!(
+            "  memory {} ({}, affinity {}): {} x {} B = {:.1} MiB\n",
             m.name,
             m.kind.name(),
             m.affinity,
@@ -253,104 +362,152 @@ fn validate(file: &Path) -> ExitCode {
             bytes as f64 / 1048576.0
         );
     }
-    println!("  memory total: {:.1} MiB", total as f64 / 1048576.0);
-    println!(
-        "  bench: {} generator(s), {} checker(s)",
+    out += &format!("  memory total: {:.1} MiB\n", total as f64 / 1048576.0);
+    out += &format!(
+        "  bench: {} generator(s), {} checker(s)\n",
         c.bench.tx.len(),
         c.bench.rx.len()
     );
+    emit(&out);
     ExitCode::SUCCESS
 }
 
-fn interrupt_flag() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
-            eprintln!("warning: cannot handle signal {sig}: {e}");
-        }
-    }
-    flag
+/// How a bench prints its result.
+#[derive(Clone, Copy)]
+struct Output {
+    /// One JSON object as the last line of stdout.
+    json: bool,
+    /// No human report, no progress line.
+    quiet: bool,
 }
 
-fn bench_raw(file: &Path, seconds: f64, json: bool, verify_payload: bool) -> ExitCode {
-    let Some(c) = load(file) else {
-        return ExitCode::FAILURE;
-    };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return ExitCode::FAILURE;
-    }
-    let interrupted = interrupt_flag();
-    let opts = raw::RawOptions {
-        seconds,
-        verify_payload,
-        progress: true,
-    };
-    match raw::run(&c, &opts, &interrupted) {
-        Ok(report) => {
-            print_report(&report.human(), &report, json);
-            if report.lossless {
-                ExitCode::SUCCESS
+/// Which `bench` command a configuration belongs to, when it is not `expected`.
+fn wrong_bench(file: &Path, c: &Config, expected: &str) -> Option<String> {
+    use dataplane::config::EngineKind;
+    let f = file.display();
+    match (c.engine, expected) {
+        (EngineKind::Rdma, "raw") => Some(format!(
+            "{f} is an RDMA configuration (roce:// interfaces): run `dataplane bench rdma {f} --mode both` (or --mode server / client)"
+        )),
+        (EngineKind::Socket, _) => Some(format!(
+            "{f} is a kernel socket configuration (tcp:// or udp:// interfaces); `bench {expected}` runs {} configurations, and the socket engine is not built yet",
+            if expected == "raw" {
+                "raw (loopback or DPDK)"
             } else {
-                ExitCode::from(2)
+                "RDMA (roce://)"
             }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        )),
+        (EngineKind::Loopback | EngineKind::Dpdk | EngineKind::Ibverbs, "rdma") => Some(format!(
+            "{f} is a raw configuration (engine {}): run `dataplane bench raw {f}`",
+            c.engine.name()
+        )),
+        _ => None,
     }
 }
 
-fn bench_rdma(file: &Path, mode: rdma_bench::Mode, seconds: f64, json: bool) -> ExitCode {
-    let Some(c) = load(file) else {
-        return ExitCode::FAILURE;
-    };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return ExitCode::FAILURE;
-    }
-    let interrupted = interrupt_flag();
-    match rdma_bench::run(&c, mode, seconds, &interrupted) {
-        Ok(report) => {
-            eprint!("{}", report.human());
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("report serialises")
-                );
-            }
-            if report.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(2)
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// The human report on stderr, and on stdout either it again or one JSON line.
-fn print_report(human: &str, report: &impl serde::Serialize, json: bool) {
-    eprint!("{human}");
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).expect("report serialises")
-        );
+/// Exit status of a finished bench: 130 or 143 after a signal, else by the verdict.
+fn bench_exit(signals: &Signals, status: u8) -> ExitCode {
+    if signals.interrupted() {
+        ExitCode::from(signals.exit_status() as u8)
     } else {
-        print!("{human}");
+        ExitCode::from(status)
     }
+}
+
+fn bench_raw(
+    file: &Path,
+    seconds: f64,
+    drain_seconds: f64,
+    output: Output,
+    verify_payload: bool,
+    signals: &Signals,
+) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    if !(drain_seconds >= 0.0 && drain_seconds.is_finite()) {
+        eprintln!("error: --drain-seconds must be zero or a positive number");
+        return ExitCode::FAILURE;
+    }
+    if let Some(why) = wrong_bench(file, &c, "raw") {
+        eprintln!("error: {why}");
+        return ExitCode::FAILURE;
+    }
+    let opts = raw::RawOptions {
+        verify_payload,
+        progress: !output.quiet && std::io::stderr().is_terminal(),
+        drain_deadline: std::time::Duration::from_secs_f64(drain_seconds),
+        ..raw::RawOptions::new(seconds)
+    };
+    match raw::run(&c, &opts, &signals.any) {
+        Ok(report) => {
+            print_report(&report.human(), &report, output);
+            let status = match report.verdict {
+                raw::Verdict::Lossless => 0,
+                raw::Verdict::NotLossless => 2,
+                raw::Verdict::Inconclusive => 3,
+            };
+            bench_exit(signals, status)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench_rdma(
+    file: &Path,
+    mode: rdma_bench::Mode,
+    seconds: f64,
+    output: Output,
+    signals: &Signals,
+) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    if let Some(why) = wrong_bench(file, &c, "rdma") {
+        eprintln!("error: {why}");
+        return ExitCode::FAILURE;
+    }
+    match rdma_bench::run(&c, mode, seconds, &signals.any) {
+        Ok(report) => {
+            print_report(&report.human(), &report, output);
+            bench_exit(signals, if report.ok() { 0 } else { 2 })
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            bench_exit(signals, 1)
+        }
+    }
+}
+
+/// The human report once on stdout (unless quiet), then the JSON line when asked for.
+fn print_report(human: &str, report: &impl serde::Serialize, output: Output) {
+    let mut out = String::new();
+    if !output.quiet {
+        out += human;
+    }
+    if output.json {
+        out += &serde_json::to_string(report).expect("report serialises");
+        out.push('\n');
+    }
+    emit(&out);
 }
 
 #[cfg(feature = "cuda")]
 fn bench_gpu(seconds: f64, json: bool) -> ExitCode {
     match dataplane::bench::gpu::run(seconds) {
         Ok(report) => {
-            print_report(&report.human(), &report, json);
+            print_report(&report.human(), &report, Output { json, quiet: false });
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -371,23 +528,22 @@ fn bench_ring(opts: ring::RingBenchOptions, json: bool) -> ExitCode {
         eprintln!("error: --ring-size must be between 256 and 2^30");
         return ExitCode::FAILURE;
     }
-    let cases = ring::run(opts);
-    eprintln!(
-        "{:<20} {:>14} {:>10} {:>16}",
+    emit(&format!(
+        "{:<20} {:>14} {:>10} {:>16}\n",
         "case", "M items/s", "ns/item", "enq+deq ns/item"
-    );
-    for c in &cases {
-        eprintln!(
-            "{:<20} {:>14.1} {:>10.2} {:>16.2}",
+    ));
+    let cases = ring::run(opts, |c| {
+        emit(&format!(
+            "{:<20} {:>14.1} {:>10.2} {:>16.2}\n",
             c.case,
             c.items_per_s / 1e6,
             c.ns_per_item,
             c.enq_plus_deq_ns
-        );
-    }
+        ))
+    });
     if json {
-        println!(
-            "{}",
+        emit(&format!(
+            "{}\n",
             serde_json::json!({
                 "bench": "ring",
                 "items": opts.items,
@@ -395,7 +551,7 @@ fn bench_ring(opts: ring::RingBenchOptions, json: bool) -> ExitCode {
                 "ring_size": opts.ring_size,
                 "cases": cases
             })
-        );
+        ));
     }
     ExitCode::SUCCESS
 }

@@ -166,7 +166,10 @@ impl Region {
         let all: Vec<u32> = (0..cfg.num_bufs as u32).collect();
         for chunk in all.chunks(4096) {
             // The pool has a slot for every buffer.
-            assert!(pool.enqueue_bulk(chunk), "buffer pool smaller than its region");
+            assert!(
+                pool.enqueue_bulk(chunk),
+                "buffer pool smaller than its region"
+            );
         }
         Ok(Self {
             name: cfg.name.clone(),

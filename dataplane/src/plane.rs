@@ -8,7 +8,7 @@ use crate::hugepages::{self, PreflightError};
 use crate::memory::{self, MemoryError, RegionId, RegionSet};
 use crate::stats::{QueueCounters, QueueStats, Snapshot};
 use crate::steering::{FlowError, FlowHandle, InterfaceSteering};
-use crate::worker::{self, RxTask, Task, TxTask, WorkerControl};
+use crate::worker::{self, RxTask, Task, TxTask, WorkerControl, WorkerFailed, WorkerHealth};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,13 +61,26 @@ pub struct RxQueue {
     pub queue: u16,
     reorder: Option<crate::reorder::QueueReorder>,
     reorder_error: Option<String>,
+    health: Arc<WorkerHealth>,
 }
 
 impl RxQueue {
     /// The next burst, if one is ready. Never blocks. A reorder that fails (a GPU error)
-    /// stops delivering; [`RxQueue::reorder_error`] says why.
+    /// stops delivering; [`RxQueue::reorder_error`] says why. When the queue's worker died,
+    /// the bursts it delivered before still come out, then the failure.
     #[inline]
-    pub fn poll(&mut self) -> Option<Burst> {
+    pub fn poll(&mut self) -> Result<Option<Burst>, WorkerFailed> {
+        let burst = self.next_burst();
+        if burst.is_none()
+            && let Some(f) = self.health.failure()
+        {
+            return Err(f.clone());
+        }
+        Ok(burst)
+    }
+
+    #[inline]
+    fn next_burst(&mut self) -> Option<Burst> {
         let Some(reorder) = &mut self.reorder else {
             return self.ring.pop().ok();
         };
@@ -97,7 +110,7 @@ impl RxQueue {
 }
 
 /// Why a TX operation failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TxFailure {
     /// The queue's ring to its worker is full; try again.
     #[error("TX ring full")]
@@ -112,6 +125,9 @@ pub enum TxFailure {
     /// indices mean nothing here.
     #[error("burst was allocated from another data plane's memory regions")]
     ForeignMemory,
+    /// The queue's worker died; nothing sent on this queue goes anywhere.
+    #[error(transparent)]
+    WorkerFailed(WorkerFailed),
 }
 
 /// A burst that could not be sent, handed back so that nothing is freed behind the
@@ -137,11 +153,17 @@ pub struct TxQueue {
     pub queue: u16,
     /// Configured packets per burst.
     pub batch_size: usize,
+    health: Arc<WorkerHealth>,
 }
 
 impl TxQueue {
-    /// Allocates a burst of `count` packets with one buffer per segment region.
+    /// Allocates a burst of `count` packets with one buffer per segment region. Fails
+    /// with [`TxFailure::WorkerFailed`] once the queue's worker died (its buffers may be
+    /// stranded in the queue's ring, so the pool would only ever look empty).
     pub fn alloc(&self, count: usize) -> Result<Burst, TxFailure> {
+        if let Some(f) = self.health.failure() {
+            return Err(TxFailure::WorkerFailed(f.clone()));
+        }
         Burst::allocate(
             self.regions.clone(),
             self.port,
@@ -176,6 +198,12 @@ impl TxQueue {
                 reason: TxFailure::ForeignMemory,
             });
         }
+        if let Some(f) = self.health.failure() {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::WorkerFailed(f.clone()),
+            });
+        }
         if burst.port() != self.port || burst.queue() != self.queue {
             return Err(SendError {
                 burst,
@@ -199,6 +227,7 @@ impl TxQueue {
 struct WorkerHandle {
     core: u32,
     control: Arc<WorkerControl>,
+    health: Arc<WorkerHealth>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -245,6 +274,7 @@ impl DataPlane {
         let engine = engine::create(config, &regions, &steering)?;
 
         let mut per_core: BTreeMap<u32, Vec<Task>> = BTreeMap::new();
+        let mut health: BTreeMap<u32, Arc<WorkerHealth>> = BTreeMap::new();
         let mut counters = Vec::new();
         let mut rx_queues = BTreeMap::new();
         let mut tx_queues = BTreeMap::new();
@@ -266,6 +296,7 @@ impl DataPlane {
                 .filter_map(|n| regions.id_of(n))
                 .collect();
             let (producer, consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
+            let worker_health = health.entry(q.cpu_core).or_default().clone();
             let task = match dir {
                 Direction::Rx => {
                     let timeout = (q.timeout_us > 0).then(|| Duration::from_micros(q.timeout_us));
@@ -282,6 +313,7 @@ impl DataPlane {
                                 q.id,
                             ),
                             reorder_error: None,
+                            health: worker_health,
                         },
                     );
                     let task = RxTask::new(
@@ -343,6 +375,7 @@ impl DataPlane {
                             interface: iface.name.clone(),
                             queue: q.id,
                             batch_size: q.batch_size as usize,
+                            health: worker_health,
                         },
                     );
                     let task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
@@ -383,7 +416,8 @@ impl DataPlane {
             regions: regions.clone(),
         };
         for (core, tasks) in per_core {
-            plane.spawn_worker(core, tasks)?;
+            let health = health.remove(&core).unwrap_or_default();
+            plane.spawn_worker(core, tasks, health)?;
         }
         plane.stats = Some(StatsThread::spawn(
             config.master_core,
@@ -392,13 +426,20 @@ impl DataPlane {
         Ok(plane)
     }
 
-    fn spawn_worker(&mut self, core: u32, tasks: Vec<Task>) -> Result<(), StartError> {
+    fn spawn_worker(
+        &mut self,
+        core: u32,
+        tasks: Vec<Task>,
+        health: Arc<WorkerHealth>,
+    ) -> Result<(), StartError> {
         let control = Arc::new(WorkerControl::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let ctl = control.clone();
         let engine = self.engine.clone();
+        let name = format!("dp-worker-{core}");
+        let worker_health = health.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("dp-worker-{core}"))
+            .name(name.clone())
             .spawn(move || {
                 if let Err(e) = affinity::pin_current_thread(core) {
                     let _ = ready_tx.send(Err(e));
@@ -406,13 +447,14 @@ impl DataPlane {
                 }
                 engine.worker_thread(true);
                 let _ = ready_tx.send(Ok(()));
-                worker::run(tasks, &ctl);
+                worker::run_guarded(tasks, &ctl, &name, &worker_health);
                 engine.worker_thread(false);
             })
             .map_err(StartError::Spawn)?;
         self.workers.push(WorkerHandle {
             core,
             control,
+            health,
             thread: Some(thread),
         });
         match ready_rx.recv() {
@@ -520,9 +562,24 @@ impl DataPlane {
         }
     }
 
+    /// Workers that died so far (a panic caught at the worker's top).
+    pub fn worker_failures(&self) -> Vec<WorkerFailed> {
+        self.workers
+            .iter()
+            .filter_map(|w| w.health.failure().cloned())
+            .collect()
+    }
+
     /// Stops every worker and waits for it. Bounded: workers check their flag every pass.
-    pub fn shutdown(mut self) {
+    /// Returns the failures of workers that died while running.
+    pub fn shutdown(mut self) -> Result<(), Vec<WorkerFailed>> {
         self.stop_workers();
+        let failed = self.worker_failures();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed)
+        }
     }
 
     fn stop_workers(&mut self) {

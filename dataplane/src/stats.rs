@@ -19,6 +19,8 @@ pub enum DropReason {
     EngineMissed,
     /// Copying into or out of GPU memory failed (a CUDA error).
     GpuCopy,
+    /// Dropped on purpose by a `fault_injection` rule.
+    Injected,
 }
 
 /// Counters of one queue. Each counter has one writer (the queue's worker, or the thread
@@ -27,7 +29,7 @@ pub enum DropReason {
 pub struct QueueCounters {
     packets: AtomicU64,
     bytes: AtomicU64,
-    drops: [AtomicU64; 6],
+    drops: [AtomicU64; 7],
 }
 
 #[inline]
@@ -62,6 +64,7 @@ impl QueueCounters {
                 malformed: d(DropReason::Malformed),
                 engine_missed: d(DropReason::EngineMissed),
                 gpu_copy: d(DropReason::GpuCopy),
+                injected: d(DropReason::Injected),
             },
         )
     }
@@ -82,6 +85,8 @@ pub struct Drops {
     pub engine_missed: u64,
     /// Lost to a failed copy into or out of GPU memory.
     pub gpu_copy: u64,
+    /// Dropped by a `fault_injection` rule.
+    pub injected: u64,
 }
 
 impl Drops {
@@ -93,6 +98,7 @@ impl Drops {
             + self.malformed
             + self.engine_missed
             + self.gpu_copy
+            + self.injected
     }
 
     /// Adds another set of counts.
@@ -103,6 +109,7 @@ impl Drops {
         self.malformed += o.malformed;
         self.engine_missed += o.engine_missed;
         self.gpu_copy += o.gpu_copy;
+        self.injected += o.injected;
     }
 }
 

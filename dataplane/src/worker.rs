@@ -24,6 +24,67 @@ pub struct WorkerControl {
     pub flush: AtomicBool,
 }
 
+/// A worker that stopped by panicking: its name and the panic's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("worker `{worker}` failed: {message}")]
+pub struct WorkerFailed {
+    /// The worker thread's name (`dp-worker-CORE`).
+    pub worker: String,
+    /// The panic message.
+    pub message: String,
+}
+
+/// Whether a worker is still running its queues; shared with the queue handles it serves.
+#[derive(Debug, Default)]
+pub struct WorkerHealth {
+    failed: AtomicBool,
+    failure: std::sync::OnceLock<WorkerFailed>,
+}
+
+impl WorkerHealth {
+    /// Records that the worker died; the first failure wins.
+    pub fn fail(&self, failure: WorkerFailed) {
+        let _ = self.failure.set(failure);
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// The failure, if the worker died (one atomic load when it did not).
+    #[inline]
+    pub fn failure(&self) -> Option<&WorkerFailed> {
+        if self.failed.load(Ordering::Acquire) {
+            self.failure.get()
+        } else {
+            None
+        }
+    }
+}
+
+/// The text of a caught panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-text payload".to_owned()
+    }
+}
+
+/// Runs `tasks` like [`run`], catching a panic: the worker's queues are then marked failed
+/// in `health` (their handles report it) instead of going silent. The tasks, and the
+/// bursts they hold, are dropped either way, so their buffers go back.
+pub fn run_guarded(tasks: Vec<Task>, control: &WorkerControl, name: &str, health: &WorkerHealth) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(tasks, control)));
+    if let Err(payload) = outcome {
+        let failure = WorkerFailed {
+            worker: name.to_owned(),
+            message: panic_message(payload.as_ref()),
+        };
+        tracing::error!("{failure}");
+        health.fail(failure);
+    }
+}
+
 /// Receive task of one queue.
 pub struct RxTask {
     pub(crate) port: Box<dyn RxPort>,

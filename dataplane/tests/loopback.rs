@@ -48,7 +48,7 @@ fn loopback_moves_bytes_without_loss_and_returns_buffers() {
 
     let mut got = Vec::new();
     let collect = |rx: &mut dataplane::RxQueue, got: &mut Vec<(u32, usize)>| {
-        if let Some(b) = rx.poll() {
+        if let Some(b) = rx.poll().expect("worker alive") {
             assert!(b.len() <= 48, "RX bursts close at batch_size");
             for i in 0..b.len() {
                 let d = b.data(i, 0).unwrap();
@@ -107,7 +107,7 @@ fn loopback_moves_bytes_without_loss_and_returns_buffers() {
     assert_eq!(snap.drops().total(), 0);
 
     let started = Instant::now();
-    dp.shutdown();
+    dp.shutdown().expect("no worker failed");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "shutdown is bounded"
@@ -195,7 +195,7 @@ dataplane:
     tx.send(b).expect("send");
     let deadline = Instant::now() + Duration::from_secs(30);
     let burst = loop {
-        if let Some(b) = rx.poll() {
+        if let Some(b) = rx.poll().expect("worker alive") {
             break b;
         }
         assert!(Instant::now() < deadline, "nothing arrived");
@@ -224,5 +224,5 @@ dataplane:
         assert!(Instant::now() < deadline, "TX buffers never came back");
         std::thread::yield_now();
     }
-    plane.shutdown();
+    plane.shutdown().expect("no worker failed");
 }

@@ -120,7 +120,7 @@ fn shuffled_arrivals_come_out_in_sequence_with_timeouts_and_passthrough() {
             aggregates.len(),
             passthrough.len()
         );
-        let Some(burst) = rx.poll() else {
+        let Some(burst) = rx.poll().expect("worker alive") else {
             std::thread::yield_now();
             continue;
         };
@@ -178,7 +178,7 @@ fn shuffled_arrivals_come_out_in_sequence_with_timeouts_and_passthrough() {
         (3, 1, sent as u64 - 4, 4)
     );
     drop(aggregates);
-    plane.shutdown();
+    plane.shutdown().expect("no worker failed");
 }
 
 fn collect_passthrough(burst: &Burst, out: &mut Vec<u16>) {

@@ -116,7 +116,7 @@ fn flows_added_and_removed_under_traffic() {
             loop {
                 let mut got = false;
                 for (q, rx) in [(0u16, &mut rx0), (1u16, &mut rx1)] {
-                    if let Some(b) = rx.poll() {
+                    if let Some(b) = rx.poll().expect("worker alive") {
                         got = true;
                         let mut s = Seen {
                             queue: q,

@@ -124,7 +124,9 @@ impl<T: Copy> Core<T> {
                 requested: capacity,
             });
         }
-        let slots = (0..size).map(|_| Cell::new(MaybeUninit::uninit())).collect();
+        let slots = (0..size)
+            .map(|_| Cell::new(MaybeUninit::uninit()))
+            .collect();
         let ht = || HeadTail {
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),

@@ -113,6 +113,9 @@ fn multi_producer_bulks_stay_together() {
         let late = c.dequeue_burst(&mut out[early..]);
         assert_eq!(early + late, 4);
         // Each bulk is contiguous; the two bulks come in either order.
-        assert!(out == [10, 11, 20, 21] || out == [20, 21, 10, 11], "{out:?}");
+        assert!(
+            out == [10, 11, 20, 21] || out == [20, 21, 10, 11],
+            "{out:?}"
+        );
     });
 }

@@ -21,8 +21,37 @@ pub struct RawOptions {
     pub seconds: f64,
     /// Verify the UDP checksum of every packet (reads every payload byte).
     pub verify_payload: bool,
-    /// Print a progress line per second.
+    /// Print a progress line per second (on stderr; callers turn it on only for a
+    /// terminal).
     pub progress: bool,
+    /// Longest wait, after the generators stopped, for the pipeline to empty (every sent
+    /// packet received or counted as dropped); what is still missing then is reported as
+    /// in flight, not as lost.
+    pub drain_deadline: Duration,
+}
+
+impl RawOptions {
+    /// `seconds` of traffic, no payload checksums, no progress line, a 10 s drain deadline.
+    pub fn new(seconds: f64) -> Self {
+        Self {
+            seconds,
+            verify_payload: false,
+            progress: false,
+            drain_deadline: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The run's outcome in one word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every sent packet arrived intact, once and in order; nothing dropped anywhere.
+    Lossless,
+    /// Something was lost, dropped, corrupted, duplicated or reordered, or a worker died.
+    NotLossless,
+    /// Nothing went wrong, but packets were still in the pipeline at the drain deadline.
+    Inconclusive,
 }
 
 /// The result of a raw bench; serialised as the `--json` line.
@@ -36,6 +65,10 @@ pub struct RawReport {
     pub zero_copy_regions: Vec<String>,
     /// Seconds of traffic generation.
     pub seconds: f64,
+    /// Seconds asked for (`--seconds`).
+    pub requested_seconds: f64,
+    /// True when SIGINT or SIGTERM ended the run early.
+    pub interrupted: bool,
     /// Packets the generators handed to the data plane.
     pub tx_packets: u64,
     /// Bytes the generators handed to the data plane.
@@ -44,11 +77,25 @@ pub struct RawReport {
     pub rx_packets: u64,
     /// Bytes the checkers received.
     pub rx_bytes: u64,
-    /// Data plane drop counters.
+    /// Data plane drop counters: what each counter attributes.
     pub drops: Drops,
-    /// Packets lost in total: drops plus sequence gaps plus packets sent but not received.
-    pub dropped: u64,
-    /// True when every sent packet arrived intact, in order, with no drop anywhere.
+    /// Packets sent and never received (each counted once; duplicates do not make up for
+    /// lost packets). 0 when one side runs in another process.
+    pub lost: u64,
+    /// The part of `lost` that no drop counter explains.
+    pub unattributed: u64,
+    /// Packets neither received nor counted as dropped when the drain deadline passed:
+    /// still in the pipeline, so neither lost nor delivered.
+    pub in_flight: u64,
+    /// Where the in-flight packets were, when there are any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight_cause: Option<String>,
+    /// Workers that died (a caught panic), with their messages.
+    pub worker_failures: Vec<String>,
+    /// The outcome.
+    pub verdict: Verdict,
+    /// True when every sent packet arrived intact, in order, with no drop anywhere
+    /// (`verdict` is `lossless`).
     pub lossless: bool,
     /// Received Gb/s (frame bytes).
     pub rx_gbps: f64,
@@ -379,11 +426,21 @@ pub enum BenchError {
 }
 
 struct Generator {
-    thread: JoinHandle<(u64, u64)>,
+    thread: JoinHandle<(u64, u64, Option<String>)>,
+}
+
+struct CheckerResult {
+    packets: u64,
+    bytes: u64,
+    checker: Checker,
+    marks: FlowMarks,
+    reorder: Option<ReorderReport>,
+    /// Worker failures seen through the queues.
+    failures: Vec<String>,
 }
 
 struct CheckerThread {
-    thread: JoinHandle<(u64, u64, Checker, FlowMarks, Option<ReorderReport>)>,
+    thread: JoinHandle<CheckerResult>,
 }
 
 /// Runs the bench. `interrupted` is polled (Ctrl-C ends the run early, with a report).
@@ -446,26 +503,39 @@ pub fn run(
                 let mut marks = FlowMarks::default();
                 let (mut packets, mut bytes) = (0u64, 0u64);
                 let mut idle = 0u32;
+                let mut failures: Vec<String> = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let mut got = false;
                     for q in &mut queues {
-                        if let Some(burst) = q.poll() {
-                            got = true;
-                            if let Some(info) = burst.reorder_info() {
-                                reorder_check.check(&burst, info);
-                                packets += info.source_packets as u64;
-                                bytes += info.payload_bytes;
-                                received.store(packets, Ordering::Relaxed);
+                        let burst = match q.poll() {
+                            Ok(Some(b)) => b,
+                            Ok(None) => continue,
+                            Err(e) => {
+                                let e = e.to_string();
+                                if !failures.contains(&e) {
+                                    failures.push(e);
+                                }
                                 continue;
                             }
+                        };
+                        got = true;
+                        if let Some(info) = burst.reorder_info() {
+                            reorder_check.check(&burst, info);
+                            packets += info.source_packets as u64;
+                            bytes += info.payload_bytes;
+                        } else {
                             for i in 0..burst.len() {
                                 marks.count(burst.packets()[i].flow_id);
                                 bytes += burst.packets()[i].len() as u64;
                             }
                             frames.check(&burst, &mut checker);
                             packets += burst.len() as u64;
-                            received.store(packets, Ordering::Relaxed);
                         }
+                        // Duplicates do not count towards what arrived.
+                        received.store(
+                            packets.saturating_sub(checker.counts.duplicates),
+                            Ordering::Relaxed,
+                        );
                     }
                     idle = if got { 0 } else { idle + 1 };
                     if idle > 1024 {
@@ -494,7 +564,14 @@ pub fn run(
                     r.bad_batches = reorder_check.report.bad_batches;
                     r.unchecked_batches = reorder_check.report.unchecked_batches;
                 }
-                (packets, bytes, checker, marks, reorder)
+                CheckerResult {
+                    packets,
+                    bytes,
+                    checker,
+                    marks,
+                    reorder,
+                    failures,
+                }
             })
             .map_err(StartError::Spawn)?;
         checkers.push(CheckerThread { thread });
@@ -542,6 +619,7 @@ pub fn run(
                 let mut initialised: Vec<u64> = Vec::new();
                 let (mut packets, mut bytes) = (0u64, 0u64);
                 let mut pending = None;
+                let mut failure = None;
                 while !stop.load(Ordering::Relaxed) {
                     let burst = match pending.take() {
                         Some(b) => b,
@@ -577,16 +655,20 @@ pub fn run(
                             bytes += n * frame_len as u64;
                             sent.store(packets, Ordering::Relaxed);
                         }
-                        Err(e) => {
-                            debug_assert_eq!(e.reason, TxFailure::RingFull);
+                        Err(e) if e.reason == TxFailure::RingFull => {
                             pending = Some(e.burst);
                             std::thread::yield_now();
+                        }
+                        // The queue is gone (its worker died): nothing more can be sent.
+                        Err(e) => {
+                            failure = Some(e.reason.to_string());
+                            break;
                         }
                     }
                 }
                 // A burst built but never sent is dropped here; its sequence numbers were
                 // never seen by anyone, so it is not a gap.
-                (packets, bytes)
+                (packets, bytes, failure)
             })
             .map_err(StartError::Spawn)?;
         generators.push(Generator { thread });
@@ -603,36 +685,45 @@ pub fn run(
     }
     stop_tx.store(true, Ordering::Relaxed);
     let (mut tx_packets, mut tx_bytes) = (0, 0);
+    let mut worker_failures: Vec<String> = Vec::new();
     for g in generators {
-        let (p, b) = g.thread.join().expect("generator thread");
+        let (p, b, failure) = g.thread.join().expect("generator thread");
         tx_packets += p;
         tx_bytes += b;
+        worker_failures.extend(failure);
     }
     let seconds = started.elapsed().as_secs_f64();
     plane.show_progress(0);
 
-    // Drain: deliver partial bursts, wait until every sent packet arrived or nothing moves.
+    // Drain: deliver partial bursts, then wait until the pipeline is empty (every sent
+    // packet received or counted as dropped) or the deadline passes. A run with only the
+    // receiving side here cannot know what was sent: it waits until nothing moves.
     plane.flush();
-    let drain_limit = if interrupted.load(Ordering::Relaxed) {
-        Duration::from_millis(500)
+    let deadline = if interrupted.load(Ordering::Relaxed) {
+        opts.drain_deadline.min(Duration::from_secs(1))
     } else {
-        Duration::from_secs(5)
+        opts.drain_deadline
     };
     let drain_start = Instant::now();
-    let mut last = received.load(Ordering::Relaxed);
-    let mut last_change = Instant::now();
-    while !tx_only && drain_start.elapsed() < drain_limit {
-        let now = received.load(Ordering::Relaxed);
-        if !config.bench.tx.is_empty() && now >= tx_packets {
-            break;
+    let both_sides = !config.bench.tx.is_empty() && !tx_only;
+    let settled =
+        || received.load(Ordering::Relaxed) + plane.snapshot().drops().total() >= tx_packets;
+    if both_sides {
+        while !settled() && drain_start.elapsed() < deadline && plane.worker_failures().is_empty() {
+            std::thread::sleep(Duration::from_millis(2));
         }
-        if now != last {
-            last = now;
-            last_change = Instant::now();
-        } else if last_change.elapsed() > Duration::from_millis(300) {
-            break;
+    } else if !tx_only {
+        let mut last = received.load(Ordering::Relaxed);
+        let mut last_change = Instant::now();
+        while drain_start.elapsed() < deadline && last_change.elapsed() < Duration::from_millis(300)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+            let now = received.load(Ordering::Relaxed);
+            if now != last {
+                last = now;
+                last_change = Instant::now();
+            }
         }
-        std::thread::sleep(Duration::from_millis(2));
     }
     // A sender on its own (the other side is another process): wait until the workers have
     // handed every generated packet to the engine, then give the link a moment to carry the
@@ -640,12 +731,15 @@ pub fn run(
     let mut unsent = 0;
     if tx_only {
         let transmitted = || plane.snapshot().total(Direction::Tx).0;
-        while transmitted() < tx_packets && drain_start.elapsed() < drain_limit {
+        while transmitted() < tx_packets && drain_start.elapsed() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
         unsent = tx_packets.saturating_sub(transmitted());
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Where undelivered packets are, before the checkers stop reading.
+    let pipeline = plane.snapshot();
+    let unique_seen = received.load(Ordering::Relaxed);
     stop_rx.store(true, Ordering::Relaxed);
     let (mut rx_packets, mut rx_bytes) = (0, 0);
     let mut counts = CheckCounts::default();
@@ -653,44 +747,74 @@ pub fn run(
     let mut flow_ids = BTreeMap::new();
     let mut reorder: Option<ReorderReport> = None;
     for c in checkers {
-        let (p, b, checker, marks, r) = c.thread.join().expect("checker thread");
-        if let Some(r) = r {
-            reorder.get_or_insert_with(Default::default).add(&r);
+        let r = c.thread.join().expect("checker thread");
+        if let Some(rr) = &r.reorder {
+            reorder.get_or_insert_with(Default::default).add(rr);
         }
-        marks.merge_into(&mut flow_ids);
-        rx_packets += p;
-        rx_bytes += b;
-        counts.valid += checker.counts.valid;
-        counts.corrupt += checker.counts.corrupt;
-        counts.gaps += checker.counts.gaps;
-        counts.reordered += checker.counts.reordered;
-        if let Some(p) = checker.first_problem {
+        r.marks.merge_into(&mut flow_ids);
+        rx_packets += r.packets;
+        rx_bytes += r.bytes;
+        counts.add(&r.checker.counts);
+        if let Some(p) = r.checker.first_problem {
             problems.push(p);
+        }
+        for f in r.failures {
+            if !worker_failures.contains(&f) {
+                worker_failures.push(f);
+            }
         }
     }
     let snapshot = plane.snapshot();
     let engine = plane.engine_name();
     let steering = plane.steering();
     let zero_copy_regions = plane.zero_copy_regions();
-    plane.shutdown();
+    if let Err(failed) = plane.shutdown() {
+        for f in failed {
+            let f = f.to_string();
+            if !worker_failures.contains(&f) {
+                worker_failures.push(f);
+            }
+        }
+    }
 
     let drops = snapshot.drops();
-    let both_sides = !config.bench.tx.is_empty() && !tx_only;
+    let unique_rx = rx_packets.saturating_sub(counts.duplicates);
     let missing = if both_sides {
-        tx_packets.saturating_sub(rx_packets)
+        tx_packets.saturating_sub(unique_rx)
     } else {
         0
     };
-    let dropped = drops.total() + counts.gaps + missing;
+    // Missing packets that no counter explains, when the deadline cut the drain short,
+    // are in flight; after a complete drain they are lost without attribution.
+    let drained = both_sides && unique_seen + pipeline.drops().total() >= tx_packets;
+    let unexplained = missing.saturating_sub(drops.total());
+    let (lost, unattributed, in_flight) = if drained || !both_sides {
+        (missing, unexplained, 0)
+    } else {
+        (missing - unexplained, 0, unexplained)
+    };
+    let in_flight_cause = (in_flight > 0).then(|| {
+        let (tx_done, _) = pipeline.total(Direction::Tx);
+        let (rx_done, _) = pipeline.total(Direction::Rx);
+        format!(
+            "{in_flight} packets were neither received nor counted as dropped {:.1} s after the generators stopped (drain deadline{}): {} not yet taken by the TX workers, {} transmitted but not delivered to an RX queue, {} delivered but not yet read by the checkers",
+            drain_start.elapsed().as_secs_f64(),
+            if interrupted.load(Ordering::Relaxed) { ", shortened by the interrupt" } else { "" },
+            tx_packets.saturating_sub(tx_done),
+            tx_done.saturating_sub(rx_done + pipeline.drops().total()),
+            rx_done.saturating_sub(unique_seen),
+        )
+    });
     if drops.total() > 0 {
         problems.push(format!(
             "data plane dropped {} packets ({drops:?})",
             drops.total()
         ));
     }
-    if missing > 0 {
+    if lost > 0 {
         problems.push(format!(
-            "{missing} of {tx_packets} sent packets never arrived"
+            "{lost} of {tx_packets} sent packets never arrived ({} attributed to drop counters, {unattributed} unattributed)",
+            lost - unattributed
         ));
     }
     if unsent > 0 {
@@ -698,10 +822,10 @@ pub fn run(
             "{unsent} of {tx_packets} generated packets were never handed to the engine"
         ));
     }
-    if counts.corrupt > 0 || counts.reordered > 0 || counts.gaps > 0 {
+    if counts.corrupt > 0 || counts.reordered > 0 || counts.gaps > 0 || counts.duplicates > 0 {
         problems.push(format!(
-            "checker: {} corrupt, {} missing from sequences, {} out of order",
-            counts.corrupt, counts.gaps, counts.reordered
+            "checker: {} corrupt, {} missing from sequences, {} out of order, {} duplicated",
+            counts.corrupt, counts.gaps, counts.reordered, counts.duplicates
         ));
     }
     if let Some(r) = &reorder
@@ -713,12 +837,21 @@ pub fn run(
             r.batches + r.timeout_batches
         ));
     }
-    if both_sides && rx_packets > tx_packets {
+    if both_sides && unique_rx > tx_packets {
         problems.push(format!(
-            "received {rx_packets} packets but only {tx_packets} were sent"
+            "received {unique_rx} distinct packets but only {tx_packets} were sent"
         ));
     }
-    let lossless = problems.is_empty() && (!both_sides || tx_packets == rx_packets);
+    for f in &worker_failures {
+        problems.push(f.clone());
+    }
+    let verdict = if !problems.is_empty() {
+        Verdict::NotLossless
+    } else if in_flight > 0 {
+        Verdict::Inconclusive
+    } else {
+        Verdict::Lossless
+    };
     // A TX-only run reports what it sent.
     let (tput_bytes, tput_packets) = if tx_only {
         (tx_bytes, tx_packets)
@@ -730,13 +863,20 @@ pub fn run(
         steering,
         zero_copy_regions,
         seconds,
+        requested_seconds: opts.seconds,
+        interrupted: interrupted.load(Ordering::Relaxed),
         tx_packets,
         tx_bytes,
         rx_packets,
         rx_bytes,
         drops,
-        dropped,
-        lossless,
+        lost,
+        unattributed,
+        in_flight,
+        in_flight_cause,
+        worker_failures,
+        verdict,
+        lossless: verdict == Verdict::Lossless,
         rx_gbps: tput_bytes as f64 * 8.0 / seconds / 1e9,
         rx_mpps: tput_packets as f64 / seconds / 1e6,
         queues: snapshot.queues,
@@ -790,6 +930,12 @@ impl RawReport {
             "engine {} (steering: {}), {:.2} s\n",
             self.engine, self.steering, self.seconds
         ));
+        if self.interrupted {
+            s.push_str(&format!(
+                "  INTERRUPTED after {:.2} of {} requested seconds (SIGINT or SIGTERM)\n",
+                self.seconds, self.requested_seconds
+            ));
+        }
         if !self.zero_copy_regions.is_empty() {
             s.push_str(&format!(
                 "  zero-copy receive into: {}\n",
@@ -806,12 +952,22 @@ impl RawReport {
         ));
         let d = &self.drops;
         s.push_str(&format!(
-            "  drops: ring_full {} pool_empty {} no_flow {} malformed {} engine_missed {} gpu_copy {}\n",
-            d.ring_full, d.pool_empty, d.no_flow, d.malformed, d.engine_missed, d.gpu_copy
+            "  drops: ring_full {} pool_empty {} no_flow {} malformed {} engine_missed {} gpu_copy {} injected {}\n",
+            d.ring_full, d.pool_empty, d.no_flow, d.malformed, d.engine_missed, d.gpu_copy, d.injected
         ));
         s.push_str(&format!(
-            "  checker: {} valid, {} corrupt, {} missing from sequences, {} out of order\n",
-            self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered
+            "  lost {} (attributed to drop counters {}, unattributed {}), in flight {}\n",
+            self.lost,
+            self.lost - self.unattributed,
+            self.unattributed,
+            self.in_flight
+        ));
+        if let Some(c) = &self.in_flight_cause {
+            s.push_str(&format!("  in flight: {c}\n"));
+        }
+        s.push_str(&format!(
+            "  checker: {} valid, {} corrupt, {} missing from sequences, {} out of order, {} duplicated\n",
+            self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered, self.checker.duplicates
         ));
         if let Some(r) = &self.reorder {
             s.push_str(&format!(
@@ -833,12 +989,19 @@ impl RawReport {
                 .collect();
             s.push_str(&format!("  packets by flow id: {}\n", ids.join(", ")));
         }
-        if self.lossless {
-            s.push_str("LOSSLESS: every packet sent arrived intact and in order\n");
-        } else {
-            s.push_str(&format!("NOT LOSSLESS: {} packets lost\n", self.dropped));
-            for p in &self.problems {
-                s.push_str(&format!("  - {p}\n"));
+        match self.verdict {
+            Verdict::Lossless => {
+                s.push_str("LOSSLESS: every packet sent arrived intact and in order\n")
+            }
+            Verdict::Inconclusive => s.push_str(&format!(
+                "INCONCLUSIVE: nothing lost or damaged so far, but {} packets were still in flight at the drain deadline\n",
+                self.in_flight
+            )),
+            Verdict::NotLossless => {
+                s.push_str(&format!("NOT LOSSLESS: {} packets lost\n", self.lost));
+                for p in &self.problems {
+                    s.push_str(&format!("  - {p}\n"));
+                }
             }
         }
         s

@@ -116,8 +116,8 @@ fn threaded_run(
     bulk: usize,
 ) -> Sample {
     let mode = |n| if n > 1 { Mode::Multi } else { Mode::Single };
-    let (producer, consumer) = split::<u64>(opts.ring_size, mode(producers), mode(consumers))
-        .expect("ring size checked");
+    let (producer, consumer) =
+        split::<u64>(opts.ring_size, mode(producers), mode(consumers)).expect("ring size checked");
     // One handle per thread: a single side has one, a multi side clones.
     let mut producer_ends = vec![producer];
     while producer_ends.len() < producers {
@@ -218,11 +218,15 @@ fn label(prefix: &str, bulk: usize) -> String {
     }
 }
 
-/// Runs every case and reports medians.
-pub fn run(opts: RingBenchOptions) -> Vec<RingCase> {
+/// Runs every case and reports medians; `on_case` sees each case as it finishes.
+pub fn run(opts: RingBenchOptions, mut on_case: impl FnMut(&RingCase)) -> Vec<RingCase> {
     let mut out = Vec::new();
+    let mut done = |case: RingCase| {
+        on_case(&case);
+        out.push(case);
+    };
     for bulk in [1usize, 8, 32] {
-        out.push(median_case(
+        done(median_case(
             label("same-thread", bulk),
             bulk,
             opts.reps,
@@ -231,7 +235,7 @@ pub fn run(opts: RingBenchOptions) -> Vec<RingCase> {
     }
     for (name, p, c) in [("spsc", 1, 1), ("mpmc 2p2c", 2, 2)] {
         for bulk in [1usize, 8, 32, 256] {
-            out.push(median_case(label(name, bulk), bulk, opts.reps, || {
+            done(median_case(label(name, bulk), bulk, opts.reps, || {
                 threaded_run(&opts, p, c, bulk)
             }));
         }

@@ -165,8 +165,60 @@ pub struct InterfaceConfig {
     pub rx: Option<RxConfig>,
     /// Transmit side.
     pub tx: Option<TxConfig>,
+    /// `fault_injection` (ours, software loopback only): frames this interface's wire
+    /// drops, duplicates, corrupts, reorders or delays, for tests of counters and verdicts.
+    pub faults: Option<FaultInjection>,
     /// Where it is defined.
     pub location: Location,
+}
+
+/// Deterministic faults on a software wire: rules applied to each frame in TX order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultInjection {
+    /// Seed of the random choices (`percent` rules); the same seed gives the same faults.
+    pub seed: u64,
+    /// Rules, first match wins (one fault per frame).
+    pub rules: Vec<FaultRule>,
+}
+
+/// One fault rule: what to do, and to which frames (counted per TX queue from 1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRule {
+    /// The fault.
+    pub action: FaultAction,
+    /// Which frames.
+    pub select: FaultSelect,
+}
+
+/// What a fault rule does to a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Drop it (counted as `injected`).
+    Drop,
+    /// Send it twice (the copy in a new buffer right after it).
+    Duplicate,
+    /// Invert one byte, 20 bytes before its end (the bench trailer's magic).
+    Corrupt,
+    /// Send it after the frame that follows it.
+    Reorder,
+    /// Hold it back until this many later frames were sent (or the queue goes idle).
+    Delay {
+        /// Frames that overtake it.
+        frames: u32,
+    },
+    /// Panic the worker thread (tests of worker failure handling).
+    Panic,
+}
+
+/// Which frames a fault rule picks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FaultSelect {
+    /// Frames N, 2N, 3N, ...
+    Every(u64),
+    /// Each frame with this probability (percent), from the seeded generator.
+    Percent(f64),
+    /// Only frame N.
+    At(u64),
 }
 
 /// Transport of a socket stream.

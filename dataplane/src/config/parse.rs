@@ -302,7 +302,9 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
         })
     });
     let affinity = m.required(d, "affinity", |d, n, p| r::uint_in(d, n, p, 0, 1023));
-    let num_bufs = m.required(d, "num_bufs", |d, n, p| r::uint_in(d, n, p, 1, MAX_NUM_BUFS));
+    let num_bufs = m.required(d, "num_bufs", |d, n, p| {
+        r::uint_in(d, n, p, 1, MAX_NUM_BUFS)
+    });
     let buf_size = m.required(d, "buf_size", |d, n, p| {
         r::uint_in(d, n, p, 1, MAX_BUF_SIZE)
     });
@@ -350,6 +352,96 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
         zero_copy,
         location: node.location,
     })
+}
+
+fn fault_injection(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FaultInjection> {
+    let mut m = MapReader::open(d, node, path)?;
+    let seed = m
+        .optional(d, "seed", |d, n, p| r::uint_in(d, n, p, 0, u64::MAX))
+        .unwrap_or(0);
+    let rules = m.required(d, "rules", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        let rules: Vec<_> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| fault_rule(d, item, &index(p, i)))
+            .collect();
+        (rules.len() == items.len()).then_some(rules)
+    });
+    m.finish(d);
+    Some(FaultInjection {
+        seed,
+        rules: rules?,
+    })
+}
+
+fn fault_rule(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FaultRule> {
+    let mut m = MapReader::open(d, node, path)?;
+    let action = m.required(d, "action", |d, n, p| {
+        r::choice(
+            d,
+            n,
+            p,
+            &["drop", "duplicate", "corrupt", "reorder", "delay", "panic"],
+        )
+    });
+    let frames = m.optional(d, "frames", |d, n, p| r::uint_in(d, n, p, 1, 1 << 20));
+    let every = m.optional(d, "every", |d, n, p| r::uint_in(d, n, p, 1, u64::MAX));
+    let at = m.optional(d, "at", |d, n, p| r::uint_in(d, n, p, 1, u64::MAX));
+    let percent = m.optional(d, "percent", |d, n, p| {
+        let v = match n.value {
+            Value::Int(i) => i as f64,
+            Value::Float(f) => f,
+            _ => f64::NAN,
+        };
+        if (0.0..=100.0).contains(&v) {
+            Some(v)
+        } else {
+            d.error(
+                Kind::Range,
+                p,
+                Some(n.location),
+                "expected a number from 0 to 100",
+            );
+            None
+        }
+    });
+    let location = m.location;
+    m.finish(d);
+    let select = match (every, percent, at) {
+        (Some(n), None, None) => FaultSelect::Every(n),
+        (None, Some(p), None) => FaultSelect::Percent(p),
+        (None, None, Some(n)) => FaultSelect::At(n),
+        _ => {
+            d.error(
+                Kind::Invalid,
+                path,
+                Some(location),
+                "a fault rule picks its frames with exactly one of `every`, `percent` or `at`",
+            );
+            return None;
+        }
+    };
+    let action = match action? {
+        "drop" => FaultAction::Drop,
+        "duplicate" => FaultAction::Duplicate,
+        "corrupt" => FaultAction::Corrupt,
+        "reorder" => FaultAction::Reorder,
+        "panic" => FaultAction::Panic,
+        _ => FaultAction::Delay {
+            frames: frames.unwrap_or(8) as u32,
+        },
+    };
+    if frames.is_some() && !matches!(action, FaultAction::Delay { .. }) {
+        d.error(
+            Kind::Invalid,
+            &join(path, "frames"),
+            Some(location),
+            "`frames` belongs to a delay rule",
+        );
+        return None;
+    }
+    Some(FaultRule { action, select })
 }
 
 fn interface(
@@ -402,12 +494,14 @@ fn interface(
     }
     let rx = m.optional(d, "rx", rx_config);
     let tx = m.optional(d, "tx", tx_config);
+    let faults = m.optional(d, "fault_injection", fault_injection);
     m.finish(d);
     Some(InterfaceConfig {
         name: name?,
         address: address?,
         socket,
         roce,
+        faults,
         rx,
         tx,
         location: node.location,

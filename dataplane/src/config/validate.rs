@@ -49,6 +49,11 @@ pub fn check(
             );
         }
     }
+    for (i, iface) in c.interfaces.iter().enumerate() {
+        if iface.faults.is_some() && c.engine != EngineKind::Loopback {
+            d.error(Kind::Invalid, &format!("interfaces[{i}].fault_injection"), Some(iface.location), format!("fault injection runs on the software loopback's wire (loopback: \"sw\"); the {} engine has no such wire", c.engine.name()));
+        }
+    }
     reorder_rules(d, c);
     bench_refs(d, c);
     cores(d, c, online_cores);

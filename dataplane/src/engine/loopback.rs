@@ -5,6 +5,7 @@
 //! The wire is where frames enter the interface, so software flow steering runs there: each
 //! TX queue is an ingress point of the interface's [`WireGrid`].
 
+use super::fault::FaultInjector;
 use super::wire::{Ingress, WireGrid, WireReceiver};
 use super::{Engine, EngineError, Overflow, RxPort, TxPort};
 use crate::burst::Burst;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 struct LoopbackInterface {
     grid: WireGrid,
+    faults: Option<crate::config::FaultInjection>,
     /// TX queue ids in config order.
     tx_ids: Vec<u16>,
 }
@@ -61,6 +63,7 @@ impl LoopbackEngine {
             }
             interfaces.push(LoopbackInterface {
                 grid: WireGrid::new(steering, &rx_ids, tx_queues.len()),
+                faults: iface.faults.clone(),
                 tx_ids: tx_queues.iter().map(|q| q.id).collect(),
             });
         }
@@ -107,12 +110,15 @@ impl Engine for LoopbackEngine {
             .iter()
             .position(|&id| id == queue)
             .ok_or_else(|| EngineError::Config(format!("port {port} has no TX queue {queue}")))?;
-        Ok(Box::new(LoopbackTx(iface.grid.ingress(
-            tx,
-            &self.regions,
-            port,
-            counters,
-        ))))
+        let faults = iface
+            .faults
+            .clone()
+            .map(|f| FaultInjector::new(f, self.regions.clone(), port, queue, counters.clone()));
+        Ok(Box::new(LoopbackTx {
+            ingress: iface.grid.ingress(tx, &self.regions, port, counters),
+            faults,
+            stalled: None,
+        }))
     }
 
     fn rx_overflow(&self) -> Overflow {
@@ -130,16 +136,56 @@ impl Engine for LoopbackEngine {
     }
 }
 
-/// A TX queue: an ingress point of its interface.
-struct LoopbackTx(Ingress);
+/// A TX queue: an ingress point of its interface, behind its fault injector if it has
+/// one.
+struct LoopbackTx {
+    ingress: Ingress,
+    faults: Option<FaultInjector>,
+    /// Frames the injector already handled that the wire could not take yet; they go
+    /// before anything new, so faults apply once per frame.
+    stalled: Option<Burst>,
+}
+
+impl LoopbackTx {
+    /// Pushes the stalled frames; true when none are left.
+    fn unstall(&mut self) -> bool {
+        match self.stalled.take() {
+            Some(b) => {
+                self.stalled = self.ingress.steer(b);
+                self.stalled.is_none()
+            }
+            None => true,
+        }
+    }
+}
 
 impl TxPort for LoopbackTx {
     fn transmit(&mut self, burst: Burst) -> Option<Burst> {
-        self.0.steer(burst)
+        let Some(faults) = &mut self.faults else {
+            return self.ingress.steer(burst);
+        };
+        if self.stalled.is_some() {
+            if !self.unstall() {
+                // Not taken and not yet seen by the injector: the worker offers it again.
+                return Some(burst);
+            }
+            let faults = self.faults.as_mut().expect("checked above");
+            self.stalled = self.ingress.steer(faults.apply(burst));
+            return None;
+        }
+        self.stalled = self.ingress.steer(faults.apply(burst));
+        None
     }
 
     fn idle(&mut self) {
-        self.0.idle();
+        // Nothing new to send: held-back frames (reordered, delayed) go out now.
+        if self.unstall()
+            && let Some(faults) = &mut self.faults
+            && let Some(held) = faults.release_held()
+        {
+            self.stalled = self.ingress.steer(held);
+        }
+        self.ingress.idle();
     }
 }
 

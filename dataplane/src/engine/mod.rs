@@ -4,6 +4,7 @@
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod fault;
 pub mod loopback;
 pub mod wire;
 

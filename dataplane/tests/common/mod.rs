@@ -80,9 +80,8 @@ pub fn run_bench(
     dataplane::bench::raw::run(
         cfg,
         &dataplane::bench::raw::RawOptions {
-            seconds,
             verify_payload: true,
-            progress: false,
+            ..dataplane::bench::raw::RawOptions::new(seconds)
         },
         &std::sync::atomic::AtomicBool::new(false),
     )
