@@ -338,3 +338,115 @@ fn reorder_configs_are_checked_as_in_the_reference() {
     )));
     assert!(e.contains("not supported: output_type fp64"), "{e}");
 }
+
+#[test]
+fn limits_that_would_panic_at_start_are_validation_errors() {
+    // The buffer pool holds at most 2^30 buffers.
+    let e = one_error(&GOOD.replace("num_bufs: 1024", "num_bufs: 1073741825"));
+    assert!(
+        e.contains("memory_regions[0].num_bufs (line 12, column 17)")
+            && e.contains("at most 1073741824"),
+        "{e}"
+    );
+    // Segment lengths are 32-bit; 1 GiB is the most a buffer may have.
+    let e = one_error(&GOOD.replace("buf_size: 2048", "buf_size: 4294967296"));
+    assert!(
+        e.contains("memory_regions[0].buf_size") && e.contains("at most 1073741824"),
+        "{e}"
+    );
+    // C APIs (EAL arguments, device names) end at a NUL byte.
+    let e = one_error(&GOOD.replace("address: loopback", "address: \"loop\\0back\""));
+    assert!(
+        e.contains("interfaces[0].address (line 16, column 16): contains a NUL byte"),
+        "{e}"
+    );
+    let e = one_error(&GOOD.replace("- name: tq", "- name: \"t\\0q\""));
+    assert!(e.contains("contains a NUL byte"), "{e}");
+    // A name of megabytes is refused without being echoed back.
+    let huge = "x".repeat(5 << 20);
+    let e = one_error(&GOOD.replace("- name: loop0", &format!("- name: {huge}")));
+    assert!(
+        e.contains("interfaces[0].name") && e.contains("the limit is 4096"),
+        "{e}"
+    );
+    assert!(e.len() < 500, "the error is {} bytes long", e.len());
+}
+
+#[test]
+fn host_regions_are_capped_at_the_machines_memory() {
+    let total = config::host_memory_bytes().expect("/proc/meminfo");
+    // One region larger than the machine.
+    let bufs = (total / 65536 + 1).min(1 << 30);
+    let e = one_error(
+        &GOOD
+            .replace("num_bufs: 1024", &format!("num_bufs: {bufs}"))
+            .replace("buf_size: 2048", "buf_size: 65536"),
+    );
+    assert!(
+        e.contains("memory_regions[0].num_bufs") && e.contains("more than this machine's"),
+        "{e}"
+    );
+    // Two regions that fit alone but not together.
+    let half = total / 2 / 65536 + 16;
+    let two = GOOD
+        .replace("num_bufs: 1024", &format!("num_bufs: {half}"))
+        .replace("buf_size: 2048", "buf_size: 65536")
+        .replace(
+            "    interfaces:",
+            &format!("    - {{name: more, kind: host, affinity: 0, num_bufs: {half}, buf_size: 65536}}\n    interfaces:"),
+        )
+        .replace("memory_regions: [bufs]\n      rx", "memory_regions: [more]\n      rx");
+    let e = one_error(&two);
+    assert!(
+        e.contains("the host memory regions need") && e.contains("together"),
+        "{e}"
+    );
+    // Device memory is the GPU's: not counted here.
+    let dev = GOOD
+        .replace("num_bufs: 1024", &format!("num_bufs: {bufs}"))
+        .replace("buf_size: 2048", "buf_size: 65536")
+        .replace("kind: host", "kind: device");
+    assert!(
+        errors_or_none(&dev)
+            .iter()
+            .all(|e| !e.contains("this machine's")),
+        "device regions are not capped by host memory"
+    );
+}
+
+fn errors_or_none(text: &str) -> Vec<String> {
+    match load(text) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.errors().map(|d| d.to_string()).collect(),
+    }
+}
+
+#[test]
+fn the_reader_refuses_devices_fifos_directories_and_huge_files() {
+    let err = |p: &std::path::Path| match config::load_file(p) {
+        Ok(_) => panic!("{} loaded", p.display()),
+        Err(e) => e.to_string(),
+    };
+    let e = err(std::path::Path::new("/dev/zero"));
+    assert!(e.contains("not a regular file (a character device)"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let e = err(dir.path());
+    assert!(e.contains("not a regular file (a directory)"), "{e}");
+    // A FIFO nobody writes to would block a plain read forever.
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let e = err(&fifo);
+    assert!(e.contains("not a regular file (a FIFO)"), "{e}");
+    let big = dir.path().join("big.yaml");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(config::MAX_FILE_BYTES + 1).unwrap();
+    let e = err(&big);
+    assert!(
+        e.contains("configurations are limited to 16777216 bytes"),
+        "{e}"
+    );
+}

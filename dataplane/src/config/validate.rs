@@ -344,10 +344,12 @@ fn memory_totals(d: &mut Diagnostics, c: &Config, machine: u64) {
         if m.kind == MemoryKind::Device {
             continue;
         }
-        let bytes = (m.num_bufs as u64).saturating_mul(m.buf_size as u64);
+        // Host buffers start on 64-byte boundaries; the pool holds a 4-byte index each.
+        let stride = (m.buf_size as u64).next_multiple_of(64) + 4;
+        let bytes = (m.num_bufs as u64).saturating_mul(stride);
         sum = sum.saturating_add(bytes);
         if bytes > machine {
-            d.error(Kind::Range, &format!("memory_regions[{i}].num_bufs"), Some(m.location), format!("memory region `{}` needs {bytes} bytes ({:.1} GiB: num_bufs {} x buf_size {}), more than this machine's {machine} bytes ({:.1} GiB) of memory", m.name, gib(bytes), m.num_bufs, m.buf_size, gib(machine)));
+            d.error(Kind::Range, &format!("memory_regions[{i}].num_bufs"), Some(m.location), format!("memory region `{}` needs at least {bytes} bytes ({:.1} GiB: num_bufs {} x buf_size {} on 64-byte boundaries, plus the pool), more than this machine's {machine} bytes ({:.1} GiB) of memory", m.name, gib(bytes), m.num_bufs, m.buf_size, gib(machine)));
             return;
         }
     }

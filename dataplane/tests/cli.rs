@@ -1,0 +1,199 @@
+//! The `dataplane` command as a user runs it: signals end a bench with a report and the
+//! conventional exit status, output goes where it belongs, a closed pipe is not a panic,
+//! and a configuration given to the wrong bench says which one to use.
+
+mod common;
+
+use rustix::process::{Pid, Signal, kill_process};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn dataplane() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dataplane"));
+    c.env_remove("DATAPLANE_LOG");
+    c
+}
+
+fn cfg(name: &str) -> String {
+    common::config_path(name).display().to_string()
+}
+
+/// Waits until `child` has installed its handler for `sig` (its `SigCgt` mask in
+/// /proc), so the test does not race the process's start-up.
+fn wait_for_handler(child: &Child, sig: Signal) {
+    let bit = 1u64 << (sig.as_raw() - 1);
+    let started = Instant::now();
+    loop {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("child status");
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & bit != 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no handler installed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn interrupted_run(sig: Signal) -> Output {
+    let child = dataplane()
+        .args([
+            "bench",
+            "raw",
+            &cfg("sw_loopback.yaml"),
+            "--seconds",
+            "60",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // As early as possible: right after the handler exists, before the plane starts.
+    wait_for_handler(&child, sig);
+    kill_process(Pid::from_child(&child), sig).expect("signal");
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn an_early_sigint_still_gives_a_report_and_exit_130() {
+    let out = interrupted_run(Signal::INT);
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    let report = common::last_json(&out.stdout);
+    assert_eq!(report["interrupted"], true);
+    assert_eq!(report["requested_seconds"], 60.0);
+    assert!(report["seconds"].as_f64().unwrap() < 60.0);
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("INTERRUPTED after"), "{human}");
+}
+
+#[test]
+fn sigterm_gives_a_report_and_exit_143() {
+    let out = interrupted_run(Signal::TERM);
+    assert_eq!(out.status.code(), Some(143), "{out:?}");
+    assert_eq!(common::last_json(&out.stdout)["interrupted"], true);
+}
+
+#[test]
+fn report_once_on_stdout_no_progress_or_colour_off_a_terminal() {
+    let out = dataplane()
+        .args(["bench", "raw", &cfg("sw_loopback.yaml"), "--seconds", "1.5"])
+        .env("DATAPLANE_LOG", "info")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout.matches("LOSSLESS").count(), 1, "{stdout}");
+    assert!(
+        !stderr.contains("LOSSLESS"),
+        "the report is not repeated on stderr"
+    );
+    assert!(
+        !stderr.contains("Mpps"),
+        "no progress line off a terminal: {stderr}"
+    );
+    assert!(!stderr.contains('\x1b'), "no ANSI colour codes: {stderr:?}");
+
+    let out = dataplane()
+        .args([
+            "bench",
+            "raw",
+            &cfg("sw_loopback.yaml"),
+            "--seconds",
+            "0.5",
+            "--quiet",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "only the JSON line: {stdout}");
+    assert_eq!(common::last_json(&out.stdout)["verdict"], "lossless");
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    for args in [
+        vec!["validate".to_owned(), cfg("sw_loopback.yaml")],
+        vec!["hugepages".to_owned(), "status".to_owned()],
+    ] {
+        let mut child = dataplane()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // The reader goes away before anything is written (as `| head -0` would).
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn bench_ring_prints_its_table_on_stdout() {
+    let out = dataplane()
+        .args(["bench", "ring", "--items", "20000", "--reps", "1"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("case"), "{stdout}");
+    assert_eq!(
+        stdout.lines().skip(1).count(),
+        11,
+        "a line per case: {stdout}"
+    );
+}
+
+#[test]
+fn a_configuration_given_to_the_wrong_bench_names_the_right_one() {
+    let run = |args: &[&str]| {
+        let out = dataplane().args(args).output().expect("run");
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run(&["bench", "raw", &cfg("rdma_loopback.yaml"), "--seconds", "1"]);
+    assert!(
+        e.contains("is an RDMA configuration") && e.contains("dataplane bench rdma"),
+        "{e}"
+    );
+    let e = run(&[
+        "bench",
+        "rdma",
+        &cfg("sw_loopback.yaml"),
+        "--mode",
+        "both",
+        "--seconds",
+        "1",
+    ]);
+    assert!(
+        e.contains("is a raw configuration") && e.contains("dataplane bench raw"),
+        "{e}"
+    );
+    let socket = std::env::current_dir()
+        .unwrap()
+        .join("../shared/daqiri-examples/daqiri_bench_socket_udp_tx_rx.yaml");
+    let socket = if socket.exists() {
+        socket
+    } else {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/daqiri-examples/daqiri_bench_socket_udp_tx_rx.yaml")
+    };
+    if socket.exists() {
+        let e = run(&["bench", "raw", socket.to_str().unwrap(), "--seconds", "1"]);
+        assert!(e.contains("kernel socket configuration"), "{e}");
+    } else {
+        println!("SKIP socket message check: reference examples not found");
+    }
+}
