@@ -27,5 +27,6 @@ start=$(date +%s%N)
 kill -TERM $pid
 rc=0; wait $pid || rc=$?
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
-tail -n 1 /tmp/dp-sigterm.out | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); assert r["seconds"] < 30 and r["lossless"], r'
+[ "$rc" -eq 143 ] || { echo "smoke: SIGTERM should exit 143, got $rc"; exit 1; }
+tail -n 1 /tmp/dp-sigterm.out | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); assert r["seconds"] < 30 and r["lossless"] and r["interrupted"], r'
 echo "smoke: SIGTERM ended the bench with a lossless report in ${ms} ms (exit $rc)"

@@ -450,3 +450,35 @@ fn the_reader_refuses_devices_fifos_directories_and_huge_files() {
         "{e}"
     );
 }
+
+#[test]
+fn multi_queue_vdevs_name_the_option_that_opens_more_queues() {
+    let dpdk = |address: &str| {
+        GOOD.replace("    loopback: \"sw\"\n", "")
+            .replace("address: loopback", &format!("address: \"{address}\""))
+            .replace(
+                "        - name: rq\n",
+                "        - {name: rq2, id: 1, cpu_core: 0, batch_size: 64, memory_regions: [bufs]}\n        - name: rq\n",
+            )
+    };
+    let e = one_error(&dpdk("net_af_packet0,iface=veth0"));
+    assert!(
+        e.contains("interfaces[0].address")
+            && e.contains("net_af_packet0 opens 1 queue pair(s) (no qpairs, so 1)")
+            && e.contains("add `,qpairs=2` to the vdev string"),
+        "{e}"
+    );
+    let e = one_error(&dpdk("net_af_xdp0,iface=veth0,queue_count=1"));
+    assert!(e.contains("add `,queue_count=2`"), "{e}");
+    assert!(load(&dpdk("net_af_packet0,iface=veth0,qpairs=2")).is_ok());
+    assert!(
+        load(&dpdk("net_ring0")).is_ok(),
+        "other vdevs open what is asked"
+    );
+    let e = one_error(&dpdk("net_ring0").replace("buf_size: 2048", "buf_size: 70000"));
+    assert!(
+        e.contains("memory_regions[0].buf_size")
+            && e.contains("a DPDK mbuf holds at most 65407 bytes"),
+        "{e}"
+    );
+}

@@ -286,8 +286,10 @@ fn hugepage_files_are_cleaned_on_every_path() {
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         last = line.unwrap();
     }
-    assert!(status.success(), "{status:?}");
+    // An interrupted run exits 128 + SIGTERM after its report.
+    assert_eq!(status.code(), Some(143), "{status:?}");
     assert!(last.contains("\"lossless\":true"), "{last}");
+    assert!(last.contains("\"interrupted\":true"), "{last}");
     assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_9"]);
 
     // 4. Init failing after the regions were made (the engine rejects the interface).

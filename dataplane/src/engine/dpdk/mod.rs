@@ -52,6 +52,41 @@ fn last_error(what: &str) -> String {
     dpdk_error(what, unsafe { sys::shim_rte_errno() })
 }
 
+/// What the machine has free, for allocation errors: available memory and free huge
+/// pages (from /proc/meminfo).
+pub fn free_memory_text() -> String {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+    };
+    match (
+        field("MemAvailable:"),
+        field("HugePages_Free:"),
+        field("Hugepagesize:"),
+    ) {
+        (Some(avail_kib), Some(free), Some(page_kib)) => format!(
+            "free memory: {} MiB available, {free} free huge pages of {} KiB",
+            avail_kib / 1024,
+            page_kib
+        ),
+        _ => "free memory: unknown (/proc/meminfo unreadable)".into(),
+    }
+}
+
+/// The message of a failed mbuf pool: what was asked for, DPDK's reason, what is free.
+fn pool_error(what: &str, mbufs: usize, data_room: usize) -> String {
+    // An mbuf is its 128-byte header, the data room and the private area (none here).
+    let bytes = mbufs as u64 * (128 + data_room as u64);
+    format!(
+        "{} (asked for {mbufs} mbufs of {data_room} bytes, {:.1} MiB; {})",
+        last_error(what),
+        bytes as f64 / (1u64 << 20) as f64,
+        free_memory_text()
+    )
+}
+
 /// EAL arguments for `config`: the main lcore on `master_core`, our file prefix, huge pages
 /// or `--no-huge` when no region is `huge`, every PCI address allowed (`-a`) and every other
 /// address as a `--vdev`, then whatever the environment variable `DATAPLANE_EAL_ARGS` adds.
@@ -322,9 +357,10 @@ fn init_eal(args: Vec<String>) -> Result<(), EngineError> {
                 let _ = std::fs::remove_dir_all(base.join(hugepages::file_prefix()));
             }
             return Err(EngineError::Config(format!(
-                "{} (EAL arguments: {})",
+                "{} (EAL arguments: {}; {})",
                 last_error("DPDK EAL initialisation failed"),
-                args.join(" ")
+                args.join(" "),
+                free_memory_text()
             )));
         }
         Ok(())
@@ -503,6 +539,13 @@ impl DpdkEngine {
                 );
             }
             let pname = CString::new(format!("dp{index}{dir}{}s{seg}", q.id)).expect("pool name");
+            // Validation keeps DPDK queues' buffers inside an mbuf's 16-bit data room.
+            let room = u16::try_from(data_room).map_err(|_| {
+                EngineError::Config(format!(
+                    "interface `{}` {dir} queue {}: a {data_room}-byte buffer does not fit an mbuf",
+                    iface.name, q.id
+                ))
+            })?;
             // SAFETY: valid arguments; the pool lives until EAL cleanup.
             let p = unsafe {
                 sys::rte_pktmbuf_pool_create(
@@ -510,7 +553,7 @@ impl DpdkEngine {
                     size.mbufs as u32,
                     256,
                     0,
-                    data_room as u16,
+                    room,
                     socket,
                 )
             };
@@ -519,7 +562,7 @@ impl DpdkEngine {
                     "interface `{}` {dir} queue {}: {}",
                     iface.name,
                     q.id,
-                    last_error("cannot create the mbuf pool")
+                    pool_error("cannot create the mbuf pool", size.mbufs, data_room)
                 )));
             }
             Ok(Pool(p))
@@ -644,7 +687,11 @@ impl DpdkEngine {
                 return Err(EngineError::Config(format!(
                     "interface `{}`: {}",
                     iface.name,
-                    last_error("cannot create the idle queue's mbuf pool")
+                    pool_error(
+                        "cannot create the idle queue's mbuf pool",
+                        usize::from(RING_DESCRIPTORS) * 2,
+                        2048 + hugepages::DPDK_HEADROOM
+                    )
                 )));
             }
             // SAFETY: configured port, queue index below the configured count.
@@ -803,11 +850,19 @@ impl DpdkEngine {
         }
         port.registered.push((base, reg_len, mapped));
         let n = r.num_bufs();
+        let elt_size = u16::try_from(r.stride())
+            .map_err(|_| format!("a {}-byte buffer stride does not fit an mbuf", r.stride()))?;
+        let room = u16::try_from(r.headroom() + r.buf_size()).map_err(|_| {
+            format!(
+                "a {}-byte buffer does not fit an mbuf",
+                r.headroom() + r.buf_size()
+            )
+        })?;
         let ext = sys::rte_pktmbuf_extmem {
             buf_ptr: base as *mut _,
             buf_iova: base,
             buf_len: r.stride() * n,
-            elt_size: r.stride() as u16,
+            elt_size,
         };
         let cname = CString::new(name).expect("pool name");
         // SAFETY: `ext` describes the region's n buffers; the pool lives until EAL cleanup.
@@ -817,14 +872,18 @@ impl DpdkEngine {
                 n as u32,
                 256,
                 0,
-                (r.headroom() + r.buf_size()) as u16,
+                room,
                 socket,
                 &ext,
                 1,
             )
         };
         if pool.is_null() {
-            return Err(last_error("cannot create the mbuf pool over the region"));
+            return Err(pool_error(
+                "cannot create the mbuf pool over the region",
+                n,
+                room as usize,
+            ));
         }
         // Learn which mbuf carries which buffer: take them all once.
         let mut all = vec![std::ptr::null_mut(); n];
@@ -1482,6 +1541,20 @@ impl TxPort for DpdkTx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_failures_name_the_sizes_asked_for_and_the_free_memory() {
+        let e = pool_error("cannot create the mbuf pool", 8192, 2176);
+        assert!(e.starts_with("cannot create the mbuf pool"), "{e}");
+        assert!(
+            e.contains("asked for 8192 mbufs of 2176 bytes, 18.0 MiB"),
+            "{e}"
+        );
+        assert!(
+            e.contains("MiB available") && e.contains("free huge pages of"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn eal_arguments_follow_the_config() {
