@@ -17,16 +17,16 @@ bins=$(cargo test --release --workspace --features dataplane/dpdk --no-run --mes
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] in ("rxe", "rdma_bursts") and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] in ("rxe", "rdma_bursts", "rdma_peers") and m.get("executable"):
         print(m["executable"])')
-[ "$(echo "$bins" | wc -w)" = 2 ] || { echo "rdma-vm-tests: could not build the test binaries" >&2; exit 1; }
+[ "$(echo "$bins" | wc -w)" = 3 ] || { echo "rdma-vm-tests: could not build the test binaries" >&2; exit 1; }
 dp=$(realpath target/release/dataplane)
 [ -x "$dp" ] || cargo build --release -p dataplane
 work=$(mktemp -d /tmp/rdma-vm-tests.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/run.sh" <<EOF2
 #!/bin/sh
-for b in $(echo $bins); do "\$b" --test-threads=1 || exit \$?; done
+for b in $(echo $bins); do "\$b" --test-threads=1 --nocapture || exit \$?; done
 echo "--- dataplane bench rdma configs/rdma_loopback.yaml --mode both"
 "$dp" bench rdma "$PWD/configs/rdma_loopback.yaml" --mode both --seconds 3 --json
 EOF2

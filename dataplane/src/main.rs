@@ -88,6 +88,10 @@ enum Bench {
         /// No human report (the exit code, and `--json`, remain).
         #[arg(long, short)]
         quiet: bool,
+        /// How long a client keeps retrying a server that refuses or cannot be reached
+        /// (every `socket_config.retry_connect_s`, default 1 s).
+        #[arg(long, default_value_t = 30.0)]
+        connect_timeout: f64,
     },
     /// GPU paths on GPU 0: staged ingest against a pinned host-to-device copy, the reorder
     /// kernel against a device-to-device copy.
@@ -232,7 +236,15 @@ fn main() -> ExitCode {
             seconds,
             json,
             quiet,
-        }) => bench_rdma(&file, mode, seconds, Output { json, quiet }, &signals),
+            connect_timeout,
+        }) => bench_rdma(
+            &file,
+            mode,
+            seconds,
+            connect_timeout,
+            Output { json, quiet },
+            &signals,
+        ),
         Command::Bench(Bench::Gpu { seconds, json }) => bench_gpu(seconds, json),
         Command::Bench(Bench::Ring {
             items,
@@ -464,9 +476,14 @@ fn bench_rdma(
     file: &Path,
     mode: rdma_bench::Mode,
     seconds: f64,
+    connect_timeout: f64,
     output: Output,
     signals: &Signals,
 ) -> ExitCode {
+    if !(connect_timeout >= 0.0 && connect_timeout.is_finite()) {
+        eprintln!("error: --connect-timeout must be zero or a positive number");
+        return ExitCode::FAILURE;
+    }
     let Some(c) = load(file) else {
         return ExitCode::FAILURE;
     };
@@ -478,7 +495,8 @@ fn bench_rdma(
         eprintln!("error: {why}");
         return ExitCode::FAILURE;
     }
-    match rdma_bench::run(&c, mode, seconds, &signals.any) {
+    let budget = std::time::Duration::from_secs_f64(connect_timeout);
+    match rdma_bench::run(&c, mode, seconds, budget, &signals.any) {
         Ok(report) => {
             print_report(&report.human(), &report, output);
             bench_exit(signals, if report.ok() { 0 } else { 2 })

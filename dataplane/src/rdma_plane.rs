@@ -458,7 +458,7 @@ impl CmLoop {
                     Ok(ListenerEvent::Other(what)) => {
                         tracing::debug!(interface = index, "rdma_cm event {what}")
                     }
-                    Err(VerbsError::Timeout(_)) => {}
+                    Err(VerbsError::Timeout(_) | VerbsError::Stopped(_)) => {}
                     Err(e) => tracing::warn!(interface = index, "rdma_cm: {e}"),
                 }
             }

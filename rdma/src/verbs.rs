@@ -56,6 +56,9 @@ pub enum VerbsError {
         /// rdma_cm's status.
         status: i32,
     },
+    /// The caller asked to stop (a signal) while waiting.
+    #[error("{0}: stopped")]
+    Stopped(&'static str),
     /// Nothing happened in time.
     #[error("{0}: timed out")]
     Timeout(&'static str),
@@ -195,7 +198,10 @@ fn next_event(
                 ) => {}
             Err(e) => return Err(call(what)(e)),
         }
-        if Instant::now() >= deadline || stop() {
+        if stop() {
+            return Err(VerbsError::Stopped(what));
+        }
+        if Instant::now() >= deadline {
             return Err(VerbsError::Timeout(what));
         }
         std::thread::sleep(Duration::from_micros(200));

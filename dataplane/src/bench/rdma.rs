@@ -8,7 +8,7 @@
 //! a receiver runs until it has that marker and every message before it.
 
 use crate::config::{Config, PeerBenchConfig};
-use rdma::verbs::{Connection, ConnectionParams, Listener, VerbsError};
+use rdma::verbs::{Connection, ConnectionParams, Listener, ListenerEvent, VerbsError};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -127,6 +127,24 @@ pub enum RdmaBenchError {
     /// Messages must hold a sequence number and a count.
     #[error("message_size {0} is below 16 bytes (a message carries its sequence number)")]
     TooSmall(u64),
+    /// A signal stopped the side before its peer came.
+    #[error("{0}: stopped by a signal before a peer connected")]
+    Stopped(&'static str),
+    /// The server turned the client away.
+    #[error(
+        "client: the server at {0} rejected the connection (rdma_cm status 28: it already serves a client; `bench rdma` serves one at a time)"
+    )]
+    Rejected(SocketAddr),
+    /// The server could not be reached within the connect budget.
+    #[error("client: no server at {addr} accepted within {seconds} s (last error: {last})")]
+    Unreachable {
+        /// The server's address.
+        addr: SocketAddr,
+        /// The budget (`--connect-timeout`).
+        seconds: f64,
+        /// The last attempt's error.
+        last: VerbsError,
+    },
     /// Verbs or rdma_cm failed.
     #[error("{side}: {source}")]
     Verbs {
@@ -189,12 +207,52 @@ fn params_of(side: &PeerBenchConfig, peer: Option<&PeerBenchConfig>) -> Connecti
 
 /// Runs one side over an established connection: sends for `seconds` if `send`, receives
 /// until the peer's end marker if `receive`.
+/// Where a side learns that its peer went away: a server's accepted connections report
+/// on the listener's event channel (which also brings surplus clients to turn away), a
+/// client's on its own.
+enum PeerWatch<'a> {
+    Listener(&'a Listener),
+    OwnChannel,
+}
+
+/// How often the event channels are read while moving messages.
+const PEER_CHECK_EVERY: Duration = Duration::from_millis(1);
+/// How long a side keeps draining after a signal before it reports and exits.
+const STOP_DRAIN: Duration = Duration::from_secs(1);
+
+impl PeerWatch<'_> {
+    /// Why the peer is gone, if it is; turns away connection requests meanwhile.
+    fn peer_gone(&self, conn: &Connection, r: &mut SideReport) -> Option<&'static str> {
+        match self {
+            PeerWatch::OwnChannel => conn
+                .peer_disconnected()
+                .then_some("the server disconnected"),
+            PeerWatch::Listener(listener) => loop {
+                match listener.next_event(Duration::ZERO, &|| false) {
+                    Ok(ListenerEvent::Request(req)) => {
+                        req.reject();
+                        r.problems.push(
+                            "turned away a second client: this bench serves one at a time".into(),
+                        );
+                    }
+                    Ok(ListenerEvent::Disconnected(key)) if key == conn.key() => {
+                        return Some("the client disconnected");
+                    }
+                    Ok(_) => {}
+                    Err(_) => return None,
+                }
+            },
+        }
+    }
+}
+
 fn run_side(
     conn: &mut Connection,
     cfg: &PeerBenchConfig,
     peer_sends: bool,
     seconds: f64,
     stop: &AtomicBool,
+    watch: PeerWatch,
 ) -> SideReport {
     let size = cfg.message_size as usize;
     let mut r = SideReport::default();
@@ -207,6 +265,9 @@ fn run_side(
     let mut rx_done_at = None;
     let mut tx_done_at = None;
     let give_up = send_until + Duration::from_secs(30);
+    let mut next_check = start + PEER_CHECK_EVERY;
+    let mut stop_deadline: Option<Instant> = None;
+    let mut gone: Option<&'static str> = None;
     loop {
         let now = Instant::now();
         if cfg.send && !end_sent {
@@ -250,17 +311,20 @@ fn run_side(
             }
             next_rx = s + 1;
         });
-        match polled {
+        let progressed = match polled {
             Ok(p) => {
                 r.messages_received += p.received;
                 r.bytes_received += p.received_bytes;
+                p.received > 0 || p.sent > 0
             }
             Err(e) => {
                 r.errors += 1;
-                r.problems.push(format!("completion: {e}"));
+                r.problems.push(format!(
+                    "the connection ended with an error completion ({e}) after {next_rx} messages received and {seq} sent: the peer is gone or the link failed"
+                ));
                 return r;
             }
-        }
+        };
         if !bad.is_empty() {
             r.errors += bad.len() as u64;
             r.problems.extend(bad.into_iter().take(5));
@@ -272,6 +336,36 @@ fn run_side(
         let all_sends_done = end_sent && conn.send_room() as u32 == params_of(cfg, None).send_depth;
         if rx_done && all_sends_done {
             break;
+        }
+        if let Some(why) = gone
+            && !progressed
+        {
+            // The completion queues are drained: what arrived before the disconnect is in.
+            r.errors += 1;
+            r.problems.push(format!(
+                "{why} after {next_rx} messages received and {seq} sent{}",
+                if end_sent {
+                    ""
+                } else {
+                    " (this side had not finished sending)"
+                }
+            ));
+            break;
+        }
+        if now >= next_check {
+            next_check = now + PEER_CHECK_EVERY;
+            gone = watch.peer_gone(conn, &mut r);
+        }
+        if stop.load(Ordering::Relaxed) {
+            let deadline = *stop_deadline.get_or_insert(now + STOP_DRAIN);
+            if now > deadline {
+                r.errors += 1;
+                r.problems.push(format!(
+                    "interrupted by a signal: received {next_rx} of {:?} messages, end marker sent: {end_sent}",
+                    peer_total
+                ));
+                break;
+            }
         }
         if Instant::now() > give_up {
             r.errors += 1;
@@ -316,9 +410,11 @@ fn serve(
     if let Some(tx) = ready {
         let _ = tx.send(());
     }
-    let req = listener
-        .next_request(Duration::from_secs(120), &|| stop.load(Ordering::Relaxed))
-        .map_err(err)?;
+    let req =
+        match listener.next_request(Duration::from_secs(120), &|| stop.load(Ordering::Relaxed)) {
+            Err(VerbsError::Stopped(_)) => return Err(RdmaBenchError::Stopped("server")),
+            other => other.map_err(err)?,
+        };
     let mut conn = req.accept(params_of(cfg, peer)).map_err(err)?;
     let peer_sends = peer.is_none_or(|p| p.send);
     Ok(run_side(
@@ -327,38 +423,111 @@ fn serve(
         peer_sends && cfg.receive,
         seconds,
         stop,
+        PeerWatch::Listener(&listener),
     ))
+}
+
+/// rdma_cm's status for a reject the server's application chose (`rdma_reject`); other
+/// rejects (no listener yet: invalid service id) mean "try again".
+const REJECTED_BY_SERVER: i32 = 28;
+
+/// Connects, retrying refused or unreachable attempts every `period` until `budget` ends
+/// or `stop` is set, so the start order of server and client does not matter. A server
+/// that turns the client away is final.
+fn connect_within(
+    local: SocketAddr,
+    remote: SocketAddr,
+    params: ConnectionParams,
+    period: Duration,
+    budget: Duration,
+    stop: &AtomicBool,
+) -> Result<Connection, RdmaBenchError> {
+    let started = Instant::now();
+    let once = rdma::cm::RetryPolicy {
+        attempts: 1,
+        ..Default::default()
+    };
+    loop {
+        let last = match Connection::connect_with_retry(local, remote, params, once) {
+            Ok(conn) => return Ok(conn),
+            Err(VerbsError::Event { event, status, .. })
+                if event == "Rejected" && status == REJECTED_BY_SERVER =>
+            {
+                return Err(RdmaBenchError::Rejected(remote));
+            }
+            Err(e @ VerbsError::NoDevice(_)) => {
+                return Err(RdmaBenchError::Verbs {
+                    side: "client",
+                    source: e,
+                });
+            }
+            Err(e) => e,
+        };
+        let retry_at = Instant::now() + period;
+        while Instant::now() < retry_at {
+            if stop.load(Ordering::Relaxed) {
+                return Err(RdmaBenchError::Stopped("client"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if started.elapsed() >= budget {
+            return Err(RdmaBenchError::Unreachable {
+                addr: remote,
+                seconds: budget.as_secs_f64(),
+                last,
+            });
+        }
+        tracing::info!("connecting to {remote}: {last}; trying again");
+    }
 }
 
 fn connect(
     cfg: &PeerBenchConfig,
     peer: Option<&PeerBenchConfig>,
     seconds: f64,
+    retry: (Duration, Duration),
     stop: &AtomicBool,
 ) -> Result<SideReport, RdmaBenchError> {
-    let err = |source| RdmaBenchError::Verbs {
-        side: "client",
-        source,
-    };
-    let mut conn = Connection::connect(
+    let mut conn = connect_within(
         SocketAddr::from((cfg.client_address, 0)),
         SocketAddr::from((cfg.server_address, cfg.server_port)),
         params_of(cfg, peer),
-    )
-    .map_err(err)?;
+        retry.0,
+        retry.1,
+        stop,
+    )?;
     let peer_sends = peer.is_none_or(|p| p.send);
-    let r = run_side(&mut conn, cfg, peer_sends && cfg.receive, seconds, stop);
+    let r = run_side(
+        &mut conn,
+        cfg,
+        peer_sends && cfg.receive,
+        seconds,
+        stop,
+        PeerWatch::OwnChannel,
+    );
     let _ = conn.disconnect();
     Ok(r)
 }
 
-/// Runs the bench.
+/// Runs the bench. A client retries refused or unreachable connections every
+/// `retry_connect_s` (the interfaces' `socket_config`, default 1 s) for up to
+/// `connect_timeout`; `stop` (a signal) ends every wait.
 pub fn run(
     config: &Config,
     mode: Mode,
     seconds: f64,
+    connect_timeout: Duration,
     stop: &AtomicBool,
 ) -> Result<RdmaReport, RdmaBenchError> {
+    let period = config
+        .interfaces
+        .iter()
+        .filter_map(|i| i.socket.as_ref())
+        .map(|s| s.retry_connect_s)
+        .min()
+        .unwrap_or(1)
+        .max(1);
+    let retry = (Duration::from_secs(u64::from(period)), connect_timeout);
     let server = config.bench.rdma_server.as_ref();
     let client = config.bench.rdma_client.as_ref();
     if let Some(small) = server.or(client).filter(|c| c.message_size < 16) {
@@ -371,7 +540,7 @@ pub fn run(
         }
         Mode::Client => {
             let cfg = client.ok_or(RdmaBenchError::Missing("rdma_bench_client"))?;
-            (None, Some(connect(cfg, server, seconds, stop)?))
+            (None, Some(connect(cfg, server, seconds, retry, stop)?))
         }
         Mode::Both => {
             let scfg = server
@@ -384,7 +553,7 @@ pub fn run(
                 let srv = scope.spawn(move || serve(&scfg, Some(&peer), seconds, stop, Some(tx)));
                 // Connect once the server listens (or it failed).
                 let _ = rx.recv_timeout(Duration::from_secs(30));
-                let cli = connect(ccfg, server, seconds, stop);
+                let cli = connect(ccfg, server, seconds, retry, stop);
                 (srv.join().expect("server thread"), cli)
             });
             (Some(srv?), Some(cli?))
