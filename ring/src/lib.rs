@@ -340,6 +340,73 @@ impl<T: Copy> Core<T> {
     }
 }
 
+// The public operations, shared by the types below. Each type guarantees the contract of
+// `Core`'s unsafe operations in its own way: `Ring` is multi-thread on both sides; a
+// single-mode side of a split ring has exactly one handle, which is not `Sync`.
+
+macro_rules! size_methods {
+    () => {
+        /// Number of slots.
+        pub fn capacity(&self) -> usize {
+            self.core.capacity as usize
+        }
+
+        /// Items in the ring at this instant (approximate under concurrency).
+        pub fn len(&self) -> usize {
+            self.core.len()
+        }
+
+        /// True when no item is in the ring.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    };
+}
+
+macro_rules! producer_methods {
+    () => {
+        /// Enqueues all of `items`, or nothing when there is not room for all (always
+        /// nothing when `items` is longer than the capacity).
+        #[inline]
+        pub fn enqueue_bulk(&self, items: &[T]) -> bool {
+            // SAFETY: see the note above `size_methods`.
+            unsafe { self.core.enqueue_bulk(items) }
+        }
+
+        /// Enqueues one item.
+        #[inline]
+        pub fn enqueue(&self, item: T) -> bool {
+            self.enqueue_bulk(std::slice::from_ref(&item))
+        }
+    };
+}
+
+macro_rules! consumer_methods {
+    () => {
+        /// Fills all of `out`, or takes nothing when fewer items are available (always
+        /// nothing when `out` is longer than the capacity).
+        #[inline]
+        pub fn dequeue_bulk(&self, out: &mut [T]) -> bool {
+            // SAFETY: see the note above `size_methods`.
+            out.is_empty() || unsafe { self.core.dequeue_into(out, false) } == out.len()
+        }
+
+        /// Takes up to `out.len()` items; returns how many.
+        #[inline]
+        pub fn dequeue_burst(&self, out: &mut [T]) -> usize {
+            // SAFETY: see the note above `size_methods`.
+            unsafe { self.core.dequeue_into(out, true) }
+        }
+
+        /// Takes one item.
+        #[inline]
+        pub fn dequeue(&self) -> Option<T> {
+            // SAFETY: see the note above `size_methods`.
+            unsafe { self.core.dequeue_one() }
+        }
+    };
+}
+
 /// A bounded multi-producer, multi-consumer FIFO of `T` with bulk operations, usable from
 /// any number of threads through a shared reference.
 pub struct Ring<T: Copy> {
@@ -355,55 +422,9 @@ impl<T: Copy> Ring<T> {
         })
     }
 
-    /// Number of slots.
-    pub fn capacity(&self) -> usize {
-        self.core.capacity as usize
-    }
-
-    /// Items in the ring at this instant (approximate under concurrency).
-    pub fn len(&self) -> usize {
-        self.core.len()
-    }
-
-    /// True when no item is in the ring.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Enqueues all of `items`, or nothing when there is not room for all (always nothing
-    /// when `items` is longer than the capacity).
-    #[inline]
-    pub fn enqueue_bulk(&self, items: &[T]) -> bool {
-        // SAFETY: both sides are multi-thread.
-        unsafe { self.core.enqueue_bulk(items) }
-    }
-
-    /// Enqueues one item.
-    #[inline]
-    pub fn enqueue(&self, item: T) -> bool {
-        self.enqueue_bulk(std::slice::from_ref(&item))
-    }
-
-    /// Fills all of `out`, or takes nothing when fewer items are available.
-    #[inline]
-    pub fn dequeue_bulk(&self, out: &mut [T]) -> bool {
-        // SAFETY: both sides are multi-thread.
-        out.is_empty() || unsafe { self.core.dequeue_into(out, false) } == out.len()
-    }
-
-    /// Takes up to `out.len()` items; returns how many.
-    #[inline]
-    pub fn dequeue_burst(&self, out: &mut [T]) -> usize {
-        // SAFETY: both sides are multi-thread.
-        unsafe { self.core.dequeue_into(out, true) }
-    }
-
-    /// Takes one item.
-    #[inline]
-    pub fn dequeue(&self) -> Option<T> {
-        // SAFETY: both sides are multi-thread.
-        unsafe { self.core.dequeue_one() }
-    }
+    size_methods!();
+    producer_methods!();
+    consumer_methods!();
 }
 
 /// Makes a ring of `capacity` items (rounded up to a power of two) and returns its two
@@ -452,35 +473,8 @@ impl<T: Copy> Producer<T> {
         })
     }
 
-    /// Enqueues all of `items`, or nothing when there is not room for all (always nothing
-    /// when `items` is longer than the capacity).
-    #[inline]
-    pub fn enqueue_bulk(&self, items: &[T]) -> bool {
-        // SAFETY: a single-mode producer side has only this handle, which is not Sync, so
-        // no other thread is enqueueing now.
-        unsafe { self.core.enqueue_bulk(items) }
-    }
-
-    /// Enqueues one item.
-    #[inline]
-    pub fn enqueue(&self, item: T) -> bool {
-        self.enqueue_bulk(std::slice::from_ref(&item))
-    }
-
-    /// Number of slots.
-    pub fn capacity(&self) -> usize {
-        self.core.capacity as usize
-    }
-
-    /// Items in the ring at this instant (approximate under concurrency).
-    pub fn len(&self) -> usize {
-        self.core.len()
-    }
-
-    /// True when no item is in the ring.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    size_methods!();
+    producer_methods!();
 }
 
 impl<T: Copy> Consumer<T> {
@@ -493,42 +487,8 @@ impl<T: Copy> Consumer<T> {
         })
     }
 
-    /// Fills all of `out`, or takes nothing when fewer items are available (always nothing
-    /// when `out` is longer than the capacity).
-    #[inline]
-    pub fn dequeue_bulk(&self, out: &mut [T]) -> bool {
-        // SAFETY: a single-mode consumer side has only this handle, which is not Sync.
-        out.is_empty() || unsafe { self.core.dequeue_into(out, false) } == out.len()
-    }
-
-    /// Takes up to `out.len()` items; returns how many.
-    #[inline]
-    pub fn dequeue_burst(&self, out: &mut [T]) -> usize {
-        // SAFETY: as in dequeue_bulk.
-        unsafe { self.core.dequeue_into(out, true) }
-    }
-
-    /// Takes one item.
-    #[inline]
-    pub fn dequeue(&self) -> Option<T> {
-        // SAFETY: a single-mode consumer side has only this handle, which is not Sync.
-        unsafe { self.core.dequeue_one() }
-    }
-
-    /// Number of slots.
-    pub fn capacity(&self) -> usize {
-        self.core.capacity as usize
-    }
-
-    /// Items in the ring at this instant (approximate under concurrency).
-    pub fn len(&self) -> usize {
-        self.core.len()
-    }
-
-    /// True when no item is in the ring.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    size_methods!();
+    consumer_methods!();
 }
 
 #[cfg(all(test, not(loom)))]
