@@ -16,7 +16,7 @@ use crate::burst::Burst;
 use crate::config::{Config, RoceConfig, SocketMode, Transport};
 use crate::memory::{MemoryError, RegionId, RegionSet};
 use crate::rdma_conn::{BurstConnection, SendError};
-use rdma::cm::{CmAction, CmEvent, ConfiguredInterface, RetryPolicy, Server};
+use rdma::cm::{CmAction, CmEvent, ConfiguredInterface, Server};
 use rdma::verbs::{Connection, ConnectionParams, Listener, ListenerEvent, QpSettings, VerbsError};
 use rdma::workers::{Worker, WorkerTable};
 use std::collections::{BTreeMap, VecDeque};
@@ -35,6 +35,8 @@ const STREAM_QUEUE: usize = 64;
 const EVENT_CHECK_EVERY: u32 = 1024;
 /// Connections per server at most (the reference's limit).
 const MAX_CONNECTIONS: usize = 128;
+/// How long [`RdmaPlane::connect`] keeps retrying a server that refuses or cannot be reached.
+pub const DEFAULT_CONNECT_BUDGET: Duration = Duration::from_secs(30);
 
 /// Why the RDMA plane could not start or connect.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +71,8 @@ struct RdmaInterface {
     local: SocketAddr,
     mode: SocketMode,
     roce: RoceConfig,
+    /// Seconds between connection attempts of a client (`socket_config.retry_connect_s`).
+    retry_connect_s: u32,
     /// One connection per queue, as in the reference: its regions and its worker's core.
     slots: Vec<QueueSlot>,
     /// Which slots carry a connection now.
@@ -179,6 +183,7 @@ impl RdmaPlane {
                 name: iface.name.clone(),
                 local: SocketAddr::from((local.ip, local.port)),
                 mode: sock.mode,
+                retry_connect_s: sock.retry_connect_s,
                 roce,
                 busy: Mutex::new(vec![false; slots.len()]),
                 slots,
@@ -296,11 +301,25 @@ impl RdmaPlane {
         }
     }
 
-    /// Connects client interface `interface` to `remote` (with bounded retries).
+    /// Connects client interface `interface` to `remote`, retrying a server that refuses
+    /// or cannot be reached every `socket_config.retry_connect_s` for up to
+    /// [`DEFAULT_CONNECT_BUDGET`]; see [`RdmaPlane::connect_within`].
     pub fn connect(
         &self,
         interface: &str,
         remote: SocketAddr,
+    ) -> Result<RdmaStream, RdmaPlaneError> {
+        self.connect_within(interface, remote, DEFAULT_CONNECT_BUDGET)
+    }
+
+    /// As [`RdmaPlane::connect`], retrying for up to `budget` (so the start order of
+    /// server and client does not matter). A server that rejects the client (busy) is
+    /// final and reported at once.
+    pub fn connect_within(
+        &self,
+        interface: &str,
+        remote: SocketAddr,
+        budget: Duration,
     ) -> Result<RdmaStream, RdmaPlaneError> {
         let iface = self.interface(interface)?;
         if iface.mode != SocketMode::Client {
@@ -319,11 +338,14 @@ impl RdmaPlane {
             ))
         })?;
         let local = SocketAddr::new(iface.local.ip(), 0);
-        let stream = Connection::connect_with_retry(
+        let period = Duration::from_secs(u64::from(iface.retry_connect_s.max(1)));
+        let stream = Connection::connect_within(
             local,
             remote,
             params(&self.shared, iface, slot),
-            RetryPolicy::default(),
+            period,
+            budget,
+            &|| false,
         )
         .and_then(|conn| spawn_stream(&self.shared, iface, slot, conn, true));
         if stream.is_err() {

@@ -56,6 +56,14 @@ pub enum VerbsError {
         /// rdma_cm's status.
         status: i32,
     },
+    /// No server accepted within the connect budget.
+    #[error("no server accepted within {seconds} s (last attempt: {last})")]
+    GaveUp {
+        /// The budget.
+        seconds: f64,
+        /// The last attempt's error.
+        last: Box<VerbsError>,
+    },
     /// The caller asked to stop (a signal) while waiting.
     #[error("{0}: stopped")]
     Stopped(&'static str),
@@ -179,6 +187,16 @@ pub struct QpSettings {
     pub rnr_retry: u8,
     /// Transport retries.
     pub retry_count: u8,
+}
+
+/// rdma_cm's status for a reject the server's application chose (`rdma_reject`: the
+/// consumer-defined reason); other rejects (no listener yet: invalid service id) mean "try
+/// again".
+pub const REJECTED_BY_SERVER: i32 = 28;
+
+fn is_server_reject(e: &VerbsError, status: i32) -> bool {
+    matches!(e, VerbsError::Event { event, .. } if event == "Rejected")
+        && status == REJECTED_BY_SERVER
 }
 
 /// Waits for the next event on `channel` (non-blocking channel, polled) up to `deadline`.
@@ -599,6 +617,49 @@ impl Connection {
                 }
                 _ => return Err(err),
             }
+        }
+    }
+
+    /// Connects, retrying refused or unreachable attempts every `period` until `budget`
+    /// ends or `stop` says so, so that the start order of server and client does not
+    /// matter. A reject the server's application chose ([`REJECTED_BY_SERVER`]) is final
+    /// and comes back at once, as do a missing device and a stop ([`VerbsError::Stopped`]).
+    pub fn connect_within(
+        local: SocketAddr,
+        remote: SocketAddr,
+        params: ConnectionParams,
+        period: Duration,
+        budget: Duration,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Self, VerbsError> {
+        let started = Instant::now();
+        let once = RetryPolicy {
+            attempts: 1,
+            ..RetryPolicy::default()
+        };
+        loop {
+            let last = match Self::connect_with_retry(local, remote, params, once) {
+                Ok(conn) => return Ok(conn),
+                Err(e @ VerbsError::Event { status, .. }) if is_server_reject(&e, status) => {
+                    return Err(e);
+                }
+                Err(e @ VerbsError::NoDevice(_)) => return Err(e),
+                Err(e) => e,
+            };
+            let retry_at = Instant::now() + period;
+            while Instant::now() < retry_at {
+                if stop() {
+                    return Err(VerbsError::Stopped("connecting"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if started.elapsed() >= budget {
+                return Err(VerbsError::GaveUp {
+                    seconds: budget.as_secs_f64(),
+                    last: Box::new(last),
+                });
+            }
+            tracing::info!("connecting {local} -> {remote}: {last}; trying again");
         }
     }
 

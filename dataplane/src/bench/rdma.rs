@@ -427,60 +427,6 @@ fn serve(
     ))
 }
 
-/// rdma_cm's status for a reject the server's application chose (`rdma_reject`); other
-/// rejects (no listener yet: invalid service id) mean "try again".
-const REJECTED_BY_SERVER: i32 = 28;
-
-/// Connects, retrying refused or unreachable attempts every `period` until `budget` ends
-/// or `stop` is set, so the start order of server and client does not matter. A server
-/// that turns the client away is final.
-fn connect_within(
-    local: SocketAddr,
-    remote: SocketAddr,
-    params: ConnectionParams,
-    period: Duration,
-    budget: Duration,
-    stop: &AtomicBool,
-) -> Result<Connection, RdmaBenchError> {
-    let started = Instant::now();
-    let once = rdma::cm::RetryPolicy {
-        attempts: 1,
-        ..Default::default()
-    };
-    loop {
-        let last = match Connection::connect_with_retry(local, remote, params, once) {
-            Ok(conn) => return Ok(conn),
-            Err(VerbsError::Event { event, status, .. })
-                if event == "Rejected" && status == REJECTED_BY_SERVER =>
-            {
-                return Err(RdmaBenchError::Rejected(remote));
-            }
-            Err(e @ VerbsError::NoDevice(_)) => {
-                return Err(RdmaBenchError::Verbs {
-                    side: "client",
-                    source: e,
-                });
-            }
-            Err(e) => e,
-        };
-        let retry_at = Instant::now() + period;
-        while Instant::now() < retry_at {
-            if stop.load(Ordering::Relaxed) {
-                return Err(RdmaBenchError::Stopped("client"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if started.elapsed() >= budget {
-            return Err(RdmaBenchError::Unreachable {
-                addr: remote,
-                seconds: budget.as_secs_f64(),
-                last,
-            });
-        }
-        tracing::info!("connecting to {remote}: {last}; trying again");
-    }
-}
-
 fn connect(
     cfg: &PeerBenchConfig,
     peer: Option<&PeerBenchConfig>,
@@ -488,14 +434,30 @@ fn connect(
     retry: (Duration, Duration),
     stop: &AtomicBool,
 ) -> Result<SideReport, RdmaBenchError> {
-    let mut conn = connect_within(
+    let remote = SocketAddr::from((cfg.server_address, cfg.server_port));
+    let mut conn = Connection::connect_within(
         SocketAddr::from((cfg.client_address, 0)),
-        SocketAddr::from((cfg.server_address, cfg.server_port)),
+        remote,
         params_of(cfg, peer),
         retry.0,
         retry.1,
-        stop,
-    )?;
+        &|| stop.load(Ordering::Relaxed),
+    )
+    .map_err(|e| match e {
+        VerbsError::Event { status, .. } if status == rdma::verbs::REJECTED_BY_SERVER => {
+            RdmaBenchError::Rejected(remote)
+        }
+        VerbsError::Stopped(_) => RdmaBenchError::Stopped("client"),
+        VerbsError::GaveUp { seconds, last } => RdmaBenchError::Unreachable {
+            addr: remote,
+            seconds,
+            last: *last,
+        },
+        source => RdmaBenchError::Verbs {
+            side: "client",
+            source,
+        },
+    })?;
     let peer_sends = peer.is_none_or(|p| p.send);
     let r = run_side(
         &mut conn,
