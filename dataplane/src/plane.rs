@@ -702,6 +702,8 @@ fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)])
                 no_flow = d_now.no_flow - d_last.no_flow,
                 malformed = d_now.malformed - d_last.malformed,
                 engine_missed = d_now.engine_missed - d_last.engine_missed,
+                gpu_copy = d_now.gpu_copy - d_last.gpu_copy,
+                injected = d_now.injected - d_last.injected,
                 "packets dropped in the last second"
             );
         }
