@@ -75,14 +75,7 @@ fn parse_size(s: &str) -> Option<u64> {
 
 /// The default huge page size (`Hugepagesize` in /proc/meminfo), 2 MiB when unreadable.
 pub fn default_page_size() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("Hugepagesize:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .map_or(2 * MIB, |kb| kb * 1024)
+    crate::sysinfo::meminfo("Hugepagesize").map_or(2 * MIB, |kb| kb * 1024)
 }
 
 /// Unescapes the octal escapes (`\040` for a space) of /proc/self/mountinfo paths.

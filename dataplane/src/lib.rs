@@ -20,6 +20,7 @@ pub mod reorder;
 pub mod stage;
 pub mod stats;
 pub mod steering;
+pub mod sysinfo;
 pub mod worker;
 
 /// The bulk ring buffer pools are built on (its own crate, so loom can model-check it).

@@ -511,10 +511,7 @@ pub fn run(
                             Ok(Some(b)) => b,
                             Ok(None) => continue,
                             Err(e) => {
-                                let e = e.to_string();
-                                if !failures.contains(&e) {
-                                    failures.push(e);
-                                }
+                                note_failure(&mut failures, e.to_string());
                                 continue;
                             }
                         };
@@ -706,10 +703,14 @@ pub fn run(
     };
     let drain_start = Instant::now();
     let both_sides = !config.bench.tx.is_empty() && !tx_only;
-    let settled =
-        || received.load(Ordering::Relaxed) + plane.snapshot().drops().total() >= tx_packets;
+    // Every sent packet received (once) or counted as dropped.
+    let pipeline_empty =
+        |seen: u64, s: &crate::stats::Snapshot| seen + s.drops().total() >= tx_packets;
     if both_sides {
-        while !settled() && drain_start.elapsed() < deadline && plane.worker_failures().is_empty() {
+        while !pipeline_empty(received.load(Ordering::Relaxed), &plane.snapshot())
+            && drain_start.elapsed() < deadline
+            && plane.worker_failures().is_empty()
+        {
             std::thread::sleep(Duration::from_millis(2));
         }
     } else if !tx_only {
@@ -759,9 +760,7 @@ pub fn run(
             problems.push(p);
         }
         for f in r.failures {
-            if !worker_failures.contains(&f) {
-                worker_failures.push(f);
-            }
+            note_failure(&mut worker_failures, f);
         }
     }
     let snapshot = plane.snapshot();
@@ -770,10 +769,7 @@ pub fn run(
     let zero_copy_regions = plane.zero_copy_regions();
     if let Err(failed) = plane.shutdown() {
         for f in failed {
-            let f = f.to_string();
-            if !worker_failures.contains(&f) {
-                worker_failures.push(f);
-            }
+            note_failure(&mut worker_failures, f.to_string());
         }
     }
 
@@ -786,7 +782,7 @@ pub fn run(
     };
     // Missing packets that no counter explains, when the deadline cut the drain short,
     // are in flight; after a complete drain they are lost without attribution.
-    let drained = both_sides && unique_seen + pipeline.drops().total() >= tx_packets;
+    let drained = both_sides && pipeline_empty(unique_seen, &pipeline);
     let unexplained = missing.saturating_sub(drops.total());
     let (lost, unattributed, in_flight) = if drained || !both_sides {
         (missing, unexplained, 0)
@@ -885,6 +881,13 @@ pub fn run(
         reorder,
         problems,
     })
+}
+
+/// Adds a worker failure once (the generators, checkers and shutdown may all see it).
+fn note_failure(failures: &mut Vec<String>, failure: String) {
+    if !failures.contains(&failure) {
+        failures.push(failure);
+    }
 }
 
 /// Received packets per flow id, counted without hashing for the usual small ids.

@@ -94,10 +94,7 @@ fn describe_file_type(t: &std::fs::FileType) -> &'static str {
 
 /// This machine's memory (`MemTotal` in /proc/meminfo), or `None` when unreadable.
 pub fn host_memory_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    crate::sysinfo::meminfo("MemTotal").map(|kib| kib * 1024)
 }
 
 /// Reads and validates configuration text; `source_name` appears in messages.

@@ -55,16 +55,11 @@ fn last_error(what: &str) -> String {
 /// What the machine has free, for allocation errors: available memory and free huge
 /// pages (from /proc/meminfo).
 pub fn free_memory_text() -> String {
-    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-    };
+    use crate::sysinfo::meminfo;
     match (
-        field("MemAvailable:"),
-        field("HugePages_Free:"),
-        field("Hugepagesize:"),
+        meminfo("MemAvailable"),
+        meminfo("HugePages_Free"),
+        meminfo("Hugepagesize"),
     ) {
         (Some(avail_kib), Some(free), Some(page_kib)) => format!(
             "free memory: {} MiB available, {free} free huge pages of {} KiB",
