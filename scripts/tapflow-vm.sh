@@ -125,9 +125,19 @@ ids = {int(k): v for k, v in r["flow_ids"].items()}
 print(f"tapflow-vm: steering={r['steering']} tx={r['tx_packets']} rx={r['rx_packets']} "
       f"queue0={q.get(0)} queue1={q.get(1)} flow_ids={ids}")
 # The RX port's rules ran on the device, both queues got traffic, and each queue holds
-# exactly its flow's packets (flow ids come from the headers: net_tap has no MARK).
+# exactly its flow's packets (flow ids come from the headers: net_tap has no MARK). The
+# kernel may put a frame of its own on the bridge (IPv6 neighbour discovery as the taps come
+# up): no rule matches it (flow id 0), the checker counts it as not bench traffic, and it
+# goes to a queue by RSS; at most a few such frames are allowed beside the bench's.
+strays = ids.pop(0, 0)
+bench = {1: q.get(0, 0), 2: q.get(1, 0)}
 ok = ("tap_rx: rte_flow" in r["steering"] and q.get(0, 0) > 0 and q.get(1, 0) > 0
-      and ids == {1: q.get(0), 2: q.get(1)})
+      and set(ids) == {1, 2} and ids[1] + ids[2] == r["tx_packets"]
+      and strays <= 4 and strays == r["checker"]["corrupt"]
+      and all(0 <= bench[k] - ids[k] <= strays for k in (1, 2))
+      and sum(bench.values()) == r["tx_packets"] + strays)
+if strays:
+    print(f"tapflow-vm: note: {strays} frame(s) of the kernel's own arrived beside the bench's")
 if not r["lossless"]:
     print("tapflow-vm: note: not lossless under emulation:", r["problems"])
 print("tapflow-vm: PASSED" if ok else "tapflow-vm: FAILED")
