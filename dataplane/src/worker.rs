@@ -35,7 +35,11 @@ pub struct WorkerFailed {
 }
 
 /// Whether a worker is still running its queues; shared with the queue handles it serves.
+/// Read on every `poll`, `alloc` and `send`, so it gets cache lines of its own: a
+/// neighbouring allocation written by the worker (its queue counters) would otherwise make
+/// each read a miss.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub struct WorkerHealth {
     failed: AtomicBool,
     failure: std::sync::OnceLock<WorkerFailed>,
