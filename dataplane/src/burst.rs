@@ -4,50 +4,10 @@
 //! queue's `memory_regions`. Dropping a [`Burst`] returns every buffer to its pool, so a
 //! buffer can be neither leaked nor freed twice by the application.
 
-use crate::config::MAX_SEGMENTS;
-use crate::memory::{RegionId, RegionSet};
+pub use crate::descriptor::{MAX_SEGMENTS, Packet, Segment};
+use crate::descriptor::{RegionId, ReorderInfo};
+use crate::memory::RegionSet;
 use std::sync::Arc;
-
-/// One buffer of a packet: which region, which buffer, how many bytes are used.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Segment {
-    /// Region of the buffer.
-    pub region: RegionId,
-    /// Buffer index inside the region.
-    pub index: u32,
-    /// Bytes of packet data in the buffer.
-    pub len: u32,
-}
-
-/// A packet descriptor inside a burst.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Packet {
-    segments: [Segment; MAX_SEGMENTS],
-    num_segments: u8,
-    /// Id of the flow rule that matched (0: none).
-    pub flow_id: u32,
-    /// Receive or send timestamp in nanoseconds, when the engine provides one (0: none).
-    pub timestamp_ns: u64,
-}
-
-impl Packet {
-    /// The packet's segments.
-    #[inline]
-    pub fn segments(&self) -> &[Segment] {
-        &self.segments[..self.num_segments as usize]
-    }
-
-    /// Total bytes over all segments.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.segments().iter().map(|s| s.len as usize).sum()
-    }
-
-    /// True for a packet with no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// A batch of packets for one queue of one interface.
 pub struct Burst {
@@ -57,7 +17,7 @@ pub struct Burst {
     epoch: u64,
     packets: Vec<Packet>,
     /// Set on the aggregate bursts a reorder produces.
-    reorder: Option<Box<crate::reorder::ReorderInfo>>,
+    reorder: Option<Box<ReorderInfo>>,
     /// The CUDA stream (raw `CUstream`) that wrote this burst's GPU segments; 0 when none
     /// did.
     gpu_stream: u64,
@@ -362,11 +322,11 @@ impl Burst {
 
     /// What a reorder says about this burst, when it is one of its aggregates: one packet
     /// whose buffer holds a whole batch, slot after slot.
-    pub fn reorder_info(&self) -> Option<&crate::reorder::ReorderInfo> {
+    pub fn reorder_info(&self) -> Option<&ReorderInfo> {
         self.reorder.as_deref()
     }
 
-    pub(crate) fn set_reorder_info(&mut self, info: crate::reorder::ReorderInfo) {
+    pub(crate) fn set_reorder_info(&mut self, info: ReorderInfo) {
         self.reorder = Some(Box::new(info));
     }
 

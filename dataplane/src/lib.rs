@@ -10,6 +10,7 @@ pub mod affinity;
 pub mod bench;
 pub mod burst;
 pub mod config;
+pub mod descriptor;
 pub mod engine;
 pub mod hugepages;
 pub mod memory;

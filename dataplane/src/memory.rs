@@ -2,8 +2,9 @@
 //! out. A region is one allocation (host pages, huge pages, pinned host or GPU memory);
 //! buffer `i` starts at `base + i * stride`.
 
-use crate::burst::Packet;
 use crate::config::{MemoryKind, MemoryRegionConfig};
+use crate::descriptor::Packet;
+pub use crate::descriptor::RegionId;
 use crate::hugepages;
 use crate::ring::Ring;
 use crossbeam_queue::ArrayQueue;
@@ -19,9 +20,6 @@ const DEVICE_BUFFER_ALIGN: usize = 256;
 pub fn host_stride(buf_size: usize) -> usize {
     buf_size.next_multiple_of(HOST_BUFFER_ALIGN)
 }
-
-/// Index of a region in a [`RegionSet`] (the position in `memory_regions`).
-pub type RegionId = u16;
 
 /// Why a region could not be created.
 #[derive(Debug, thiserror::Error)]

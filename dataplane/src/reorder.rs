@@ -12,34 +12,13 @@
 
 use crate::burst::Burst;
 use crate::config::{Config, ReorderKind};
-use crate::memory::{RegionId, RegionSet};
+use crate::descriptor::RegionId;
+pub use crate::descriptor::ReorderInfo;
+use crate::memory::RegionSet;
 use gpudirect::reorder::ReorderSpec;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What an aggregate burst holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReorderInfo {
-    /// The reorder's name.
-    pub name: String,
-    /// Batch id of the batch's first packet (its batch number field, or sequence /
-    /// packets per batch); `None` when that packet was too short to carry a sequence
-    /// number.
-    pub batch_id: Option<u32>,
-    /// Packets placed in the output.
-    pub source_packets: u32,
-    /// Payload bytes placed (before conversion).
-    pub payload_bytes: u64,
-    /// Slots in the output.
-    pub packets_per_batch: u32,
-    /// Bytes of each slot.
-    pub slot_bytes: u32,
-    /// Bytes of the output (`packets_per_batch * slot_bytes`).
-    pub aggregate_len: usize,
-    /// The batch was flushed incomplete because the queue's timeout passed.
-    pub timed_out: bool,
-}
 
 /// Counters of one queue's reorders.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

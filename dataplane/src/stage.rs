@@ -34,18 +34,10 @@
 
 use crate::burst::Burst;
 use crate::config::MemoryKind;
+pub use crate::config::StageMode;
 use crate::memory::{RegionId, RegionSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
-
-/// How host bytes reach GPU memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StageMode {
-    /// Gather on the CPU into pinned memory, then asynchronous copies.
-    Copy,
-    /// A GPU kernel reads from pinned memory.
-    Kernel,
-}
 
 /// Why a burst could not be staged.
 #[derive(Debug)]

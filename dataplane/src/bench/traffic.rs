@@ -8,7 +8,7 @@ use crate::config::{BenchTxConfig, PortRange};
 /// Ethernet + IPv4 + UDP header bytes.
 pub const L2_L4_HEADER: usize = 42;
 /// Bytes of the trailer at the end of every frame.
-pub const TRAILER: usize = 20;
+pub const TRAILER: usize = crate::config::BENCH_TRAILER_BYTES;
 const MAGIC: [u8; 4] = *b"DPB1";
 const UDP_OFFSET: usize = 34;
 

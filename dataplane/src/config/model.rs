@@ -4,8 +4,20 @@
 use super::yaml::Location;
 use std::net::Ipv4Addr;
 
-/// Largest number of segments per packet (header-data split uses 2).
-pub const MAX_SEGMENTS: usize = 4;
+pub use crate::descriptor::MAX_SEGMENTS;
+
+/// Bytes of the check trailer at the end of every bench frame (stream id, flow index,
+/// sequence number); the rest of a frame is the sender's to fill.
+pub const BENCH_TRAILER_BYTES: usize = 20;
+
+/// How host bytes reach GPU memory when the engine cannot write it (`gpu_stage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageMode {
+    /// Gather on the CPU into pinned memory, then asynchronous copies.
+    Copy,
+    /// A GPU kernel reads from pinned memory.
+    Kernel,
+}
 
 /// A whole configuration file.
 #[derive(Clone, Debug)]
@@ -24,7 +36,7 @@ pub struct Config {
     pub debug: bool,
     /// `gpu_stage` (ours): how the RX worker moves packets from host memory into a
     /// queue's GPU memory when the engine cannot (see [`crate::stage`]).
-    pub gpu_stage: crate::stage::StageMode,
+    pub gpu_stage: StageMode,
     /// Memory regions in file order.
     pub memory_regions: Vec<MemoryRegionConfig>,
     /// Interfaces in file order; their index is the port id.

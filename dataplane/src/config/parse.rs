@@ -64,7 +64,7 @@ struct Common {
     log_level: String,
     debug: bool,
     loopback: bool,
-    gpu_stage: crate::stage::StageMode,
+    gpu_stage: StageMode,
     legacy_protocol: Option<Transport>,
 }
 
@@ -167,11 +167,11 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
     let gpu_stage = m
         .optional(d, "gpu_stage", |d, n, p| {
             r::choice(d, n, p, &["kernel", "copy"]).map(|k| match k {
-                "copy" => crate::stage::StageMode::Copy,
-                _ => crate::stage::StageMode::Kernel,
+                "copy" => StageMode::Copy,
+                _ => StageMode::Kernel,
             })
         })
-        .unwrap_or(crate::stage::StageMode::Copy);
+        .unwrap_or(StageMode::Copy);
     m.not_supported(d, "manager");
     Some(Common {
         version: version? as u32,
@@ -1708,7 +1708,7 @@ fn bench_tx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchTxConfi
     if let Some(seq) = sequence_number {
         let (h, p) = (header_size, payload_size);
         let end = (h + seq.offset) as usize + 4;
-        let room = (h + p) as usize - crate::bench::traffic::TRAILER;
+        let room = (h + p) as usize - BENCH_TRAILER_BYTES;
         if end > room {
             d.error(
                 Kind::Range,
@@ -1717,7 +1717,7 @@ fn bench_tx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchTxConfi
                 format!(
                     "the 4-byte sequence number at payload offset {} ends at byte {end}, past the {room} bytes before the frame's {}-byte check trailer; lower the offset or raise payload_size",
                     seq.offset,
-                    crate::bench::traffic::TRAILER
+                    BENCH_TRAILER_BYTES
                 ),
             );
         }

@@ -1,0 +1,76 @@
+//! Packet descriptors: what a burst carries per packet, with no behaviour of its own. A
+//! leaf module: every layer above uses these types, and this module imports nothing from
+//! the crate.
+
+#![forbid(unsafe_code)]
+
+/// Largest number of segments per packet (header-data split uses 2).
+pub const MAX_SEGMENTS: usize = 4;
+
+/// Index of a memory region (the position in `memory_regions`).
+pub type RegionId = u16;
+
+/// One buffer of a packet: which region, which buffer, how many bytes are used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    /// Region of the buffer.
+    pub region: RegionId,
+    /// Buffer index inside the region.
+    pub index: u32,
+    /// Bytes of packet data in the buffer.
+    pub len: u32,
+}
+
+/// A packet descriptor inside a burst.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Packet {
+    // Crate-visible so that only `Burst` (which owns the buffers) writes them.
+    pub(crate) segments: [Segment; MAX_SEGMENTS],
+    pub(crate) num_segments: u8,
+    /// Id of the flow rule that matched (0: none).
+    pub flow_id: u32,
+    /// Receive or send timestamp in nanoseconds, when the engine provides one (0: none).
+    pub timestamp_ns: u64,
+}
+
+impl Packet {
+    /// The packet's segments.
+    #[inline]
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments[..self.num_segments as usize]
+    }
+
+    /// Total bytes over all segments.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.segments().iter().map(|s| s.len as usize).sum()
+    }
+
+    /// True for a packet with no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What an aggregate burst holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReorderInfo {
+    /// The reorder's name.
+    pub name: String,
+    /// Batch id of the batch's first packet (its batch number field, or sequence /
+    /// packets per batch); `None` when that packet was too short to carry a sequence
+    /// number.
+    pub batch_id: Option<u32>,
+    /// Packets placed in the output.
+    pub source_packets: u32,
+    /// Payload bytes placed (before conversion).
+    pub payload_bytes: u64,
+    /// Slots in the output.
+    pub packets_per_batch: u32,
+    /// Bytes of each slot.
+    pub slot_bytes: u32,
+    /// Bytes of the output (`packets_per_batch * slot_bytes`).
+    pub aggregate_len: usize,
+    /// The batch was flushed incomplete because the queue's timeout passed.
+    pub timed_out: bool,
+}

@@ -1,0 +1,181 @@
+//! The layering rules of `docs/architecture.md` ("Layers and rules"), checked on the
+//! source: every `crate::` path in a module names a module of a lower layer (or the
+//! module itself), so no import runs back up and there is no cycle; and `unsafe` appears
+//! only in the modules allowed to hold it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Top-level modules of the library by layer, lowest first. A module may import modules
+/// of lower layers only. Keep this table and the one in `docs/architecture.md` equal.
+const LAYERS: &[&[&str]] = &[
+    // Leaves: they import nothing from the crate.
+    &["descriptor", "sysinfo", "affinity", "ring"],
+    // The configuration schema, parser and validation.
+    &["config"],
+    // The start-up plan: pure decisions from a configuration.
+    &["plan"],
+    // Machine resources and per-interface state.
+    &["hugepages", "stats", "steering"],
+    &["memory"],
+    // Packets and what is done to them between engine and application.
+    &["burst"],
+    &["stage", "reorder", "rdma_conn"],
+    // Engines, the worker loop, the running plane.
+    &["engine"],
+    &["worker"],
+    &["plane", "rdma_plane"],
+    // Benchmarks drive the plane like an application.
+    &["bench"],
+];
+
+/// Modules (top-level name, or a file path under `src/`) that may contain `unsafe`: FFI
+/// layers and the small modules that own raw memory.
+const UNSAFE_ALLOWED: &[&str] = &[
+    "memory",
+    "hugepages",
+    "burst",
+    "stage",
+    "reorder",
+    "rdma_conn",
+    "engine/dpdk",
+    "bench/gpu.rs",
+    "bench/raw.rs",
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Source text without comments (line comments and doc comments), so prose that names a
+/// module does not count as an import.
+fn code_of(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(at) => &l[..at],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn crate_paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        // `dataplane_crate::x` or `$crate::` are not paths of this crate.
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn module_files() -> BTreeMap<String, Vec<(String, String)>> {
+    let src = src_dir();
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut by_module: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        if rel == "lib.rs" || rel == "main.rs" || rel.starts_with("bin/") {
+            continue;
+        }
+        let module = rel
+            .split('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_owned();
+        let text = std::fs::read_to_string(&f).unwrap();
+        by_module.entry(module).or_default().push((rel, text));
+    }
+    by_module
+}
+
+#[test]
+fn every_module_has_a_layer_and_imports_only_lower_layers() {
+    let mut wrong = Vec::new();
+    for (module, files) in module_files() {
+        let Some(own) = layer_of(&module) else {
+            wrong.push(format!(
+                "module `{module}` is in no layer; add it to LAYERS here and in docs/architecture.md"
+            ));
+            continue;
+        };
+        for (file, text) in files {
+            for target in crate_paths(&code_of(&text)) {
+                if target == module {
+                    continue;
+                }
+                match layer_of(&target) {
+                    Some(l) if l < own => {}
+                    Some(l) => wrong.push(format!(
+                        "{file}: `{module}` (layer {own}) imports `crate::{target}` (layer {l})"
+                    )),
+                    // Items of the crate root (re-exports such as `crate::Burst`) are names,
+                    // not modules; their modules are checked where they are defined.
+                    None => {}
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn unsafe_code_only_where_allowed() {
+    let mut wrong = Vec::new();
+    for (module, files) in module_files() {
+        for (file, text) in files {
+            let allowed = UNSAFE_ALLOWED
+                .iter()
+                .any(|a| *a == module || file.starts_with(a));
+            let code = code_of(&text);
+            let uses_unsafe = code
+                .lines()
+                .any(|l| l.contains("unsafe ") && !l.contains("unsafe_code"));
+            if uses_unsafe && !allowed {
+                wrong.push(file);
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "`unsafe` outside the modules allowed to hold it: {wrong:?}"
+    );
+}
+
+#[test]
+fn the_checker_sees_imports_and_ignores_comments() {
+    let code = code_of("use crate::memory::RegionSet; // crate::plane is only named\n");
+    assert_eq!(crate_paths(&code), vec!["memory".to_owned()]);
+    assert_eq!(
+        crate_paths("x: $crate::a, crate::Burst"),
+        Vec::<String>::new()
+    );
+}
