@@ -21,6 +21,7 @@ test: setup
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --release $(FEATURES)
+	./scripts/embed-check.sh
 	./scripts/loom.sh
 	./scripts/smoke.sh
 	./scripts/tapflow-vm.sh

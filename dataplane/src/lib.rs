@@ -15,7 +15,9 @@ pub mod engine;
 pub mod hugepages;
 pub mod memory;
 pub mod plane;
+#[cfg(feature = "rdma")]
 pub mod rdma_conn;
+#[cfg(feature = "rdma")]
 pub mod rdma_plane;
 pub mod reorder;
 pub mod stage;

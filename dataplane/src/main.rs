@@ -1,7 +1,9 @@
 //! The `dataplane` command: validate configurations and run benchmarks.
 
 use clap::{Parser, Subcommand};
-use dataplane::bench::{raw, rdma as rdma_bench, ring};
+#[cfg(feature = "rdma")]
+use dataplane::bench::rdma as rdma_bench;
+use dataplane::bench::{raw, ring};
 use dataplane::config::{self, Config, Direction};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -73,6 +75,7 @@ enum Bench {
     },
     /// RDMA SEND/RECV between rdma_bench_server and rdma_bench_client, every message
     /// verified; exits 0 only when every message completed and verified.
+    #[cfg(feature = "rdma")]
     Rdma {
         /// YAML configuration.
         file: PathBuf,
@@ -202,10 +205,7 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    if !matches!(
-        cli.command,
-        Command::Bench(Bench::Raw { .. }) | Command::Bench(Bench::Rdma { .. })
-    ) {
+    if !bench_with_signals(&cli.command) {
         signals.default_behaviour();
     }
     match cli.command {
@@ -230,6 +230,7 @@ fn main() -> ExitCode {
             verify_payload,
             &signals,
         ),
+        #[cfg(feature = "rdma")]
         Command::Bench(Bench::Rdma {
             file,
             mode,
@@ -472,6 +473,17 @@ fn bench_raw(
     }
 }
 
+/// Benchmarks that handle SIGINT/SIGTERM themselves (they stop, report and exit 130/143).
+fn bench_with_signals(command: &Command) -> bool {
+    match command {
+        Command::Bench(Bench::Raw { .. }) => true,
+        #[cfg(feature = "rdma")]
+        Command::Bench(Bench::Rdma { .. }) => true,
+        _ => false,
+    }
+}
+
+#[cfg(feature = "rdma")]
 fn bench_rdma(
     file: &Path,
     mode: rdma_bench::Mode,

@@ -3,6 +3,7 @@
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod raw;
+#[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod ring;
 pub mod traffic;
