@@ -10,10 +10,8 @@
 //! is a leftover when an exclusive non-blocking `flock` on it succeeds (a live owner holds a
 //! lock: we hold `LOCK_EX`, DPDK `LOCK_SH`).
 
-use crate::config::{Config, MemoryKind};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::mm::{MapFlags, ProtFlags};
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -195,105 +193,7 @@ fn size_name(bytes: u64) -> String {
     }
 }
 
-/// Bytes a huge region maps: buffers at their stride, rounded up to whole pages.
-pub fn region_bytes(num_bufs: usize, stride: usize, page_size: u64) -> u64 {
-    ((num_bufs as u64) * (stride as u64)).next_multiple_of(page_size)
-}
-
-/// What a configuration needs, per NUMA node, in pages of `page_size`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Need {
-    /// Page size.
-    pub page_size: u64,
-    /// Per node: pages and the regions that make them up (name, pages).
-    pub per_node: BTreeMap<u32, (u64, Vec<(String, u64)>)>,
-}
-
-/// Descriptors per RX and TX ring of the DPDK engine.
-pub const DPDK_RING_DESCRIPTORS: usize = 1024;
-/// Bytes DPDK keeps in front of packet data (RTE_PKTMBUF_HEADROOM).
-pub const DPDK_HEADROOM: usize = 128;
-/// Bytes of an mbuf's header.
-const DPDK_MBUF_HEADER: usize = 128;
-
-/// The DPDK engine's mbuf pool for one queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DpdkPoolSize {
-    /// The segment's region's `num_bufs`.
-    pub configured: usize,
-    /// Mbufs in the pool: `configured`, raised to 1.5x the ring plus a burst.
-    pub mbufs: usize,
-    /// Data room per mbuf: headroom plus the region's `buf_size`; for whole frames at
-    /// least 2 KiB (some PMDs, af_packet among them, want that).
-    pub data_room: usize,
-}
-
-/// Pool size of segment `seg` of queue `q` under the DPDK engine, from the segment's
-/// memory region (one pool per segment: header-data split has two).
-pub fn dpdk_pool_size(config: &Config, q: &crate::config::QueueConfig, seg: usize) -> DpdkPoolSize {
-    let region = q
-        .memory_regions
-        .get(seg)
-        .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
-    let (configured, size) = region.map_or((4096, 2048), |m| (m.num_bufs, m.buf_size));
-    let size = if q.memory_regions.len() > 1 {
-        size
-    } else {
-        size.max(2048)
-    };
-    DpdkPoolSize {
-        configured,
-        mbufs: configured.max(DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize),
-        data_room: (size + DPDK_HEADROOM).min(u16::MAX as usize),
-    }
-}
-
-/// Memory DPDK's EAL needs for the DPDK engine's mbuf pools of `config` (one per queue,
-/// each mbuf its data room plus its header), plus EAL's own 64 MiB, with a quarter on top
-/// for allocator slack.
-pub fn dpdk_eal_memory_bytes(config: &Config) -> u64 {
-    let pools: u64 = config
-        .queues()
-        .flat_map(|(_, _, q)| (0..q.memory_regions.len().max(1)).map(move |seg| (q, seg)))
-        .map(|(q, seg)| {
-            let p = dpdk_pool_size(config, q, seg);
-            (p.mbufs * (p.data_room + DPDK_MBUF_HEADER)) as u64
-        })
-        .sum();
-    let bytes = (64u64 << 20) + pools;
-    bytes + bytes / 4
-}
-
-/// Pages the `huge` regions of `config` need, plus the engine's own: with the DPDK engine
-/// and huge regions, EAL takes its pools from huge pages too (on the first region's node).
-pub fn need_of(config: &Config, page_size: u64, stride_of: impl Fn(usize) -> usize) -> Need {
-    let mut per_node: BTreeMap<u32, (u64, Vec<(String, u64)>)> = BTreeMap::new();
-    for m in config
-        .memory_regions
-        .iter()
-        .filter(|m| m.kind == MemoryKind::Huge)
-    {
-        let pages = region_bytes(m.num_bufs, stride_of(m.buf_size), page_size) / page_size;
-        let e = per_node.entry(m.affinity).or_default();
-        e.0 += pages;
-        e.1.push((m.name.clone(), pages));
-    }
-    if config.engine == crate::config::EngineKind::Dpdk
-        && let Some(first) = config
-            .memory_regions
-            .iter()
-            .find(|m| m.kind == MemoryKind::Huge)
-    {
-        let pages = dpdk_eal_memory_bytes(config).div_ceil(page_size);
-        let e = per_node.entry(first.affinity).or_default();
-        e.0 += pages;
-        e.1.push(("DPDK EAL mbuf pools".to_owned(), pages));
-    }
-    Need {
-        page_size,
-        per_node,
-    }
-}
+pub use crate::plan::Need;
 
 /// The preflight found too few free pages.
 #[derive(Debug, thiserror::Error)]
@@ -801,6 +701,7 @@ pub fn status_text() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn mountinfo_lines_give_hugetlbfs_mounts_and_page_sizes() {
@@ -907,6 +808,5 @@ mod tests {
         assert_eq!(parse_size("1G"), Some(1 << 30));
         assert_eq!(parse_size("2048k"), Some(2 << 20));
         assert_eq!(size_of_dir("hugepages-1048576kB"), Some(1 << 30));
-        assert_eq!(region_bytes(1000, 1088, 2 << 20), 2 << 20);
     }
 }

@@ -14,6 +14,7 @@ pub mod descriptor;
 pub mod engine;
 pub mod hugepages;
 pub mod memory;
+pub mod plan;
 pub mod plane;
 #[cfg(feature = "rdma")]
 pub mod rdma_conn;

@@ -28,6 +28,14 @@ enum Command {
     Validate {
         /// YAML configuration.
         file: PathBuf,
+        /// Also print the start-up plan: per region its headroom, lending and huge pages;
+        /// per queue its segments, core, batch, timeout, stage, reorders and offloads; per
+        /// core its queues; DPDK pools and EAL arguments; RDMA connection slots.
+        #[arg(long)]
+        plan: bool,
+        /// With --plan: the plan as one JSON object instead.
+        #[arg(long, requires = "plan")]
+        json: bool,
     },
     /// Run a benchmark.
     #[command(subcommand)]
@@ -209,7 +217,7 @@ fn main() -> ExitCode {
         signals.default_behaviour();
     }
     match cli.command {
-        Command::Validate { file } => validate(&file),
+        Command::Validate { file, plan, json } => validate(&file, plan, json),
         Command::Hugepages(Hugepages::Status) => {
             emit(&dataplane::hugepages::status_text());
             ExitCode::SUCCESS
@@ -310,10 +318,29 @@ fn load(file: &Path) -> Option<Config> {
     }
 }
 
-fn validate(file: &Path) -> ExitCode {
+fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {
     let Some(c) = load(file) else {
         return ExitCode::FAILURE;
     };
+    if with_plan {
+        return match dataplane::plan::Plan::from_config(&c) {
+            Ok(plan) if json => {
+                emit(&format!(
+                    "{}\n",
+                    serde_json::to_string(&plan).expect("a plan serialises")
+                ));
+                ExitCode::SUCCESS
+            }
+            Ok(plan) => {
+                emit(&format!("{}: valid\n{}", file.display(), plan.human()));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {}: {e}", file.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut out = format!("{}: valid\n", file.display());
     out += &format!(
         "  engine: {} (stream_type {:?}), master_core {}\n",

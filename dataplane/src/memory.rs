@@ -11,16 +11,6 @@ use crossbeam_queue::ArrayQueue;
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use std::ptr::NonNull;
 
-/// Host buffers start on a cache line, so headers never straddle two lines needlessly.
-const HOST_BUFFER_ALIGN: usize = 64;
-/// GPU buffers start on 256 bytes, the alignment CUDA kernels and NICs expect.
-const DEVICE_BUFFER_ALIGN: usize = 256;
-
-/// Buffer stride of host-side regions (`host`, `huge`, `host_pinned`) for `buf_size`.
-pub fn host_stride(buf_size: usize) -> usize {
-    buf_size.next_multiple_of(HOST_BUFFER_ALIGN)
-}
-
 /// Why a region could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -131,12 +121,7 @@ impl Region {
         index: usize,
         headroom: usize,
     ) -> Result<Self, MemoryError> {
-        let align = if cfg.kind == MemoryKind::Device {
-            DEVICE_BUFFER_ALIGN
-        } else {
-            HOST_BUFFER_ALIGN
-        };
-        let stride = (headroom + cfg.buf_size).next_multiple_of(align);
+        let stride = crate::plan::buffer_stride(cfg.kind, headroom, cfg.buf_size);
         let too_large = || MemoryError::TooLarge {
             name: cfg.name.clone(),
             num_bufs: cfg.num_bufs,

@@ -2,10 +2,11 @@
 
 use crate::affinity::{self, PinError};
 use crate::burst::Burst;
-use crate::config::{Config, Direction, FlowConfig, MemoryKind, RxConfig};
+use crate::config::{Config, Direction, FlowConfig, RxConfig};
 use crate::engine::{self, Engine, EngineError};
 use crate::hugepages::{self, PreflightError};
-use crate::memory::{self, MemoryError, RegionId, RegionSet};
+use crate::memory::{MemoryError, RegionId, RegionSet};
+use crate::plan::{EthSrc, Plan, PlanError};
 use crate::stats::{QueueCounters, QueueStats, Snapshot};
 use crate::steering::{FlowError, FlowHandle, InterfaceSteering};
 use crate::worker::{self, RxTask, Task, TxTask, WorkerControl, WorkerFailed, WorkerHealth};
@@ -48,6 +49,9 @@ pub enum StartError {
     /// A thread could not be spawned.
     #[error("cannot start thread: {0}")]
     Spawn(std::io::Error),
+    /// The configuration cannot be run as planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
 }
 
 /// The application's end of an RX queue: bursts in arrival order, or, on a queue with
@@ -70,7 +74,14 @@ impl RxQueue {
     /// the bursts it delivered before still come out, then the failure.
     #[inline]
     pub fn poll(&mut self) -> Result<Option<Burst>, WorkerFailed> {
-        let burst = self.next_burst();
+        self.poll_at(Instant::now())
+    }
+
+    /// As [`RxQueue::poll`], with the time that decides a reorder's timeout flush given
+    /// (a test or a simulation passes its own clock; only reorders read it).
+    #[inline]
+    pub fn poll_at(&mut self, now: Instant) -> Result<Option<Burst>, WorkerFailed> {
+        let burst = self.next_burst(now);
         if burst.is_none()
             && let Some(f) = self.health.failure()
         {
@@ -80,7 +91,7 @@ impl RxQueue {
     }
 
     #[inline]
-    fn next_burst(&mut self) -> Option<Burst> {
+    fn next_burst(&mut self, now: Instant) -> Option<Burst> {
         let Some(reorder) = &mut self.reorder else {
             return self.ring.pop().ok();
         };
@@ -88,7 +99,7 @@ impl RxQueue {
             return None;
         }
         let ring = &mut self.ring;
-        match reorder.poll(|| ring.pop().ok()) {
+        match reorder.poll(now, || ring.pop().ok()) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!("{}: queue {}: {e}", self.interface, self.queue);
@@ -242,6 +253,7 @@ pub struct DataPlane {
     rx_queues: BTreeMap<(usize, u16), RxQueue>,
     tx_queues: BTreeMap<(usize, u16), TxQueue>,
     regions: Arc<RegionSet>,
+    plan: Plan,
 }
 
 #[derive(Clone)]
@@ -252,16 +264,23 @@ struct QueueLabel {
 }
 
 impl DataPlane {
-    /// Allocates memory, creates the engine and starts one pinned worker per core.
-    /// Nothing stays allocated or running when it fails.
+    /// Plans the configuration, allocates memory, creates the engine and starts one pinned
+    /// worker per core. Nothing stays allocated or running when it fails.
     pub fn start(config: &Config) -> Result<Self, StartError> {
-        check_cores(config)?;
-        prepare_hugepages(config)?;
+        let plan = Plan::from_config(config)?;
+        Self::start_planned(config, plan)
+    }
+
+    /// As [`DataPlane::start`], with a plan made by [`Plan::from_config`] of `config`.
+    fn start_planned(config: &Config, plan: Plan) -> Result<Self, StartError> {
+        check_cores(&plan)?;
+        prepare_hugepages(&plan)?;
+        let headroom: Vec<usize> = plan.regions.iter().map(|r| r.headroom).collect();
         let regions = Arc::new(RegionSet::allocate_with_headroom(
             &config.memory_regions,
-            &engine::region_headroom(config),
+            &headroom,
         )?);
-        let software = config.engine.software_steering();
+        let software = !plan.capabilities.hardware_steering;
         let steering: Vec<Arc<InterfaceSteering>> = config
             .interfaces
             .iter()
@@ -271,45 +290,39 @@ impl DataPlane {
                 Arc::new(InterfaceSteering::new(i as u16, &iface.name, &rx, software))
             })
             .collect();
-        let engine = engine::create(config, &regions, &steering)?;
+        let engine = engine::create(config, &plan, &regions, &steering)?;
 
-        let mut per_core: BTreeMap<u32, Vec<Task>> = BTreeMap::new();
+        let mut tasks: Vec<Option<Task>> = Vec::with_capacity(plan.queues.len());
         let mut health: BTreeMap<u32, Arc<WorkerHealth>> = BTreeMap::new();
         let mut counters = Vec::new();
         let mut rx_queues = BTreeMap::new();
         let mut tx_queues = BTreeMap::new();
-        for (iface_index, dir, q) in config.queues() {
-            let iface = &config.interfaces[iface_index];
-            let port = iface_index as u16;
+        for q in &plan.queues {
+            let port = q.interface as u16;
             let c = Arc::new(QueueCounters::default());
             counters.push((
                 QueueLabel {
-                    interface: iface.name.clone(),
-                    direction: dir,
+                    interface: q.interface_name.clone(),
+                    direction: q.direction,
                     queue: q.id,
                 },
                 c.clone(),
             ));
-            let segment_regions: Vec<RegionId> = q
-                .memory_regions
-                .iter()
-                .filter_map(|n| regions.id_of(n))
-                .collect();
             let (producer, consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
-            let worker_health = health.entry(q.cpu_core).or_default().clone();
-            let task = match dir {
+            let worker_health = health.entry(q.core).or_default().clone();
+            let task = match q.direction {
                 Direction::Rx => {
                     let timeout = (q.timeout_us > 0).then(|| Duration::from_micros(q.timeout_us));
                     rx_queues.insert(
-                        (iface_index, q.id),
+                        (q.interface, q.id),
                         RxQueue {
                             ring: consumer,
-                            interface: iface.name.clone(),
+                            interface: q.interface_name.clone(),
                             queue: q.id,
                             reorder: crate::reorder::QueueReorder::for_queue(
                                 config,
                                 &regions,
-                                iface_index,
+                                q.interface,
                                 q.id,
                             ),
                             reorder_error: None,
@@ -322,86 +335,66 @@ impl DataPlane {
                         regions.clone(),
                         port,
                         q.id,
-                        q.batch_size as usize,
+                        q.batch,
                         timeout,
-                        engine.rx_overflow(),
+                        engine.capabilities().rx_overflow,
                         c,
                     );
-                    let stage_err = |e: String| {
-                        EngineError::Config(format!(
-                            "interface `{}`: RX queue {}: {e}",
-                            iface.name, q.id
-                        ))
-                    };
-                    // The software loopback hands TX buffers to RX queues: a TX queue in GPU
-                    // memory means packets arrive there.
-                    let gpu_source = if config.engine == crate::config::EngineKind::Loopback {
-                        iface
-                            .tx
-                            .iter()
-                            .flat_map(|t| &t.queues)
-                            .filter_map(|t| t.memory_regions.first())
-                            .filter_map(|n| regions.id_of(n))
-                            .map(|r| regions.get(r))
-                            .find(|r| r.kind() == crate::config::MemoryKind::Device)
-                            .map(|r| r.affinity())
-                    } else {
-                        None
-                    };
-                    match crate::stage::RxStage::for_queue(
-                        &regions,
-                        &segment_regions,
-                        q.batch_size as usize,
-                        config.gpu_stage,
-                        gpu_source,
-                    )
-                    .map_err(stage_err)?
-                    {
-                        Some(stage) => Task::Rx(task.with_stage(stage)),
+                    match &q.stage {
+                        Some(stage) => {
+                            let stage =
+                                crate::stage::RxStage::new(&regions, &q.segments, q.batch, stage)
+                                    .map_err(|e| {
+                                    EngineError::Config(format!(
+                                        "interface `{}`: RX queue {}: {e}",
+                                        q.interface_name, q.id
+                                    ))
+                                })?;
+                            Task::Rx(task.with_stage(stage))
+                        }
                         None => Task::Rx(task),
                     }
                 }
                 Direction::Tx => {
-                    let header_on_gpu = segment_regions
-                        .first()
-                        .is_some_and(|r| !regions.get(*r).host_accessible());
                     tx_queues.insert(
-                        (iface_index, q.id),
+                        (q.interface, q.id),
                         TxQueue {
                             ring: producer,
                             regions: regions.clone(),
-                            segment_regions,
+                            segment_regions: q.segments.clone(),
                             port,
-                            interface: iface.name.clone(),
+                            interface: q.interface_name.clone(),
                             queue: q.id,
-                            batch_size: q.batch_size as usize,
+                            batch_size: q.batch,
                             health: worker_health,
                         },
                     );
                     let task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
-                    if q.tx_eth_src && header_on_gpu {
-                        // A NIC's egress flow would stamp it; a CPU cannot write GPU memory.
-                        tracing::warn!(
-                            "interface `{}`: TX queue {} keeps its headers in device memory, so the {} engine sends them without the tx_eth_src stamp",
-                            iface.name,
-                            q.id,
-                            engine.name()
-                        );
-                    }
-                    if q.tx_eth_src && !header_on_gpu {
-                        let mac = engine.mac_address(port).ok_or_else(|| {
-                            EngineError::Config(format!(
-                                "interface `{}`: TX queue {} asks for the tx_eth_src offload, but the {} engine has no MAC address for it",
-                                iface.name, q.id, engine.name()
-                            ))
-                        })?;
-                        Task::Tx(task.with_eth_src(mac))
-                    } else {
-                        Task::Tx(task)
+                    match q.eth_src {
+                        EthSrc::Off => Task::Tx(task),
+                        EthSrc::HeadersOnGpu => {
+                            // A NIC's egress flow would stamp it; a CPU cannot write GPU memory.
+                            tracing::warn!(
+                                "interface `{}`: TX queue {} keeps its headers in device memory, so the {} engine sends them without the tx_eth_src stamp",
+                                q.interface_name,
+                                q.id,
+                                engine.name()
+                            );
+                            Task::Tx(task)
+                        }
+                        EthSrc::Stamp => {
+                            let mac = engine.mac_address(port).ok_or_else(|| {
+                                EngineError::Config(format!(
+                                    "interface `{}`: TX queue {} asks for the tx_eth_src offload, but the {} engine has no MAC address for it",
+                                    q.interface_name, q.id, engine.name()
+                                ))
+                            })?;
+                            Task::Tx(task.with_eth_src(mac))
+                        }
                     }
                 }
             };
-            per_core.entry(q.cpu_core).or_default().push(task);
+            tasks.push(Some(task));
         }
 
         let mut plane = Self {
@@ -414,10 +407,12 @@ impl DataPlane {
             rx_queues,
             tx_queues,
             regions: regions.clone(),
+            plan,
         };
-        for (core, tasks) in per_core {
-            let health = health.remove(&core).unwrap_or_default();
-            plane.spawn_worker(core, tasks, health)?;
+        for c in plane.plan.cores.clone() {
+            let core_tasks: Vec<Task> = c.queues.iter().filter_map(|&i| tasks[i].take()).collect();
+            let health = health.remove(&c.core).unwrap_or_default();
+            plane.spawn_worker(c.core, core_tasks, health)?;
         }
         plane.stats = Some(StatsThread::spawn(
             config.master_core,
@@ -511,6 +506,11 @@ impl DataPlane {
             .filter(|r| r.is_lent())
             .map(|r| r.name().to_owned())
             .collect()
+    }
+
+    /// The plan it started from.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     /// The engine's name.
@@ -730,20 +730,16 @@ fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)])
     }
 }
 
-/// For configurations with huge regions: removes files that dead processes left in the
-/// hugetlbfs mounts (so a run never fails because an earlier one died), then checks that
-/// enough pages are free.
-fn prepare_hugepages(config: &Config) -> Result<(), StartError> {
-    if config.engine == crate::config::EngineKind::Dpdk {
+/// Before anything is allocated: removes what dead processes left (the engine's runtime
+/// files when it maps huge pages of its own; files in the hugetlbfs mounts when the plan
+/// maps huge pages), then checks that enough pages are free for the plan.
+fn prepare_hugepages(plan: &Plan) -> Result<(), StartError> {
+    if plan.capabilities.own_hugepages {
         for dir in hugepages::cleanup_dpdk_runtime_dirs(false) {
             tracing::warn!("Removed leftover DPDK runtime directory {}", dir.display());
         }
     }
-    if !config
-        .memory_regions
-        .iter()
-        .any(|m| m.kind == MemoryKind::Huge)
-    {
+    if plan.hugepages.regions.is_empty() {
         return Ok(());
     }
     let mounts = hugepages::mounts();
@@ -756,39 +752,24 @@ fn prepare_hugepages(config: &Config) -> Result<(), StartError> {
         tracing::warn!("{line}");
     }
     let page = hugepages::default_page_size();
-    // Regions lent to DPDK mbuf pools carry the mbuf headroom in front of each buffer.
-    let headroom = crate::engine::region_headroom(config)
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-    let need = hugepages::need_of(config, page, |size| memory::host_stride(headroom + size));
+    let need = plan.hugepages.in_pages(page);
     let have_mount = hugepages::mount_for(page).ok().flatten().is_some();
     hugepages::check(&need, &hugepages::page_counts(), have_mount)?;
     Ok(())
 }
 
-fn check_cores(config: &Config) -> Result<(), StartError> {
+fn check_cores(plan: &Plan) -> Result<(), StartError> {
     let missing = |key: String, core: u32| StartError::MissingCore {
         key,
         core,
         usable: affinity::usable_cores(),
     };
-    if !affinity::core_is_usable(config.master_core) {
-        return Err(missing("master_core".into(), config.master_core));
+    if !affinity::core_is_usable(plan.master_core) {
+        return Err(missing("master_core".into(), plan.master_core));
     }
-    for (i, iface) in config.interfaces.iter().enumerate() {
-        for (dir, queues) in [
-            (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
-            (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
-        ] {
-            for (qi, q) in queues.into_iter().flatten().enumerate() {
-                if !affinity::core_is_usable(q.cpu_core) {
-                    return Err(missing(
-                        format!("interfaces[{i}].{}.queues[{qi}].cpu_core", dir.name()),
-                        q.cpu_core,
-                    ));
-                }
-            }
+    for q in &plan.queues {
+        if !affinity::core_is_usable(q.core) {
+            return Err(missing(q.core_key.clone(), q.core));
         }
     }
     Ok(())

@@ -13,8 +13,10 @@
 //! interface's index in the configuration, never from the device's port number.
 
 use crate::burst::Burst;
-use crate::config::{Config, RoceConfig, SocketMode, Transport};
-use crate::memory::{MemoryError, RegionId, RegionSet};
+use crate::config::{Config, RoceConfig, SocketMode};
+use crate::memory::{MemoryError, RegionSet};
+use crate::plan::rdma::SlotPlan;
+use crate::plan::{Plan, PlanError};
 use crate::rdma_conn::{BurstConnection, SendError};
 use rdma::cm::{CmAction, CmEvent, ConfiguredInterface, Server};
 use rdma::verbs::{Connection, ConnectionParams, Listener, ListenerEvent, QpSettings, VerbsError};
@@ -27,8 +29,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Largest receive window per connection (the RX region may hold fewer buffers).
-const MAX_RECV_WINDOW: usize = 1024;
 /// Bursts queued between the application and a connection's worker, each way.
 const STREAM_QUEUE: usize = 64;
 /// Idle worker loops between checks of a client connection's own event channel.
@@ -47,6 +47,9 @@ pub enum RdmaPlaneError {
     /// Memory regions could not be allocated.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// The configuration cannot be run as planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// Verbs or rdma_cm failed.
     #[error("interface `{interface}`: {source}")]
     Verbs {
@@ -73,18 +76,11 @@ struct RdmaInterface {
     roce: RoceConfig,
     /// Seconds between connection attempts of a client (`socket_config.retry_connect_s`).
     retry_connect_s: u32,
-    /// One connection per queue, as in the reference: its regions and its worker's core.
-    slots: Vec<QueueSlot>,
+    /// One connection per queue, as in the reference: its regions, its worker's core and
+    /// its windows, as planned.
+    slots: Vec<SlotPlan>,
     /// Which slots carry a connection now.
     busy: Mutex<Vec<bool>>,
-}
-
-/// What the connection in queue slot `n` of an interface uses.
-struct QueueSlot {
-    rx_region: RegionId,
-    tx_regions: Vec<RegionId>,
-    /// The core its worker runs on (the TX queue's, else the RX queue's).
-    cpu_core: Option<u32>,
 }
 
 impl RdmaInterface {
@@ -121,72 +117,28 @@ impl RdmaPlane {
     /// Allocates the regions, listens on every `roce://` server interface and starts the
     /// connection-manager thread.
     pub fn start(config: &Config) -> Result<Self, RdmaPlaneError> {
+        let plan = Plan::from_config(config)?;
         let regions = Arc::new(RegionSet::allocate(&config.memory_regions)?);
         let mut interfaces = Vec::new();
-        for (index, iface) in config.interfaces.iter().enumerate() {
-            let Some(sock) = &iface.socket else { continue };
-            if sock.transport != Transport::Roce {
-                continue;
-            }
-            let Some(local) = sock.local else {
-                return Err(RdmaPlaneError::Config(format!(
-                    "interface `{}`: socket_config.local_addr is missing (roce://IP[:PORT])",
-                    iface.name
-                )));
-            };
-            let roce = iface.roce.clone().unwrap_or_default();
-            if roce.transport_mode != "RC" {
-                return Err(RdmaPlaneError::Config(format!(
-                    "interface `{}`: not supported: roce_config.transport_mode {} (only RC carries SEND/RECV with WRITE and READ)",
-                    iface.name, roce.transport_mode
-                )));
-            }
-            let side = if sock.mode == SocketMode::Server {
-                "SERVER"
-            } else {
-                "CLIENT"
-            };
-            let rx_queues = iface.rx.as_ref().map_or(&[][..], |r| &r.queues[..]);
-            let tx_queues = iface.tx.as_ref().map_or(&[][..], |t| &t.queues[..]);
-            // The queue's first region, else the reference's fixed region names.
-            let region_of = |q: Option<&crate::config::QueueConfig>, dir: &str| {
-                q.and_then(|q| q.memory_regions.first())
-                    .and_then(|n| regions.id_of(n))
-                    .or_else(|| regions.id_of(&format!("DATA_{dir}_GPU_{side}")))
-            };
-            let mut slots = Vec::new();
-            for n in 0..rx_queues.len().max(tx_queues.len()).max(1) {
-                let (rxq, txq) = (rx_queues.get(n), tx_queues.get(n));
-                let rx_region = region_of(rxq, "RX").ok_or_else(|| {
-                    RdmaPlaneError::Config(format!(
-                        "interface `{}`: no memory region to receive into for queue {n} (give the RX queue one, or define DATA_RX_GPU_{side})",
-                        iface.name
-                    ))
-                })?;
-                let tx_regions = region_of(txq, "TX").into_iter().collect();
-                let cpu_core = txq.or(rxq).map(|q| q.cpu_core);
-                if let Some(core) = cpu_core.filter(|&c| !crate::affinity::core_is_usable(c)) {
+        for i in plan.rdma {
+            for core in i.slots.iter().filter_map(|s| s.core) {
+                if !crate::affinity::core_is_usable(core) {
                     return Err(RdmaPlaneError::Config(format!(
                         "interface `{}`: cpu_core {core} is not available to this process (usable: {:?})",
-                        iface.name,
+                        i.name,
                         crate::affinity::usable_cores()
                     )));
                 }
-                slots.push(QueueSlot {
-                    rx_region,
-                    tx_regions,
-                    cpu_core,
-                });
             }
             interfaces.push(RdmaInterface {
-                index,
-                name: iface.name.clone(),
-                local: SocketAddr::from((local.ip, local.port)),
-                mode: sock.mode,
-                retry_connect_s: sock.retry_connect_s,
-                roce,
-                busy: Mutex::new(vec![false; slots.len()]),
-                slots,
+                index: i.interface,
+                name: i.name,
+                local: i.local,
+                mode: i.mode,
+                retry_connect_s: i.retry_connect_s,
+                roce: i.roce,
+                busy: Mutex::new(vec![false; i.slots.len()]),
+                slots: i.slots,
             });
         }
         if interfaces.is_empty() {
@@ -339,15 +291,11 @@ impl RdmaPlane {
         })?;
         let local = SocketAddr::new(iface.local.ip(), 0);
         let period = Duration::from_secs(u64::from(iface.retry_connect_s.max(1)));
-        let stream = Connection::connect_within(
-            local,
-            remote,
-            params(&self.shared, iface, slot),
-            period,
-            budget,
-            &|| false,
-        )
-        .and_then(|conn| spawn_stream(&self.shared, iface, slot, conn, true));
+        let stream =
+            Connection::connect_within(local, remote, params(iface, slot), period, budget, &|| {
+                false
+            })
+            .and_then(|conn| spawn_stream(&self.shared, iface, slot, conn, true));
         if stream.is_err() {
             iface.release_slot(slot);
         }
@@ -367,18 +315,12 @@ impl Drop for RdmaPlane {
     }
 }
 
-fn params(shared: &Shared, iface: &RdmaInterface, slot: usize) -> ConnectionParams {
+fn params(iface: &RdmaInterface, slot: usize) -> ConnectionParams {
     let q = &iface.slots[slot];
-    let message = q
-        .tx_regions
-        .first()
-        .map_or(shared.regions.get(q.rx_region).buf_size(), |&r| {
-            shared.regions.get(r).buf_size()
-        });
     ConnectionParams {
         own_receives: false,
-        send_depth: iface.roce.send_window(message),
-        recv_depth: recv_window(shared, q) as u32,
+        send_depth: q.send_window,
+        recv_depth: q.recv_window as u32,
         message_size: 64,
         window_size: 0,
         rnr_retry: iface.roce.rnr_retry,
@@ -386,14 +328,6 @@ fn params(shared: &Shared, iface: &RdmaInterface, slot: usize) -> ConnectionPara
         min_rnr_timer: iface.roce.min_rnr_timer,
         ..ConnectionParams::default()
     }
-}
-
-fn recv_window(shared: &Shared, q: &QueueSlot) -> usize {
-    shared
-        .regions
-        .get(q.rx_region)
-        .num_bufs()
-        .min(MAX_RECV_WINDOW)
 }
 
 /// Wraps an established connection and starts its worker.
@@ -411,14 +345,14 @@ fn spawn_stream(
         conn,
         shared.regions.clone(),
         q.rx_region,
-        &q.tx_regions,
+        &q.tx_region.into_iter().collect::<Vec<_>>(),
         (iface.index as u16, slot as u16),
-        recv_window(shared, q),
+        q.recv_window,
     )?;
     let (to_worker, from_app) = std::sync::mpsc::sync_channel(STREAM_QUEUE);
     let (to_app, from_worker) = std::sync::mpsc::sync_channel(STREAM_QUEUE);
     let state = Arc::new(StreamState::default());
-    let (st, core) = (state.clone(), q.cpu_core);
+    let (st, core) = (state.clone(), q.core);
     let worker = Worker::spawn(format!("rdma-{}", iface.name), move |stop| {
         run_worker(
             conn,
@@ -523,7 +457,7 @@ impl CmLoop {
                         req.reject();
                         Err(None)
                     }
-                    Some(slot) => match req.accept(params(&shared, owner, slot)) {
+                    Some(slot) => match req.accept(params(owner, slot)) {
                         Ok(conn) => Ok((slot, conn)),
                         Err(e) => {
                             owner.release_slot(slot);

@@ -129,16 +129,19 @@ impl QueueReorder {
         self.counts
     }
 
-    /// The next aggregate or passthrough burst; `next_input` yields the queue's raw bursts.
+    /// The next aggregate or passthrough burst as of `now` (batches whose first packet
+    /// is older than the queue's timeout are flushed incomplete); `next_input` yields the
+    /// queue's raw bursts.
     pub(crate) fn poll(
         &mut self,
+        now: Instant,
         mut next_input: impl FnMut() -> Option<Burst>,
     ) -> Result<Option<Burst>, ReorderError> {
         loop {
             if let Some(b) = self.ready.pop_front() {
                 return Ok(Some(b));
             }
-            self.flush_full_and_expired()?;
+            self.flush_full_and_expired(now)?;
             if let Some(b) = self.ready.pop_front() {
                 return Ok(Some(b));
             }
@@ -150,7 +153,6 @@ impl QueueReorder {
             };
             let plan_of_flow = &self.plan_of_flow;
             raw.sort_out(&mut self.staged, |p| plan_of_flow.get(&p.flow_id).copied());
-            let now = Instant::now();
             for (plan, staged) in self.plans.iter_mut().zip(&self.staged) {
                 if plan.first_at.is_none() && !staged.is_empty() {
                     plan.first_at = Some(now);
@@ -165,7 +167,7 @@ impl QueueReorder {
 
     /// Writes every plan's complete batches, and its incomplete one once the timeout
     /// passed since its first packet.
-    fn flush_full_and_expired(&mut self) -> Result<(), ReorderError> {
+    fn flush_full_and_expired(&mut self, now: Instant) -> Result<(), ReorderError> {
         self.blocked = false;
         for k in 0..self.plans.len() {
             loop {
@@ -177,11 +179,11 @@ impl QueueReorder {
                     && self
                         .timeout
                         .zip(plan.first_at)
-                        .is_some_and(|(t, at)| at.elapsed() >= t);
+                        .is_some_and(|(t, at)| now.saturating_duration_since(at) >= t);
                 if !full && !expired {
                     break;
                 }
-                match self.write_batch(k, full)? {
+                match self.write_batch(k, full, now)? {
                     Some(out) => self.ready.push_back(out),
                     None => {
                         self.blocked = true;
@@ -195,7 +197,12 @@ impl QueueReorder {
 
     /// Writes the first batch of plan `k`; `None` when the output region has no free
     /// buffer (the batch stays staged).
-    fn write_batch(&mut self, k: usize, full: bool) -> Result<Option<Burst>, ReorderError> {
+    fn write_batch(
+        &mut self,
+        k: usize,
+        full: bool,
+        now: Instant,
+    ) -> Result<Option<Burst>, ReorderError> {
         let regions = self.regions.clone();
         let plan = &mut self.plans[k];
         let staged = &mut self.staged[k];
@@ -241,7 +248,7 @@ impl QueueReorder {
                 id
             }
         };
-        plan.first_at = (!staged.is_empty()).then(Instant::now);
+        plan.first_at = (!staged.is_empty()).then_some(now);
         if full {
             self.counts.batches += 1;
         } else {

@@ -36,6 +36,7 @@ use crate::burst::Burst;
 use crate::config::MemoryKind;
 pub use crate::config::StageMode;
 use crate::memory::{RegionId, RegionSet};
+use crate::plan::StagePlan;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -132,42 +133,27 @@ fn gpu_side(regions: &RegionSet, r: RegionId) -> bool {
 const DEPTH: usize = gpudirect::kernels::TABLE_SLOTS;
 
 impl RxStage {
-    /// A stage for a queue with `layout` regions, or `None` when its packets need none
-    /// (one host region, and no packets from GPU memory: `gpu_source` names the GPU of
-    /// a device region packets may arrive in). `batch` is the most packets per burst.
-    pub(crate) fn for_queue(
+    /// The stage the plan gave a queue with `layout` regions (whether a queue needs one,
+    /// where it splits and which GPU it uses are the plan's decisions, see
+    /// [`crate::plan::StagePlan`]). `batch` is the most packets per burst.
+    pub(crate) fn new(
         regions: &Arc<RegionSet>,
         layout: &[RegionId],
         batch: usize,
-        mode: StageMode,
-        gpu_source: Option<u32>,
-    ) -> Result<Option<Self>, String> {
-        let any_device = layout.iter().any(|&r| gpu_side(regions, r)) || gpu_source.is_some();
-        if layout.len() < 2 && !any_device {
-            return Ok(None);
-        }
-        let split = (layout.len() == 2).then(|| regions.get(layout[0]).buf_size());
-        if layout.len() > 2 {
-            return Err(format!(
-                "the software path splits packets into at most two segments (headers, payload); this queue has {}",
-                layout.len()
-            ));
-        }
+        plan: &StagePlan,
+    ) -> Result<Self, String> {
+        let split = plan.split_header_bytes;
+        let mode = plan.mode;
         #[cfg(not(feature = "cuda"))]
         let _ = mode;
-        Ok(Some(Self {
+        Ok(Self {
             regions: regions.clone(),
             layout: layout.to_vec(),
             split,
             moves: Vec::with_capacity(batch * 2),
             in_flight: VecDeque::new(),
             #[cfg(feature = "cuda")]
-            gpu: match layout
-                .iter()
-                .find(|&&r| gpu_side(regions, r))
-                .map(|&r| regions.get(r).affinity())
-                .or(gpu_source)
-            {
+            gpu: match plan.gpu {
                 None => None,
                 Some(ordinal) => {
                     let slot_bytes = (batch
@@ -189,7 +175,7 @@ impl RxStage {
                     })
                 }
             },
-        }))
+        })
     }
 
     /// True when another burst can be submitted now.
@@ -599,14 +585,12 @@ mod tests {
                     ])
                     .unwrap(),
                 );
-                let mut into = RxStage::for_queue(&regions, &[1], 64, mode, None)
-                    .unwrap()
-                    .unwrap();
-                let out_of = RxStage::for_queue(&regions, &[2], 64, mode, None).unwrap();
-                assert!(
-                    out_of.is_none(),
-                    "a host-only layout needs no stage by itself"
-                );
+                let to_gpu = StagePlan {
+                    split_header_bytes: None,
+                    gpu: Some(0),
+                    mode,
+                };
+                let mut into = RxStage::new(&regions, &[1], 64, &to_gpu).unwrap();
                 // A host layout fed device packets still converts: build it directly.
                 let mut out_of = RxStage {
                     regions: regions.clone(),

@@ -147,7 +147,9 @@ impl RxTask {
         self
     }
 
-    fn poll(&mut self, flush: bool) -> bool {
+    /// One pass: receive, close the burst when full, at a rule boundary, on `flush` when
+    /// idle, or when `timeout_us` passed since its first packet, as of `now`.
+    pub(crate) fn poll(&mut self, flush: bool, now: Instant) -> bool {
         // A full burst waiting for ring space blocks this queue (backpressure).
         if let Some(b) = self.ready.take() {
             self.push(b);
@@ -176,7 +178,7 @@ impl RxTask {
         let was_empty = burst.is_empty();
         let got = self.port.receive(burst, self.batch_size - burst.len());
         if got > 0 && was_empty {
-            self.first_packet_at = self.timeout.map(|_| Instant::now());
+            self.first_packet_at = self.timeout.map(|_| now);
         }
         let boundary = self.port.take_boundary();
         let full = burst.len() >= self.batch_size;
@@ -186,7 +188,7 @@ impl RxTask {
                 || self
                     .timeout
                     .zip(self.first_packet_at)
-                    .is_some_and(|(t, at)| got == 0 && at.elapsed() >= t));
+                    .is_some_and(|(t, at)| got == 0 && now.saturating_duration_since(at) >= t));
         if full || expired {
             let b = self.assembling.take().expect("assembling burst");
             self.deliver(b);
@@ -337,10 +339,12 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
     while !control.stop.load(Ordering::Relaxed) {
         let flush = control.flush.load(Ordering::Relaxed);
+        // One clock read per pass: every RX task of the pass decides its timeout with it.
+        let now = Instant::now();
         let mut busy = false;
         for t in &mut tasks {
             busy |= match t {
-                Task::Rx(rx) => rx.poll(flush),
+                Task::Rx(rx) => rx.poll(flush, now),
                 Task::Tx(tx) => tx.poll(),
             };
         }

@@ -163,8 +163,12 @@ fn stage_case(
         .map_err(|e| e.to_string())?,
     );
     let (src, dst) = (0, 1);
-    let mut stage = RxStage::for_queue(&regions, &[dst], BURST, mode, None)?
-        .ok_or("a device region always needs a stage")?;
+    let plan = crate::plan::StagePlan {
+        split_header_bytes: None,
+        gpu: Some(regions.get(dst).affinity()),
+        mode,
+    };
+    let mut stage = RxStage::new(&regions, &[dst], BURST, &plan)?;
     let fail = |e| match e {
         crate::stage::StageError::NoBuffers(_) => "device pool empty".to_string(),
         crate::stage::StageError::Failed { reason, .. } => reason,

@@ -11,7 +11,8 @@ pub use crate::descriptor::MAX_SEGMENTS;
 pub const BENCH_TRAILER_BYTES: usize = 20;
 
 /// How host bytes reach GPU memory when the engine cannot write it (`gpu_stage`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StageMode {
     /// Gather on the CPU into pinned memory, then asynchronous copies.
     Copy,
@@ -55,7 +56,8 @@ pub enum StreamType {
 }
 
 /// Which engine moves the packets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EngineKind {
     /// In-process software loopback (`loopback: "sw"`).
     Loopback,
@@ -88,7 +90,8 @@ impl EngineKind {
 }
 
 /// Where a memory region lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MemoryKind {
     /// Ordinary page-aligned host memory.
     Host,
@@ -245,7 +248,8 @@ pub enum Transport {
 }
 
 /// Client or server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SocketMode {
     /// Connects to a peer.
     Client,
@@ -882,7 +886,8 @@ impl Config {
 }
 
 /// Receive or transmit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Direction {
     /// Receive.
     Rx,

@@ -7,7 +7,7 @@
 
 use super::fault::FaultInjector;
 use super::wire::{Ingress, WireGrid, WireReceiver};
-use super::{Engine, EngineError, Overflow, RxPort, TxPort};
+use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
 use crate::burst::Burst;
 use crate::config::Config;
 use crate::memory::RegionSet;
@@ -121,8 +121,8 @@ impl Engine for LoopbackEngine {
         }))
     }
 
-    fn rx_overflow(&self) -> Overflow {
-        Overflow::Backpressure
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::LOOPBACK
     }
 
     fn steering(&self) -> String {

@@ -11,19 +11,12 @@ pub mod wire;
 use crate::burst::Burst;
 use crate::config::{Config, EngineKind};
 use crate::memory::RegionSet;
+use crate::plan::Plan;
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
 use std::sync::Arc;
 
-/// What an RX worker does when the application's ring is full.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Overflow {
-    /// Hold the burst and stop receiving from this queue until there is room; the engine
-    /// pushes back on its sender (software loopback).
-    Backpressure,
-    /// Drop the burst and count it as `ring_full` (a NIC cannot be paused).
-    Drop,
-}
+pub use crate::plan::{Capabilities, Overflow};
 
 /// Receive side of one queue.
 pub trait RxPort: Send {
@@ -68,8 +61,9 @@ pub trait Engine: Send + Sync {
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError>;
-    /// Policy when an application ring is full.
-    fn rx_overflow(&self) -> Overflow;
+    /// What the engine needs and can do; the same as the plan's
+    /// `Capabilities::of(engine)`, which start-up planned with.
+    fn capabilities(&self) -> Capabilities;
     /// Where flow steering happens: "software", or "rte_flow" when the device's flow
     /// tables do it (a mix lists each interface).
     fn steering(&self) -> String;
@@ -98,38 +92,23 @@ pub enum EngineError {
     Config(String),
 }
 
-/// Bytes each region of `config` needs in front of every buffer: DPDK's mbuf headroom for
-/// regions the DPDK engine receives into without copying, else none.
-pub fn region_headroom(config: &Config) -> Vec<usize> {
-    #[cfg(feature = "dpdk")]
-    if config.engine == EngineKind::Dpdk {
-        return dpdk::zero_copy_regions(config)
-            .into_iter()
-            .map(|lent| {
-                if lent {
-                    crate::hugepages::DPDK_HEADROOM
-                } else {
-                    0
-                }
-            })
-            .collect();
-    }
-    vec![0; config.memory_regions.len()]
-}
-
 /// Creates the engine a configuration asks for.
 pub fn create(
     config: &Config,
+    plan: &Plan,
     regions: &Arc<RegionSet>,
     steering: &[Arc<InterfaceSteering>],
 ) -> Result<Arc<dyn Engine>, EngineError> {
+    // Only the DPDK engine reads the plan's engine part so far.
+    #[cfg(not(feature = "dpdk"))]
+    let _ = plan;
     match config.engine {
         EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(
             config, regions, steering,
         )?)),
         #[cfg(feature = "dpdk")]
         EngineKind::Dpdk => Ok(Arc::new(dpdk::DpdkEngine::new(
-            config, regions, steering,
+            config, plan, regions, steering,
         )?)),
         #[cfg(not(feature = "dpdk"))]
         EngineKind::Dpdk => Err(EngineError::Config(

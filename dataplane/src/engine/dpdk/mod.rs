@@ -10,12 +10,13 @@
 pub mod flow;
 
 use super::wire::{Ingress, WireGrid, WireReceiver};
-use super::{Engine, EngineError, Overflow, RxPort, TxPort};
+use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
 use crate::burst::Burst;
-use crate::config::Direction;
-use crate::config::{Config, MemoryKind, RxConfig, validate::is_pci_address};
+use crate::config::{Config, MemoryKind, RxConfig};
 use crate::hugepages;
 use crate::memory::{BufferLender, RegionId, RegionSet};
+use crate::plan::Plan;
+use crate::plan::dpdk::{self as dpdk_plan, DpdkPlan, PoolSize, PortPlan, RxReceive};
 use crate::ring::Ring;
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::InterfaceSteering;
@@ -24,7 +25,7 @@ use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
 /// Descriptors per RX and TX ring.
-const RING_DESCRIPTORS: u16 = hugepages::DPDK_RING_DESCRIPTORS as u16;
+const RING_DESCRIPTORS: u16 = dpdk_plan::RING_DESCRIPTORS as u16;
 /// Mbufs taken from or handed to the driver per call.
 const MAX_BURST: usize = 64;
 
@@ -82,58 +83,20 @@ fn pool_error(what: &str, mbufs: usize, data_room: usize) -> String {
     )
 }
 
-/// EAL arguments for `config`: the main lcore on `master_core`, our file prefix, huge pages
-/// or `--no-huge` when no region is `huge`, every PCI address allowed (`-a`) and every other
-/// address as a `--vdev`, then whatever the environment variable `DATAPLANE_EAL_ARGS` adds.
-pub fn eal_args(config: &Config, memory_mb: usize) -> Vec<String> {
-    let mut a = vec![
-        "dataplane".to_owned(),
-        "-l".to_owned(),
-        config.master_core.to_string(),
-        format!("--file-prefix={}", hugepages::file_prefix()),
-        "--log-level=lib.eal:error".to_owned(),
-    ];
-    if config
-        .memory_regions
-        .iter()
-        .any(|m| m.kind == MemoryKind::Huge)
-    {
-        a.push("--huge-unlink".to_owned());
-        // The same mount our region files use, when there is one.
-        if let Ok(Some(m)) = hugepages::mount_for(hugepages::default_page_size()) {
-            a.push(format!("--huge-dir={}", m.path.display()));
-        }
-    } else {
-        a.extend([
-            "--no-huge".to_owned(),
-            "--no-shconf".to_owned(),
-            "-m".to_owned(),
-            memory_mb.to_string(),
-        ]);
-    }
-    let mut pci = false;
-    for iface in &config.interfaces {
-        if is_pci_address(&iface.address) {
-            pci = true;
-            a.extend(["-a".to_owned(), iface.address.clone()]);
-        } else {
-            a.push(format!("--vdev={}", iface.address));
-        }
-    }
-    if !pci {
-        a.push("--no-pci".to_owned());
+/// The EAL arguments to start with: the plan's, then what only this process knows: its
+/// file prefix, the hugetlbfs mount our region files use (when the plan maps huge pages
+/// and there is one), and whatever the environment variable `DATAPLANE_EAL_ARGS` adds.
+pub fn eal_args(plan: &DpdkPlan, huge: bool) -> Vec<String> {
+    let mut a = plan.eal_args.clone();
+    a.push(format!("--file-prefix={}", hugepages::file_prefix()));
+    if huge && let Ok(Some(m)) = hugepages::mount_for(hugepages::default_page_size()) {
+        a.push(format!("--huge-dir={}", m.path.display()));
     }
     // Extra EAL options for debugging or tuning (e.g. `--log-level=pmd.net.tap:debug`).
     if let Ok(extra) = std::env::var("DATAPLANE_EAL_ARGS") {
         a.extend(extra.split_whitespace().map(str::to_owned));
     }
     a
-}
-
-/// The ethdev name of an interface address: the vdev name before its first comma, or the
-/// PCI address.
-pub fn port_name(address: &str) -> &str {
-    address.split(',').next().unwrap_or(address).trim()
 }
 
 /// A mempool pointer that may move between threads (DPDK mempools are thread-safe).
@@ -144,82 +107,6 @@ struct Pool(*mut sys::rte_mempool);
 unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
-
-/// Smallest `buf_size` received into without copying: a full frame, which every PMD's
-/// queue setup accepts (af_packet wants the MTU plus overhead).
-pub const ZERO_COPY_MIN_BUF_SIZE: usize = 2048;
-
-/// Which regions of `config` the DPDK engine receives into without copying. A region
-/// qualifies when it is the only region of one RX queue (no other queue uses it), has
-/// buffers of at least [`ZERO_COPY_MIN_BUF_SIZE`] bytes and enough of them for the
-/// descriptor ring, and is memory the port can reach (host kinds; `device` only for a PCI
-/// NIC, which writes it by DMA). A qualifying region is lent unless its `zero_copy` is
-/// `false` or, by default, the port is a `net_ring` (which hands over the sender's mbufs,
-/// so a lent pool would only add a copy).
-/// A lent region becomes the queue's mbuf pool (external buffers): mbufs reach the
-/// application as the region's buffers and go back to the pool when the burst is dropped.
-pub fn zero_copy_regions(config: &Config) -> Vec<bool> {
-    zero_copy_plan(config)
-        .into_iter()
-        .map(|p| p.is_ok_and(|lend| lend))
-        .collect()
-}
-
-/// Per region: whether to lend it, or why a region with `zero_copy: true` cannot be.
-fn zero_copy_plan(config: &Config) -> Vec<Result<bool, String>> {
-    let n = config.memory_regions.len();
-    let index = |name: &String| config.memory_regions.iter().position(|m| &m.name == name);
-    let mut uses = vec![0usize; n];
-    for (_, _, q) in config.queues() {
-        for i in q.memory_regions.iter().filter_map(index) {
-            uses[i] += 1;
-        }
-    }
-    let mut plan: Vec<Result<bool, String>> = config
-        .memory_regions
-        .iter()
-        .map(|m| match m.zero_copy {
-            Some(true) => Err("it is not the only memory region of one RX queue".into()),
-            _ => Ok(false),
-        })
-        .collect();
-    for (iface, dir, q) in config.queues() {
-        if dir != Direction::Rx || q.memory_regions.len() != 1 {
-            continue;
-        }
-        let Some(i) = index(&q.memory_regions[0]) else {
-            continue;
-        };
-        let m = &config.memory_regions[i];
-        let pci = is_pci_address(&config.interfaces[iface].address);
-        let stride = (hugepages::DPDK_HEADROOM + m.buf_size).next_multiple_of(256);
-        let ring = hugepages::DPDK_RING_DESCRIPTORS * 3 / 2 + q.batch_size as usize;
-        let why_not = if uses[i] != 1 {
-            Some("other queues use it too".to_owned())
-        } else if m.kind == MemoryKind::Device && !pci {
-            Some("a virtual device cannot reach GPU memory".to_owned())
-        } else if m.buf_size < ZERO_COPY_MIN_BUF_SIZE {
-            Some(format!("buf_size is below {ZERO_COPY_MIN_BUF_SIZE}"))
-        } else if stride > u16::MAX as usize {
-            Some("buf_size is above 65 KiB".to_owned())
-        } else if m.num_bufs < ring {
-            Some(format!(
-                "num_bufs is below {ring} (1.5x the ring plus a burst)"
-            ))
-        } else {
-            None
-        };
-        let wanted = m
-            .zero_copy
-            .unwrap_or(!config.interfaces[iface].address.starts_with("net_ring"));
-        plan[i] = match (why_not, m.zero_copy) {
-            (Some(reason), Some(true)) => Err(reason),
-            (Some(_), _) => Ok(false),
-            (None, _) => Ok(wanted),
-        };
-    }
-    plan
-}
 
 /// An mbuf pool over a region's own buffers (external buffers), and the mbuf of each
 /// buffer so freed buffers find their way back.
@@ -331,10 +218,6 @@ fn has_rules(rx: &RxConfig) -> bool {
     !rx.flows.is_empty() || rx.flow_isolation
 }
 
-fn memory_mb(config: &Config) -> usize {
-    hugepages::dpdk_eal_memory_bytes(config).div_ceil(1 << 20) as usize
-}
-
 fn init_eal(args: Vec<String>) -> Result<(), EngineError> {
     // EAL pins the calling thread to the main lcore; a throwaway thread keeps that away
     // from the application's threads.
@@ -368,32 +251,22 @@ impl DpdkEngine {
     /// Starts EAL and every port of `config`.
     pub fn new(
         config: &Config,
+        plan: &Plan,
         regions: &Arc<RegionSet>,
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
-        for (m, plan) in config.memory_regions.iter().zip(zero_copy_plan(config)) {
-            if let Err(reason) = &plan {
-                return Err(EngineError::Config(format!(
-                    "memory region `{}`: zero_copy: true cannot be done: {reason}",
-                    m.name
-                )));
-            }
-            let lent = plan.is_ok_and(|l| l);
-            if m.kind == MemoryKind::Device && !lent {
-                return Err(EngineError::Config(format!(
-                    "memory region `{}`: kind device with the DPDK engine needs a PCI NIC that writes GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {ZERO_COPY_MIN_BUF_SIZE}, num_bufs >= 1.5x the {RING_DESCRIPTORS}-descriptor ring); virtual devices move frames with the CPU, which cannot reach GPU memory",
-                    m.name
-                )));
-            }
-        }
-        init_eal(eal_args(config, memory_mb(config)))?;
+        let dpdk = plan
+            .dpdk
+            .as_ref()
+            .ok_or_else(|| EngineError::Config("the plan has no DPDK part".into()))?;
+        init_eal(eal_args(dpdk, !plan.hugepages.regions.is_empty()))?;
         let mut engine = Self {
             regions: regions.clone(),
             ports: Vec::new(),
             segment_regions: Vec::new(),
         };
         for (index, iface) in config.interfaces.iter().enumerate() {
-            let port = engine.open_port(config, index, &steering[index])?;
+            let port = engine.open_port(config, &dpdk.ports[index], &steering[index])?;
             engine.ports.push(port);
             let segs = config
                 .queues()
@@ -423,9 +296,10 @@ impl DpdkEngine {
     fn open_port(
         &self,
         config: &Config,
-        index: usize,
+        planned: &PortPlan,
         rules: &Arc<InterfaceSteering>,
     ) -> Result<Port, EngineError> {
+        let index = planned.interface;
         let iface = &config.interfaces[index];
         let err = |what: &str, code: i32| {
             EngineError::Config(format!(
@@ -435,7 +309,7 @@ impl DpdkEngine {
                 dpdk_error(what, code)
             ))
         };
-        let name = CString::new(port_name(&iface.address))
+        let name = CString::new(planned.ethdev.as_str())
             .map_err(|_| EngineError::Config(format!("interface `{}`: bad address", iface.name)))?;
         let mut id = 0u16;
         // SAFETY: a valid C string and out pointer.
@@ -443,9 +317,7 @@ impl DpdkEngine {
         if r != 0 {
             return Err(EngineError::Config(format!(
                 "interface `{}`: no DPDK port `{}` (address `{}`): check the PCI address or vdev string and that its driver is installed",
-                iface.name,
-                port_name(&iface.address),
-                iface.address
+                iface.name, planned.ethdev, iface.address
             )));
         }
         let mut info = sys::rte_eth_dev_info::default();
@@ -516,14 +388,13 @@ impl DpdkEngine {
             registered: Vec::new(),
             device: Device(info.device),
         };
-        let zero_copy = zero_copy_regions(config);
-        let pci = is_pci_address(&iface.address);
+        let pci = planned.pci;
         let pool_for = |q: &crate::config::QueueConfig,
                         dir: &str,
                         seg: usize,
-                        data_room: usize|
+                        size: &PoolSize|
          -> Result<Pool, EngineError> {
-            let size = hugepages::dpdk_pool_size(config, q, seg);
+            let data_room = size.data_room;
             if size.mbufs > size.configured {
                 tracing::warn!(
                     "interface `{}` {dir} queue {}: {} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {}",
@@ -562,13 +433,13 @@ impl DpdkEngine {
             }
             Ok(Pool(p))
         };
-        for (i, q) in rx.iter().enumerate() {
+        for (q, planned_rx) in rx.iter().zip(&planned.rx) {
+            let i = planned_rx.device_queue as usize;
             let mut rxconf = info.default_rxconf;
             let mut split = Vec::new();
-            let region = q.memory_regions.first().and_then(|n| self.regions.id_of(n));
-            let pool = match q.memory_regions.len() {
-                1 if region.is_some_and(|r| zero_copy[r as usize]) => {
-                    let region = region.expect("checked");
+            let pool = match &planned_rx.receive {
+                RxReceive::Lent { region } => {
+                    let region = *region;
                     let name = format!("dp{index}rx{}z", q.id);
                     let (pool, lent) = self
                         .lend_region(&mut port, pci, socket, region, &name)
@@ -587,13 +458,12 @@ impl DpdkEngine {
                     port.lent.push((q.id, lent));
                     pool
                 }
-                0 | 1 => pool_for(
-                    q,
-                    "rx",
-                    0,
-                    hugepages::dpdk_pool_size(config, q, 0).data_room,
-                )?,
-                2 => {
+                RxReceive::Copy { pool } => pool_for(q, "rx", 0, pool)?,
+                RxReceive::Split {
+                    header,
+                    payload,
+                    header_bytes,
+                } => {
                     // SAFETY: reads a constant defined in the shim.
                     let offload = unsafe { sys::shim_rx_offload_buffer_split };
                     if info.rx_offload_capa & offload == 0 {
@@ -602,24 +472,9 @@ impl DpdkEngine {
                             iface.name, q.id
                         )));
                     }
-                    let head = pool_for(
-                        q,
-                        "rx",
-                        0,
-                        hugepages::dpdk_pool_size(config, q, 0).data_room,
-                    )?;
-                    let body = pool_for(
-                        q,
-                        "rx",
-                        1,
-                        hugepages::dpdk_pool_size(config, q, 1).data_room,
-                    )?;
-                    let head_len = config
-                        .memory_regions
-                        .iter()
-                        .find(|m| m.name == q.memory_regions[0])
-                        .map_or(0, |m| m.buf_size);
-                    for (mp, length) in [(head.0, head_len as u16), (body.0, 0)] {
+                    let head = pool_for(q, "rx", 0, header)?;
+                    let body = pool_for(q, "rx", 1, payload)?;
+                    for (mp, length) in [(head.0, *header_bytes as u16), (body.0, 0)] {
                         split.push(sys::rte_eth_rxseg {
                             split: sys::rte_eth_rxseg_split {
                                 mp,
@@ -634,12 +489,6 @@ impl DpdkEngine {
                     rxconf.rx_seg = split.as_mut_ptr();
                     port.rx_pools.push((q.id, body));
                     head
-                }
-                n => {
-                    return Err(EngineError::Config(format!(
-                        "interface `{}` RX queue {}: not supported: {n} memory regions (DPDK buffer split here takes headers and payload, two regions)",
-                        iface.name, q.id
-                    )));
                 }
             };
             // SAFETY: configured port, queue index below the configured count; with buffer
@@ -674,7 +523,7 @@ impl DpdkEngine {
                     (RING_DESCRIPTORS as u32) * 2,
                     0,
                     0,
-                    (2048 + hugepages::DPDK_HEADROOM) as u16,
+                    (2048 + dpdk_plan::HEADROOM) as u16,
                     socket,
                 )
             };
@@ -685,7 +534,7 @@ impl DpdkEngine {
                     pool_error(
                         "cannot create the idle queue's mbuf pool",
                         usize::from(RING_DESCRIPTORS) * 2,
-                        2048 + hugepages::DPDK_HEADROOM
+                        2048 + dpdk_plan::HEADROOM
                     )
                 )));
             }
@@ -707,19 +556,9 @@ impl DpdkEngine {
         // Configured TX queues, then idle ones up to the device's count (net_tap).
         for i in 0..hw_tx {
             let q = tx.get(i);
-            let pool = match q {
-                Some(q) => {
-                    // One mbuf carries every segment of a packet.
-                    let frame: usize = q
-                        .memory_regions
-                        .iter()
-                        .filter_map(|n| config.memory_regions.iter().find(|m| &m.name == n))
-                        .map(|m| m.buf_size)
-                        .sum();
-                    let room = (frame.max(2048) + hugepages::DPDK_HEADROOM).min(u16::MAX as usize);
-                    Some(pool_for(q, "tx", 0, room)?)
-                }
-                None => None,
+            let pool = match (q, planned.tx.get(i)) {
+                (Some(q), Some(t)) => Some(pool_for(q, "tx", 0, &t.pool)?),
+                _ => None,
             };
             // SAFETY: configured port, queue index below the configured count.
             let r = unsafe {
@@ -1041,10 +880,8 @@ impl Engine for DpdkEngine {
         }))
     }
 
-    fn rx_overflow(&self) -> Overflow {
-        // Holding a full burst stops polling this queue, so packets wait in the device's
-        // ring; a NIC then counts what it cannot hold itself.
-        Overflow::Backpressure
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::DPDK
     }
 
     fn mac_address(&self, port: u16) -> Option<[u8; 6]> {
@@ -1548,108 +1385,6 @@ mod tests {
         assert!(
             e.contains("MiB available") && e.contains("free huge pages of"),
             "{e}"
-        );
-    }
-
-    #[test]
-    fn eal_arguments_follow_the_config() {
-        let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 1
-    memory_regions:
-    - {name: b, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
-    interfaces:
-    - name: a
-      address: "net_memif0,role=server,socket=/tmp/x.sock"
-      rx:
-        queues:
-        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [b]}
-"#;
-        let cfg = crate::config::load_with(text, "t", &|_| true)
-            .unwrap()
-            .config;
-        let a = eal_args(&cfg, 300);
-        assert_eq!(&a[1..3], &["-l", "1"]);
-        assert!(a.contains(&"--no-huge".to_owned()) && a.contains(&"300".to_owned()));
-        assert!(a.contains(&"--vdev=net_memif0,role=server,socket=/tmp/x.sock".to_owned()));
-        assert!(a.contains(&"--no-pci".to_owned()));
-        assert!(a.iter().any(|x| x.starts_with("--file-prefix=dataplane_")));
-        assert_eq!(port_name("net_memif0,role=server"), "net_memif0");
-        assert_eq!(port_name("0000:01:00.0"), "0000:01:00.0");
-    }
-
-    #[test]
-    fn zero_copy_takes_a_queue_own_large_region_the_port_can_reach() {
-        let text = |address: &str, own: &str| {
-            format!(
-                r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
-    - {{name: own, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048, zero_copy: {own}}}
-    - {{name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
-    - {{name: small, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}}
-    - {{name: few, kind: host, affinity: 0, num_bufs: 1000, buf_size: 2048}}
-    - {{name: gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 4096}}
-    interfaces:
-    - name: a
-      address: "{address}"
-      rx:
-        queues:
-        - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [own]}}
-        - {{name: q1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [shared]}}
-        - {{name: q2, id: 2, cpu_core: 0, batch_size: 32, memory_regions: [shared]}}
-        - {{name: q3, id: 3, cpu_core: 0, batch_size: 32, memory_regions: [small]}}
-        - {{name: q4, id: 4, cpu_core: 0, batch_size: 32, memory_regions: [few]}}
-        - {{name: q5, id: 5, cpu_core: 0, batch_size: 32, memory_regions: [gpu]}}
-"#
-            )
-        };
-        let plan = |address: &str, own: &str| {
-            let cfg = crate::config::load_with(&text(address, own), "t", &|_| true)
-                .unwrap()
-                .config;
-            zero_copy_plan(&cfg)
-        };
-        let lent = |address: &str| {
-            plan(address, "auto")
-                .into_iter()
-                .map(|p| p.unwrap())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            lent("net_null0"),
-            vec![true, false, false, false, false],
-            "a vdev cannot reach GPU memory"
-        );
-        assert_eq!(
-            lent("net_ring0"),
-            vec![false, false, false, false, false],
-            "net_ring hands over the sender's mbufs: copy"
-        );
-        assert_eq!(
-            lent("0000:3b:00.0"),
-            vec![true, false, false, false, true],
-            "a PCI NIC writes GPU memory by DMA"
-        );
-        assert_eq!(plan("net_ring0", "true")[0], Ok(true), "asked for");
-        assert_eq!(plan("0000:3b:00.0", "false")[0], Ok(false), "declined");
-        let shared = text("net_null0", "auto").replace(
-            "name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048",
-            "name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048, zero_copy: true",
-        );
-        let cfg = crate::config::load_with(&shared, "t", &|_| true)
-            .unwrap()
-            .config;
-        assert_eq!(
-            zero_copy_plan(&cfg)[1],
-            Err("other queues use it too".to_owned())
         );
     }
 }

@@ -1,0 +1,477 @@
+//! The DPDK engine's start-up decisions: which regions it receives into without copying,
+//! its mbuf pools (per queue segment), buffer split, and its EAL arguments and memory.
+
+use super::{PlanError, RegionPlan};
+use crate::config::{Config, Direction, MemoryKind, QueueConfig, validate::is_pci_address};
+use serde::Serialize;
+
+/// Descriptors per RX and TX ring.
+pub const RING_DESCRIPTORS: usize = 1024;
+/// Bytes DPDK keeps in front of packet data (RTE_PKTMBUF_HEADROOM).
+pub const HEADROOM: usize = 128;
+/// Bytes of an mbuf's header.
+pub const MBUF_HEADER: usize = 128;
+/// Smallest `buf_size` received into without copying: a full frame, which every PMD's
+/// queue setup accepts (af_packet wants the MTU plus overhead).
+pub const ZERO_COPY_MIN_BUF_SIZE: usize = 2048;
+/// Smallest data room of a pool that takes whole frames (some PMDs, af_packet among
+/// them, want 2 KiB).
+const WHOLE_FRAME_ROOM: usize = 2048;
+/// Lent buffers start on 256 bytes.
+const LENT_ALIGN: usize = 256;
+
+/// Mbufs a queue's pool needs at least: 1.5x the ring plus a burst.
+pub fn min_mbufs(batch_size: u32) -> usize {
+    RING_DESCRIPTORS * 3 / 2 + batch_size as usize
+}
+
+/// One mbuf pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PoolSize {
+    /// The segment's region's `num_bufs`.
+    pub configured: usize,
+    /// Mbufs in the pool: `configured`, raised to [`min_mbufs`].
+    pub mbufs: usize,
+    /// Data room per mbuf: headroom plus the buffer size.
+    pub data_room: usize,
+}
+
+impl PoolSize {
+    /// Bytes the pool takes from EAL memory.
+    pub fn bytes(&self) -> u64 {
+        (self.mbufs * (self.data_room + MBUF_HEADER)) as u64
+    }
+}
+
+/// How an RX queue receives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum RxReceive {
+    /// The PMD fills the queue's region's own buffers (lent to an mbuf pool).
+    Lent {
+        /// The region.
+        region: u16,
+    },
+    /// Frames are copied out of mbufs of this pool.
+    Copy {
+        /// The pool.
+        pool: PoolSize,
+    },
+    /// Buffer split: headers into the first pool, the rest into the second.
+    Split {
+        /// Header pool.
+        header: PoolSize,
+        /// Payload pool.
+        payload: PoolSize,
+        /// Bytes of each header segment.
+        header_bytes: usize,
+    },
+}
+
+/// An RX queue of a port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RxQueuePlan {
+    /// Queue id in the configuration.
+    pub queue: u16,
+    /// The device's queue index.
+    pub device_queue: u16,
+    /// How it receives.
+    pub receive: RxReceive,
+}
+
+/// A TX queue of a port: one mbuf carries every segment of a packet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TxQueuePlan {
+    /// Queue id in the configuration.
+    pub queue: u16,
+    /// The device's queue index.
+    pub device_queue: u16,
+    /// The queue's mbuf pool.
+    pub pool: PoolSize,
+}
+
+/// One DPDK port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PortPlan {
+    /// Interface index.
+    pub interface: usize,
+    /// The ethdev name (vdev name or PCI address).
+    pub ethdev: String,
+    /// A PCI device (else a virtual device).
+    pub pci: bool,
+    /// RX queues in configuration order.
+    pub rx: Vec<RxQueuePlan>,
+    /// TX queues in configuration order.
+    pub tx: Vec<TxQueuePlan>,
+}
+
+/// The DPDK engine's part of a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DpdkPlan {
+    /// EAL arguments from the configuration. At start the engine adds what only the
+    /// running process knows: `--file-prefix` (its own), `--huge-dir` (the hugetlbfs mount
+    /// in use) and the words of `DATAPLANE_EAL_ARGS`.
+    pub eal_args: Vec<String>,
+    /// EAL memory: every pool plus EAL's own 64 MiB, a quarter on top for slack.
+    pub eal_memory_bytes: u64,
+    /// Ports in interface order.
+    pub ports: Vec<PortPlan>,
+}
+
+/// The ethdev name of an interface address: the vdev name before its first comma, or the
+/// PCI address.
+pub fn port_name(address: &str) -> &str {
+    address.split(',').next().unwrap_or(address).trim()
+}
+
+/// Pool of segment `seg` of queue `q` (one pool per segment: header-data split has two).
+fn pool_size(config: &Config, q: &QueueConfig, seg: usize) -> PoolSize {
+    let region = q
+        .memory_regions
+        .get(seg)
+        .and_then(|n| config.memory_regions.iter().find(|m| &m.name == n));
+    let (configured, size) = region.map_or((4096, WHOLE_FRAME_ROOM), |m| (m.num_bufs, m.buf_size));
+    let size = if q.memory_regions.len() > 1 {
+        size
+    } else {
+        size.max(WHOLE_FRAME_ROOM)
+    };
+    PoolSize {
+        configured,
+        mbufs: configured.max(min_mbufs(q.batch_size)),
+        data_room: (size + HEADROOM).min(u16::MAX as usize),
+    }
+}
+
+/// Per region: whether the DPDK engine receives into it without copying, and if not,
+/// why. A region qualifies when it is the only region of one RX queue (no other queue
+/// uses it), has buffers of at least [`ZERO_COPY_MIN_BUF_SIZE`] bytes and enough of them
+/// for the descriptor ring, and is memory the port can reach (host kinds; `device` only
+/// for a PCI NIC, which writes it by DMA). A qualifying region is lent unless its
+/// `zero_copy` is `false` or, by default, the port is a `net_ring` (which hands over the
+/// sender's mbufs, so a lent pool would only add a copy). [`check_lending`] says which
+/// outcomes are errors.
+pub(super) fn lending(config: &Config) -> Vec<(bool, Option<String>)> {
+    let n = config.memory_regions.len();
+    let index = |name: &String| config.memory_regions.iter().position(|m| &m.name == name);
+    let mut uses = vec![0usize; n];
+    for (_, _, q) in config.queues() {
+        for i in q.memory_regions.iter().filter_map(index) {
+            uses[i] += 1;
+        }
+    }
+    let mut plan: Vec<(bool, Option<String>)> = vec![
+        (
+            false,
+            Some("it is not the only memory region of one RX queue".into())
+        );
+        n
+    ];
+    for (iface, dir, q) in config.queues() {
+        if dir != Direction::Rx || q.memory_regions.len() != 1 {
+            continue;
+        }
+        let Some(i) = index(&q.memory_regions[0]) else {
+            continue;
+        };
+        let m = &config.memory_regions[i];
+        let pci = is_pci_address(&config.interfaces[iface].address);
+        let stride = (HEADROOM + m.buf_size).next_multiple_of(LENT_ALIGN);
+        let ring = min_mbufs(q.batch_size);
+        let why_not = if uses[i] != 1 {
+            Some("other queues use it too".to_owned())
+        } else if m.kind == MemoryKind::Device && !pci {
+            Some("a virtual device cannot reach GPU memory".to_owned())
+        } else if m.buf_size < ZERO_COPY_MIN_BUF_SIZE {
+            Some(format!("buf_size is below {ZERO_COPY_MIN_BUF_SIZE}"))
+        } else if stride > u16::MAX as usize {
+            Some("buf_size is above 65 KiB".to_owned())
+        } else if m.num_bufs < ring {
+            Some(format!(
+                "num_bufs is below {ring} (1.5x the ring plus a burst)"
+            ))
+        } else {
+            None
+        };
+        let net_ring = config.interfaces[iface].address.starts_with("net_ring");
+        plan[i] = match (why_not, m.zero_copy) {
+            (Some(reason), _) => (false, Some(reason)),
+            (None, Some(false)) => (false, Some("zero_copy: false".into())),
+            (None, None) if net_ring => (
+                false,
+                Some("a net_ring port hands over the sender's mbufs (set zero_copy: true to lend it anyway)".into()),
+            ),
+            (None, _) => (true, None),
+        };
+    }
+    plan
+}
+
+/// A region with `zero_copy: true` that cannot be lent, or a `device` region that is not
+/// (nothing else can fill it), is an error.
+pub(super) fn check_lending(
+    config: &Config,
+    plan: &[(bool, Option<String>)],
+) -> Result<(), PlanError> {
+    for (m, (lent, why)) in config.memory_regions.iter().zip(plan) {
+        if m.zero_copy == Some(true) && !lent {
+            return Err(PlanError::ZeroCopyImpossible {
+                region: m.name.clone(),
+                reason: why.clone().unwrap_or_default(),
+            });
+        }
+        if m.kind == MemoryKind::Device && !lent {
+            return Err(PlanError::DeviceUnreachable {
+                region: m.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// EAL arguments from `config`: the main lcore on `master_core`, huge pages or `--no-huge` (with `-m`) when no region is `huge`, every PCI address allowed
+/// (`-a`) and every other address as a `--vdev`.
+fn eal_args(config: &Config, memory_bytes: u64) -> Vec<String> {
+    let mut a = vec![
+        "dataplane".to_owned(),
+        "-l".to_owned(),
+        config.master_core.to_string(),
+        "--log-level=lib.eal:error".to_owned(),
+    ];
+    if config
+        .memory_regions
+        .iter()
+        .any(|m| m.kind == MemoryKind::Huge)
+    {
+        a.push("--huge-unlink".to_owned());
+    } else {
+        a.extend([
+            "--no-huge".to_owned(),
+            "--no-shconf".to_owned(),
+            "-m".to_owned(),
+            memory_bytes.div_ceil(1 << 20).to_string(),
+        ]);
+    }
+    let mut pci = false;
+    for iface in &config.interfaces {
+        if is_pci_address(&iface.address) {
+            pci = true;
+            a.extend(["-a".to_owned(), iface.address.clone()]);
+        } else {
+            a.push(format!("--vdev={}", iface.address));
+        }
+    }
+    if !pci {
+        a.push("--no-pci".to_owned());
+    }
+    a
+}
+
+/// The DPDK part of the plan of `config`, with the regions' lending already decided.
+pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, PlanError> {
+    let region_index = |n: &String| config.memory_regions.iter().position(|m| &m.name == n);
+    let mut ports = Vec::new();
+    let mut pools_bytes = 0u64;
+    for (index, iface) in config.interfaces.iter().enumerate() {
+        let mut port = PortPlan {
+            interface: index,
+            ethdev: port_name(&iface.address).to_owned(),
+            pci: is_pci_address(&iface.address),
+            rx: Vec::new(),
+            tx: Vec::new(),
+        };
+        for (i, q) in iface.rx.iter().flat_map(|r| &r.queues).enumerate() {
+            let lent = match q.memory_regions.as_slice() {
+                [only] => region_index(only).filter(|&r| regions[r].lent),
+                _ => None,
+            };
+            let receive = match (lent, q.memory_regions.len()) {
+                (Some(r), _) => RxReceive::Lent { region: r as u16 },
+                (None, 0 | 1) => RxReceive::Copy {
+                    pool: pool_size(config, q, 0),
+                },
+                (None, 2) => RxReceive::Split {
+                    header: pool_size(config, q, 0),
+                    payload: pool_size(config, q, 1),
+                    header_bytes: region_index(&q.memory_regions[0])
+                        .map_or(0, |r| config.memory_regions[r].buf_size),
+                },
+                (None, n) => {
+                    return Err(PlanError::Queue {
+                        interface: iface.name.clone(),
+                        direction: Direction::Rx,
+                        queue: q.id,
+                        reason: format!(
+                            "not supported: {n} memory regions (DPDK buffer split here takes headers and payload, two regions)"
+                        ),
+                    });
+                }
+            };
+            // EAL memory: pools of every segment (a lent queue's pool sits over its region,
+            // but EAL still holds the mbuf headers; counted whole, as before, for slack).
+            pools_bytes += (0..q.memory_regions.len().max(1))
+                .map(|seg| pool_size(config, q, seg).bytes())
+                .sum::<u64>();
+            port.rx.push(RxQueuePlan {
+                queue: q.id,
+                device_queue: i as u16,
+                receive,
+            });
+        }
+        for (i, q) in iface.tx.iter().flat_map(|t| &t.queues).enumerate() {
+            let frame: usize = q
+                .memory_regions
+                .iter()
+                .filter_map(region_index)
+                .map(|r| config.memory_regions[r].buf_size)
+                .sum();
+            let mut pool = pool_size(config, q, 0);
+            pool.data_room = (frame.max(WHOLE_FRAME_ROOM) + HEADROOM).min(u16::MAX as usize);
+            pools_bytes += (0..q.memory_regions.len().max(1))
+                .map(|seg| pool_size(config, q, seg).bytes())
+                .sum::<u64>();
+            port.tx.push(TxQueuePlan {
+                queue: q.id,
+                device_queue: i as u16,
+                pool,
+            });
+        }
+        ports.push(port);
+    }
+    let bytes = (64u64 << 20) + pools_bytes;
+    let eal_memory_bytes = bytes + bytes / 4;
+    Ok(DpdkPlan {
+        eal_args: eal_args(config, eal_memory_bytes),
+        eal_memory_bytes,
+        ports,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Config {
+        crate::config::load_with(text, "t", &|_| true)
+            .unwrap()
+            .config
+    }
+
+    #[test]
+    fn eal_arguments_follow_the_config() {
+        let cfg = load(
+            r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 1
+    memory_regions:
+    - {name: b, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
+    interfaces:
+    - name: a
+      address: "net_memif0,role=server,socket=/tmp/x.sock"
+      rx:
+        queues:
+        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [b]}
+"#,
+        );
+        let a = eal_args(&cfg, 300 << 20);
+        assert_eq!(&a[1..3], &["-l", "1"]);
+        assert!(a.contains(&"--no-huge".to_owned()) && a.contains(&"300".to_owned()));
+        assert!(a.contains(&"--vdev=net_memif0,role=server,socket=/tmp/x.sock".to_owned()));
+        assert!(a.contains(&"--no-pci".to_owned()));
+        assert!(
+            !a.iter().any(|x| x.starts_with("--file-prefix")),
+            "the process's own prefix is added at start, not planned"
+        );
+        assert_eq!(port_name("net_memif0,role=server"), "net_memif0");
+        assert_eq!(port_name("0000:01:00.0"), "0000:01:00.0");
+    }
+
+    #[test]
+    fn zero_copy_takes_a_queue_own_large_region_the_port_can_reach() {
+        let text = |address: &str, own: &str| {
+            format!(
+                r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    memory_regions:
+    - {{name: own, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048, zero_copy: {own}}}
+    - {{name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
+    - {{name: small, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}}
+    - {{name: few, kind: host, affinity: 0, num_bufs: 1000, buf_size: 2048}}
+    - {{name: gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 4096}}
+    interfaces:
+    - name: a
+      address: "{address}"
+      rx:
+        queues:
+        - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [own]}}
+        - {{name: q1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [shared]}}
+        - {{name: q2, id: 2, cpu_core: 0, batch_size: 32, memory_regions: [shared]}}
+        - {{name: q3, id: 3, cpu_core: 0, batch_size: 32, memory_regions: [small]}}
+        - {{name: q4, id: 4, cpu_core: 0, batch_size: 32, memory_regions: [few]}}
+        - {{name: q5, id: 5, cpu_core: 0, batch_size: 32, memory_regions: [gpu]}}
+"#
+            )
+        };
+        let decide = |address: &str, own: &str| lending(&load(&text(address, own)));
+        let lent = |address: &str| -> Vec<bool> {
+            decide(address, "auto").into_iter().map(|p| p.0).collect()
+        };
+        assert_eq!(
+            lent("net_null0"),
+            vec![true, false, false, false, false],
+            "a vdev cannot reach GPU memory"
+        );
+        assert_eq!(
+            lent("net_ring0"),
+            vec![false, false, false, false, false],
+            "net_ring hands over the sender's mbufs: copy"
+        );
+        assert_eq!(
+            lent("0000:3b:00.0"),
+            vec![true, false, false, false, true],
+            "a PCI NIC writes GPU memory by DMA"
+        );
+        assert!(decide("net_ring0", "true")[0].0, "asked for");
+        assert_eq!(
+            decide("0000:3b:00.0", "false")[0],
+            (false, Some("zero_copy: false".into())),
+            "declined"
+        );
+        let why = |address: &str, i: usize| decide(address, "auto")[i].1.clone().unwrap();
+        assert_eq!(why("net_null0", 2), "buf_size is below 2048");
+        assert_eq!(
+            why("net_null0", 3),
+            "num_bufs is below 1568 (1.5x the ring plus a burst)"
+        );
+        assert_eq!(
+            why("net_null0", 4),
+            "a virtual device cannot reach GPU memory"
+        );
+        let cfg = load(&text("net_null0", "auto"));
+        assert_eq!(
+            check_lending(&cfg, &lending(&cfg)),
+            Err(PlanError::DeviceUnreachable {
+                region: "gpu".into()
+            }),
+            "nothing else can fill a device region"
+        );
+        let shared = load(&text("0000:3b:00.0", "auto").replace(
+            "name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048",
+            "name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048, zero_copy: true",
+        ));
+        assert_eq!(
+            check_lending(&shared, &lending(&shared)),
+            Err(PlanError::ZeroCopyImpossible {
+                region: "shared".into(),
+                reason: "other queues use it too".into()
+            })
+        );
+    }
+}

@@ -1,0 +1,625 @@
+//! The start-up plan: every decision `DataPlane::start` makes, taken from a configuration
+//! before anything runs. [`Plan::from_config`] is pure (no system call, no FFI, no clock):
+//! the hugepage preflight, memory allocation, the engines and the workers execute the plan
+//! and recompute none of it. `dataplane validate --plan FILE` prints it.
+//!
+//! What only the running machine knows stays out: which cores exist, the huge page size
+//! and mounts, the process's DPDK file prefix, environment variables.
+
+#![forbid(unsafe_code)]
+
+pub mod capabilities;
+pub mod dpdk;
+pub mod rdma;
+
+pub use capabilities::{Capabilities, Overflow};
+
+use crate::config::{Config, Direction, EngineKind, MemoryKind, StageMode};
+use crate::descriptor::RegionId;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Host buffers start on a cache line, so headers never straddle two lines needlessly.
+pub const HOST_BUFFER_ALIGN: usize = 64;
+/// GPU buffers start on 256 bytes, the alignment CUDA kernels and NICs expect.
+pub const DEVICE_BUFFER_ALIGN: usize = 256;
+
+/// Distance between buffer starts of a region of `kind`: headroom plus buffer, aligned.
+pub fn buffer_stride(kind: MemoryKind, headroom: usize, buf_size: usize) -> usize {
+    let align = if kind == MemoryKind::Device {
+        DEVICE_BUFFER_ALIGN
+    } else {
+        HOST_BUFFER_ALIGN
+    };
+    (headroom + buf_size).next_multiple_of(align)
+}
+
+/// Why a configuration cannot be planned (it passed validation, but the engine it names
+/// cannot run it this way).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A region asks for `zero_copy: true` and cannot be lent.
+    #[error("memory region `{region}`: zero_copy: true cannot be done: {reason}")]
+    ZeroCopyImpossible {
+        /// The region.
+        region: String,
+        /// Why not.
+        reason: String,
+    },
+    /// A `device` region the DPDK engine cannot fill.
+    #[error(
+        "memory region `{region}`: kind device with the DPDK engine needs a PCI NIC that writes GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {}, num_bufs >= 1.5x the {}-descriptor ring); virtual devices move frames with the CPU, which cannot reach GPU memory",
+        dpdk::ZERO_COPY_MIN_BUF_SIZE,
+        dpdk::RING_DESCRIPTORS
+    )]
+    DeviceUnreachable {
+        /// The region.
+        region: String,
+    },
+    /// A queue cannot be run as configured.
+    #[error("interface `{interface}`: {} queue {queue}: {reason}", direction.name().to_uppercase())]
+    Queue {
+        /// Interface name.
+        interface: String,
+        /// RX or TX.
+        direction: Direction,
+        /// Queue id.
+        queue: u16,
+        /// Why.
+        reason: String,
+    },
+    /// An interface cannot be run as configured.
+    #[error("interface `{interface}`: {reason}")]
+    Interface {
+        /// Interface name.
+        interface: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One memory region.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RegionPlan {
+    /// Region name.
+    pub name: String,
+    /// Where it lives.
+    pub kind: MemoryKind,
+    /// NUMA node, or GPU ordinal for GPU kinds.
+    pub affinity: u32,
+    /// Buffers.
+    pub num_bufs: usize,
+    /// Bytes per buffer the application sees.
+    pub buf_size: usize,
+    /// Bytes in front of every buffer (the engine's headroom when it is lent).
+    pub headroom: usize,
+    /// Distance between buffer starts.
+    pub stride: usize,
+    /// Lent to the engine's buffer pool: the engine receives into it without copying.
+    pub lent: bool,
+    /// Why it is not lent, where the engine lends regions at all.
+    pub not_lent_because: Option<String>,
+    /// Bytes mapped from huge pages (0 for other kinds), before rounding to whole pages.
+    pub hugepage_bytes: u64,
+}
+
+/// How an RX worker brings bursts into the queue's layout when the engine cannot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StagePlan {
+    /// Header-data split: bytes of the header segment.
+    pub split_header_bytes: Option<usize>,
+    /// GPU the stage copies to or from.
+    pub gpu: Option<u32>,
+    /// How host bytes reach GPU memory.
+    pub mode: StageMode,
+}
+
+/// The `tx_eth_src` offload of a TX queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EthSrc {
+    /// Not asked for.
+    Off,
+    /// The worker writes the port's MAC address into every frame.
+    Stamp,
+    /// Asked for, but the headers are in GPU memory, which the CPU cannot write: frames
+    /// go out unstamped (a warning at start).
+    HeadersOnGpu,
+}
+
+/// One queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueuePlan {
+    /// Interface index (the port id).
+    pub interface: usize,
+    /// Interface name.
+    pub interface_name: String,
+    /// RX or TX.
+    pub direction: Direction,
+    /// Queue id.
+    pub id: u16,
+    /// Key path of its `cpu_core`, for messages.
+    pub core_key: String,
+    /// Regions of its segments, in order.
+    pub segments: Vec<RegionId>,
+    /// Core of its worker.
+    pub core: u32,
+    /// Packets per burst.
+    pub batch: usize,
+    /// RX: deliver a partial burst this long after its first packet (0: never).
+    pub timeout_us: u64,
+    /// RX: the stage, when bursts arrive outside the queue's layout.
+    pub stage: Option<StagePlan>,
+    /// RX: names of the reorders on this queue.
+    pub reorders: Vec<String>,
+    /// TX: the source MAC offload.
+    pub eth_src: EthSrc,
+}
+
+/// One worker core and its queues.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CorePlan {
+    /// The core.
+    pub core: u32,
+    /// Indices into [`Plan::queues`], in the order the worker polls them.
+    pub queues: Vec<usize>,
+}
+
+/// Huge-page bytes a configuration maps, per region and for the engine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HugepageNeed {
+    /// Per huge region: name, NUMA node, bytes.
+    pub regions: Vec<(String, u32, u64)>,
+    /// The engine's own (DPDK's EAL pools, taken on the first huge region's node).
+    pub engine: Option<(String, u32, u64)>,
+}
+
+impl HugepageNeed {
+    /// True when nothing is mapped from huge pages.
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty() && self.engine.is_none()
+    }
+
+    /// The need in pages of `page_size`, per node: each region is rounded up to whole
+    /// pages (it is one mapping), the engine's bytes too.
+    pub fn in_pages(&self, page_size: u64) -> Need {
+        let mut per_node: BTreeMap<u32, (u64, Vec<(String, u64)>)> = BTreeMap::new();
+        for (name, node, bytes) in self.regions.iter().chain(&self.engine) {
+            let pages = bytes.div_ceil(page_size);
+            let e = per_node.entry(*node).or_default();
+            e.0 += pages;
+            e.1.push((name.clone(), pages));
+        }
+        Need {
+            page_size,
+            per_node,
+        }
+    }
+}
+
+/// What a configuration needs, per NUMA node, in pages of `page_size`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Need {
+    /// Page size.
+    pub page_size: u64,
+    /// Per node: pages and the mappings that make them up (name, pages).
+    pub per_node: BTreeMap<u32, (u64, Vec<(String, u64)>)>,
+}
+
+/// Every start-up decision for one configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    /// The engine.
+    pub engine: EngineKind,
+    /// What it needs and offers.
+    pub capabilities: Capabilities,
+    /// Core of the stats thread (and DPDK's main lcore).
+    pub master_core: u32,
+    /// Memory regions in configuration order (index = [`RegionId`]).
+    pub regions: Vec<RegionPlan>,
+    /// Packet queues (RX then TX per interface). Empty for connection engines, whose
+    /// queues are connection slots (see [`Plan::rdma`]).
+    pub queues: Vec<QueuePlan>,
+    /// Worker cores and their queues, by core.
+    pub cores: Vec<CorePlan>,
+    /// Huge pages the regions and the engine map.
+    pub hugepages: HugepageNeed,
+    /// The DPDK engine's ports, pools and EAL arguments.
+    pub dpdk: Option<dpdk::DpdkPlan>,
+    /// The RDMA engine's interfaces and connection slots.
+    pub rdma: Vec<rdma::InterfacePlan>,
+}
+
+impl Plan {
+    /// Plans `config` (which passed validation). Pure: it reads nothing but `config`.
+    pub fn from_config(config: &Config) -> Result<Self, PlanError> {
+        let capabilities = Capabilities::of(config.engine);
+        let lending =
+            if capabilities.receives_into_lent_regions && config.engine == EngineKind::Dpdk {
+                let decided = dpdk::lending(config);
+                dpdk::check_lending(config, &decided)?;
+                decided
+            } else {
+                vec![(false, None); config.memory_regions.len()]
+            };
+        let regions: Vec<RegionPlan> = config
+            .memory_regions
+            .iter()
+            .zip(lending)
+            .map(|(m, (lent, why))| {
+                let headroom = if lent { capabilities.lent_headroom } else { 0 };
+                let stride = buffer_stride(m.kind, headroom, m.buf_size);
+                RegionPlan {
+                    name: m.name.clone(),
+                    kind: m.kind,
+                    affinity: m.affinity,
+                    num_bufs: m.num_bufs,
+                    buf_size: m.buf_size,
+                    headroom,
+                    stride,
+                    lent,
+                    not_lent_because: why,
+                    hugepage_bytes: if m.kind == MemoryKind::Huge {
+                        (m.num_bufs as u64).saturating_mul(stride as u64)
+                    } else {
+                        0
+                    },
+                }
+            })
+            .collect();
+        let dpdk = (config.engine == EngineKind::Dpdk)
+            .then(|| dpdk::plan(config, &regions))
+            .transpose()?;
+        let rdma = if capabilities.connections {
+            rdma::plan(config)?
+        } else {
+            Vec::new()
+        };
+        let queues = if capabilities.connections {
+            Vec::new()
+        } else {
+            queues(config, &regions, &capabilities)?
+        };
+        let mut by_core: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, q) in queues.iter().enumerate() {
+            by_core.entry(q.core).or_default().push(i);
+        }
+        let cores = by_core
+            .into_iter()
+            .map(|(core, queues)| CorePlan { core, queues })
+            .collect();
+        let mut hugepages = HugepageNeed {
+            regions: regions
+                .iter()
+                .filter(|r| r.kind == MemoryKind::Huge)
+                .map(|r| (r.name.clone(), r.affinity, r.hugepage_bytes))
+                .collect(),
+            engine: None,
+        };
+        if capabilities.own_hugepages
+            && let (Some(d), Some(first)) =
+                (&dpdk, regions.iter().find(|r| r.kind == MemoryKind::Huge))
+        {
+            hugepages.engine = Some((
+                "DPDK EAL mbuf pools".to_owned(),
+                first.affinity,
+                d.eal_memory_bytes,
+            ));
+        }
+        Ok(Self {
+            engine: config.engine,
+            capabilities,
+            master_core: config.master_core,
+            regions,
+            queues,
+            cores,
+            hugepages,
+            dpdk,
+            rdma,
+        })
+    }
+
+    /// Regions lent to the engine, by name.
+    pub fn lent_regions(&self) -> Vec<String> {
+        self.regions
+            .iter()
+            .filter(|r| r.lent)
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    /// The queue plan of (`interface` index, direction, queue id).
+    pub fn queue(&self, interface: usize, direction: Direction, id: u16) -> Option<&QueuePlan> {
+        self.queues
+            .iter()
+            .find(|q| q.interface == interface && q.direction == direction && q.id == id)
+    }
+
+    /// The plan for people: one line per decision.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let c = &self.capabilities;
+        let _ = writeln!(
+            s,
+            "engine: {} (rx overflow: {:?}; lends regions: {}; hardware steering: {}; own huge pages: {})",
+            self.engine.name(),
+            c.rx_overflow,
+            c.receives_into_lent_regions,
+            c.hardware_steering,
+            c.own_hugepages
+        );
+        let _ = writeln!(s, "stats thread: core {}", self.master_core);
+        let _ = writeln!(s, "memory regions:");
+        for (i, r) in self.regions.iter().enumerate() {
+            let lent = match (&r.lent, &r.not_lent_because) {
+                (true, _) => "lent to the engine".to_owned(),
+                (false, Some(why)) => format!("not lent: {why}"),
+                (false, None) => "not lent".to_owned(),
+            };
+            let _ = writeln!(
+                s,
+                "  [{i}] {}: {} node {}, {} x {} B (headroom {}, stride {}), {lent}{}",
+                r.name,
+                r.kind.name(),
+                r.affinity,
+                r.num_bufs,
+                r.buf_size,
+                r.headroom,
+                r.stride,
+                if r.hugepage_bytes > 0 {
+                    format!(", {} huge-page bytes", r.hugepage_bytes)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if !self.queues.is_empty() {
+            let _ = writeln!(s, "queues:");
+        }
+        for q in &self.queues {
+            let mut extra = Vec::new();
+            if q.timeout_us > 0 {
+                extra.push(format!("timeout {} us", q.timeout_us));
+            }
+            if let Some(st) = &q.stage {
+                extra.push(format!(
+                    "stage {:?}{}{}",
+                    st.mode,
+                    st.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
+                    st.split_header_bytes
+                        .map(|h| format!(", split after {h} B"))
+                        .unwrap_or_default()
+                ));
+            }
+            if !q.reorders.is_empty() {
+                extra.push(format!("reorders {}", q.reorders.join(", ")));
+            }
+            if q.eth_src != EthSrc::Off {
+                extra.push(format!("tx_eth_src {:?}", q.eth_src));
+            }
+            let segs: Vec<&str> = q
+                .segments
+                .iter()
+                .map(|&r| self.regions[r as usize].name.as_str())
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {} {} {}: core {}, batch {}, segments [{}]{}",
+                q.interface_name,
+                q.direction.name(),
+                q.id,
+                q.core,
+                q.batch,
+                segs.join(", "),
+                if extra.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", extra.join("; "))
+                }
+            );
+        }
+        for c in &self.cores {
+            let names: Vec<String> = c
+                .queues
+                .iter()
+                .map(|&i| {
+                    let q = &self.queues[i];
+                    format!("{} {} {}", q.interface_name, q.direction.name(), q.id)
+                })
+                .collect();
+            let _ = writeln!(s, "worker core {}: {}", c.core, names.join(", "));
+        }
+        if !self.hugepages.is_empty() {
+            let _ = writeln!(s, "huge pages:");
+            for (name, node, bytes) in self.hugepages.regions.iter().chain(&self.hugepages.engine) {
+                let _ = writeln!(s, "  {name}: {bytes} bytes on node {node}");
+            }
+        }
+        if let Some(d) = &self.dpdk {
+            let _ = writeln!(
+                s,
+                "dpdk: EAL {} (memory {} MiB; at start: --file-prefix, --huge-dir, $DATAPLANE_EAL_ARGS)",
+                d.eal_args.join(" "),
+                d.eal_memory_bytes.div_ceil(1 << 20)
+            );
+            for p in &d.ports {
+                let _ = writeln!(
+                    s,
+                    "  port {} ({}):",
+                    p.ethdev,
+                    if p.pci { "PCI" } else { "vdev" }
+                );
+                for q in &p.rx {
+                    let how = match &q.receive {
+                        dpdk::RxReceive::Lent { region } => {
+                            format!(
+                                "into region `{}` (lent)",
+                                self.regions[*region as usize].name
+                            )
+                        }
+                        dpdk::RxReceive::Copy { pool } => format!(
+                            "copy from a pool of {} mbufs x {} B",
+                            pool.mbufs, pool.data_room
+                        ),
+                        dpdk::RxReceive::Split {
+                            header,
+                            payload,
+                            header_bytes,
+                        } => format!(
+                            "buffer split after {header_bytes} B: pools of {} x {} B and {} x {} B",
+                            header.mbufs, header.data_room, payload.mbufs, payload.data_room
+                        ),
+                    };
+                    let _ = writeln!(
+                        s,
+                        "    rx {} (device queue {}): {how}",
+                        q.queue, q.device_queue
+                    );
+                }
+                for q in &p.tx {
+                    let _ = writeln!(
+                        s,
+                        "    tx {} (device queue {}): pool of {} mbufs x {} B",
+                        q.queue, q.device_queue, q.pool.mbufs, q.pool.data_room
+                    );
+                }
+            }
+        }
+        for i in &self.rdma {
+            let _ = writeln!(
+                s,
+                "rdma {} ({:?} on {}, retry every {} s):",
+                i.name, i.mode, i.local, i.retry_connect_s
+            );
+            for (n, slot) in i.slots.iter().enumerate() {
+                let _ = writeln!(
+                    s,
+                    "  slot {n}: rx region `{}`{}, core {}, recv window {}, send window {}",
+                    self.regions[slot.rx_region as usize].name,
+                    slot.tx_region
+                        .map(|t| format!(", tx region `{}`", self.regions[t as usize].name))
+                        .unwrap_or_default(),
+                    slot.core.map_or("unpinned".to_owned(), |c| c.to_string()),
+                    slot.recv_window,
+                    slot.send_window
+                );
+            }
+        }
+        s
+    }
+}
+
+fn queues(
+    config: &Config,
+    regions: &[RegionPlan],
+    capabilities: &Capabilities,
+) -> Result<Vec<QueuePlan>, PlanError> {
+    let region_id = |n: &String| {
+        regions
+            .iter()
+            .position(|r| &r.name == n)
+            .map(|i| i as RegionId)
+    };
+    let mut out = Vec::new();
+    for (i, iface) in config.interfaces.iter().enumerate() {
+        // TX buffers that reach RX queues: a TX queue in GPU memory means packets arrive
+        // in GPU memory.
+        let gpu_source = if capabilities.tx_buffers_reach_rx {
+            iface
+                .tx
+                .iter()
+                .flat_map(|t| &t.queues)
+                .filter_map(|t| t.memory_regions.first())
+                .filter_map(region_id)
+                .map(|r| &regions[r as usize])
+                .find(|r| r.kind == MemoryKind::Device)
+                .map(|r| r.affinity)
+        } else {
+            None
+        };
+        for (dir, queues) in [
+            (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
+            (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
+        ] {
+            for (qi, q) in queues.into_iter().flatten().enumerate() {
+                let segments: Vec<RegionId> =
+                    q.memory_regions.iter().filter_map(region_id).collect();
+                let bad = |reason: String| PlanError::Queue {
+                    interface: iface.name.clone(),
+                    direction: dir,
+                    queue: q.id,
+                    reason,
+                };
+                let kind_of = |r: RegionId| regions[r as usize].kind;
+                let (stage, reorders, eth_src) = match dir {
+                    Direction::Rx => {
+                        let first_gpu = segments
+                            .iter()
+                            .find(|&&r| kind_of(r) == MemoryKind::Device)
+                            .map(|&r| regions[r as usize].affinity);
+                        let stage = if segments.len() < 2
+                            && first_gpu.is_none()
+                            && gpu_source.is_none()
+                        {
+                            None
+                        } else if segments.len() > 2 {
+                            return Err(bad(format!(
+                                "the software path splits packets into at most two segments (headers, payload); this queue has {}",
+                                segments.len()
+                            )));
+                        } else {
+                            Some(StagePlan {
+                                split_header_bytes: (segments.len() == 2)
+                                    .then(|| regions[segments[0] as usize].buf_size),
+                                gpu: first_gpu.or(gpu_source),
+                                mode: config.gpu_stage,
+                            })
+                        };
+                        let reorders = iface
+                            .rx
+                            .iter()
+                            .flat_map(|rx| {
+                                rx.reorder
+                                    .iter()
+                                    .filter(|r| rx.reorder_queue(r).is_some_and(|rq| rq.id == q.id))
+                            })
+                            .map(|r| r.name.clone())
+                            .collect();
+                        (stage, reorders, EthSrc::Off)
+                    }
+                    Direction::Tx => {
+                        let header_on_gpu = segments
+                            .first()
+                            .is_some_and(|&r| kind_of(r) == MemoryKind::Device);
+                        let eth_src = match (q.tx_eth_src, header_on_gpu) {
+                            (false, _) => EthSrc::Off,
+                            (true, false) => EthSrc::Stamp,
+                            (true, true) => EthSrc::HeadersOnGpu,
+                        };
+                        (None, Vec::new(), eth_src)
+                    }
+                };
+                out.push(QueuePlan {
+                    interface: i,
+                    interface_name: iface.name.clone(),
+                    direction: dir,
+                    id: q.id,
+                    core_key: format!("interfaces[{i}].{}.queues[{qi}].cpu_core", dir.name()),
+                    segments,
+                    core: q.cpu_core,
+                    batch: q.batch_size as usize,
+                    timeout_us: if dir == Direction::Rx {
+                        q.timeout_us
+                    } else {
+                        0
+                    },
+                    stage,
+                    reorders,
+                    eth_src,
+                });
+            }
+        }
+    }
+    Ok(out)
+}

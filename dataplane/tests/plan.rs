@@ -1,0 +1,408 @@
+//! Start-up plans as data: for each shipped configuration and each reference example,
+//! the plan's key facts. No machine is needed: planning makes no system call (cores are
+//! taken as present, so configurations for bigger hosts plan here too).
+
+use dataplane::config::{self, Config, Direction, MemoryKind, StageMode};
+use dataplane::plan::dpdk::RxReceive;
+use dataplane::plan::{EthSrc, Overflow, Plan, PlanError};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn load(text: &str, name: &str) -> Result<Config, config::ConfigError> {
+    config::load_with(text, name, &|_| true).map(|l| l.config)
+}
+
+fn shipped(name: &str) -> Plan {
+    let text =
+        fill_placeholders(&std::fs::read_to_string(root().join("configs").join(name)).unwrap());
+    let cfg = load(&text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let plan = Plan::from_config(&cfg).unwrap_or_else(|e| panic!("{name}: {e}"));
+    invariants(name, &cfg, &plan);
+    plan
+}
+
+/// What holds for every plan: each queue on exactly one worker core, headroom only on
+/// lent regions, huge-page bytes exactly for huge regions, one DPDK port per interface.
+fn invariants(name: &str, cfg: &Config, plan: &Plan) {
+    let mut seen = vec![0; plan.queues.len()];
+    for c in &plan.cores {
+        for &q in &c.queues {
+            seen[q] += 1;
+            assert_eq!(plan.queues[q].core, c.core, "{name}");
+        }
+    }
+    assert!(seen.iter().all(|&n| n == 1), "{name}: {seen:?}");
+    for (r, m) in plan.regions.iter().zip(&cfg.memory_regions) {
+        assert_eq!(r.headroom > 0, r.lent, "{name}: {}", r.name);
+        assert_eq!(r.hugepage_bytes > 0, m.kind == MemoryKind::Huge, "{name}");
+        assert!(r.stride >= r.buf_size + r.headroom, "{name}");
+    }
+    if let Some(d) = &plan.dpdk {
+        assert_eq!(d.ports.len(), cfg.interfaces.len(), "{name}");
+        assert!(d.eal_args.contains(&"-l".to_owned()), "{name}");
+    }
+    if plan.capabilities.connections {
+        assert!(plan.queues.is_empty() && !plan.rdma.is_empty(), "{name}");
+    } else {
+        assert_eq!(plan.queues.len(), cfg.queues().count(), "{name}");
+    }
+}
+
+#[test]
+fn software_loopback() {
+    let p = shipped("sw_loopback.yaml");
+    assert_eq!(p.capabilities.rx_overflow, Overflow::Backpressure);
+    assert!(p.regions.iter().all(|r| !r.lent && r.headroom == 0));
+    assert_eq!(p.regions[0].stride, 1088);
+    assert_eq!(p.cores.len(), 1);
+    assert_eq!(p.cores[0].core, 1);
+    let rx = p.queue(0, Direction::Rx, 0).unwrap();
+    assert_eq!((rx.batch, rx.timeout_us, rx.stage), (256, 100, None));
+    assert!(p.hugepages.is_empty() && p.dpdk.is_none() && p.rdma.is_empty());
+}
+
+#[test]
+fn hugepage_loopback_needs_whole_pages_per_region() {
+    let p = shipped("sw_loopback_huge.yaml");
+    assert!(!p.hugepages.regions.is_empty());
+    assert!(
+        p.hugepages.engine.is_none(),
+        "the loopback maps no pages of its own"
+    );
+    let need = p.hugepages.in_pages(2 << 20);
+    let total: u64 = need.per_node.values().map(|(n, _)| n).sum();
+    let by_region: u64 = p
+        .hugepages
+        .regions
+        .iter()
+        .map(|(_, _, b)| b.div_ceil(2 << 20))
+        .sum();
+    assert_eq!(total, by_region);
+}
+
+#[test]
+fn dpdk_memif_lends_its_region_with_mbuf_headroom() {
+    let p = shipped("dpdk_memif_rx.yaml");
+    let r = &p.regions[0];
+    assert!(r.lent && r.headroom == 128 && r.stride == 2176, "{r:?}");
+    let d = p.dpdk.as_ref().unwrap();
+    assert_eq!(d.ports[0].ethdev, "net_memif0");
+    assert!(!d.ports[0].pci);
+    assert_eq!(d.ports[0].rx[0].receive, RxReceive::Lent { region: 0 });
+    assert!(d.eal_args.contains(&"--no-huge".to_owned()));
+    assert!(p.hugepages.is_empty(), "no huge region: EAL runs --no-huge");
+}
+
+#[test]
+fn dpdk_ring_copies_and_sizes_pools_for_the_ring() {
+    let p = shipped("dpdk_ring.yaml");
+    assert!(p.regions.iter().all(|r| !r.lent));
+    let d = p.dpdk.as_ref().unwrap();
+    let RxReceive::Copy { pool } = &d.ports[0].rx[0].receive else {
+        panic!("{:?}", d.ports[0].rx[0]);
+    };
+    assert!(pool.mbufs >= 1024 * 3 / 2, "{pool:?}");
+    assert!(pool.data_room >= 2048 + 128, "{pool:?}");
+    let q = p
+        .queues
+        .iter()
+        .find(|q| q.direction == Direction::Rx)
+        .unwrap();
+    let region = &p.regions[q.segments[0] as usize];
+    assert!(
+        region
+            .not_lent_because
+            .as_deref()
+            .is_some_and(|w| w.contains("net_ring")),
+        "{region:?}"
+    );
+    assert!(d.eal_args.iter().any(|a| a.starts_with("--vdev=net_ring")));
+}
+
+#[test]
+fn gpu_loopback_configs_stage_into_the_gpu() {
+    let hds = shipped("gpu_loopback_hds.yaml");
+    let rx = hds.queue(0, Direction::Rx, 0).unwrap();
+    let stage = rx.stage.unwrap();
+    assert_eq!(stage.split_header_bytes, Some(64));
+    assert_eq!(stage.gpu, Some(0));
+    assert_eq!(stage.mode, StageMode::Copy);
+    let whole = shipped("gpu_loopback_64.yaml");
+    let rx = whole.queue(0, Direction::Rx, 0).unwrap();
+    assert_eq!(rx.stage.unwrap().split_header_bytes, None);
+    assert_eq!(rx.stage.unwrap().gpu, Some(0));
+    let reorder = shipped("gpu_loopback_reorder.yaml");
+    assert!(reorder.queues.iter().any(|q| !q.reorders.is_empty()));
+    shipped("gpu_loopback_8k.yaml");
+}
+
+#[test]
+fn rdma_loopback_has_a_server_and_a_client_slot() {
+    let p = shipped("rdma_loopback.yaml");
+    assert!(p.capabilities.connections);
+    let server = p.rdma.iter().find(|i| i.listens()).unwrap();
+    let client = p.rdma.iter().find(|i| !i.listens()).unwrap();
+    assert_eq!(server.slots.len(), 1);
+    let slot = &server.slots[0];
+    assert_eq!(
+        p.regions[slot.rx_region as usize].name,
+        "DATA_RX_GPU_SERVER"
+    );
+    assert_eq!(
+        p.regions[slot.tx_region.unwrap() as usize].name,
+        "DATA_TX_GPU_SERVER"
+    );
+    assert_eq!(slot.recv_window, 64);
+    assert_eq!(client.local.port(), 0);
+    shipped("rdma_xhost.yaml");
+}
+
+#[test]
+fn every_other_shipped_config_plans() {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("configs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 15, "{names:?}");
+    for name in names {
+        shipped(&name);
+    }
+    let p = shipped("dpdk_connectx_template.yaml");
+    let d = p.dpdk.as_ref().unwrap();
+    assert!(d.ports.iter().all(|port| port.pci));
+    assert!(d.eal_args.contains(&"-a".to_owned()));
+}
+
+#[test]
+fn tx_eth_src_on_gpu_headers_is_planned_as_unstamped() {
+    let text = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: "sw"
+    memory_regions:
+    - {name: host, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}
+    - {name: gpu, kind: device, affinity: 0, num_bufs: 64, buf_size: 256}
+    interfaces:
+    - name: l
+      address: loopback
+      tx:
+        queues:
+        - {name: a, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [host], offloads: [tx_eth_src]}
+        - {name: b, id: 1, cpu_core: 0, batch_size: 8, memory_regions: [gpu], offloads: [tx_eth_src]}
+      rx:
+        queues:
+        - {name: r, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [host]}
+"#;
+    let cfg = load(text, "t").unwrap();
+    let p = Plan::from_config(&cfg).unwrap();
+    assert_eq!(p.queue(0, Direction::Tx, 0).unwrap().eth_src, EthSrc::Stamp);
+    assert_eq!(
+        p.queue(0, Direction::Tx, 1).unwrap().eth_src,
+        EthSrc::HeadersOnGpu
+    );
+    // The loopback hands TX buffers to RX: a TX queue in GPU memory means the host RX
+    // queue receives GPU packets, so it gets a stage on that GPU.
+    let rx = p.queue(0, Direction::Rx, 0).unwrap();
+    assert_eq!(rx.stage.unwrap().gpu, Some(0));
+}
+
+#[test]
+fn dpdk_header_data_split_gets_two_pools() {
+    let text = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    memory_regions:
+    - {name: headers, kind: host, affinity: 0, num_bufs: 4096, buf_size: 64}
+    - {name: payload, kind: host, affinity: 0, num_bufs: 4096, buf_size: 8000}
+    interfaces:
+    - name: a
+      address: "0000:3b:00.0"
+      rx:
+        queues:
+        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [headers, payload]}
+"#;
+    let p = Plan::from_config(&load(text, "t").unwrap()).unwrap();
+    let RxReceive::Split {
+        header,
+        payload,
+        header_bytes,
+    } = &p.dpdk.as_ref().unwrap().ports[0].rx[0].receive
+    else {
+        panic!("{p:?}");
+    };
+    assert_eq!(*header_bytes, 64);
+    assert_eq!(
+        header.data_room,
+        64 + 128,
+        "a split pool keeps its own size"
+    );
+    assert_eq!(payload.data_room, 8000 + 128);
+    assert!(header.mbufs >= 1024 * 3 / 2);
+    // The split itself: the stage knows where, for engines that deliver whole frames.
+    assert_eq!(p.queues[0].stage.unwrap().split_header_bytes, Some(64));
+}
+
+#[test]
+fn impossible_plans_are_typed_errors() {
+    let text = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    memory_regions:
+    - {name: gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 4096}
+    interfaces:
+    - name: a
+      address: net_null0
+      rx:
+        queues:
+        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [gpu]}
+"#;
+    let e = Plan::from_config(&load(text, "t").unwrap()).unwrap_err();
+    assert_eq!(
+        e,
+        PlanError::DeviceUnreachable {
+            region: "gpu".into()
+        }
+    );
+    assert!(e.to_string().contains("needs a PCI NIC"), "{e}");
+}
+
+fn examples_dir() -> Option<PathBuf> {
+    [
+        std::env::var_os("DAQIRI_EXAMPLES").map(PathBuf::from),
+        Some(root().join("shared/daqiri-examples")),
+        Some(root().join("../shared/daqiri-examples")),
+        Some(PathBuf::from("/work/shared/daqiri-examples")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.is_dir())
+}
+
+/// Fills the `<placeholder>` values the reference leaves for users with values of the
+/// right shape (a PCI address, a MAC, an IPv4 address).
+fn fill_placeholders(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('<') {
+        let Some(len) = rest[open..].find('>') else {
+            break;
+        };
+        let inner = &rest[open + 1..open + len];
+        let value = if inner.matches(':').count() == 5 || inner.contains("MAC") {
+            "02:00:00:00:00:01"
+        } else if inner.parse::<u32>().is_ok() {
+            inner
+        } else if inner.contains("PCI") {
+            "0000:3b:00.0"
+        } else if inner.contains("CORE") {
+            "2"
+        } else if inner.contains(':') {
+            "0000:3b:00.0"
+        } else if inner.matches('.').count() == 3 {
+            "192.0.2.1"
+        } else {
+            out.push_str(&rest[..=open]);
+            rest = &rest[open + 1..];
+            continue;
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(value);
+        rest = &rest[open + len + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn reference_examples_plan() {
+    let Some(dir) = examples_dir() else {
+        eprintln!("SKIP: reference examples not found (set DAQIRI_EXAMPLES to the folder)");
+        return;
+    };
+    let mut planned = Vec::new();
+    let mut refused = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = fill_placeholders(&std::fs::read_to_string(&path).unwrap());
+        // Examples that use keys this project rejects as not supported are covered by
+        // `reference_examples.rs`; the rest must plan.
+        let cfg = match load(&text, &name) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                eprintln!("not planned: {e}");
+                continue;
+            }
+        };
+        match Plan::from_config(&cfg) {
+            Ok(plan) => {
+                invariants(&name, &cfg, &plan);
+                planned.push((name, plan));
+            }
+            Err(e) => {
+                eprintln!("{name}: refused: {e}");
+                refused.push((name, e));
+            }
+        }
+    }
+    // What the engines cannot run yet, refused by the plan before anything is allocated:
+    // GPU memory the DPDK engine cannot lend to the NIC (a TX source, a reorder output,
+    // buffers under 2 KiB), and the seed's legacy RDMA client without a local address.
+    for (name, e) in &refused {
+        match e {
+            PlanError::DeviceUnreachable { .. } => {}
+            PlanError::Interface { reason, .. } => {
+                assert!(
+                    name.starts_with("seed_") && reason.contains("local_addr"),
+                    "{name}: {e}"
+                )
+            }
+            _ => panic!("{name}: {e}"),
+        }
+    }
+    assert!(
+        planned.len() >= 15,
+        "only {} examples planned",
+        planned.len()
+    );
+    let get = |n: &str| {
+        &planned
+            .iter()
+            .find(|(name, _)| name == n)
+            .unwrap_or_else(|| panic!("{n} did not plan"))
+            .1
+    };
+    // GPUDirect on a PCI NIC: the GPU-pinned RX region is lent, with mbuf headroom.
+    let spark = get("daqiri_bench_raw_rx_spark_xhost.yaml");
+    assert!(spark.regions[0].lent && spark.regions[0].headroom == 128);
+    assert!(spark.dpdk.as_ref().unwrap().ports[0].pci);
+    // The reference's RDMA example: one slot per side, the fixed region names.
+    let rdma = get("daqiri_bench_rdma_tx_rx.yaml");
+    assert_eq!(rdma.rdma.len(), 2);
+    assert!(
+        rdma.rdma
+            .iter()
+            .any(|i| i.listens() && i.local.port() == 4096)
+    );
+    // The reorder example on the loopback: huge regions counted per region.
+    let reorder = get("daqiri_bench_raw_sw_loopback_reorder_seq_1024.yaml");
+    assert_eq!(reorder.hugepages.regions.len(), 3);
+    assert!(reorder.queues.iter().any(|q| !q.reorders.is_empty()));
+}
