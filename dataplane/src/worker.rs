@@ -360,3 +360,82 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{MemoryKind, MemoryRegionConfig};
+
+    /// Stands in for an engine's receive side (this tests the worker's burst assembly,
+    /// not an engine): it hands out `offer` buffers of a real region, then nothing.
+    struct Scripted {
+        regions: Arc<RegionSet>,
+        offer: usize,
+    }
+
+    impl RxPort for Scripted {
+        fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+            let n = self.offer.min(max);
+            self.offer -= n;
+            if n == 0 {
+                return 0;
+            }
+            let mut fresh = Burst::allocate(self.regions.clone(), 0, 0, &[0], n).unwrap();
+            into.take_from(&mut fresh, n)
+        }
+    }
+
+    fn task(offer: usize, batch: usize) -> (RxTask, rtrb::Consumer<Burst>) {
+        let regions = Arc::new(
+            RegionSet::allocate(&[MemoryRegionConfig::new("r", MemoryKind::Host, 64, 64)]).unwrap(),
+        );
+        let (producer, consumer) = rtrb::RingBuffer::new(8);
+        let port = Scripted {
+            regions: regions.clone(),
+            offer,
+        };
+        let task = RxTask::new(
+            Box::new(port),
+            producer,
+            regions,
+            0,
+            0,
+            batch,
+            Some(Duration::from_micros(100)),
+            Overflow::Backpressure,
+            Arc::new(QueueCounters::default()),
+        );
+        (task, consumer)
+    }
+
+    #[test]
+    fn a_partial_burst_waits_for_its_timeout_measured_from_the_first_packet() {
+        let (mut rx, mut out) = task(3, 8);
+        let t0 = Instant::now();
+        assert!(rx.poll(false, t0), "three packets received");
+        assert!(out.pop().is_err(), "a partial burst is held");
+        rx.poll(false, t0 + Duration::from_micros(99));
+        assert!(
+            out.pop().is_err(),
+            "99 us after the first packet: still held"
+        );
+        rx.poll(false, t0 + Duration::from_micros(100));
+        assert_eq!(
+            out.pop().map(|b| b.len()),
+            Ok(3),
+            "delivered at the timeout"
+        );
+    }
+
+    #[test]
+    fn a_full_burst_goes_at_once_and_flush_delivers_the_rest() {
+        let (mut rx, mut out) = task(11, 8);
+        let t0 = Instant::now();
+        rx.poll(false, t0);
+        assert_eq!(out.pop().map(|b| b.len()), Ok(8), "full at batch_size");
+        rx.poll(false, t0);
+        assert!(out.pop().is_err(), "three left, before their timeout");
+        rx.poll(true, t0);
+        assert_eq!(out.pop().map(|b| b.len()), Ok(3), "flush when idle");
+    }
+}
