@@ -2,6 +2,9 @@
 //! ranges, the packet matching the last rule (a full scan) or none; and the RSS hash alone.
 //! Run: `cargo bench -p dataplane --bench classifier`.
 
+// criterion_group! defines an undocumented public function.
+#![allow(missing_docs)]
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dataplane::config::{FlowConfig, FlowMatch, PortRange, QueueConfig, RxConfig};
 use dataplane::steering::{Classifier, rss};

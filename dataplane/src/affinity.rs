@@ -1,5 +1,7 @@
 //! CPU pinning for busy-poll threads.
 
+#![forbid(unsafe_code)]
+
 use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 
 /// True when this process may run a thread on `core`.

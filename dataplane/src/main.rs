@@ -1,5 +1,7 @@
 //! The `dataplane` command: validate configurations and run benchmarks.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 #[cfg(feature = "rdma")]
 use dataplane::bench::rdma as rdma_bench;

@@ -1,5 +1,7 @@
 //! The running data plane: memory, engine, workers, stats thread and queue handles.
 
+#![forbid(unsafe_code)]
+
 use crate::affinity::{self, PinError};
 use crate::burst::Burst;
 use crate::config::{Config, Direction, FlowConfig, RxConfig};

@@ -12,6 +12,8 @@
 //! Which interface a request belongs to is decided from the address it arrived on and the
 //! interface's index in the configuration, never from the device's port number.
 
+#![forbid(unsafe_code)]
+
 use crate::burst::Burst;
 use crate::config::{Config, RoceConfig, SocketMode};
 use crate::memory::{MemoryError, RegionSet};

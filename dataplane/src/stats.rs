@@ -1,5 +1,7 @@
 //! Per-queue counters written by one worker each, read by the stats thread and reports.
 
+#![forbid(unsafe_code)]
+
 use crate::config::Direction;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,5 +1,7 @@
 //! Facts about this machine read from /proc, for validation limits and error messages.
 
+#![forbid(unsafe_code)]
+
 /// Field `name` of /proc/meminfo (`MemTotal`, `HugePages_Free`, ...) as its number: KiB
 /// for sizes, a count for page counts. `None` when unreadable.
 pub fn meminfo(name: &str) -> Option<u64> {

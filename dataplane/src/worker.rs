@@ -3,6 +3,8 @@
 //! after their first packet) and push them to the queue's ring; TX tasks take bursts from
 //! the queue's ring and hand them to the engine.
 
+#![forbid(unsafe_code)]
+
 use crate::burst::Burst;
 use crate::engine::{Overflow, RxPort, TxPort};
 use crate::memory::RegionSet;

@@ -3,12 +3,14 @@
 //! wrappers for the static inline functions (burst I/O, mbuf alloc/free/data, rte_errno,
 //! lcore id). Everything here is `unsafe`; the `dataplane` crate's DPDK engine wraps it.
 
+// Generated code: bindgen writes neither docs nor SAFETY comments.
 #![allow(
     non_upper_case_globals,
     non_camel_case_types,
     non_snake_case,
     dead_code,
     clippy::all,
+    clippy::undocumented_unsafe_blocks,
     rustdoc::all,
     missing_docs,
     unnecessary_transmutes,

@@ -41,10 +41,8 @@ fn net_ring_port_loops_frames_back() {
     let mut port = 0u16;
     let name = CString::new("net_ring0").unwrap();
     // SAFETY: valid name and out pointer.
-    assert_eq!(
-        unsafe { rte_eth_dev_get_port_by_name(name.as_ptr(), &mut port) },
-        0
-    );
+    let found = unsafe { rte_eth_dev_get_port_by_name(name.as_ptr(), &mut port) };
+    assert_eq!(found, 0);
 
     let pool_name = CString::new("test_pool").unwrap();
     // SAFETY: valid arguments; the pool lives until rte_eal_cleanup.
@@ -75,10 +73,8 @@ fn net_ring_port_loops_frames_back() {
     const N: usize = 32;
     let mut tx = [std::ptr::null_mut::<rte_mbuf>(); N];
     // SAFETY: the pool is valid and tx has room for N pointers.
-    assert_eq!(
-        unsafe { shim_rte_pktmbuf_alloc_bulk(pool, tx.as_mut_ptr(), N as u32) },
-        0
-    );
+    let allocated = unsafe { shim_rte_pktmbuf_alloc_bulk(pool, tx.as_mut_ptr(), N as u32) };
+    assert_eq!(allocated, 0);
     for (i, &m) in tx.iter().enumerate() {
         // SAFETY: a freshly allocated mbuf with at least 64 bytes of room.
         unsafe {

@@ -5,6 +5,8 @@
 //! bit. Both sides use the same arithmetic (integer to `f32` rounding to nearest, then
 //! `f32` to half or bfloat16 rounding to nearest even), so results match exactly.
 
+#![forbid(unsafe_code)]
+
 /// Sample type of the input payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputType {

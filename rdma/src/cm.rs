@@ -9,6 +9,8 @@
 //! is the mistake this design exists to rule out (with one port per device, port 1 named
 //! the first configured interface, whatever address the request had come to).
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;

@@ -6,6 +6,8 @@
 //! against the thread that stops it. The worker's result (its rings and buffers) is handed
 //! back only after the join.
 
+#![forbid(unsafe_code)]
+
 use crate::cm::ConnId;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

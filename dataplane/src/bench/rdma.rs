@@ -7,6 +7,8 @@
 //! a sender sends one end marker (sequence `u64::MAX`, then the number of messages sent);
 //! a receiver runs until it has that marker and every message before it.
 
+#![forbid(unsafe_code)]
+
 use crate::config::{Config, PeerBenchConfig};
 use rdma::verbs::{Connection, ConnectionParams, Listener, ListenerEvent, VerbsError};
 use serde::Serialize;

@@ -7,6 +7,8 @@
 //! two-core case (cycles of the enqueue side plus cycles of the dequeue side), so
 //! `scripts/ring_compare.sh` can put the two side by side without conversion errors.
 
+#![forbid(unsafe_code)]
+
 use crate::affinity;
 use crate::ring::{Consumer, Mode, Producer, split};
 use serde::Serialize;

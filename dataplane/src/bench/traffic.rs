@@ -3,6 +3,8 @@
 //! verifies them. The trailer sits at the end of the frame, so the checker needs no
 //! knowledge of the sender's header or payload sizes.
 
+#![forbid(unsafe_code)]
+
 use crate::config::{BenchTxConfig, PortRange};
 
 /// Ethernet + IPv4 + UDP header bytes.

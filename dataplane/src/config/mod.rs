@@ -1,6 +1,8 @@
 //! Configuration: the reference's YAML schema, read with key paths, lines and columns in
 //! every error, then validated before anything is allocated.
 
+#![forbid(unsafe_code)]
+
 pub mod diag;
 pub mod model;
 mod parse;

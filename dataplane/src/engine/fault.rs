@@ -6,6 +6,8 @@
 //! Frames are numbered per TX queue from 1, in the order the queue sends them; rules are
 //! tried in order and the first that picks a frame decides its fault.
 
+#![forbid(unsafe_code)]
+
 use crate::burst::Burst;
 use crate::config::{FaultAction, FaultInjection, FaultSelect};
 use crate::memory::{RegionId, RegionSet};

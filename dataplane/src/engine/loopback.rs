@@ -5,6 +5,8 @@
 //! The wire is where frames enter the interface, so software flow steering runs there: each
 //! TX queue is an ingress point of the interface's [`WireGrid`].
 
+#![forbid(unsafe_code)]
+
 use super::fault::FaultInjector;
 use super::wire::{Ingress, WireGrid, WireReceiver};
 use super::{Capabilities, Engine, EngineError, RxPort, TxPort};

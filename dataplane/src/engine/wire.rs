@@ -9,6 +9,8 @@
 //! and pushes one piece per RX queue; an RX queue pulls pieces from all of its wires in
 //! turn and never mixes two epochs in one burst.
 
+#![forbid(unsafe_code)]
+
 use crate::burst::Burst;
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};

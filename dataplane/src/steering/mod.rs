@@ -9,6 +9,8 @@
 //! only once all of them have: after that, no burst classified under the old rules can
 //! still reach the application.
 
+#![forbid(unsafe_code)]
+
 pub mod classifier;
 pub mod headers;
 pub mod rss;

@@ -3,6 +3,8 @@
 //! receives them on an RX queue and checks that every sample arrived once, in order.
 //! Exits non-zero when one is missing, duplicated or out of order.
 
+#![forbid(unsafe_code)]
+
 use dataplane::DataPlane;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -3,9 +3,12 @@
 //! workers, flow rules programmed with rte_flow or steered in software when the device
 //! cannot take them.
 //!
-//! Frames are copied between mbufs and the queues' memory regions, so the application sees
-//! the same `Burst`s, buffers and pools as with every other engine; mbufs never leave the
-//! engine.
+//! What it builds comes from the plan (`crate::plan::dpdk`): per RX queue either a region
+//! lent to an mbuf pool (external buffers: the PMD fills the region's own buffers, and the
+//! application's bursts carry them, returned to the pool when dropped), buffer split over
+//! two pools, or a pool frames are copied out of; per TX queue a pool frames are copied
+//! into. Either way the application sees the same `Burst`s, buffers and pools as with
+//! every other engine.
 
 pub mod flow;
 
