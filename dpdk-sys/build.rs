@@ -51,10 +51,10 @@ fn main() {
              |rte_eth_(dev_configure|dev_info_get|dev_start|dev_stop|dev_close|dev_count_avail|dev_get_port_by_name|dev_socket_id|rx_queue_setup|tx_queue_setup|stats_get|stats_reset|promiscuous_enable|dev_set_mtu|dev_get_mtu|macaddr_get|link_get_nowait|find_next_owned_by|dev_is_valid_port)\
              |rte_pktmbuf_pool_create(_extbuf)?|rte_mempool_(free|avail_count|in_use_count|lookup)\
              |rte_flow_(validate|create|destroy|flush|isolate)\
-             |rte_extmem_(register|unregister)|rte_dev_dma_(map|unmap)\
+             |rte_extmem_(register|unregister)|rte_dev_dma_(map|unmap)|rte_mem_virt2memseg_list|rte_malloc_get_socket_stats\
              |shim_.*",
         )
-        .allowlist_type("rte_eth_conf|rte_eth_dev_info|rte_eth_stats|rte_eth_rxconf|rte_eth_txconf|rte_flow_.*|rte_pktmbuf_extmem|rte_eth_rxseg.*|rte_ether_addr|rte_eth_link|shim_.*")
+        .allowlist_type("rte_malloc_socket_stats|rte_eth_conf|rte_eth_dev_info|rte_eth_stats|rte_eth_rxconf|rte_eth_txconf|rte_flow_.*|rte_pktmbuf_extmem|rte_eth_rxseg.*|rte_ether_addr|rte_eth_link|shim_.*")
         .allowlist_var("shim_.*|RTE_ETH_.*|RTE_MBUF_DEFAULT_.*|RTE_PKTMBUF_HEADROOM|RTE_MAX_ETHPORTS|SOCKET_ID_ANY|RTE_ETHER_.*")
         .opaque_type("rte_arp_ipv4|rte_arp_hdr|rte_gtp_psc_.*|rte_l2tpv2_combined_msg_hdr")
         .derive_default(true)

@@ -11,6 +11,23 @@ use crossbeam_queue::ArrayQueue;
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use std::ptr::NonNull;
 
+/// Why a region's buffers could not be lent to an engine's pool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LendAllError {
+    /// Some buffers are out of the pool.
+    #[error("memory region {region}: buffers are in use, cannot lend them")]
+    InUse {
+        /// Region name.
+        region: String,
+    },
+    /// The region is lent already.
+    #[error("memory region {region} is already lent")]
+    AlreadyLent {
+        /// Region name.
+        region: String,
+    },
+}
+
 /// Why a region could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -240,17 +257,18 @@ impl Region {
     /// Lends every buffer to an engine's own pool: from now on freed buffers go to
     /// `lender` and this region's pool stays empty. Fails when buffers are in use or the
     /// region is already lent.
-    pub fn lend_all(&self, lender: Box<dyn BufferLender>) -> Result<(), String> {
+    pub fn lend_all(&self, lender: Box<dyn BufferLender>) -> Result<(), LendAllError> {
         let mut all = vec![0u32; self.num_bufs];
         if !self.pool.dequeue_bulk(&mut all) {
-            return Err(format!(
-                "memory region {}: buffers are in use, cannot lend them",
-                self.name
-            ));
+            return Err(LendAllError::InUse {
+                region: self.name.clone(),
+            });
         }
         if self.lender.set(lender).is_err() {
             self.free_bulk(&all);
-            return Err(format!("memory region {} is already lent", self.name));
+            return Err(LendAllError::AlreadyLent {
+                region: self.name.clone(),
+            });
         }
         Ok(())
     }

@@ -54,6 +54,16 @@ pub enum StartError {
     /// The configuration cannot be run as planned.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// An RX queue's GPU stage could not be set up.
+    #[error("interface `{interface}` RX queue {queue}: {source}")]
+    Stage {
+        /// Interface name.
+        interface: String,
+        /// Queue id.
+        queue: u16,
+        /// The GPU's error.
+        source: gpudirect::GpuError,
+    },
 }
 
 /// The application's end of an RX queue: bursts in arrival order, or, on a queue with
@@ -346,11 +356,10 @@ impl DataPlane {
                         Some(stage) => {
                             let stage =
                                 crate::stage::RxStage::new(&regions, &q.segments, q.batch, stage)
-                                    .map_err(|e| {
-                                    EngineError::Config(format!(
-                                        "interface `{}`: RX queue {}: {e}",
-                                        q.interface_name, q.id
-                                    ))
+                                    .map_err(|source| StartError::Stage {
+                                    interface: q.interface_name.clone(),
+                                    queue: q.id,
+                                    source,
                                 })?;
                             Task::Rx(task.with_stage(stage))
                         }
@@ -385,11 +394,14 @@ impl DataPlane {
                             Task::Tx(task)
                         }
                         EthSrc::Stamp => {
-                            let mac = engine.mac_address(port).ok_or_else(|| {
-                                EngineError::Config(format!(
-                                    "interface `{}`: TX queue {} asks for the tx_eth_src offload, but the {} engine has no MAC address for it",
-                                    q.interface_name, q.id, engine.name()
-                                ))
+                            let mac = engine.mac_address(port).ok_or_else(|| EngineError::Queue {
+                                interface: q.interface_name.clone(),
+                                direction: Direction::Tx,
+                                queue: q.id,
+                                reason: format!(
+                                    "asks for the tx_eth_src offload, but the {} engine has no MAC address for it",
+                                    engine.name()
+                                ),
                             })?;
                             Task::Tx(task.with_eth_src(mac))
                         }

@@ -43,9 +43,59 @@ pub const DEFAULT_CONNECT_BUDGET: Duration = Duration::from_secs(30);
 /// Why the RDMA plane could not start or connect.
 #[derive(Debug, thiserror::Error)]
 pub enum RdmaPlaneError {
-    /// The configuration has no RDMA interface, or names one that is not.
-    #[error("{0}")]
-    Config(String),
+    /// The configuration has no `roce://` interface.
+    #[error("no interface has socket_config with a roce:// local_addr")]
+    NoRdmaInterface,
+    /// No `roce://` interface has this name.
+    #[error("no RDMA interface `{0}`")]
+    UnknownInterface(String),
+    /// The interface is a client where a server was needed, or the other way round.
+    #[error("interface `{interface}` is not a {expected}")]
+    WrongSide {
+        /// Interface name.
+        interface: String,
+        /// "server" or "client".
+        expected: &'static str,
+    },
+    /// A connection slot's core cannot be used.
+    #[error(
+        "interface `{interface}`: cpu_core {core} is not available to this process (usable: {usable:?})"
+    )]
+    CoreUnavailable {
+        /// Interface name.
+        interface: String,
+        /// The core.
+        core: u32,
+        /// Cores this process may use.
+        usable: Vec<u32>,
+    },
+    /// Every connection slot of the interface is taken.
+    #[error(
+        "interface `{interface}`: every queue already carries a connection ({slots}); close one first"
+    )]
+    NoFreeSlot {
+        /// Interface name.
+        interface: String,
+        /// Its slots.
+        slots: usize,
+    },
+    /// The connection-manager thread is gone (or could not start).
+    #[error("interface `{interface}`: the connection manager stopped")]
+    ManagerStopped {
+        /// Interface name.
+        interface: String,
+    },
+    /// The connection-manager thread could not be started.
+    #[error("cannot start the rdma-cm thread: {0}")]
+    Spawn(std::io::Error),
+    /// The connection manager decided something a server cannot act on.
+    #[error("interface `{interface}`: unexpected connection decision {decision}")]
+    UnexpectedDecision {
+        /// Interface name.
+        interface: String,
+        /// The decision.
+        decision: String,
+    },
     /// Memory regions could not be allocated.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -125,11 +175,11 @@ impl RdmaPlane {
         for i in plan.rdma {
             for core in i.slots.iter().filter_map(|s| s.core) {
                 if !crate::affinity::core_is_usable(core) {
-                    return Err(RdmaPlaneError::Config(format!(
-                        "interface `{}`: cpu_core {core} is not available to this process (usable: {:?})",
-                        i.name,
-                        crate::affinity::usable_cores()
-                    )));
+                    return Err(RdmaPlaneError::CoreUnavailable {
+                        interface: i.name,
+                        core,
+                        usable: crate::affinity::usable_cores(),
+                    });
                 }
             }
             interfaces.push(RdmaInterface {
@@ -144,9 +194,7 @@ impl RdmaPlane {
             });
         }
         if interfaces.is_empty() {
-            return Err(RdmaPlaneError::Config(
-                "no interface has socket_config with a roce:// local_addr".into(),
-            ));
+            return Err(RdmaPlaneError::NoRdmaInterface);
         }
         let mut listeners = Vec::new();
         let mut accepted = BTreeMap::new();
@@ -205,9 +253,7 @@ impl RdmaPlane {
                 std::thread::Builder::new()
                     .name("rdma-cm".into())
                     .spawn(move || cm.run(&stop))
-                    .map_err(|e| {
-                        RdmaPlaneError::Config(format!("cannot start the rdma-cm thread: {e}"))
-                    })?,
+                    .map_err(|e| RdmaPlaneError::Spawn(e))?,
             )
         };
         Ok(Self {
@@ -233,25 +279,29 @@ impl RdmaPlane {
             .interfaces
             .iter()
             .find(|i| i.name == name)
-            .ok_or_else(|| RdmaPlaneError::Config(format!("no RDMA interface `{name}`")))
+            .ok_or_else(|| RdmaPlaneError::UnknownInterface(name.to_owned()))
     }
 
     /// Waits up to `timeout` for the next connection accepted on server interface
     /// `interface`. A request the server's rules refused comes back as `Rejected`.
     pub fn accept(&self, interface: &str, timeout: Duration) -> Result<RdmaStream, RdmaPlaneError> {
         let iface = self.interface(interface)?;
-        let rx = self.accepted.get(&iface.index).ok_or_else(|| {
-            RdmaPlaneError::Config(format!("interface `{interface}` is not a server"))
-        })?;
+        let rx = self
+            .accepted
+            .get(&iface.index)
+            .ok_or_else(|| RdmaPlaneError::WrongSide {
+                interface: interface.to_owned(),
+                expected: "server",
+            })?;
         match rx.lock().expect("accept queue").recv_timeout(timeout) {
             Ok(result) => result,
             Err(RecvTimeoutError::Timeout) => Err(RdmaPlaneError::Verbs {
                 interface: interface.to_owned(),
                 source: VerbsError::Timeout("waiting for a connection"),
             }),
-            Err(RecvTimeoutError::Disconnected) => Err(RdmaPlaneError::Config(format!(
-                "interface `{interface}`: the connection manager stopped"
-            ))),
+            Err(RecvTimeoutError::Disconnected) => Err(RdmaPlaneError::ManagerStopped {
+                interface: interface.to_owned(),
+            }),
         }
     }
 
@@ -277,20 +327,21 @@ impl RdmaPlane {
     ) -> Result<RdmaStream, RdmaPlaneError> {
         let iface = self.interface(interface)?;
         if iface.mode != SocketMode::Client {
-            return Err(RdmaPlaneError::Config(format!(
-                "interface `{interface}` is not a client"
-            )));
+            return Err(RdmaPlaneError::WrongSide {
+                interface: interface.to_owned(),
+                expected: "client",
+            });
         }
         let verbs = |source| RdmaPlaneError::Verbs {
             interface: interface.to_owned(),
             source,
         };
-        let slot = iface.take_slot().ok_or_else(|| {
-            RdmaPlaneError::Config(format!(
-                "interface `{interface}`: every queue already carries a connection ({}); close one first",
-                iface.slots.len()
-            ))
-        })?;
+        let slot = iface
+            .take_slot()
+            .ok_or_else(|| RdmaPlaneError::NoFreeSlot {
+                interface: interface.to_owned(),
+                slots: iface.slots.len(),
+            })?;
         let local = SocketAddr::new(iface.local.ip(), 0);
         let period = Duration::from_secs(u64::from(iface.retry_connect_s.max(1)));
         let stream =
@@ -517,9 +568,10 @@ impl CmLoop {
                     reason,
                 })
             }
-            other => Err(RdmaPlaneError::Config(format!(
-                "interface `{name}`: unexpected connection decision {other:?}"
-            ))),
+            other => Err(RdmaPlaneError::UnexpectedDecision {
+                interface: name.clone(),
+                decision: format!("{other:?}"),
+            }),
         };
         if let Some(tx) = self.deliver.get(&listening) {
             // A full or closed queue drops the stream, which stops its worker.

@@ -141,7 +141,7 @@ impl RxStage {
         layout: &[RegionId],
         batch: usize,
         plan: &StagePlan,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, gpudirect::GpuError> {
         let split = plan.split_header_bytes;
         let mode = plan.mode;
         #[cfg(not(feature = "cuda"))]
@@ -163,11 +163,9 @@ impl RxStage {
                             .max()
                             .unwrap_or(0))
                     .max(4096);
-                    let e = |e: gpudirect::GpuError| e.to_string();
                     Some(GpuPath {
-                        gpu: gpudirect::Gpu::new(ordinal).map_err(e)?,
-                        staging: gpudirect::PinnedBuffer::alloc(ordinal, slot_bytes * DEPTH)
-                            .map_err(e)?,
+                        gpu: gpudirect::Gpu::new(ordinal)?,
+                        staging: gpudirect::PinnedBuffer::alloc(ordinal, slot_bytes * DEPTH)?,
                         slot_bytes,
                         next_slot: 0,
                         mode,

@@ -6,6 +6,7 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_memory.h>
+#include <rte_malloc.h>
 #include <rte_dev.h>
 #include <rte_flow.h>
 #include "shim.h"

@@ -168,7 +168,7 @@ fn stage_case(
         gpu: Some(regions.get(dst).affinity()),
         mode,
     };
-    let mut stage = RxStage::new(&regions, &[dst], BURST, &plan)?;
+    let mut stage = RxStage::new(&regions, &[dst], BURST, &plan).map_err(|e| e.to_string())?;
     let fail = |e| match e {
         crate::stage::StageError::NoBuffers(_) => "device pool empty".to_string(),
         crate::stage::StageError::Failed { reason, .. } => reason,

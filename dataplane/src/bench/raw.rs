@@ -420,9 +420,31 @@ pub enum BenchError {
     /// The data plane did not start.
     #[error(transparent)]
     Start(#[from] StartError),
-    /// The configuration has nothing to run.
-    #[error("{0}")]
-    Config(String),
+    /// The configuration has neither `bench_tx` nor `bench_rx`.
+    #[error("the configuration has neither bench_tx nor bench_rx")]
+    NothingToRun,
+    /// Two bench entries name the same queue.
+    #[error("{} queue {queue} of `{interface}` is used by two bench_{} entries", direction.name().to_uppercase(), direction.name())]
+    QueueTwice {
+        /// Interface name.
+        interface: String,
+        /// RX or TX.
+        direction: Direction,
+        /// Queue id.
+        queue: u16,
+    },
+    /// A `bench_tx` entry's queue cannot carry generated frames.
+    #[error("bench_tx[{stream}]: TX queue {queue} of `{interface}` {reason}")]
+    UnusableTxQueue {
+        /// Index of the bench_tx entry.
+        stream: usize,
+        /// Interface name.
+        interface: String,
+        /// Queue id.
+        queue: u16,
+        /// Why.
+        reason: String,
+    },
 }
 
 struct Generator {
@@ -450,9 +472,7 @@ pub fn run(
     interrupted: &AtomicBool,
 ) -> Result<RawReport, BenchError> {
     if config.bench.tx.is_empty() && config.bench.rx.is_empty() {
-        return Err(BenchError::Config(
-            "the configuration has neither bench_tx nor bench_rx".into(),
-        ));
+        return Err(BenchError::NothingToRun);
     }
     let mut plane = DataPlane::start(config)?;
     let stop_tx = Arc::new(AtomicBool::new(false));
@@ -477,10 +497,11 @@ pub fn run(
         let mut queues = Vec::new();
         for id in ids {
             let q = plane.take_rx_queue(&b.interface_name, id).ok_or_else(|| {
-                BenchError::Config(format!(
-                    "RX queue {id} of `{}` is read by two bench_rx entries",
-                    b.interface_name
-                ))
+                BenchError::QueueTwice {
+                    interface: b.interface_name.clone(),
+                    direction: Direction::Rx,
+                    queue: id,
+                }
             })?;
             queues.push(q);
         }
@@ -578,22 +599,26 @@ pub fn run(
     for (stream, b) in config.bench.tx.iter().enumerate() {
         let mut q = plane
             .take_tx_queue(&b.interface_name, b.queue_id)
-            .ok_or_else(|| {
-                BenchError::Config(format!(
-                    "TX queue {} of `{}` is used by two bench_tx entries",
-                    b.queue_id, b.interface_name
-                ))
+            .ok_or_else(|| BenchError::QueueTwice {
+                interface: b.interface_name.clone(),
+                direction: Direction::Tx,
+                queue: b.queue_id,
             })?;
+        let unusable = |reason: String| BenchError::UnusableTxQueue {
+            stream,
+            interface: b.interface_name.clone(),
+            queue: b.queue_id,
+            reason,
+        };
         if !q.host_accessible() {
-            return Err(BenchError::Config(format!(
-                "bench_tx[{stream}]: TX queue {} of `{}` uses GPU memory; the CPU traffic generator needs host, huge or host_pinned memory",
-                b.queue_id, b.interface_name
-            )));
+            return Err(unusable(
+                "uses GPU memory; the CPU traffic generator needs host, huge or host_pinned memory"
+                    .into(),
+            ));
         }
         if q.segment_sizes().len() != 1 {
-            return Err(BenchError::Config(format!(
-                "bench_tx[{stream}]: the traffic generator writes single-segment packets; TX queue {} has {} segments",
-                b.queue_id,
+            return Err(unusable(format!(
+                "has {} segments; the traffic generator writes single-segment packets",
                 q.segment_sizes().len()
             )));
         }

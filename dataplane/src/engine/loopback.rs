@@ -11,7 +11,7 @@ use super::fault::FaultInjector;
 use super::wire::{Ingress, WireGrid, WireReceiver};
 use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
 use crate::burst::Burst;
-use crate::config::Config;
+use crate::config::{Config, Direction};
 use crate::memory::RegionSet;
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
@@ -48,19 +48,21 @@ impl LoopbackEngine {
             rx_ids.sort_unstable();
             let tx_queues: Vec<_> = iface.tx.iter().flat_map(|t| &t.queues).collect();
             if !tx_queues.is_empty() && rx_ids.is_empty() {
-                return Err(EngineError::Config(format!(
-                    "interface `{}`: the software loopback delivers TX traffic to an RX queue, but the interface has none",
-                    iface.name
-                )));
+                return Err(EngineError::Interface {
+                    interface: iface.name.clone(),
+                    reason: "the software loopback delivers TX traffic to an RX queue, but the interface has none".into(),
+                });
             }
             let must_read_headers = steering.rules().trivial_queue().is_none();
             for q in &tx_queues {
                 let first = q.memory_regions.first().and_then(|n| regions.id_of(n));
                 if must_read_headers && first.is_some_and(|r| !regions.get(r).host_accessible()) {
-                    return Err(EngineError::Config(format!(
-                        "interface `{}`: software flow steering reads packet headers, but TX queue {} keeps them in GPU memory; put the first segment in host memory",
-                        iface.name, q.id
-                    )));
+                    return Err(EngineError::Queue {
+                        interface: iface.name.clone(),
+                        direction: Direction::Tx,
+                        queue: q.id,
+                        reason: "software flow steering reads packet headers, but this queue keeps them in GPU memory; put the first segment in host memory".into(),
+                    });
                 }
             }
             interfaces.push(LoopbackInterface {
@@ -78,7 +80,7 @@ impl LoopbackEngine {
     fn interface(&self, port: u16) -> Result<&LoopbackInterface, EngineError> {
         self.interfaces
             .get(port as usize)
-            .ok_or_else(|| EngineError::Config(format!("no interface with index {port}")))
+            .ok_or(EngineError::NoInterface { port })
     }
 }
 
@@ -93,9 +95,14 @@ impl Engine for LoopbackEngine {
         queue: u16,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
-        let receiver =
-            self.interface(port)?.grid.receiver(queue).ok_or_else(|| {
-                EngineError::Config(format!("port {port} has no RX queue {queue}"))
+        let receiver = self
+            .interface(port)?
+            .grid
+            .receiver(queue)
+            .ok_or(EngineError::NoQueue {
+                port,
+                direction: Direction::Rx,
+                queue,
             })?;
         Ok(Box::new(LoopbackRx(receiver)))
     }
@@ -111,7 +118,11 @@ impl Engine for LoopbackEngine {
             .tx_ids
             .iter()
             .position(|&id| id == queue)
-            .ok_or_else(|| EngineError::Config(format!("port {port} has no TX queue {queue}")))?;
+            .ok_or(EngineError::NoQueue {
+                port,
+                direction: Direction::Tx,
+                queue,
+            })?;
         let faults = iface
             .faults
             .clone()

@@ -9,7 +9,7 @@ pub mod loopback;
 pub mod wire;
 
 use crate::burst::Burst;
-use crate::config::{Config, EngineKind};
+use crate::config::{Config, Direction, EngineKind};
 use crate::memory::RegionSet;
 use crate::plan::Plan;
 use crate::stats::QueueCounters;
@@ -87,9 +87,118 @@ pub enum EngineError {
         "engine `{0}` is not available in this build; this build runs the software loopback (loopback: \"sw\")"
     )]
     Unavailable(&'static str),
-    /// The engine rejected the configuration.
-    #[error("{0}")]
-    Config(String),
+    /// The configuration asks for DPDK in a build without it.
+    #[error(
+        "the DPDK engine is not in this build; rebuild with `cargo build --release --features dpdk` (needs apt-get install dpdk libdpdk-dev libclang-dev pkg-config)"
+    )]
+    DpdkNotBuilt,
+    /// `roce://` interfaces given to the packet plane.
+    #[error(
+        "roce:// interfaces are RDMA connections, not packet queues: start them with `dataplane::rdma_plane::RdmaPlane::start` (accept/connect give streams with send(burst) and poll()), or run `dataplane bench rdma FILE`"
+    )]
+    Connections,
+    /// A start-up thread panicked.
+    #[error("{0} panicked")]
+    Panicked(&'static str),
+    /// DPDK's EAL did not start.
+    #[cfg(feature = "dpdk")]
+    #[error("{source} (EAL arguments: {args}; {free_memory})")]
+    Eal {
+        /// DPDK's reason.
+        source: dpdk::DpdkError,
+        /// The arguments it was given.
+        args: String,
+        /// What the machine has free.
+        free_memory: String,
+    },
+    /// A DPDK call on an interface's port failed.
+    #[cfg(feature = "dpdk")]
+    #[error("interface `{interface}` ({address}): {source}")]
+    Device {
+        /// Interface name.
+        interface: String,
+        /// Its address.
+        address: String,
+        /// DPDK's reason.
+        source: dpdk::DpdkError,
+    },
+    /// An mbuf pool of an interface could not be made.
+    #[cfg(feature = "dpdk")]
+    #[error("interface `{interface}`{}: {source}", queue_label(*direction, *queue))]
+    Pool {
+        /// Interface name.
+        interface: String,
+        /// Queue direction.
+        direction: Direction,
+        /// Queue id; `None` for an idle device queue.
+        queue: Option<u16>,
+        /// Why.
+        source: dpdk::PoolError,
+    },
+    /// A region could not be lent to an RX queue's port.
+    #[cfg(feature = "dpdk")]
+    #[error("interface `{interface}` RX queue {queue}: {source}")]
+    Lend {
+        /// Interface name.
+        interface: String,
+        /// Queue id.
+        queue: u16,
+        /// Why.
+        source: dpdk::LendError,
+    },
+    /// Flow rules could not be put on an interface's device.
+    #[cfg(feature = "dpdk")]
+    #[error("interface `{interface}`: {source}")]
+    Flow {
+        /// Interface name.
+        interface: String,
+        /// Why.
+        source: dpdk::FlowError,
+    },
+    /// An interface cannot be run as configured.
+    #[error("interface `{interface}`: {reason}")]
+    Interface {
+        /// Interface name.
+        interface: String,
+        /// Why.
+        reason: String,
+    },
+    /// A queue cannot be run as configured.
+    #[error("interface `{interface}`{}: {reason}", queue_label(*direction, Some(*queue)))]
+    Queue {
+        /// Interface name.
+        interface: String,
+        /// RX or TX.
+        direction: Direction,
+        /// Queue id.
+        queue: u16,
+        /// Why.
+        reason: String,
+    },
+    /// A handle was asked for an interface index the engine does not have.
+    #[error("no interface with index {port}")]
+    NoInterface {
+        /// The index.
+        port: u16,
+    },
+    /// A handle was asked for a queue the interface does not have.
+    #[error("interface index {port} has no {} queue {queue}", direction.name().to_uppercase())]
+    NoQueue {
+        /// Interface index.
+        port: u16,
+        /// RX or TX.
+        direction: Direction,
+        /// Queue id.
+        queue: u16,
+    },
+}
+
+/// " RX queue 3" for messages; "" for no queue.
+fn queue_label(direction: Direction, queue: Option<u16>) -> String {
+    match queue {
+        Some(q) => format!(" {} queue {q}", direction.name().to_uppercase()),
+        None => String::new(),
+    }
 }
 
 /// Creates the engine a configuration asks for.
@@ -111,13 +220,9 @@ pub fn create(
             config, plan, regions, steering,
         )?)),
         #[cfg(not(feature = "dpdk"))]
-        EngineKind::Dpdk => Err(EngineError::Config(
-            "the DPDK engine is not in this build; rebuild with `cargo build --release --features dpdk` (needs apt-get install dpdk libdpdk-dev libclang-dev pkg-config)".into(),
-        )),
+        EngineKind::Dpdk => Err(EngineError::DpdkNotBuilt),
         // RDMA moves connections, not queues: its API is `RdmaPlane`.
-        EngineKind::Rdma => Err(EngineError::Config(
-            "roce:// interfaces are RDMA connections, not packet queues: start them with `dataplane::rdma_plane::RdmaPlane::start` (accept/connect give streams with send(burst) and poll()), or run `dataplane bench rdma FILE`".into(),
-        )),
+        EngineKind::Rdma => Err(EngineError::Connections),
         other => Err(EngineError::Unavailable(other.name())),
     }
 }

@@ -96,7 +96,7 @@ pub fn translate(
     rx: &RxConfig,
     hw_queue: &dyn Fn(u16) -> Option<u16>,
     mark: bool,
-) -> Result<Vec<Rule>, String> {
+) -> Result<Vec<Rule>, FlowError> {
     let mut rules = Vec::with_capacity(rx.flows.len() + 1);
     for (i, flow) in rx.flows.iter().enumerate() {
         rules.push(translate_flow(flow, i as u32, hw_queue, mark)?);
@@ -114,8 +114,15 @@ pub fn translate(
     Ok(rules)
 }
 
-fn queue_index(hw_queue: &dyn Fn(u16) -> Option<u16>, q: u16, flow: &str) -> Result<u16, String> {
-    hw_queue(q).ok_or_else(|| format!("flow `{flow}`: queue {q} is not an RX queue of the port"))
+fn queue_index(
+    hw_queue: &dyn Fn(u16) -> Option<u16>,
+    q: u16,
+    flow: &str,
+) -> Result<u16, FlowError> {
+    hw_queue(q).ok_or_else(|| FlowError::Untranslatable {
+        flow: flow.to_owned(),
+        what: format!("queue {q} is not an RX queue of the port"),
+    })
 }
 
 fn translate_flow(
@@ -123,13 +130,13 @@ fn translate_flow(
     priority: u32,
     hw_queue: &dyn Fn(u16) -> Option<u16>,
     mark: bool,
-) -> Result<Rule, String> {
+) -> Result<Rule, FlowError> {
     let m = &flow.matches;
     if m.flex.is_some() {
-        return Err(format!(
-            "flow `{}`: flex items are not translated to rte_flow",
-            flow.name
-        ));
+        return Err(FlowError::Untranslatable {
+            flow: flow.name.clone(),
+            what: "flex items are not translated to rte_flow".into(),
+        });
     }
     let mut items = Vec::new();
     let mut eth = Item::sized(
@@ -212,10 +219,10 @@ fn translate_flow(
                 TunnelKind::Vxlan => Action::VxlanDecap,
                 TunnelKind::Nvgre => Action::NvgreDecap,
                 other => {
-                    return Err(format!(
-                        "flow `{}`: tunnel_decap of {other:?} is not translated to rte_flow",
-                        flow.name
-                    ));
+                    return Err(FlowError::Untranslatable {
+                        flow: flow.name.clone(),
+                        what: format!("tunnel_decap of {other:?} is not translated to rte_flow"),
+                    });
                 }
             },
         });
@@ -274,7 +281,7 @@ impl InstalledFlows {
                 tracing::warn!(
                     "port {}: {}",
                     self.port_id,
-                    flow_error(&format!("destroying flow `{name}`"), &err)
+                    flow_error(format!("destroying flow `{name}`"), &err)
                 );
             }
         }
@@ -287,11 +294,38 @@ impl Drop for InstalledFlows {
     }
 }
 
+/// Why flow rules could not be put on a device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlowError {
+    /// A rule has no rte_flow form.
+    #[error("flow `{flow}`: {what}")]
+    Untranslatable {
+        /// The flow's name.
+        flow: String,
+        /// The part that has no rte_flow form.
+        what: String,
+    },
+    /// The PMD refused a call.
+    #[error("{what}: {message} (rte_flow error type {kind})")]
+    Refused {
+        /// The call and the flow.
+        what: String,
+        /// The PMD's message.
+        message: String,
+        /// rte_flow's error type.
+        kind: u32,
+    },
+}
+
 /// `what`, the PMD's message and the error type.
-pub(super) fn flow_error(what: &str, err: &sys::rte_flow_error) -> String {
+pub(super) fn flow_error(what: String, err: &sys::rte_flow_error) -> FlowError {
     // SAFETY: the PMD sets a NUL-terminated static message, or none.
-    let msg = unsafe { super::c_text(err.message, "no message") };
-    format!("{what}: {msg} (rte_flow error type {})", err.type_)
+    let message = unsafe { super::error::c_text(err.message, "no message") };
+    FlowError::Refused {
+        what,
+        message,
+        kind: err.type_,
+    }
 }
 
 /// Configuration an action's `conf` points at.
@@ -414,7 +448,7 @@ impl RawRule {
 
 /// Validates every rule on `port_id`, then creates them in order. On any failure nothing
 /// stays on the device and the error names the flow and the PMD's reason.
-pub fn install(port_id: u16, rules: &[Rule]) -> Result<InstalledFlows, String> {
+pub fn install(port_id: u16, rules: &[Rule]) -> Result<InstalledFlows, FlowError> {
     let raw: Vec<RawRule> = rules.iter().map(RawRule::new).collect();
     for (rule, r) in rules.iter().zip(&raw) {
         let mut err = sys::rte_flow_error::default();
@@ -431,7 +465,7 @@ pub fn install(port_id: u16, rules: &[Rule]) -> Result<InstalledFlows, String> {
         };
         if rc != 0 {
             return Err(flow_error(
-                &format!("flow `{}` rejected by rte_flow_validate", rule.flow),
+                format!("flow `{}` rejected by rte_flow_validate", rule.flow),
                 &err,
             ));
         }
@@ -455,7 +489,7 @@ pub fn install(port_id: u16, rules: &[Rule]) -> Result<InstalledFlows, String> {
         if f.is_null() {
             // Dropping `installed` destroys what was created so far.
             return Err(flow_error(
-                &format!("flow `{}` rejected by rte_flow_create", rule.flow),
+                format!("flow `{}` rejected by rte_flow_create", rule.flow),
                 &err,
             ));
         }

@@ -1,0 +1,533 @@
+//! One port brought up from its plan: configured, its queues set up with their pools (or a
+//! lent region), started, flow rules installed or software steering chosen. Everything
+//! made is owned by [`Port`] and released in reverse order when it drops, also when a
+//! later step of the bring-up fails.
+
+use super::error::{DpdkError, c_text};
+use super::extmem::{Device, ExternalMemory, lend_region};
+use super::flow;
+use super::mempool::{LentPool, Mempool, PoolPtr};
+use crate::config::{Direction, InterfaceConfig, QueueConfig, RxConfig};
+use crate::engine::EngineError;
+use crate::engine::wire::WireGrid;
+use crate::memory::RegionSet;
+use crate::plan::dpdk::{self as dpdk_plan, PoolSize, PortPlan, RxReceive};
+use crate::steering::InterfaceSteering;
+use dpdk_sys as sys;
+use std::ffi::CString;
+use std::sync::Arc;
+
+/// Descriptors per RX and TX ring.
+pub const RING_DESCRIPTORS: u16 = dpdk_plan::RING_DESCRIPTORS as u16;
+
+/// A DPDK port id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortId(pub u16);
+
+/// A queue index on the device (its position among the port's configured queues), as
+/// opposed to the queue id of the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueIndex(pub u16);
+
+/// How a port's packets reach their RX queues.
+pub enum PortSteering {
+    /// The device places every packet (its own RSS, or no rules at all).
+    Device,
+    /// rte_flow rules place packets. `marks`: the rules tag packets with the flow id;
+    /// otherwise (a PMD without MARK) the RX worker finds the id from the headers.
+    RteFlow {
+        /// The installed rules.
+        flows: flow::InstalledFlows,
+        /// Packets carry the flow id.
+        marks: bool,
+    },
+    /// The device cannot take the rules: each RX worker classifies what its device queue
+    /// receives and hands every packet to its queue over the wires.
+    Software {
+        /// The wires.
+        grid: WireGrid,
+    },
+}
+
+/// An RX queue as set up.
+pub struct RxSetup {
+    /// Queue id in the configuration.
+    pub queue: u16,
+    /// Device queue.
+    pub index: QueueIndex,
+    /// The lent region's pool, for a zero-copy queue.
+    pub lent: Option<Arc<LentPool>>,
+}
+
+/// A TX queue as set up.
+pub struct TxSetup {
+    /// Queue id in the configuration.
+    pub queue: u16,
+    /// Device queue.
+    pub index: QueueIndex,
+    /// Its mbuf pool.
+    pub pool: PoolPtr,
+}
+
+/// A port that exists on the device: stopped (when started) and closed on drop.
+struct OpenDevice {
+    id: PortId,
+    started: bool,
+}
+
+impl OpenDevice {
+    fn start(&mut self) -> Result<(), DpdkError> {
+        // SAFETY: a configured port with every queue set up.
+        super::error::check("rte_eth_dev_start", unsafe {
+            sys::rte_eth_dev_start(self.id.0)
+        })?;
+        self.started = true;
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if self.started {
+            // SAFETY: a started port.
+            unsafe { sys::rte_eth_dev_stop(self.id.0) };
+            self.started = false;
+        }
+    }
+}
+
+impl Drop for OpenDevice {
+    fn drop(&mut self) {
+        self.stop();
+        // SAFETY: a port this handle configured; closing releases its queues (and their
+        // mbufs, back to the pools the port's owner frees next).
+        unsafe { sys::rte_eth_dev_close(self.id.0) };
+    }
+}
+
+/// A port brought up for one interface. Fields drop in order: flows first (in `Drop`),
+/// then the device (stop, close), then the pools, then the registered memory.
+pub struct Port {
+    /// Its id.
+    pub id: PortId,
+    /// Interface name from the configuration.
+    pub interface: String,
+    /// How packets reach RX queues.
+    pub steering: PortSteering,
+    /// RX queues in configuration order.
+    pub rx: Vec<RxSetup>,
+    /// TX queues in configuration order.
+    pub tx: Vec<TxSetup>,
+    /// The interface's flow rules.
+    pub rules: Arc<InterfaceSteering>,
+    device: OpenDevice,
+    pools: Vec<Mempool>,
+    memory: Vec<ExternalMemory>,
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        if let PortSteering::RteFlow { flows, .. } = &mut self.steering {
+            flows.destroy();
+        }
+    }
+}
+
+impl Port {
+    /// The steering mode's name for reports.
+    pub fn steering_name(&self) -> &'static str {
+        match &self.steering {
+            PortSteering::Device => "device",
+            PortSteering::RteFlow { marks: true, .. } => "rte_flow",
+            PortSteering::RteFlow { marks: false, .. } => "rte_flow (flow ids from headers)",
+            PortSteering::Software { .. } => "software",
+        }
+    }
+
+    /// Names of the pools this port made (unique in the process).
+    pub fn pool_names(&self) -> Vec<String> {
+        self.pools.iter().map(|p| p.name().to_owned()).collect()
+    }
+
+    /// The device queue of RX queue `queue`.
+    pub fn rx_setup(&self, queue: u16) -> Option<&RxSetup> {
+        self.rx.iter().find(|q| q.queue == queue)
+    }
+
+    /// The device queue and pool of TX queue `queue`.
+    pub fn tx_setup(&self, queue: u16) -> Option<&TxSetup> {
+        self.tx.iter().find(|q| q.queue == queue)
+    }
+
+    /// Brings up the port of interface `iface` as `planned`. Regions of `regions` the plan
+    /// lends become the RX queues' pools. On failure, everything made so far is released
+    /// before the error returns.
+    pub fn open(
+        iface: &InterfaceConfig,
+        planned: &PortPlan,
+        regions: &RegionSet,
+        rules: &Arc<InterfaceSteering>,
+    ) -> Result<Self, EngineError> {
+        let index = planned.interface;
+        let device_err = |source: DpdkError| EngineError::Device {
+            interface: iface.name.clone(),
+            address: iface.address.clone(),
+            source,
+        };
+        let no_port = || EngineError::Interface {
+            interface: iface.name.clone(),
+            reason: format!(
+                "no DPDK port `{}` (address `{}`): check the PCI address or vdev string and that its driver is installed",
+                planned.ethdev, iface.address
+            ),
+        };
+        let name = CString::new(planned.ethdev.as_str()).map_err(|_| no_port())?;
+        let mut id = 0u16;
+        // SAFETY: a valid C string and out pointer.
+        if unsafe { sys::rte_eth_dev_get_port_by_name(name.as_ptr(), &mut id) } != 0 {
+            return Err(no_port());
+        }
+        let mut info = sys::rte_eth_dev_info::default();
+        // SAFETY: a valid port id and out structure.
+        super::error::check("rte_eth_dev_info_get", unsafe {
+            sys::rte_eth_dev_info_get(id, &mut info)
+        })
+        .map_err(device_err)?;
+        // SAFETY: the PMD's static driver name, or null.
+        let driver = unsafe { c_text(info.driver_name, "unknown driver") };
+        let rx: Vec<&QueueConfig> = iface.rx.iter().flat_map(|r| &r.queues).collect();
+        let tx: Vec<&QueueConfig> = iface.tx.iter().flat_map(|t| &t.queues).collect();
+        let rx_config = iface.rx.clone().unwrap_or_else(RxConfig::empty);
+        let hw_queue = |q: u16| rx.iter().position(|x| x.id == q).map(|i| i as u16);
+
+        // Flow rules: translate now; isolation must be asked for before configuration.
+        let mut fallback: Option<flow::FlowError> = None;
+        let mut flow_plan = None;
+        if has_rules(&rx_config) {
+            match flow::translate(&rx_config, &hw_queue, true) {
+                Ok(rules) => flow_plan = Some(rules),
+                Err(e) => fallback = Some(e),
+            }
+        }
+        let mut isolated = false;
+        if flow_plan.is_some() && rx_config.flow_isolation {
+            match flow_isolate(id, true) {
+                Ok(()) => isolated = true,
+                Err(e) => {
+                    flow_plan = None;
+                    fallback = Some(e);
+                }
+            }
+        }
+
+        let mut conf = sys::rte_eth_conf::default();
+        // SAFETY: reads a constant defined in the shim.
+        let rss_hf = unsafe { sys::shim_rss_ip_udp } & info.flow_type_rss_offloads;
+        if rx.len() > 1 && rss_hf != 0 {
+            // Packets no rule places are spread over every queue, as in software.
+            conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        }
+        // net_tap wants as many RX as TX queues: it gets idle ones to match.
+        let (hw_rx, hw_tx) = if driver == "net_tap" {
+            let n = rx.len().max(tx.len());
+            (n, n)
+        } else {
+            (rx.len(), tx.len())
+        };
+        // SAFETY: a valid port id and configuration.
+        super::error::check("rte_eth_dev_configure", unsafe {
+            sys::rte_eth_dev_configure(id, hw_rx as u16, hw_tx as u16, &conf)
+        })
+        .map_err(device_err)?;
+        // From here on the port is ours: a failure closes it (OpenDevice's drop).
+        // SAFETY: valid port id.
+        let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
+        let mut port = Port {
+            id: PortId(id),
+            interface: iface.name.clone(),
+            steering: PortSteering::Device,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            rules: rules.clone(),
+            device: OpenDevice {
+                id: PortId(id),
+                started: false,
+            },
+            pools: Vec::new(),
+            memory: Vec::new(),
+        };
+        let pool_for = |q: &QueueConfig,
+                        direction: Direction,
+                        seg: usize,
+                        size: &PoolSize|
+         -> Result<Mempool, EngineError> {
+            if size.mbufs > size.configured {
+                tracing::warn!(
+                    "interface `{}` {} queue {}: {} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {}",
+                    iface.name,
+                    direction.name(),
+                    q.id,
+                    size.configured,
+                    size.mbufs
+                );
+            }
+            // The plan keeps DPDK queues' buffers inside an mbuf's 16-bit data room.
+            let room = u16::try_from(size.data_room).map_err(|_| EngineError::Queue {
+                interface: iface.name.clone(),
+                direction,
+                queue: q.id,
+                reason: format!("a {}-byte buffer does not fit an mbuf", size.data_room),
+            })?;
+            Mempool::pktmbuf(
+                format!("dp{index}{}{}s{seg}", direction.name(), q.id),
+                size.mbufs,
+                256,
+                room,
+                socket,
+            )
+            .map_err(|source| EngineError::Pool {
+                interface: iface.name.clone(),
+                direction,
+                queue: Some(q.id),
+                source,
+            })
+        };
+        let device = (planned.pci).then_some(Device(info.device));
+        for (q, planned_rx) in rx.iter().zip(&planned.rx) {
+            let i = planned_rx.device_queue;
+            let mut rxconf = info.default_rxconf;
+            let mut split = Vec::new();
+            let mut lent = None;
+            let pool: PoolPtr = match &planned_rx.receive {
+                RxReceive::Lent { region } => {
+                    let made = lend_region(
+                        regions,
+                        *region,
+                        device,
+                        socket,
+                        format!("dp{index}rx{}z", q.id),
+                    )
+                    .map_err(|source| EngineError::Lend {
+                        interface: iface.name.clone(),
+                        queue: q.id,
+                        source,
+                    })?;
+                    tracing::info!(
+                        "interface `{}` RX queue {}: receives into region `{}` without copying",
+                        iface.name,
+                        q.id,
+                        regions.get(*region).name()
+                    );
+                    let ptr = made.pool.ptr();
+                    lent = Some(made.lent);
+                    port.pools.push(made.pool);
+                    port.memory.push(made.memory);
+                    ptr
+                }
+                RxReceive::Copy { pool } => {
+                    let pool = pool_for(q, Direction::Rx, 0, pool)?;
+                    let ptr = pool.ptr();
+                    port.pools.push(pool);
+                    ptr
+                }
+                RxReceive::Split {
+                    header,
+                    payload,
+                    header_bytes,
+                } => {
+                    // SAFETY: reads a constant defined in the shim.
+                    let offload = unsafe { sys::shim_rx_offload_buffer_split };
+                    if info.rx_offload_capa & offload == 0 {
+                        return Err(EngineError::Queue {
+                            interface: iface.name.clone(),
+                            direction: Direction::Rx,
+                            queue: q.id,
+                            reason: format!(
+                                "header-data split (two memory regions) is not supported by this device ({driver} has no buffer split offload); give the queue one memory region"
+                            ),
+                        });
+                    }
+                    let head = pool_for(q, Direction::Rx, 0, header)?;
+                    let body = pool_for(q, Direction::Rx, 1, payload)?;
+                    for (mp, length) in [(head.ptr().0, *header_bytes as u16), (body.ptr().0, 0)] {
+                        split.push(sys::rte_eth_rxseg {
+                            split: sys::rte_eth_rxseg_split {
+                                mp,
+                                length,
+                                offset: 0,
+                                proto_hdr: 0,
+                            },
+                        });
+                    }
+                    rxconf.offloads |= offload;
+                    rxconf.rx_nseg = 2;
+                    rxconf.rx_seg = split.as_mut_ptr();
+                    let ptr = head.ptr();
+                    port.pools.push(head);
+                    port.pools.push(body);
+                    ptr
+                }
+            };
+            // SAFETY: configured port, queue index below the configured count; with buffer
+            // split the pools come from rx_seg (alive for the call) and `mp` is null.
+            super::error::check("rte_eth_rx_queue_setup", unsafe {
+                sys::rte_eth_rx_queue_setup(
+                    id,
+                    i,
+                    RING_DESCRIPTORS,
+                    socket as u32,
+                    &rxconf,
+                    if split.is_empty() {
+                        pool.0
+                    } else {
+                        std::ptr::null_mut()
+                    },
+                )
+            })
+            .map_err(device_err)?;
+            port.rx.push(RxSetup {
+                queue: q.id,
+                index: QueueIndex(i),
+                lent,
+            });
+        }
+        for i in rx.len()..hw_rx {
+            // An idle queue nobody polls; its pool only has to fill the ring.
+            let room = 2048 + dpdk_plan::HEADROOM;
+            let pool = Mempool::pktmbuf(
+                format!("dp{index}idle{i}"),
+                usize::from(RING_DESCRIPTORS) * 2,
+                0,
+                room as u16,
+                socket,
+            )
+            .map_err(|source| EngineError::Pool {
+                interface: iface.name.clone(),
+                direction: Direction::Rx,
+                queue: None,
+                source,
+            })?;
+            let ptr = pool.ptr();
+            port.pools.push(pool);
+            // SAFETY: configured port, queue index below the configured count.
+            super::error::check("rte_eth_rx_queue_setup (idle queue)", unsafe {
+                sys::rte_eth_rx_queue_setup(
+                    id,
+                    i as u16,
+                    RING_DESCRIPTORS,
+                    socket as u32,
+                    std::ptr::null(),
+                    ptr.0,
+                )
+            })
+            .map_err(device_err)?;
+        }
+        // Configured TX queues, then idle ones up to the device's count (net_tap).
+        for i in 0..hw_tx {
+            let pool = match (tx.get(i), planned.tx.get(i)) {
+                (Some(q), Some(t)) => {
+                    let pool = pool_for(q, Direction::Tx, 0, &t.pool)?;
+                    let ptr = pool.ptr();
+                    port.pools.push(pool);
+                    Some((q.id, ptr))
+                }
+                _ => None,
+            };
+            // SAFETY: configured port, queue index below the configured count.
+            super::error::check("rte_eth_tx_queue_setup", unsafe {
+                sys::rte_eth_tx_queue_setup(
+                    id,
+                    i as u16,
+                    RING_DESCRIPTORS,
+                    socket as u32,
+                    std::ptr::null(),
+                )
+            })
+            .map_err(device_err)?;
+            if let Some((queue, pool)) = pool {
+                port.tx.push(TxSetup {
+                    queue,
+                    index: QueueIndex(i as u16),
+                    pool,
+                });
+            }
+        }
+        port.device.start().map_err(device_err)?;
+        // Promiscuous mode: bench traffic is addressed to made-up MACs. Not every vdev
+        // supports it, which is fine.
+        // SAFETY: a started port.
+        let _ = unsafe { sys::rte_eth_promiscuous_enable(id) };
+
+        if let Some(rules_with_marks) = flow_plan {
+            port.steering = match flow::install(id, &rules_with_marks) {
+                Ok(flows) => PortSteering::RteFlow { flows, marks: true },
+                Err(with_marks) => {
+                    // Some PMDs place packets but cannot tag them: keep the placement and
+                    // find flow ids from the headers.
+                    let plain =
+                        flow::translate(&rx_config, &hw_queue, false).map_err(|source| {
+                            EngineError::Flow {
+                                interface: iface.name.clone(),
+                                source,
+                            }
+                        })?;
+                    match flow::install(id, &plain) {
+                        Ok(flows) => PortSteering::RteFlow {
+                            flows,
+                            marks: false,
+                        },
+                        Err(_) => {
+                            fallback = Some(with_marks);
+                            PortSteering::Device
+                        }
+                    }
+                }
+            };
+            if fallback.is_some() && isolated {
+                // Software steering needs every packet: leave isolation again.
+                port.device.stop();
+                flow_isolate(id, false).map_err(|source| EngineError::Flow {
+                    interface: iface.name.clone(),
+                    source,
+                })?;
+                port.device.start().map_err(device_err)?;
+            }
+        }
+        if let Some(reason) = fallback {
+            if let Some(f) = rx_config.flows.iter().find(|f| !f.transforms.is_empty()) {
+                return Err(EngineError::Interface {
+                    interface: iface.name.clone(),
+                    reason: format!(
+                        "the device cannot take the flow rules ({reason}), and flow `{}` needs header transforms: not supported in software steering",
+                        f.name
+                    ),
+                });
+            }
+            tracing::warn!(
+                "interface `{}`: flow rules steered in software ({reason})",
+                iface.name
+            );
+            let ids: Vec<u16> = rx.iter().map(|q| q.id).collect();
+            port.steering = PortSteering::Software {
+                grid: WireGrid::new(rules, &ids, ids.len()),
+            };
+        }
+        if matches!(port.steering, PortSteering::RteFlow { .. }) {
+            rules.set_device_programmed();
+        }
+        Ok(port)
+    }
+}
+
+fn flow_isolate(port_id: u16, on: bool) -> Result<(), flow::FlowError> {
+    let mut err = sys::rte_flow_error::default();
+    // SAFETY: a valid port id and error out structure.
+    if unsafe { sys::rte_flow_isolate(port_id, i32::from(on), &mut err) } == 0 {
+        return Ok(());
+    }
+    Err(flow::flow_error(format!("rte_flow_isolate({on})"), &err))
+}
+
+/// True when the port's flows need steering beyond the device's defaults.
+fn has_rules(rx: &RxConfig) -> bool {
+    !rx.flows.is_empty() || rx.flow_isolation
+}

@@ -1,0 +1,468 @@
+//! Burst I/O on one device queue: receive (copying into the queue's regions, or handing
+//! over the lent region's buffers), transmit (copying into mbufs), and the port counters
+//! folded into the queue's drops.
+
+use super::mempool::{LentPool, PoolPtr};
+use crate::burst::Burst;
+use crate::engine::wire::{Ingress, WireReceiver};
+use crate::engine::{RxPort, TxPort};
+use crate::memory::{RegionId, RegionSet};
+use crate::stats::{DropReason, QueueCounters};
+use crate::steering::InterfaceSteering;
+use dpdk_sys as sys;
+use std::sync::Arc;
+
+/// Mbufs taken from or handed to the driver per call.
+pub const MAX_BURST: usize = 64;
+
+/// Polls between reads of the port's counters (a few per second at full speed).
+const NIC_STATS_EVERY: u32 = 1 << 20;
+
+/// One device RX queue: pulls frames and copies them into a queue's memory regions.
+pub struct DeviceQueue {
+    pub(super) port_id: u16,
+    pub(super) hw_queue: u16,
+    /// Polls since the port's counters were last read (queue 0 of a port reads them).
+    pub(super) polls: u32,
+    /// Missed + errored and no-mbuf counts already folded into our counters.
+    pub(super) nic_seen: (u64, u64),
+    pub(super) port: u16,
+    pub(super) queue: u16,
+    pub(super) regions: Arc<RegionSet>,
+    /// The queue's region per segment (two with header-data split).
+    pub(super) segments: Vec<RegionId>,
+    pub(super) counters: Arc<QueueCounters>,
+    /// The device tags packets with the flow id (rte_flow MARK).
+    pub(super) marks: bool,
+    /// rte_flow placed the packet but could not tag it: find the flow id from the headers.
+    pub(super) classify_ids: bool,
+    /// The queue's region is its mbuf pool (this one): frames are handed over, not copied.
+    pub(super) lent_pool: Option<Arc<LentPool>>,
+    pub(super) rules: Arc<InterfaceSteering>,
+    pub(super) scratch: [*mut sys::rte_mbuf; MAX_BURST],
+    pub(super) mark_values: [u32; MAX_BURST],
+    pub(super) infos: [sys::shim_mbuf_info; MAX_BURST],
+    /// Zero copy: mbufs of the lent pool kept ready, `reserve[..reserve_len]`.
+    pub(super) reserve: [*mut sys::rte_mbuf; MAX_BURST],
+    pub(super) reserve_len: usize,
+}
+
+/// How an RX queue gets its packets.
+pub enum RxMode {
+    /// Straight from its device queue.
+    Direct,
+    /// Its device queue is one ingress point of software steering; the queue's packets
+    /// come over the wires (from its own and every other device queue).
+    Software(Box<(Ingress, WireReceiver)>),
+}
+
+pub struct DpdkRx {
+    /// The device queue.
+    pub device: DeviceQueue,
+    /// Where its packets go.
+    pub mode: RxMode,
+}
+
+// SAFETY: the scratch pointers are only used inside one call on the owning worker thread.
+unsafe impl Send for DeviceQueue {}
+
+impl DeviceQueue {
+    /// Folds the port's own drop counters into this queue's: packets the NIC missed or
+    /// rejected become `engine_missed`, receives without an mbuf `pool_empty`, so
+    /// "lossless" also covers the device.
+    fn fold_nic_counters(&mut self) {
+        if self.hw_queue != 0 {
+            return;
+        }
+        let mut st = sys::rte_eth_stats::default();
+        // SAFETY: a valid port and an out structure.
+        if unsafe { sys::rte_eth_stats_get(self.port_id, &mut st) } != 0 {
+            return;
+        }
+        let (missed, nombuf) = (st.imissed + st.ierrors, st.rx_nombuf);
+        self.counters.drop_packets(
+            DropReason::EngineMissed,
+            missed.saturating_sub(self.nic_seen.0),
+        );
+        self.counters.drop_packets(
+            DropReason::PoolEmpty,
+            nombuf.saturating_sub(self.nic_seen.1),
+        );
+        self.nic_seen = (missed, nombuf);
+    }
+
+    /// Receives up to `max` mbufs into `scratch` (and their marks); returns how many.
+    fn receive_mbufs(&mut self, max: usize) -> usize {
+        self.polls += 1;
+        if self.polls >= NIC_STATS_EVERY {
+            self.polls = 0;
+            self.fold_nic_counters();
+        }
+        if max == 0 {
+            return 0;
+        }
+        // SAFETY: a started port; scratch has room for `max` <= MAX_BURST pointers.
+        let n = unsafe {
+            sys::shim_rte_eth_rx_burst(
+                self.port_id,
+                self.hw_queue,
+                self.scratch.as_mut_ptr(),
+                max.min(MAX_BURST) as u16,
+            )
+        } as usize;
+        if n > 0 && self.marks {
+            // SAFETY: n received mbufs and room for n marks.
+            unsafe {
+                sys::shim_rte_mbuf_marks(
+                    self.scratch.as_ptr(),
+                    self.mark_values.as_mut_ptr(),
+                    n as u32,
+                )
+            };
+        }
+        n
+    }
+
+    /// The flow id of received mbuf `i`, now packet `slot` of `burst`.
+    fn flow_id(
+        &self,
+        i: usize,
+        burst: &Burst,
+        slot: usize,
+        rules: Option<&Arc<crate::steering::Classifier>>,
+    ) -> u32 {
+        if self.marks {
+            return self.mark_values[i];
+        }
+        match rules.and_then(|r| burst.data(slot, 0).map(|f| r.classify(f))) {
+            Some(crate::steering::Verdict::Deliver { flow_id, .. }) => flow_id,
+            _ => 0,
+        }
+    }
+
+    /// Up to `max` frames from the device as a burst of the queue's buffers, with their
+    /// flow ids: handed over when the region is the mbuf pool, else copied.
+    fn pull(&mut self, max: usize) -> Option<Burst> {
+        if let Some(lent) = self.lent_pool.clone() {
+            return self.pull_lent(max, &lent);
+        }
+        // Take from the device only what our pools can hold; the rest waits in the
+        // device's ring (a NIC counts its own misses when that ring overflows).
+        let room = self
+            .segments
+            .iter()
+            .map(|&r| self.regions.get(r).available())
+            .min()
+            .unwrap_or(0);
+        let n = self.receive_mbufs(max.min(room));
+        if n == 0 {
+            return None;
+        }
+        let out = match Burst::allocate(
+            self.regions.clone(),
+            self.port,
+            self.queue,
+            &self.segments,
+            n,
+        ) {
+            Some(mut fresh) => {
+                let rules = self.classify_ids.then(|| self.rules.rules());
+                let mut kept = 0;
+                for i in 0..n {
+                    if !self.copy_frame(self.scratch[i], &mut fresh, kept) {
+                        // Larger than the queue's buffers or more segments than regions:
+                        // counted, never delivered cut.
+                        self.counters.drop_packets(DropReason::Malformed, 1);
+                        continue;
+                    }
+                    let id = self.flow_id(i, &fresh, kept, rules.as_deref());
+                    fresh.set_flow_id(kept, id);
+                    kept += 1;
+                }
+                fresh.truncate(kept);
+                Some(fresh)
+            }
+            None => {
+                self.counters.drop_packets(DropReason::PoolEmpty, n as u64);
+                None
+            }
+        };
+        // SAFETY: every received mbuf is freed once.
+        unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), n as u32) };
+        out
+    }
+
+    /// Zero-copy receive: each mbuf's buffer is one of the region's, so the burst takes
+    /// the buffer index and the mbuf stays out of its pool until the burst is dropped.
+    fn pull_lent(&mut self, max: usize, lent: &LentPool) -> Option<Burst> {
+        // Buffers the application gave back go to the mempool first (this thread's cache).
+        let mut back = [0u32; MAX_BURST];
+        loop {
+            let k = lent.returned.dequeue_burst(&mut back);
+            if k == 0 {
+                break;
+            }
+            let mut batch = [std::ptr::null_mut(); MAX_BURST];
+            for (slot, &i) in batch.iter_mut().zip(&back[..k]) {
+                *slot = lent.mbufs[i as usize];
+            }
+            // SAFETY: each returned buffer was handed out once by this queue and comes back
+            // once (Burst ownership), so each mbuf is freed once.
+            unsafe { sys::shim_rte_pktmbuf_free_bulk(batch.as_mut_ptr(), k as u32) };
+            if k < MAX_BURST {
+                break;
+            }
+        }
+        let pool = lent.pool;
+        // Keep a burst's worth of the pool's mbufs in reserve, for frames the device hands
+        // over in mbufs of another pool (they are copied into these). Polling only as many
+        // frames as the reserve holds stops receiving while the application holds the
+        // buffers, and frames wait in the device's ring, as in copy mode.
+        if self.reserve_len < MAX_BURST {
+            let want = MAX_BURST - self.reserve_len;
+            // SAFETY: a valid pool; the reserve has room for `want` more pointers.
+            let ok = unsafe {
+                sys::shim_rte_pktmbuf_alloc_bulk(
+                    pool.0,
+                    self.reserve[self.reserve_len..].as_mut_ptr(),
+                    want as u32,
+                )
+            } == 0;
+            if ok {
+                self.reserve_len = MAX_BURST;
+            }
+        }
+        let n = self.receive_mbufs(max.min(self.reserve_len));
+        if n == 0 {
+            return None;
+        }
+        // SAFETY: n received mbufs and room for n records.
+        unsafe {
+            sys::shim_rte_mbuf_infos(self.scratch.as_ptr(), self.infos.as_mut_ptr(), n as u32)
+        };
+        let regions = self.regions.clone();
+        let region_id = self.segments[0];
+        let region = regions.get(region_id);
+        let mut out = Burst::empty(regions.clone(), self.port, self.queue, n);
+        let rules = self.classify_ids.then(|| self.rules.rules());
+        let mut done: [*mut sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
+        let (mut n_done, mut dropped) = (0, 0);
+        for i in 0..n {
+            let info = self.infos[i];
+            let (buf, off, len) = (
+                info.buf_addr as u64,
+                info.data_off as usize,
+                info.data_len as usize,
+            );
+            let fits = info.nb_segs == 1 && len <= region.buf_size();
+            let index = match region.index_of(buf) {
+                Some(index) if fits && (off == region.headroom() || region.host_accessible()) => {
+                    if off != region.headroom() {
+                        // The PMD left the data elsewhere in the buffer: move it to where
+                        // the region's buffer starts.
+                        // SAFETY: both ranges lie inside this mbuf's buffer (headroom +
+                        // buf_size bytes), which nobody else uses now.
+                        unsafe {
+                            std::ptr::copy(
+                                (buf + off as u64) as *const u8,
+                                (buf + region.headroom() as u64) as *mut u8,
+                                len,
+                            )
+                        };
+                    }
+                    index
+                }
+                None if fits && region.host_accessible() => {
+                    // An mbuf of another pool (net_ring passes the sender's mbufs on):
+                    // copy it into one of ours from the reserve.
+                    self.reserve_len -= 1;
+                    let own = self.reserve[self.reserve_len];
+                    // SAFETY: `own` is an mbuf of the lent pool, so its buffer is a region
+                    // buffer with room for headroom + buf_size bytes; the foreign mbuf
+                    // holds `len` bytes at `off`.
+                    let dst = unsafe {
+                        let dst = sys::shim_rte_mbuf_buf_addr(own) as u64;
+                        std::ptr::copy_nonoverlapping(
+                            (buf + off as u64) as *const u8,
+                            (dst + region.headroom() as u64) as *mut u8,
+                            len,
+                        );
+                        dst
+                    };
+                    done[n_done] = self.scratch[i];
+                    n_done += 1;
+                    region
+                        .index_of(dst)
+                        .expect("mbufs of the lent pool carry region buffers")
+                }
+                _ => {
+                    // A chained (too long) frame: counted, freed.
+                    dropped += 1;
+                    done[n_done] = self.scratch[i];
+                    n_done += 1;
+                    continue;
+                }
+            };
+            out.push_owned(region_id, index, len as u32, 0);
+            let slot = out.len() - 1;
+            let id = self.flow_id(i, &out, slot, rules.as_deref());
+            out.set_flow_id(slot, id);
+        }
+        if n_done > 0 {
+            // SAFETY: mbufs not handed to the burst, each freed once.
+            unsafe { sys::shim_rte_pktmbuf_free_bulk(done.as_mut_ptr(), n_done as u32) };
+        }
+        self.counters.drop_packets(DropReason::Malformed, dropped);
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// Copies the segments of mbuf chain `m` into packet `slot` of `fresh`; false when it
+    /// does not fit.
+    fn copy_frame(&self, m: *mut sys::rte_mbuf, fresh: &mut Burst, slot: usize) -> bool {
+        let mut cur = m;
+        let mut seg = 0;
+        while !cur.is_null() {
+            if seg >= self.segments.len() {
+                return false;
+            }
+            // SAFETY: a received mbuf segment, ours until the burst's mbufs are freed.
+            let (src, len) = unsafe {
+                (
+                    sys::shim_rte_pktmbuf_data(cur) as *const u8,
+                    sys::shim_rte_pktmbuf_data_len(cur) as usize,
+                )
+            };
+            let Some(buf) = fresh.buffer_mut(slot, seg) else {
+                return false;
+            };
+            if len > buf.len() {
+                return false;
+            }
+            // SAFETY: `len` bytes of packet data in the segment.
+            buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+            fresh.set_len(slot, seg, len);
+            // SAFETY: as above.
+            cur = unsafe { sys::shim_rte_pktmbuf_next(cur) };
+            seg += 1;
+        }
+        for s in seg..self.segments.len() {
+            fresh.set_len(slot, s, 0);
+        }
+        true
+    }
+}
+
+impl Drop for DeviceQueue {
+    fn drop(&mut self) {
+        // Runs on the worker thread as it exits: the last read of the port's counters.
+        self.fold_nic_counters();
+        if self.reserve_len > 0 {
+            // SAFETY: reserved mbufs, never handed out, each freed once.
+            unsafe {
+                sys::shim_rte_pktmbuf_free_bulk(self.reserve.as_mut_ptr(), self.reserve_len as u32)
+            };
+        }
+    }
+}
+
+impl RxPort for DpdkRx {
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        match &mut self.mode {
+            RxMode::Direct => match self.device.pull(max) {
+                Some(mut fresh) => {
+                    let n = fresh.len();
+                    into.take_from(&mut fresh, n)
+                }
+                None => 0,
+            },
+            RxMode::Software(ends) => {
+                let (ingress, receiver) = &mut **ends;
+                if ingress.has_room() {
+                    match self.device.pull(MAX_BURST) {
+                        Some(fresh) => {
+                            // Cannot be refused: every wire has room.
+                            let _ = ingress.steer(fresh);
+                        }
+                        None => ingress.idle(),
+                    }
+                }
+                receiver.receive(into, max)
+            }
+        }
+    }
+
+    fn take_boundary(&mut self) -> bool {
+        match &mut self.mode {
+            RxMode::Direct => false,
+            RxMode::Software(ends) => ends.1.take_boundary(),
+        }
+    }
+}
+
+pub struct DpdkTx {
+    /// The port.
+    pub port_id: u16,
+    /// The device queue.
+    pub hw_queue: u16,
+    /// Mbufs frames are copied into.
+    pub pool: PoolPtr,
+    /// Mbufs of the burst being sent.
+    pub scratch: [*mut sys::rte_mbuf; MAX_BURST],
+}
+
+// SAFETY: as for DpdkRx.
+unsafe impl Send for DpdkTx {}
+
+impl TxPort for DpdkTx {
+    fn transmit(&mut self, mut burst: Burst) -> Option<Burst> {
+        while !burst.is_empty() {
+            let n = burst.len().min(MAX_BURST);
+            // SAFETY: a valid pool; scratch has room for n.
+            if unsafe {
+                sys::shim_rte_pktmbuf_alloc_bulk(self.pool.0, self.scratch.as_mut_ptr(), n as u32)
+            } != 0
+            {
+                return Some(burst);
+            }
+            for i in 0..n {
+                let m = self.scratch[i];
+                let mut off = 0usize;
+                // SAFETY: a fresh mbuf whose data room holds buf_size + headroom bytes.
+                let dst = unsafe { sys::shim_rte_pktmbuf_data(m) as *mut u8 };
+                for seg in 0..burst.packets()[i].segments().len() {
+                    let data = burst.data(i, seg).expect("DPDK regions are host memory");
+                    // SAFETY: the pool's data room was sized from the region's buf_size.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(off), data.len())
+                    };
+                    off += data.len();
+                }
+                // SAFETY: as above.
+                unsafe { sys::shim_rte_pktmbuf_set_len(m, off as u16) };
+            }
+            // SAFETY: a started port; the driver takes the mbufs it accepts.
+            let sent = unsafe {
+                sys::shim_rte_eth_tx_burst(
+                    self.port_id,
+                    self.hw_queue,
+                    self.scratch.as_mut_ptr(),
+                    n as u16,
+                )
+            } as usize;
+            if sent < n {
+                // SAFETY: the mbufs the driver did not take are still ours.
+                unsafe {
+                    sys::shim_rte_pktmbuf_free_bulk(
+                        self.scratch[sent..n].as_mut_ptr(),
+                        (n - sent) as u32,
+                    )
+                };
+            }
+            burst.release_front(sent);
+            if sent < n {
+                return Some(burst);
+            }
+        }
+        None
+    }
+}
