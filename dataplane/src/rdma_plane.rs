@@ -253,7 +253,7 @@ impl RdmaPlane {
                 std::thread::Builder::new()
                     .name("rdma-cm".into())
                     .spawn(move || cm.run(&stop))
-                    .map_err(|e| RdmaPlaneError::Spawn(e))?,
+                    .map_err(RdmaPlaneError::Spawn)?,
             )
         };
         Ok(Self {
