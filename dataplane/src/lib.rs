@@ -18,8 +18,6 @@ pub mod plan;
 pub mod plane;
 #[cfg(feature = "rdma")]
 pub mod rdma_conn;
-#[cfg(feature = "rdma")]
-pub mod rdma_plane;
 pub mod reorder;
 pub mod stage;
 pub mod stats;
@@ -31,4 +29,4 @@ pub mod worker;
 pub use dataplane_ring as ring;
 
 pub use burst::{Burst, Packet, Segment};
-pub use plane::{DataPlane, RxQueue, SendError, StartError, TxFailure, TxQueue};
+pub use plane::{DataPlane, RxQueue, SendError, StartError, Stream, TxFailure, TxQueue};

@@ -5,7 +5,9 @@
 use crate::affinity::{self, PinError};
 use crate::burst::Burst;
 use crate::config::{Config, Direction, FlowConfig, RxConfig};
-use crate::engine::{self, Engine, EngineError};
+use crate::engine::{
+    self, ConnectionError, Connections, Engine, EngineError, Established, StreamState, StreamStats,
+};
 use crate::hugepages::{self, PreflightError};
 use crate::memory::{MemoryError, RegionId, RegionSet};
 use crate::plan::{EthSrc, Plan, PlanError};
@@ -13,9 +15,10 @@ use crate::stats::{QueueCounters, QueueStats, Snapshot};
 use crate::steering::{FlowError, FlowHandle, InterfaceSteering};
 use crate::worker::{self, RxTask, Task, TxTask, WorkerControl, WorkerFailed, WorkerHealth};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use std::time::Instant;
@@ -247,6 +250,95 @@ impl TxQueue {
     }
 }
 
+/// Packets per burst of a connection's queues.
+const CONNECTION_BURST: usize = 64;
+
+/// The application's end of a connection (see [`DataPlane::accept`]): its queues, run by
+/// the worker of the connection's core. Dropping it closes the connection.
+pub struct Stream {
+    rx: Mutex<RxQueue>,
+    tx: Mutex<TxQueue>,
+    state: Arc<dyn StreamState>,
+    interface: String,
+    slot: usize,
+    #[cfg(feature = "rdma")]
+    qp: rdma::verbs::QpSettings,
+}
+
+impl Stream {
+    /// A burst of `count` packets from the connection's send region.
+    pub fn alloc(&self, count: usize) -> Result<Burst, TxFailure> {
+        self.tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc(count)
+    }
+
+    /// Queues `burst` to be sent, one message per packet. Gives it back when the queue
+    /// is full (try again later), the connection is closed, or the burst belongs to
+    /// another connection or plane.
+    pub fn send(&self, burst: Burst) -> Result<(), Burst> {
+        if self.is_closed() {
+            return Err(burst);
+        }
+        self.tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(burst)
+            .map_err(|e| e.burst)
+    }
+
+    /// The next burst of received messages, if one arrived (also after the connection
+    /// closed, for what arrived before).
+    pub fn poll(&self) -> Option<Burst> {
+        self.rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .poll()
+            .ok()
+            .flatten()
+    }
+
+    /// True once the connection is gone (the peer disconnected, an error, or shutdown).
+    pub fn is_closed(&self) -> bool {
+        self.state.is_closed()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> StreamStats {
+        self.state.stats()
+    }
+
+    /// The last error, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.state.last_error()
+    }
+
+    /// The interface this connection belongs to (for a server, the listener's that
+    /// accepted it).
+    pub fn interface(&self) -> &str {
+        &self.interface
+    }
+
+    /// The interface's queue slot this connection occupies (its regions and core).
+    pub fn queue(&self) -> usize {
+        self.slot
+    }
+
+    /// The retry and RNR settings the queue pair runs with (read back from the device).
+    #[cfg(feature = "rdma")]
+    pub fn qp_settings(&self) -> rdma::verbs::QpSettings {
+        self.qp
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // A flag: the worker retires the connection's tasks, and with them the connection.
+        self.state.close();
+    }
+}
+
 struct WorkerHandle {
     core: u32,
     control: Arc<WorkerControl>,
@@ -262,10 +354,14 @@ pub struct DataPlane {
     workers: Vec<WorkerHandle>,
     counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
     stats: Option<StatsThread>,
-    rx_queues: BTreeMap<(usize, u16), RxQueue>,
-    tx_queues: BTreeMap<(usize, u16), TxQueue>,
+    // Behind locks so the plane is `Sync` (accept and connect from several threads);
+    // taking a queue needs `&mut self`, so they are never contended.
+    rx_queues: Mutex<BTreeMap<(usize, u16), RxQueue>>,
+    tx_queues: Mutex<BTreeMap<(usize, u16), TxQueue>>,
     regions: Arc<RegionSet>,
     plan: Plan,
+    /// Per connection slot (interface index, slot): its RX and TX counters.
+    slot_counters: BTreeMap<(usize, usize), (Arc<QueueCounters>, Arc<QueueCounters>)>,
 }
 
 #[derive(Clone)]
@@ -410,6 +506,26 @@ impl DataPlane {
             };
             tasks.push(Some(task));
         }
+        // Connection slots: an RX and a TX counter each, kept across its connections.
+        let mut slot_counters = BTreeMap::new();
+        for i in &plan.rdma {
+            for n in 0..i.slots.len() {
+                let mut pair = Vec::new();
+                for direction in [Direction::Rx, Direction::Tx] {
+                    let c = Arc::new(QueueCounters::default());
+                    counters.push((
+                        QueueLabel {
+                            interface: i.name.clone(),
+                            direction,
+                            queue: n as u16,
+                        },
+                        c.clone(),
+                    ));
+                    pair.push(c);
+                }
+                slot_counters.insert((i.interface, n), (pair[0].clone(), pair[1].clone()));
+            }
+        }
 
         let mut plane = Self {
             config: config.clone(),
@@ -418,10 +534,11 @@ impl DataPlane {
             workers: Vec::new(),
             counters: Arc::new(counters),
             stats: None,
-            rx_queues,
-            tx_queues,
+            rx_queues: Mutex::new(rx_queues),
+            tx_queues: Mutex::new(tx_queues),
             regions: regions.clone(),
             plan,
+            slot_counters,
         };
         for c in plane.plan.cores.clone() {
             let core_tasks: Vec<Task> = c.queues.iter().filter_map(|&i| tasks[i].take()).collect();
@@ -527,6 +644,110 @@ impl DataPlane {
         &self.plan
     }
 
+    /// The region set bursts of this plane come from.
+    pub fn regions(&self) -> &Arc<RegionSet> {
+        &self.regions
+    }
+
+    fn connection_engine(&self) -> Result<&dyn Connections, ConnectionError> {
+        self.engine
+            .connections()
+            .ok_or(ConnectionError::NotConnections(self.engine.name()))
+    }
+
+    /// Waits up to `timeout` for the next connection accepted on server interface
+    /// `interface` (engines whose queues are connections: `roce://`). A request the
+    /// server's rules refused comes back as [`ConnectionError::Rejected`].
+    pub fn accept(&self, interface: &str, timeout: Duration) -> Result<Stream, ConnectionError> {
+        let e = self.connection_engine()?.accept(interface, timeout)?;
+        self.attach(e)
+    }
+
+    /// Connects client interface `interface` to `remote`, retrying a server that refuses
+    /// or cannot be reached every `socket_config.retry_connect_s` for up to 30 s.
+    pub fn connect(&self, interface: &str, remote: SocketAddr) -> Result<Stream, ConnectionError> {
+        self.connect_within(interface, remote, Duration::from_secs(30))
+    }
+
+    /// As [`DataPlane::connect`], retrying for up to `budget` (so the start order of
+    /// server and client does not matter). A server that rejects the client is final.
+    pub fn connect_within(
+        &self,
+        interface: &str,
+        remote: SocketAddr,
+        budget: Duration,
+    ) -> Result<Stream, ConnectionError> {
+        let e = self
+            .connection_engine()?
+            .connect_within(interface, remote, budget)?;
+        self.attach(e)
+    }
+
+    /// Connections established and not yet retired.
+    pub fn connections(&self) -> usize {
+        self.engine.connections().map_or(0, |c| c.live())
+    }
+
+    /// Runs an established connection: its ports become an RX and a TX task on the
+    /// worker of its core, with the slot's counters; the application gets the queues.
+    fn attach(&self, e: Established) -> Result<Stream, ConnectionError> {
+        let Some(worker) = self.workers.iter().find(|w| w.core == e.core) else {
+            return Err(ConnectionError::NoWorker {
+                interface: e.interface_name,
+                core: e.core,
+            });
+        };
+        let (rx_counters, tx_counters) = self
+            .slot_counters
+            .get(&(e.interface, e.slot))
+            .cloned()
+            .unwrap_or_default();
+        let (port, queue) = (e.interface as u16, e.slot as u16);
+        let (rx_producer, rx_consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
+        let (tx_producer, tx_consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
+        let rx_task = RxTask::new(
+            e.rx,
+            rx_producer,
+            self.regions.clone(),
+            port,
+            queue,
+            CONNECTION_BURST,
+            // Messages go to the application as soon as the connection is idle.
+            Some(Duration::ZERO),
+            self.engine.capabilities().rx_overflow,
+            rx_counters,
+        );
+        let tx_task = TxTask::new(e.tx, tx_consumer, tx_counters);
+        worker
+            .control
+            .attach(vec![Task::Rx(rx_task), Task::Tx(tx_task)]);
+        Ok(Stream {
+            rx: Mutex::new(RxQueue {
+                ring: rx_consumer,
+                interface: e.interface_name.clone(),
+                queue,
+                reorder: None,
+                reorder_error: None,
+                health: worker.health.clone(),
+            }),
+            tx: Mutex::new(TxQueue {
+                ring: tx_producer,
+                regions: self.regions.clone(),
+                segment_regions: e.tx_regions,
+                port,
+                interface: e.interface_name.clone(),
+                queue,
+                batch_size: CONNECTION_BURST,
+                health: worker.health.clone(),
+            }),
+            state: e.state,
+            interface: e.interface_name,
+            slot: e.slot,
+            #[cfg(feature = "rdma")]
+            qp: e.qp,
+        })
+    }
+
     /// The engine's name.
     pub fn engine_name(&self) -> &'static str {
         self.engine.name()
@@ -545,13 +766,19 @@ impl DataPlane {
     /// Takes the application's end of an RX queue (each can be taken once).
     pub fn take_rx_queue(&mut self, interface: &str, queue: u16) -> Option<RxQueue> {
         let i = self.config.interface_index(interface)?;
-        self.rx_queues.remove(&(i, queue))
+        self.rx_queues
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(i, queue))
     }
 
     /// Takes the application's end of a TX queue (each can be taken once).
     pub fn take_tx_queue(&mut self, interface: &str, queue: u16) -> Option<TxQueue> {
         let i = self.config.interface_index(interface)?;
-        self.tx_queues.remove(&(i, queue))
+        self.tx_queues
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(i, queue))
     }
 
     /// Current counters of every queue.
@@ -784,6 +1011,11 @@ fn check_cores(plan: &Plan) -> Result<(), StartError> {
     for q in &plan.queues {
         if !affinity::core_is_usable(q.core) {
             return Err(missing(q.core_key.clone(), q.core));
+        }
+    }
+    for slot in plan.rdma.iter().flat_map(|i| &i.slots) {
+        if !affinity::core_is_usable(slot.core) {
+            return Err(missing(slot.core_key.clone(), slot.core));
         }
     }
     Ok(())

@@ -17,13 +17,39 @@ use std::time::{Duration, Instant};
 /// honest on machines with fewer cores than busy threads, at ~1 µs worst-case latency.
 const IDLE_PASSES_BEFORE_YIELD: u32 = 1024;
 
+/// Passes between a worker's housekeeping: taking tasks handed to it while it runs
+/// (connections) and retiring tasks whose port closed.
+const HOUSEKEEPING_EVERY: u32 = 1024;
+
 /// Flags a worker reads; each worker has its own.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct WorkerControl {
     /// Set to make the worker exit.
     pub stop: AtomicBool,
     /// Set to deliver partial RX bursts as soon as the queue is idle (drain at the end).
     pub flush: AtomicBool,
+    /// Set when `incoming` holds tasks.
+    has_incoming: AtomicBool,
+    /// Tasks handed to the running worker (a new connection's queues).
+    incoming: std::sync::Mutex<Vec<Task>>,
+}
+
+impl WorkerControl {
+    /// Hands `tasks` to the running worker; it takes them within a few microseconds
+    /// (its next housekeeping pass). The lock is only held to move the tasks.
+    pub fn attach(&self, tasks: Vec<Task>) {
+        self.incoming
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(tasks);
+        self.has_incoming.store(true, Ordering::Release);
+    }
+
+    fn take_incoming(&self, into: &mut Vec<Task>) {
+        if self.has_incoming.swap(false, Ordering::Acquire) {
+            into.append(&mut self.incoming.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
 }
 
 /// A worker that stopped by panicking: its name and the panic's message.
@@ -243,6 +269,28 @@ impl RxTask {
         self.counters.drop_packets(DropReason::GpuCopy, packets);
     }
 
+    /// When the port closed (a connection ended): delivers what is still assembled and
+    /// says whether the task is done, i.e. nothing is held any more, or the application
+    /// dropped its end (what is held then goes back to the pools with the task).
+    fn retire(&mut self) -> bool {
+        if !self.port.closed() {
+            return false;
+        }
+        if let Some(b) = self.ready.take() {
+            self.push(b);
+        }
+        if self.ready.is_none()
+            && let Some(b) = self.assembling.take().filter(|b| !b.is_empty())
+        {
+            self.deliver(b);
+        }
+        self.drain_stage();
+        let held = self.ready.is_some()
+            || self.unstaged.is_some()
+            || self.stage.as_ref().is_some_and(|s| s.in_flight() > 0);
+        !held || self.ring.is_abandoned()
+    }
+
     fn push(&mut self, burst: Burst) {
         let (n, bytes) = (burst.len() as u64, burst.bytes());
         match self.ring.push(burst) {
@@ -335,11 +383,28 @@ pub enum Task {
     Tx(TxTask),
 }
 
+impl Task {
+    /// True once the task's port closed and it holds nothing more to deliver; the worker
+    /// then drops it (a closed TX task's unsent bursts go back to their pools).
+    fn retire(&mut self) -> bool {
+        match self {
+            Task::Rx(rx) => rx.retire(),
+            Task::Tx(tx) => tx.port.closed(),
+        }
+    }
+}
+
 /// Runs `tasks` on the current thread until `control.stop` is set. Bursts still held when
 /// stopping are dropped here, which returns their buffers.
 pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
+    let mut passes = 0u32;
     while !control.stop.load(Ordering::Relaxed) {
+        passes = passes.wrapping_add(1);
+        if passes.is_multiple_of(HOUSEKEEPING_EVERY) {
+            control.take_incoming(&mut tasks);
+            tasks.retain_mut(|t| !t.retire());
+        }
         let flush = control.flush.load(Ordering::Relaxed);
         // One clock read per pass: every RX task of the pass decides its timeout with it.
         let now = Instant::now();

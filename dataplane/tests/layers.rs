@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     // Engines, the worker loop, the running plane.
     &["engine"],
     &["worker"],
-    &["plane", "rdma_plane"],
+    &["plane"],
     // Benchmarks drive the plane like an application.
     &["bench"],
 ];

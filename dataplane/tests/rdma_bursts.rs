@@ -126,14 +126,16 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
     );
 }
 
-fn loopback_plane() -> dataplane::rdma_plane::RdmaPlane {
+fn loopback_plane() -> dataplane::DataPlane {
     // Without `..`: inside the VM only the files themselves exist, not the crate directory.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")
         .join("configs/rdma_loopback.yaml");
     let cfg = dataplane::config::load_file(&path).expect("config").config;
-    dataplane::rdma_plane::RdmaPlane::start(&cfg).expect("start")
+    // The same `DataPlane::start` as every engine: regions, hugepage preflight, workers
+    // on the configured cores, counters.
+    dataplane::DataPlane::start(&cfg).expect("start")
 }
 
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -147,10 +149,10 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 /// Sends `bursts` bursts of `per` packets from `from` and checks every packet arrives at
 /// `to`, in order, in `rx_region`.
 fn stream_bursts(
-    plane: &dataplane::rdma_plane::RdmaPlane,
-    from: &dataplane::rdma_plane::RdmaStream,
+    plane: &dataplane::DataPlane,
+    from: &dataplane::Stream,
     tx_region: &str,
-    to: &dataplane::rdma_plane::RdmaStream,
+    to: &dataplane::Stream,
     rx_region: &str,
     (bursts, per): (u32, u32),
 ) {
@@ -167,8 +169,13 @@ fn stream_bursts(
             "sent {sent} bursts, got {got} packets"
         );
         if sent < bursts
-            && let Some(mut b) = Burst::allocate(regions.clone(), 1, 0, &[tx], per as usize)
+            && let Ok(mut b) = from.alloc(per as usize)
         {
+            assert_eq!(
+                b.packets()[0].segments()[0].region,
+                tx,
+                "the slot's TX region"
+            );
             for p in 0..per as usize {
                 let data = payload(sent, p as u32);
                 b.buffer_mut(p, 0).unwrap()[..data.len()].copy_from_slice(&data);
@@ -193,7 +200,7 @@ fn stream_bursts(
 }
 
 #[test]
-fn the_loopback_config_runs_workers_per_connection_and_frees_the_slot_on_disconnect() {
+fn the_loopback_config_runs_connections_on_the_plane_workers_and_frees_the_slot_on_disconnect() {
     if let Err(e) = verbs::device_present() {
         eprintln!("SKIP: {e}");
         return;
@@ -205,7 +212,16 @@ fn the_loopback_config_runs_workers_per_connection_and_frees_the_slot_on_disconn
         let cli = plane.connect("client", server_addr).expect("connect");
         (srv.join().unwrap().expect("accept"), cli)
     });
-    assert_eq!(plane.workers(), 2, "one worker per connection end");
+    assert_eq!(
+        plane.connections(),
+        2,
+        "both ends run, on the plane's workers"
+    );
+    assert_eq!(
+        plane.worker_cores(),
+        vec![0, 1],
+        "one worker per slot core (client 0, server 1), no thread per connection"
+    );
     assert_eq!((server.interface(), server.queue()), ("server", 0));
     // The QPs run with the configured (default) RNR timer, not rdma_cm's 655 ms.
     for end in [&server, &client] {
@@ -250,24 +266,33 @@ fn the_loopback_config_runs_workers_per_connection_and_frees_the_slot_on_disconn
     assert!(refused.is_err(), "a second connection must be refused");
     let told = plane.accept("server", Duration::from_secs(60));
     match told {
-        Err(dataplane::rdma_plane::RdmaPlaneError::Rejected { reason, .. }) => {
+        Err(dataplane::engine::ConnectionError::Rejected { reason, .. }) => {
             eprintln!("refused as expected: {reason}")
         }
         Err(e) => panic!("expected a rejection, got {e}"),
         Ok(_) => panic!("expected a rejection, got a connection"),
     }
 
-    // The client goes away: the server end closes, its worker is joined by the
-    // connection-manager thread, and the queue is free for the next client.
+    // The client goes away: the server end closes, the workers retire both connections
+    // (no thread is joined), and the queue is free for the next client.
     let start = Instant::now();
     drop(client);
     wait_until("the server end to close", || server.is_closed());
-    wait_until("both workers to stop", || plane.workers() == 0);
+    drop(server);
+    wait_until("both connections to retire", || plane.connections() == 0);
     eprintln!(
-        "server worker stopped {:?} after the client dropped",
+        "both connections retired {:?} after the client dropped",
         start.elapsed()
     );
-    drop(server);
+    // The slots' counters are the plane's, like any queue's.
+    let snap = plane.snapshot();
+    let sent: u64 = snap
+        .queues
+        .iter()
+        .filter(|q| q.interface == "client" && q.direction == "tx")
+        .map(|q| q.packets)
+        .sum();
+    assert_eq!(sent, 1600, "{snap:?}");
     let (server, client) = std::thread::scope(|s| {
         let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
         let cli = plane.connect("client", server_addr).expect("reconnect");

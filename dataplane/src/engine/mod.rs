@@ -6,6 +6,8 @@
 pub mod dpdk;
 pub mod fault;
 pub mod loopback;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod wire;
 
 use crate::burst::Burst;
@@ -14,7 +16,9 @@ use crate::memory::RegionSet;
 use crate::plan::Plan;
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use crate::plan::{Capabilities, Overflow};
 
@@ -28,6 +32,12 @@ pub trait RxPort: Send {
     fn take_boundary(&mut self) -> bool {
         false
     }
+
+    /// True once nothing more will arrive (a connection ended) and everything received was
+    /// handed over; the worker then delivers what it holds and drops the task.
+    fn closed(&self) -> bool {
+        false
+    }
 }
 
 /// Transmit side of one queue.
@@ -38,6 +48,12 @@ pub trait TxPort: Send {
 
     /// Called when the worker has nothing to send on this queue.
     fn idle(&mut self) {}
+
+    /// True once nothing can be sent any more (a connection ended); the worker drops the
+    /// task, and the bursts still queued for it go back to their pools.
+    fn closed(&self) -> bool {
+        false
+    }
 }
 
 /// A packet engine.
@@ -77,6 +93,148 @@ pub trait Engine: Send + Sync {
     fn mac_address(&self, _port: u16) -> Option<[u8; 6]> {
         None
     }
+
+    /// Connection-oriented operations, for engines whose queues are connections
+    /// (`Capabilities::connections`): accept and connect hand out an [`Established`]
+    /// connection, whose ports the plane runs on its workers.
+    fn connections(&self) -> Option<&dyn Connections> {
+        None
+    }
+}
+
+/// Counters of one connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Messages sent.
+    pub sent_packets: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Messages received.
+    pub received_packets: u64,
+    /// Bytes received.
+    pub received_bytes: u64,
+    /// Errors (failed completions, refused bursts, bursts left when it closed).
+    pub errors: u64,
+}
+
+/// What a connection's ports and the application's end share.
+pub trait StreamState: Send + Sync {
+    /// Counters so far.
+    fn stats(&self) -> StreamStats;
+    /// True once the connection is gone (peer, error, or closed by us).
+    fn is_closed(&self) -> bool;
+    /// The last error, if any.
+    fn last_error(&self) -> Option<String>;
+    /// Closes it from our side; the worker then retires its ports.
+    fn close(&self);
+}
+
+/// A connection the engine established, ready to be run by the plane: its two ports go to
+/// the worker of `core` as an RX and a TX task.
+pub struct Established {
+    /// Interface index.
+    pub interface: usize,
+    /// Interface name (of the listener that accepted it, for a server).
+    pub interface_name: String,
+    /// The interface's queue slot it occupies.
+    pub slot: usize,
+    /// Core of the worker that runs it.
+    pub core: u32,
+    /// Regions the application's sends come from.
+    pub tx_regions: Vec<crate::memory::RegionId>,
+    /// Receive side.
+    pub rx: Box<dyn RxPort>,
+    /// Send side.
+    pub tx: Box<dyn TxPort>,
+    /// Shared with the application's end.
+    pub state: Arc<dyn StreamState>,
+    /// The RDMA queue pair's retry and RNR settings (read back from the device).
+    #[cfg(feature = "rdma")]
+    pub qp: ::rdma::verbs::QpSettings,
+}
+
+/// Accept and connect, for engines whose queues are connections.
+pub trait Connections: Send + Sync {
+    /// Waits up to `timeout` for the next connection accepted on server interface
+    /// `interface`.
+    fn accept(&self, interface: &str, timeout: Duration) -> Result<Established, ConnectionError>;
+    /// Connects client interface `interface` to `remote`, retrying a server that refuses
+    /// or cannot be reached for up to `budget`.
+    fn connect_within(
+        &self,
+        interface: &str,
+        remote: SocketAddr,
+        budget: Duration,
+    ) -> Result<Established, ConnectionError>;
+    /// Connections established and not yet retired.
+    fn live(&self) -> usize;
+}
+
+/// Why a connection could not be accepted or made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// The engine has no connections (a packet engine).
+    #[error("the {0} engine has no connections; accept and connect are for roce:// interfaces")]
+    NotConnections(&'static str),
+    /// No connection interface has this name.
+    #[error("no connection interface `{0}`")]
+    UnknownInterface(String),
+    /// A client interface where a server was needed, or the other way round.
+    #[error("interface `{interface}` is not a {expected}")]
+    WrongSide {
+        /// Interface name.
+        interface: String,
+        /// "server" or "client".
+        expected: &'static str,
+    },
+    /// Every queue slot of the interface carries a connection.
+    #[error(
+        "interface `{interface}`: every queue already carries a connection ({slots}); close one first"
+    )]
+    NoFreeSlot {
+        /// Interface name.
+        interface: String,
+        /// Its slots.
+        slots: usize,
+    },
+    /// No connection arrived in time.
+    #[error("interface `{interface}`: no connection within {waited:?}")]
+    Timeout {
+        /// Interface name.
+        interface: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The connection manager stopped.
+    #[error("interface `{interface}`: the connection manager stopped")]
+    ManagerStopped {
+        /// Interface name.
+        interface: String,
+    },
+    /// The server's rules refused the request.
+    #[error("interface `{interface}`: request rejected: {reason}")]
+    Rejected {
+        /// Interface name.
+        interface: String,
+        /// Why.
+        reason: String,
+    },
+    /// The transport failed (verbs, rdma_cm).
+    #[error("interface `{interface}`: {source}")]
+    Transport {
+        /// Interface name.
+        interface: String,
+        /// The transport's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The plane has no worker on the connection's core.
+    #[error("interface `{interface}`: no worker runs on core {core}")]
+    NoWorker {
+        /// Interface name.
+        interface: String,
+        /// The core.
+        core: u32,
+    },
 }
 
 /// An engine could not be created or a queue could not be opened.
@@ -92,11 +250,26 @@ pub enum EngineError {
         "the DPDK engine is not in this build; rebuild with `cargo build --release --features dpdk` (needs apt-get install dpdk libdpdk-dev libclang-dev pkg-config)"
     )]
     DpdkNotBuilt,
-    /// `roce://` interfaces given to the packet plane.
-    #[error(
-        "roce:// interfaces are RDMA connections, not packet queues: start them with `dataplane::rdma_plane::RdmaPlane::start` (accept/connect give streams with send(burst) and poll()), or run `dataplane bench rdma FILE`"
-    )]
-    Connections,
+    /// The configuration asks for RDMA in a build without it.
+    #[error("roce:// interfaces need the `rdma` feature, which this build does not have")]
+    RdmaNotBuilt,
+    /// An RDMA listener or the connection manager could not start.
+    #[cfg(feature = "rdma")]
+    #[error("interface `{interface}`: {source}")]
+    Verbs {
+        /// Interface name.
+        interface: String,
+        /// The verbs layer's error.
+        source: ::rdma::verbs::VerbsError,
+    },
+    /// A thread could not be started.
+    #[error("cannot start the {what} thread: {source}")]
+    Spawn {
+        /// Which thread.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A start-up thread panicked.
     #[error("{0} panicked")]
     Panicked(&'static str),
@@ -208,8 +381,8 @@ pub fn create(
     regions: &Arc<RegionSet>,
     steering: &[Arc<InterfaceSteering>],
 ) -> Result<Arc<dyn Engine>, EngineError> {
-    // Only the DPDK engine reads the plan's engine part so far.
-    #[cfg(not(feature = "dpdk"))]
+    // Only the DPDK and RDMA engines read the plan's engine part so far.
+    #[cfg(not(any(feature = "dpdk", feature = "rdma")))]
     let _ = plan;
     match config.engine {
         EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(
@@ -221,8 +394,10 @@ pub fn create(
         )?)),
         #[cfg(not(feature = "dpdk"))]
         EngineKind::Dpdk => Err(EngineError::DpdkNotBuilt),
-        // RDMA moves connections, not queues: its API is `RdmaPlane`.
-        EngineKind::Rdma => Err(EngineError::Connections),
+        #[cfg(feature = "rdma")]
+        EngineKind::Rdma => Ok(Arc::new(rdma::RdmaEngine::new(plan, regions)?)),
+        #[cfg(not(feature = "rdma"))]
+        EngineKind::Rdma => Err(EngineError::RdmaNotBuilt),
         other => Err(EngineError::Unavailable(other.name())),
     }
 }

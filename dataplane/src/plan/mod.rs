@@ -221,7 +221,8 @@ pub struct Plan {
     /// Packet queues (RX then TX per interface). Empty for connection engines, whose
     /// queues are connection slots (see [`Plan::rdma`]).
     pub queues: Vec<QueuePlan>,
-    /// Worker cores and their queues, by core.
+    /// Worker cores and their queues, by core (a connection engine's cores start without
+    /// queues: connections join them as they are made).
     pub cores: Vec<CorePlan>,
     /// Huge pages the regions and the engine map.
     pub hugepages: HugepageNeed,
@@ -284,6 +285,10 @@ impl Plan {
         let mut by_core: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (i, q) in queues.iter().enumerate() {
             by_core.entry(q.core).or_default().push(i);
+        }
+        // Connection slots run on the workers of their cores, which start without queues.
+        for slot in rdma.iter().flat_map(|i| &i.slots) {
+            by_core.entry(slot.core).or_default();
         }
         let cores = by_core
             .into_iter()
@@ -428,7 +433,12 @@ impl Plan {
                     format!("{} {} {}", q.interface_name, q.direction.name(), q.id)
                 })
                 .collect();
-            let _ = writeln!(s, "worker core {}: {}", c.core, names.join(", "));
+            let names = if names.is_empty() {
+                "connections, as they are made".to_owned()
+            } else {
+                names.join(", ")
+            };
+            let _ = writeln!(s, "worker core {}: {names}", c.core);
         }
         if !self.hugepages.is_empty() {
             let _ = writeln!(s, "huge pages:");
@@ -500,7 +510,7 @@ impl Plan {
                     slot.tx_region
                         .map(|t| format!(", tx region `{}`", self.regions[t as usize].name))
                         .unwrap_or_default(),
-                    slot.core.map_or("unpinned".to_owned(), |c| c.to_string()),
+                    slot.core,
                     slot.recv_window,
                     slot.send_window
                 );

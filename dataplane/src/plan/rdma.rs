@@ -17,8 +17,11 @@ pub struct SlotPlan {
     pub rx_region: u16,
     /// Region sends come from, when the slot has one.
     pub tx_region: Option<u16>,
-    /// Core of the connection's worker (its TX queue's, else its RX queue's).
-    pub core: Option<u32>,
+    /// Core of the worker that runs the connection: its TX queue's, else its RX queue's,
+    /// else (an interface without queues) `master_core`.
+    pub core: u32,
+    /// Key path of that core, for messages (`master_core` when it is the fallback).
+    pub core_key: String,
     /// Receives posted at once: the RX region's buffers, at most [`MAX_RECV_WINDOW`].
     pub recv_window: usize,
     /// Sends in flight at once (`max_inflight_bytes` over the message size).
@@ -97,6 +100,13 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
                 .or_else(|| region_id(&format!("DATA_{dir}_GPU_{side}")))
         };
         let mut slots = Vec::new();
+        let dir_of = |n: usize| {
+            if tx_queues.get(n).is_some() {
+                "tx"
+            } else {
+                "rx"
+            }
+        };
         for n in 0..rx_queues.len().max(tx_queues.len()).max(1) {
             let (rxq, txq) = (rx_queues.get(n), tx_queues.get(n));
             let rx_region = region_of(rxq, "RX").ok_or_else(|| {
@@ -110,7 +120,12 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
             slots.push(SlotPlan {
                 rx_region,
                 tx_region,
-                core: txq.or(rxq).map(|q| q.cpu_core),
+                core: txq.or(rxq).map_or(config.master_core, |q| q.cpu_core),
+                core_key: if txq.or(rxq).is_some() {
+                    format!("interfaces[{index}].{}.queues[{n}].cpu_core", dir_of(n))
+                } else {
+                    "master_core".to_owned()
+                },
                 recv_window: config.memory_regions[rx_region as usize]
                     .num_bufs
                     .min(MAX_RECV_WINDOW),

@@ -1,0 +1,736 @@
+//! RDMA engine (feature `rdma`): `stream_type: socket` interfaces with `roce://` endpoints.
+//! Its queues are connections: each interface has connection slots (one per configured
+//! queue, from the plan), a server interface listens, a client connects. An established
+//! connection becomes an RX and a TX port the plane runs as two tasks on the worker of the
+//! slot's core, with the plane's counters; when the connection ends (the peer
+//! disconnected, an error, or the application dropped its end) the worker retires the
+//! tasks, and with them the connection: disconnect, queue pair destroyed, posted buffers
+//! back to the pool, slot free. No thread per connection, so none is joined.
+//!
+//! The connection-manager thread owns the listeners, decides on requests by the rules of
+//! `rdma::cm::Server`, and marks connections closed when rdma_cm reports them gone. Which
+//! interface a request belongs to is the listener's that received it (its index in the
+//! configuration), never the device's port number.
+
+#![forbid(unsafe_code)]
+
+use super::{
+    Capabilities, ConnectionError, Connections, Engine, EngineError, Established, RxPort,
+    StreamState, StreamStats, TxPort,
+};
+use crate::burst::Burst;
+use crate::config::{RoceConfig, SocketMode};
+use crate::memory::RegionSet;
+use crate::plan::Plan;
+use crate::plan::rdma::SlotPlan;
+use crate::rdma_conn::{BurstConnection, SendError};
+use crate::stats::QueueCounters;
+use rdma::cm::{CmAction, CmEvent, ConfiguredInterface, Server};
+use rdma::verbs::{Connection, ConnectionParams, Listener, ListenerEvent, VerbsError};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Idle receive polls between checks of a client connection's own event channel.
+const EVENT_CHECK_EVERY: u32 = 1024;
+/// Connections per server at most (the reference's limit).
+const MAX_CONNECTIONS: usize = 128;
+/// How long a connect keeps retrying a server that refuses or cannot be reached, unless
+/// the caller gives its own budget.
+pub const DEFAULT_CONNECT_BUDGET: Duration = Duration::from_secs(30);
+
+struct RdmaInterface {
+    index: usize,
+    name: String,
+    local: SocketAddr,
+    mode: SocketMode,
+    roce: RoceConfig,
+    /// Seconds between connection attempts of a client (`socket_config.retry_connect_s`).
+    retry_connect_s: u32,
+    /// One connection per queue, as in the reference: its regions, core and windows.
+    slots: Vec<SlotPlan>,
+    /// Which slots carry a connection now.
+    busy: Mutex<Vec<bool>>,
+}
+
+impl RdmaInterface {
+    /// Takes the first free queue slot.
+    fn take_slot(&self) -> Option<usize> {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let n = busy.iter().position(|b| !b)?;
+        busy[n] = true;
+        Some(n)
+    }
+
+    fn release_slot(&self, n: usize) {
+        self.busy.lock().unwrap_or_else(|e| e.into_inner())[n] = false;
+    }
+
+    fn params(&self, slot: usize) -> ConnectionParams {
+        let q = &self.slots[slot];
+        ConnectionParams {
+            own_receives: false,
+            send_depth: q.send_window,
+            recv_depth: q.recv_window as u32,
+            message_size: 64,
+            window_size: 0,
+            rnr_retry: self.roce.rnr_retry,
+            retry_count: self.roce.retry_count,
+            min_rnr_timer: self.roce.min_rnr_timer,
+            ..ConnectionParams::default()
+        }
+    }
+}
+
+/// What the engine's connections share with it.
+struct Shared {
+    regions: Arc<RegionSet>,
+    interfaces: Vec<RdmaInterface>,
+    /// Connections established and not yet retired.
+    live: AtomicUsize,
+}
+
+impl Shared {
+    fn interface(&self, name: &str) -> Result<(usize, &RdmaInterface), ConnectionError> {
+        self.interfaces
+            .iter()
+            .enumerate()
+            .find(|(_, i)| i.name == name)
+            .ok_or_else(|| ConnectionError::UnknownInterface(name.to_owned()))
+    }
+}
+
+/// What a connection's ports and its application end share.
+struct ConnState {
+    sent_packets: AtomicU64,
+    sent_bytes: AtomicU64,
+    received_packets: AtomicU64,
+    received_bytes: AtomicU64,
+    errors: AtomicU64,
+    closed: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+impl ConnState {
+    fn new() -> Self {
+        Self {
+            sent_packets: AtomicU64::new(0),
+            sent_bytes: AtomicU64::new(0),
+            received_packets: AtomicU64::new(0),
+            received_bytes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    fn error(&self, what: String) {
+        tracing::warn!("rdma connection: {what}");
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
+    }
+}
+
+impl StreamState for ConnState {
+    fn stats(&self) -> StreamStats {
+        StreamStats {
+            sent_packets: self.sent_packets.load(Ordering::Relaxed),
+            sent_bytes: self.sent_bytes.load(Ordering::Relaxed),
+            received_packets: self.received_packets.load(Ordering::Relaxed),
+            received_bytes: self.received_bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+/// Holds a slot while its connection lives.
+struct SlotGuard {
+    shared: Arc<Shared>,
+    interface: usize,
+    slot: usize,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.shared.interfaces[self.interface].release_slot(self.slot);
+        self.shared.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection while its ports run. Dropped when the worker retired both of them: it
+/// disconnects, then the queue pair goes (its posted buffers back to the pool), then the
+/// slot is free (fields drop in order).
+struct Live {
+    conn: BurstConnection,
+    _slot: SlotGuard,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = self.conn.connection().disconnect();
+    }
+}
+
+fn lock(live: &Mutex<Live>) -> std::sync::MutexGuard<'_, Live> {
+    // Both ports run on one worker thread, so the lock is never contended; a panic while
+    // holding it leaves a connection that is still consistent (every call is complete).
+    live.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Receive side: polls the connection's completions (also those of its sends).
+struct RdmaRx {
+    live: Arc<Mutex<Live>>,
+    state: Arc<ConnState>,
+    /// Received messages not yet taken by the worker's burst.
+    pending: Option<Burst>,
+    /// A client watches its own event channel for the peer's disconnect.
+    watch_own_events: bool,
+    idle: u32,
+}
+
+impl RdmaRx {
+    fn hand_over(&mut self, into: &mut Burst, max: usize) -> usize {
+        let Some(p) = &mut self.pending else {
+            return 0;
+        };
+        let n = into.take_from(p, max);
+        if p.is_empty() {
+            self.pending = None;
+        }
+        n
+    }
+}
+
+impl RxPort for RdmaRx {
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        let mut got = self.hand_over(into, max);
+        if got == max || self.state.is_closed() {
+            return got;
+        }
+        let mut live = lock(&self.live);
+        match live.conn.poll() {
+            Ok(Some(b)) => {
+                self.idle = 0;
+                self.state
+                    .received_packets
+                    .fetch_add(b.len() as u64, Ordering::Relaxed);
+                self.state
+                    .received_bytes
+                    .fetch_add(b.bytes(), Ordering::Relaxed);
+                drop(live);
+                self.pending = Some(b);
+                got += self.hand_over(into, max - got);
+            }
+            Ok(None) => {
+                self.idle = self.idle.wrapping_add(1);
+                if self.watch_own_events
+                    && self.idle.is_multiple_of(EVENT_CHECK_EVERY)
+                    && live.conn.connection().peer_disconnected()
+                {
+                    self.state.close();
+                }
+            }
+            Err(e) => {
+                self.state.error(e.to_string());
+                self.state.close();
+            }
+        }
+        got
+    }
+
+    fn closed(&self) -> bool {
+        self.state.is_closed() && self.pending.is_none()
+    }
+}
+
+/// Send side: posts each burst's packets as SENDs; the connection holds the burst until
+/// its completions, which the receive side polls.
+struct RdmaTx {
+    live: Arc<Mutex<Live>>,
+    state: Arc<ConnState>,
+}
+
+impl TxPort for RdmaTx {
+    fn transmit(&mut self, burst: Burst) -> Option<Burst> {
+        if self.state.is_closed() {
+            self.state.error(format!(
+                "{} packets not sent: the connection closed",
+                burst.len()
+            ));
+            return None;
+        }
+        let (n, bytes) = (burst.len() as u64, burst.bytes());
+        match lock(&self.live).conn.send(burst) {
+            Ok(()) => {
+                self.state.sent_packets.fetch_add(n, Ordering::Relaxed);
+                self.state.sent_bytes.fetch_add(bytes, Ordering::Relaxed);
+                None
+            }
+            Err(SendError::Full(b)) => Some(b),
+            Err(SendError::Unsupported(why, _)) => {
+                self.state.error(format!("burst dropped: {why}"));
+                None
+            }
+            Err(SendError::Verbs(e)) => {
+                self.state.error(e.to_string());
+                self.state.close();
+                None
+            }
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.state.is_closed()
+    }
+}
+
+/// Wraps an established connection of `slot` of interface `position` into the ports the
+/// plane runs. The slot is released when they are retired (or when this fails).
+fn establish(
+    shared: &Arc<Shared>,
+    position: usize,
+    slot: usize,
+    conn: Connection,
+    watch_own_events: bool,
+) -> Result<(Established, Arc<ConnState>), VerbsError> {
+    shared.live.fetch_add(1, Ordering::AcqRel);
+    let guard = SlotGuard {
+        shared: shared.clone(),
+        interface: position,
+        slot,
+    };
+    let iface = &shared.interfaces[position];
+    let q = &iface.slots[slot];
+    let qp = conn.qp_settings()?;
+    let conn = BurstConnection::new(
+        conn,
+        shared.regions.clone(),
+        q.rx_region,
+        &q.tx_region.into_iter().collect::<Vec<_>>(),
+        (iface.index as u16, slot as u16),
+        q.recv_window,
+    )?;
+    let live = Arc::new(Mutex::new(Live { conn, _slot: guard }));
+    let state = Arc::new(ConnState::new());
+    let established = Established {
+        interface: iface.index,
+        interface_name: iface.name.clone(),
+        slot,
+        core: q.core,
+        tx_regions: q.tx_region.into_iter().collect(),
+        rx: Box::new(RdmaRx {
+            live: live.clone(),
+            state: state.clone(),
+            pending: None,
+            watch_own_events,
+            idle: 0,
+        }),
+        tx: Box::new(RdmaTx {
+            live,
+            state: state.clone(),
+        }),
+        state: state.clone(),
+        qp,
+    };
+    Ok((established, state))
+}
+
+/// The RDMA engine: the `roce://` interfaces, their listeners and the connection manager.
+pub struct RdmaEngine {
+    shared: Arc<Shared>,
+    /// Accepted connections (or why one failed), per server interface index.
+    accepted: BTreeMap<usize, Mutex<Receiver<Result<Established, ConnectionError>>>>,
+    cm_stop: Arc<AtomicBool>,
+    cm_thread: Option<JoinHandle<()>>,
+}
+
+impl RdmaEngine {
+    /// Listens on every server interface of `plan` and starts the connection manager.
+    pub fn new(plan: &Plan, regions: &Arc<RegionSet>) -> Result<Self, EngineError> {
+        let interfaces: Vec<RdmaInterface> = plan
+            .rdma
+            .iter()
+            .map(|i| RdmaInterface {
+                index: i.interface,
+                name: i.name.clone(),
+                local: i.local,
+                mode: i.mode,
+                roce: i.roce.clone(),
+                retry_connect_s: i.retry_connect_s,
+                busy: Mutex::new(vec![false; i.slots.len()]),
+                slots: i.slots.clone(),
+            })
+            .collect();
+        if interfaces.is_empty() {
+            return Err(EngineError::Interface {
+                interface: String::new(),
+                reason: "no interface has socket_config with a roce:// local_addr".into(),
+            });
+        }
+        let mut listeners = Vec::new();
+        let mut accepted = BTreeMap::new();
+        let mut deliver = BTreeMap::new();
+        for (position, i) in interfaces.iter().enumerate() {
+            if i.mode != SocketMode::Server {
+                continue;
+            }
+            let l = Listener::bind(i.local, MAX_CONNECTIONS as i32).map_err(|source| {
+                EngineError::Verbs {
+                    interface: i.name.clone(),
+                    source,
+                }
+            })?;
+            listeners.push((position, l));
+            let (tx, rx) = std::sync::mpsc::sync_channel(MAX_CONNECTIONS);
+            accepted.insert(i.index, Mutex::new(rx));
+            deliver.insert(position, tx);
+        }
+        let server = Server::new(
+            interfaces
+                .iter()
+                .filter_map(|i| match i.local {
+                    SocketAddr::V4(a) => Some(ConfiguredInterface {
+                        config_index: i.index,
+                        name: i.name.clone(),
+                        addr: *a.ip(),
+                    }),
+                    SocketAddr::V6(_) => None,
+                })
+                .collect(),
+            // One connection per server queue.
+            interfaces
+                .iter()
+                .filter(|i| i.mode == SocketMode::Server)
+                .map(|i| i.slots.len())
+                .sum::<usize>()
+                .max(1),
+        );
+        let shared = Arc::new(Shared {
+            regions: regions.clone(),
+            interfaces,
+            live: AtomicUsize::new(0),
+        });
+        let cm_stop = Arc::new(AtomicBool::new(false));
+        let cm_thread = if listeners.is_empty() {
+            None
+        } else {
+            let stop = cm_stop.clone();
+            let mut cm = CmLoop {
+                shared: shared.clone(),
+                server,
+                listeners,
+                deliver,
+                conn_of_key: BTreeMap::new(),
+                next_conn: 1,
+            };
+            Some(
+                std::thread::Builder::new()
+                    .name("rdma-cm".into())
+                    .spawn(move || cm.run(&stop))
+                    .map_err(|source| EngineError::Spawn {
+                        what: "rdma-cm",
+                        source,
+                    })?,
+            )
+        };
+        Ok(Self {
+            shared,
+            accepted,
+            cm_stop,
+            cm_thread,
+        })
+    }
+}
+
+impl Drop for RdmaEngine {
+    fn drop(&mut self) {
+        // The plane stopped its workers first, which retired every running connection.
+        // No lock is held here.
+        self.cm_stop.store(true, Ordering::Release);
+        if let Some(t) = self.cm_thread.take() {
+            let _ = t.join();
+        }
+        // Connections the application never took go with their channels.
+        self.accepted.clear();
+    }
+}
+
+impl Engine for RdmaEngine {
+    fn name(&self) -> &'static str {
+        "rdma"
+    }
+
+    fn rx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        _counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn RxPort>, EngineError> {
+        Err(EngineError::NoQueue {
+            port,
+            direction: crate::config::Direction::Rx,
+            queue,
+        })
+    }
+
+    fn tx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        _counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn TxPort>, EngineError> {
+        Err(EngineError::NoQueue {
+            port,
+            direction: crate::config::Direction::Tx,
+            queue,
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::RDMA
+    }
+
+    fn steering(&self) -> String {
+        "connections".into()
+    }
+
+    fn connections(&self) -> Option<&dyn Connections> {
+        Some(self)
+    }
+}
+
+impl Connections for RdmaEngine {
+    fn accept(&self, interface: &str, timeout: Duration) -> Result<Established, ConnectionError> {
+        let (_, iface) = self.shared.interface(interface)?;
+        let rx = self
+            .accepted
+            .get(&iface.index)
+            .ok_or_else(|| ConnectionError::WrongSide {
+                interface: interface.to_owned(),
+                expected: "server",
+            })?;
+        match rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recv_timeout(timeout)
+        {
+            Ok(result) => result,
+            Err(RecvTimeoutError::Timeout) => Err(ConnectionError::Timeout {
+                interface: interface.to_owned(),
+                waited: timeout,
+            }),
+            Err(RecvTimeoutError::Disconnected) => Err(ConnectionError::ManagerStopped {
+                interface: interface.to_owned(),
+            }),
+        }
+    }
+
+    fn connect_within(
+        &self,
+        interface: &str,
+        remote: SocketAddr,
+        budget: Duration,
+    ) -> Result<Established, ConnectionError> {
+        let (position, iface) = self.shared.interface(interface)?;
+        if iface.mode != SocketMode::Client {
+            return Err(ConnectionError::WrongSide {
+                interface: interface.to_owned(),
+                expected: "client",
+            });
+        }
+        let transport = |e: VerbsError| ConnectionError::Transport {
+            interface: interface.to_owned(),
+            source: Box::new(e),
+        };
+        let slot = iface
+            .take_slot()
+            .ok_or_else(|| ConnectionError::NoFreeSlot {
+                interface: interface.to_owned(),
+                slots: iface.slots.len(),
+            })?;
+        let local = SocketAddr::new(iface.local.ip(), 0);
+        let period = Duration::from_secs(u64::from(iface.retry_connect_s.max(1)));
+        let conn =
+            Connection::connect_within(local, remote, iface.params(slot), period, budget, &|| {
+                false
+            });
+        match conn {
+            // From here the slot is released by the connection's guard.
+            Ok(conn) => establish(&self.shared, position, slot, conn, true)
+                .map(|(e, _)| e)
+                .map_err(transport),
+            Err(e) => {
+                iface.release_slot(slot);
+                Err(transport(e))
+            }
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.shared.live.load(Ordering::Acquire)
+    }
+}
+
+/// The connection-manager thread: owns the listeners, decides on requests, and closes
+/// every connection rdma_cm reports gone (its worker then retires it).
+struct CmLoop {
+    shared: Arc<Shared>,
+    server: Server,
+    /// Listeners by interface position.
+    listeners: Vec<(usize, Listener)>,
+    deliver: BTreeMap<usize, SyncSender<Result<Established, ConnectionError>>>,
+    /// Every accepted connection by its rdma_cm key: our connection id and its state.
+    conn_of_key: BTreeMap<u64, (u64, Arc<ConnState>)>,
+    next_conn: u64,
+}
+
+impl CmLoop {
+    fn run(&mut self, stop: &AtomicBool) {
+        let stopping = || stop.load(Ordering::Acquire);
+        while !stopping() {
+            for n in 0..self.listeners.len() {
+                let (position, listener) = &self.listeners[n];
+                let position = *position;
+                match listener.next_event(Duration::from_millis(2), &stopping) {
+                    Ok(ListenerEvent::Request(req)) => self.on_request(position, req),
+                    Ok(ListenerEvent::Disconnected(key)) => self.on_disconnected(key),
+                    Ok(ListenerEvent::Established(_)) => {}
+                    Ok(ListenerEvent::Other(what)) => {
+                        tracing::debug!(interface = position, "rdma_cm event {what}")
+                    }
+                    Err(VerbsError::Timeout(_) | VerbsError::Stopped(_)) => {}
+                    Err(e) => tracing::warn!(interface = position, "rdma_cm: {e}"),
+                }
+            }
+        }
+    }
+
+    fn on_request(&mut self, listening: usize, req: rdma::verbs::Request) {
+        let conn_id = self.next_conn;
+        self.next_conn += 1;
+        let shared = self.shared.clone();
+        let local = shared.interfaces[listening].local;
+        let decision = self.server.on_event(&CmEvent::ConnectRequest {
+            conn: conn_id,
+            local,
+            remote: local,
+            device_port: req.device_port,
+        });
+        let name = shared.interfaces[listening].name.clone();
+        let result = match decision.into_iter().next() {
+            Some(CmAction::Accept { interface, .. }) => {
+                // The owner is the listener's interface (by configuration index).
+                let Some(position) = shared.interfaces.iter().position(|i| i.index == interface)
+                else {
+                    req.reject();
+                    return;
+                };
+                let owner = &shared.interfaces[position];
+                let transport = |e: VerbsError| ConnectionError::Transport {
+                    interface: owner.name.clone(),
+                    source: Box::new(e),
+                };
+                let accepted = match owner.take_slot() {
+                    None => {
+                        req.reject();
+                        Err(None)
+                    }
+                    Some(slot) => match req.accept(owner.params(slot)) {
+                        Ok(conn) => Ok((slot, conn)),
+                        Err(e) => {
+                            owner.release_slot(slot);
+                            Err(Some(e))
+                        }
+                    },
+                };
+                match accepted {
+                    Ok((slot, conn)) => {
+                        let key = conn.key();
+                        self.server.on_event(&CmEvent::Established(conn_id));
+                        match establish(&shared, position, slot, conn, false) {
+                            Ok((established, state)) => {
+                                self.conn_of_key.insert(key, (conn_id, state));
+                                Ok(established)
+                            }
+                            Err(e) => {
+                                self.server.on_event(&CmEvent::Disconnected(conn_id));
+                                Err(transport(e))
+                            }
+                        }
+                    }
+                    Err(None) => {
+                        // Every queue is taken (the state machine counts all interfaces).
+                        let reason = format!(
+                            "interface `{}` has no free queue ({} queues, each carries one connection); close a connection first",
+                            owner.name,
+                            owner.slots.len()
+                        );
+                        self.server.on_event(&CmEvent::Failed {
+                            conn: conn_id,
+                            what: reason.clone(),
+                        });
+                        Err(ConnectionError::Rejected {
+                            interface: owner.name.clone(),
+                            reason,
+                        })
+                    }
+                    Err(Some(e)) => {
+                        self.server.on_event(&CmEvent::Failed {
+                            conn: conn_id,
+                            what: e.to_string(),
+                        });
+                        Err(transport(e))
+                    }
+                }
+            }
+            Some(CmAction::Reject { reason, .. }) => {
+                tracing::warn!(interface = %name, "connection request rejected: {reason}");
+                req.reject();
+                Err(ConnectionError::Rejected {
+                    interface: name,
+                    reason,
+                })
+            }
+            other => {
+                req.reject();
+                Err(ConnectionError::Rejected {
+                    interface: name,
+                    reason: format!("unexpected connection decision {other:?}"),
+                })
+            }
+        };
+        if let Some(tx) = self.deliver.get(&listening) {
+            // A full or closed queue drops the connection, which closes it.
+            let _ = tx.try_send(result);
+        }
+    }
+
+    fn on_disconnected(&mut self, key: u64) {
+        let Some((conn, state)) = self.conn_of_key.remove(&key) else {
+            return;
+        };
+        // Closing is a flag: the worker retires the connection's ports and with them the
+        // connection and its slot. Nothing is joined here.
+        state.close();
+        self.server.on_event(&CmEvent::Disconnected(conn));
+    }
+}
