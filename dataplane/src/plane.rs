@@ -266,6 +266,16 @@ pub struct Stream {
 }
 
 impl Stream {
+    /// The region sends come from (a buffer per message), if the slot has one.
+    pub fn send_region(&self) -> Option<RegionId> {
+        self.tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .segment_regions
+            .first()
+            .copied()
+    }
+
     /// A burst of `count` packets from the connection's send region.
     pub fn alloc(&self, count: usize) -> Result<Burst, TxFailure> {
         self.tx
@@ -278,7 +288,7 @@ impl Stream {
     /// is full (try again later), the connection is closed, or the burst belongs to
     /// another connection or plane.
     pub fn send(&self, burst: Burst) -> Result<(), Burst> {
-        if self.is_closed() {
+        if self.state.is_closed() {
             return Err(burst);
         }
         self.tx
@@ -299,9 +309,17 @@ impl Stream {
             .flatten()
     }
 
-    /// True once the connection is gone (the peer disconnected, an error, or shutdown).
+    /// True once the connection is gone (the peer disconnected, an error, or shutdown)
+    /// and everything it received is in this end's queue: [`Stream::poll`] returns the
+    /// rest, then nothing more arrives.
     pub fn is_closed(&self) -> bool {
         self.state.is_closed()
+            && self
+                .rx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .ring
+                .is_abandoned()
     }
 
     /// Counters so far.
@@ -666,20 +684,22 @@ impl DataPlane {
     /// Connects client interface `interface` to `remote`, retrying a server that refuses
     /// or cannot be reached every `socket_config.retry_connect_s` for up to 30 s.
     pub fn connect(&self, interface: &str, remote: SocketAddr) -> Result<Stream, ConnectionError> {
-        self.connect_within(interface, remote, Duration::from_secs(30))
+        self.connect_within(interface, remote, Duration::from_secs(30), &|| false)
     }
 
     /// As [`DataPlane::connect`], retrying for up to `budget` (so the start order of
-    /// server and client does not matter). A server that rejects the client is final.
+    /// server and client does not matter) or until `stop` returns true. A server that
+    /// rejects the client is final.
     pub fn connect_within(
         &self,
         interface: &str,
         remote: SocketAddr,
         budget: Duration,
+        stop: &dyn Fn() -> bool,
     ) -> Result<Stream, ConnectionError> {
         let e = self
             .connection_engine()?
-            .connect_within(interface, remote, budget)?;
+            .connect_within(interface, remote, budget, stop)?;
         self.attach(e)
     }
 

@@ -171,8 +171,25 @@ impl BurstConnection {
     }
 
     /// Polls: returns the messages received since the last call as a burst of RX-region
-    /// buffers (one packet each), frees sent bursts, and tops the receives up.
+    /// buffers (one packet each), frees sent bursts, and tops the receives up. An error
+    /// completion ends the call with the error (see [`BurstConnection::poll_received`]
+    /// for the messages that arrived before it).
     pub fn poll(&mut self) -> Result<Option<Burst>, VerbsError> {
+        match self.poll_received() {
+            (_, Some(e)) => Err(e),
+            (b, None) => Ok(b),
+        }
+    }
+
+    /// As [`BurstConnection::poll`], but the messages that arrived before an error
+    /// completion come back with it, so nothing received is lost when the connection
+    /// fails or the peer goes away (its flushed receives then complete with errors).
+    pub fn poll_received(&mut self) -> (Option<Burst>, Option<VerbsError>) {
+        let (received, error) = self.poll_inner();
+        (received.filter(|b| !b.is_empty()), error)
+    }
+
+    fn poll_inner(&mut self) -> (Option<Burst>, Option<VerbsError>) {
         let mut received = Burst::empty(self.regions.clone(), self.port, self.queue, 64);
         let mut last_sent = None;
         let rx = self.rx_region;
@@ -189,7 +206,9 @@ impl BurstConnection {
         for p in received.packets() {
             self.posted.remove(&p.segments()[0].index);
         }
-        polled?;
+        if let Err(e) = polled {
+            return (Some(received), Some(e));
+        }
         // RC completes sends in order: every burst up to the last completed token is done.
         if let Some(done) = last_sent {
             while self
@@ -200,8 +219,8 @@ impl BurstConnection {
                 self.in_flight.pop_front();
             }
         }
-        self.refill_receives()?;
-        Ok((!received.is_empty()).then_some(received))
+        let refilled = self.refill_receives().err();
+        (Some(received), refilled)
     }
 
     /// Bursts still being sent.

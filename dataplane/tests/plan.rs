@@ -155,7 +155,7 @@ fn rdma_loopback_has_a_server_and_a_client_slot() {
         p.regions[slot.tx_region.unwrap() as usize].name,
         "DATA_TX_GPU_SERVER"
     );
-    assert_eq!(slot.recv_window, 64);
+    assert_eq!(slot.recv_window, 128, "the RX region's buffers");
     assert_eq!(client.local.port(), 0);
     shipped("rdma_xhost.yaml");
 }

@@ -9,8 +9,11 @@
 
 #![forbid(unsafe_code)]
 
-use crate::config::{Config, PeerBenchConfig};
-use rdma::verbs::{Connection, ConnectionParams, Listener, ListenerEvent, VerbsError};
+use crate::burst::Burst;
+use crate::config::{Config, PeerBenchConfig, SocketMode};
+use crate::engine::ConnectionError;
+use crate::plane::{DataPlane, StartError, Stream};
+use rdma::verbs::VerbsError;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,6 +60,8 @@ pub struct SideReport {
     pub rx_gbps: f64,
     /// What went wrong, if anything.
     pub problems: Vec<String>,
+    /// How the side ran where it differs from what its section asks (not errors).
+    pub notes: Vec<String>,
 }
 
 /// The report: totals over the sides this process ran, and each side.
@@ -110,6 +115,9 @@ impl RdmaReport {
                 for p in &r.problems {
                     s.push_str(&format!("    - {p}\n"));
                 }
+                for n in &r.notes {
+                    s.push_str(&format!("    note: {n}\n"));
+                }
             }
         }
         s.push_str(if self.ok() {
@@ -148,13 +156,40 @@ pub enum RdmaBenchError {
         /// The last attempt's error.
         last: VerbsError,
     },
-    /// Verbs or rdma_cm failed.
+    /// The connection could not be made.
     #[error("{side}: {source}")]
-    Verbs {
+    Connection {
         /// `server` or `client`.
         side: &'static str,
         /// The error.
-        source: VerbsError,
+        source: ConnectionError,
+    },
+    /// The data plane did not start.
+    #[error(transparent)]
+    Start(StartError),
+    /// No `roce://` interface of the configuration has the side's address.
+    #[error(
+        "{side}: no roce:// {side} interface has the address {address} (socket_config.local_addr)"
+    )]
+    NoInterface {
+        /// `server` or `client`.
+        side: &'static str,
+        /// The address the bench section names.
+        address: SocketAddr,
+    },
+    /// Messages do not fit the send region's buffers.
+    #[error(
+        "{side}: message_size {message_size} is above the {buf_size}-byte buffers of region `{region}` messages are sent from"
+    )]
+    MessageTooLarge {
+        /// `server` or `client`.
+        side: &'static str,
+        /// The bench's message size.
+        message_size: u64,
+        /// The send region.
+        region: String,
+        /// Its buffer size.
+        buf_size: usize,
     },
 }
 
@@ -195,139 +230,157 @@ fn matches(m: &[u8], seq: u64) -> bool {
     body_ok && tail == &pattern_word(seq, (m.len() - 8) / 8).to_le_bytes()[..tail.len()]
 }
 
-fn params_of(side: &PeerBenchConfig, peer: Option<&PeerBenchConfig>) -> ConnectionParams {
-    // The receive window covers the peer's send window, so the peer never meets an empty
-    // receive queue (no RNR waits at start or later).
-    let recv = side.rx_depth.max(peer.map_or(0, |p| p.tx_depth)).max(2);
-    ConnectionParams {
-        message_size: side.message_size as usize,
-        send_depth: side.tx_depth.max(1),
-        recv_depth: recv,
-        window_size: 4096,
-        ..ConnectionParams::default()
-    }
-}
-
-/// Runs one side over an established connection: sends for `seconds` if `send`, receives
-/// until the peer's end marker if `receive`.
-/// Where a side learns that its peer went away: a server's accepted connections report
-/// on the listener's event channel (which also brings surplus clients to turn away), a
-/// client's on its own.
-enum PeerWatch<'a> {
-    Listener(&'a Listener),
-    OwnChannel,
-}
-
-/// How often the event channels are read while moving messages.
+/// How often the server looks for clients it turned away while moving messages.
 const PEER_CHECK_EVERY: Duration = Duration::from_millis(1);
 /// How long a side keeps draining after a signal before it reports and exits.
 const STOP_DRAIN: Duration = Duration::from_secs(1);
+/// Messages handed to the connection per burst at most.
+const SEND_BURST: usize = 32;
 
-impl PeerWatch<'_> {
-    /// Why the peer is gone, if it is; turns away connection requests meanwhile.
-    fn peer_gone(&self, conn: &Connection, r: &mut SideReport) -> Option<&'static str> {
-        match self {
-            PeerWatch::OwnChannel => conn
-                .peer_disconnected()
-                .then_some("the server disconnected"),
-            PeerWatch::Listener(listener) => loop {
-                match listener.next_event(Duration::ZERO, &|| false) {
-                    Ok(ListenerEvent::Request(req)) => {
-                        req.reject();
-                        r.problems.push(
-                            "turned away a second client: this bench serves one at a time".into(),
-                        );
-                    }
-                    Ok(ListenerEvent::Disconnected(key)) if key == conn.key() => {
-                        return Some("the client disconnected");
-                    }
-                    Ok(_) => {}
-                    Err(_) => return None,
-                }
-            },
+/// One side's connection, with what its loop needs to know about the plane.
+struct Side<'a> {
+    plane: &'a DataPlane,
+    stream: Stream,
+    /// The server's interface, watched for clients the plane turned away.
+    server_interface: Option<&'a str>,
+}
+
+impl Side<'_> {
+    /// Messages handed to the connection whose buffers are not back yet (queued, on the
+    /// wire, or waiting for their completion): the send region's buffers out of the pool.
+    fn outstanding(&self) -> usize {
+        self.stream.send_region().map_or(0, |r| {
+            let region = self.plane.regions().get(r);
+            region.num_bufs() - region.available()
+        })
+    }
+
+    /// Clients the server's rules turned away since the last look.
+    fn turned_away(&self, r: &mut SideReport) {
+        let Some(interface) = self.server_interface else {
+            return;
+        };
+        while let Err(ConnectionError::Rejected { .. }) =
+            self.plane.accept(interface, Duration::ZERO)
+        {
+            r.problems
+                .push("turned away a second client: this bench serves one at a time".into());
         }
     }
 }
 
+/// Fills a burst of `count` messages from `seq` on.
+fn messages(stream: &Stream, count: usize, size: usize, seq: u64) -> Option<Burst> {
+    let mut b = stream.alloc(count).ok()?;
+    for i in 0..b.len() {
+        let buf = b.buffer_mut(i, 0)?;
+        fill(&mut buf[..size], seq + i as u64);
+        b.set_len(i, 0, size);
+    }
+    Some(b)
+}
+
+/// Runs one side over its connection: sends for `seconds` if `send` (at most `tx_depth`
+/// messages outstanding), receives until the peer's end marker if `receive`.
 fn run_side(
-    conn: &mut Connection,
+    side: &Side,
     cfg: &PeerBenchConfig,
     peer_sends: bool,
     seconds: f64,
     stop: &AtomicBool,
-    watch: PeerWatch,
 ) -> SideReport {
     let size = cfg.message_size as usize;
+    let stream = &side.stream;
     let mut r = SideReport::default();
     let mut next_rx = 0u64;
     let mut peer_total: Option<u64> = None;
     let start = Instant::now();
     let send_until = start + Duration::from_secs_f64(seconds);
+    // Messages filled so far; `unsent` holds a filled burst the connection's queue
+    // could not take yet.
     let mut seq = 0u64;
+    let mut unsent: Option<Burst> = None;
     let mut end_sent = !cfg.send;
     let mut rx_done_at = None;
     let mut tx_done_at = None;
     let give_up = send_until + Duration::from_secs(30);
     let mut next_check = start + PEER_CHECK_EVERY;
     let mut stop_deadline: Option<Instant> = None;
-    let mut gone: Option<&'static str> = None;
+    let tx_depth = cfg.tx_depth.max(1) as usize;
     loop {
         let now = Instant::now();
+        let mut progressed = false;
         if cfg.send && !end_sent {
-            if now < send_until && !stop.load(Ordering::Relaxed) {
-                while conn.send_room() > 0 {
-                    match conn.send_with(size, |slot| fill(slot, seq)) {
-                        Ok(true) => {
-                            seq += 1;
-                            r.messages_sent += 1;
-                            r.bytes_sent += size as u64;
+            let sending = now < send_until && !stop.load(Ordering::Relaxed);
+            loop {
+                let burst = match unsent.take() {
+                    Some(b) => b,
+                    None if sending => {
+                        let room = tx_depth.saturating_sub(side.outstanding());
+                        if room == 0 {
+                            break;
                         }
-                        Ok(false) => break,
-                        Err(e) => {
-                            r.errors += 1;
-                            r.problems.push(format!("send: {e}"));
-                            return r;
-                        }
+                        let Some(b) = messages(stream, room.min(SEND_BURST), size, seq) else {
+                            break;
+                        };
+                        seq += b.len() as u64;
+                        b
+                    }
+                    None => break,
+                };
+                let (n, bytes) = (burst.len() as u64, burst.bytes());
+                match stream.send(burst) {
+                    Ok(()) => {
+                        progressed = true;
+                        r.messages_sent += n;
+                        r.bytes_sent += bytes;
+                    }
+                    Err(b) => {
+                        unsent = Some(b);
+                        break;
                     }
                 }
-            } else if conn.send_room() > 0 {
-                let mut end = vec![0u8; 16];
-                end[..8].copy_from_slice(&END.to_le_bytes());
-                end[8..].copy_from_slice(&seq.to_le_bytes());
-                if let Ok(true) = conn.send(&end) {
-                    end_sent = true;
-                    tx_done_at = Some(now);
+            }
+            if !sending && unsent.is_none() {
+                // The end marker: `END`, then how many messages came before it.
+                if let Ok(mut b) = stream.alloc(1)
+                    && let Some(buf) = b.buffer_mut(0, 0)
+                {
+                    buf[..8].copy_from_slice(&END.to_le_bytes());
+                    buf[8..16].copy_from_slice(&seq.to_le_bytes());
+                    b.set_len(0, 0, 16);
+                    if stream.send(b).is_ok() {
+                        end_sent = true;
+                        tx_done_at = Some(now);
+                    }
                 }
             }
         }
         let mut bad = Vec::new();
-        let polled = conn.poll(|m| {
-            let s = u64::from_le_bytes(m[..8].try_into().expect("8 bytes"));
-            if s == END {
-                peer_total = Some(u64::from_le_bytes(m[8..16].try_into().expect("8 bytes")));
-                return;
+        while let Some(burst) = stream.poll() {
+            progressed = true;
+            for i in 0..burst.len() {
+                let Some(m) = burst.data(i, 0) else {
+                    bad.push("a message arrived in memory the CPU cannot read".to_owned());
+                    continue;
+                };
+                r.messages_received += 1;
+                r.bytes_received += m.len() as u64;
+                let s = m.get(..8).map_or(u64::MAX - 1, |w| {
+                    u64::from_le_bytes(w.try_into().expect("8 bytes"))
+                });
+                if s == END && m.len() >= 16 {
+                    peer_total = Some(u64::from_le_bytes(m[8..16].try_into().expect("8 bytes")));
+                    continue;
+                }
+                if s != next_rx {
+                    bad.push(format!("expected message {next_rx}, got {s}"));
+                } else if m.len() != size || !matches(m, s) {
+                    bad.push(format!("message {s} corrupt ({} bytes)", m.len()));
+                }
+                next_rx = s.wrapping_add(1);
             }
-            if s != next_rx {
-                bad.push(format!("expected message {next_rx}, got {s}"));
-            } else if m.len() != size || !matches(m, s) {
-                bad.push(format!("message {s} corrupt ({} bytes)", m.len()));
-            }
-            next_rx = s + 1;
-        });
-        let progressed = match polled {
-            Ok(p) => {
-                r.messages_received += p.received;
-                r.bytes_received += p.received_bytes;
-                p.received > 0 || p.sent > 0
-            }
-            Err(e) => {
-                r.errors += 1;
-                r.problems.push(format!(
-                    "the connection ended with an error completion ({e}) after {next_rx} messages received and {seq} sent: the peer is gone or the link failed"
-                ));
-                return r;
-            }
-        };
+        }
         if !bad.is_empty() {
             r.errors += bad.len() as u64;
             r.problems.extend(bad.into_iter().take(5));
@@ -336,17 +389,19 @@ fn run_side(
         if rx_done && rx_done_at.is_none() {
             rx_done_at = Some(Instant::now());
         }
-        let all_sends_done = end_sent && conn.send_room() as u32 == params_of(cfg, None).send_depth;
-        if rx_done && all_sends_done {
+        if rx_done && end_sent && side.outstanding() == 0 {
             break;
         }
-        if let Some(why) = gone
-            && !progressed
-        {
-            // The completion queues are drained: what arrived before the disconnect is in.
+        if stream.is_closed() && !progressed {
+            // Everything that arrived before the connection ended is in.
             r.errors += 1;
             r.problems.push(format!(
-                "{why} after {next_rx} messages received and {seq} sent{}",
+                "{} after {next_rx} messages received and {seq} sent{}",
+                match stream.last_error() {
+                    Some(e) => format!("the connection ended with an {e}"),
+                    None if side.server_interface.is_some() => "the client disconnected".into(),
+                    None => "the server disconnected".into(),
+                },
                 if end_sent {
                     ""
                 } else {
@@ -357,15 +412,14 @@ fn run_side(
         }
         if now >= next_check {
             next_check = now + PEER_CHECK_EVERY;
-            gone = watch.peer_gone(conn, &mut r);
+            side.turned_away(&mut r);
         }
         if stop.load(Ordering::Relaxed) {
             let deadline = *stop_deadline.get_or_insert(now + STOP_DRAIN);
             if now > deadline {
                 r.errors += 1;
                 r.problems.push(format!(
-                    "interrupted by a signal: received {next_rx} of {:?} messages, end marker sent: {end_sent}",
-                    peer_total
+                    "interrupted by a signal: received {next_rx} of {peer_total:?} messages, end marker sent: {end_sent}"
                 ));
                 break;
             }
@@ -373,14 +427,19 @@ fn run_side(
         if Instant::now() > give_up {
             r.errors += 1;
             r.problems.push(format!(
-                "gave up waiting: received {next_rx} of {:?} messages, end marker sent: {end_sent}",
-                peer_total
+                "gave up waiting: received {next_rx} of {peer_total:?} messages, end marker sent: {end_sent}"
             ));
             break;
         }
+        if !progressed {
+            std::thread::yield_now();
+        }
     }
     // The end marker is one message more than counted.
-    r.messages_received = r.messages_received.saturating_sub(u64::from(peer_sends));
+    if peer_total.is_some() {
+        r.messages_received = r.messages_received.saturating_sub(1);
+        r.bytes_received = r.bytes_received.saturating_sub(16);
+    }
     if let Some(t) = peer_total
         && next_rx != t
     {
@@ -390,93 +449,167 @@ fn run_side(
     }
     let secs = |t: Option<Instant>| t.map_or(seconds, |t| (t - start).as_secs_f64().max(1e-9));
     r.tx_gbps = r.bytes_sent as f64 * 8.0 / secs(tx_done_at) / 1e9;
-    r.rx_gbps = r.bytes_received.saturating_sub(16 * u64::from(peer_sends)) as f64 * 8.0
-        / secs(rx_done_at)
-        / 1e9;
-    r.bytes_received = r.bytes_received.saturating_sub(16 * u64::from(peer_sends));
+    r.rx_gbps = r.bytes_received as f64 * 8.0 / secs(rx_done_at) / 1e9;
     r
 }
 
-fn serve(
-    cfg: &PeerBenchConfig,
-    peer: Option<&PeerBenchConfig>,
-    seconds: f64,
-    stop: &AtomicBool,
-    ready: Option<std::sync::mpsc::Sender<()>>,
-) -> Result<SideReport, RdmaBenchError> {
-    let err = |source| RdmaBenchError::Verbs {
-        side: "server",
-        source,
-    };
-    let listener =
-        Listener::bind(SocketAddr::from((cfg.server_address, cfg.server_port)), 8).map_err(err)?;
-    if let Some(tx) = ready {
-        let _ = tx.send(());
-    }
-    let req =
-        match listener.next_request(Duration::from_secs(120), &|| stop.load(Ordering::Relaxed)) {
-            Err(VerbsError::Stopped(_)) => return Err(RdmaBenchError::Stopped("server")),
-            other => other.map_err(err)?,
-        };
-    let mut conn = req.accept(params_of(cfg, peer)).map_err(err)?;
-    let peer_sends = peer.is_none_or(|p| p.send);
-    Ok(run_side(
-        &mut conn,
-        cfg,
-        peer_sends && cfg.receive,
-        seconds,
-        stop,
-        PeerWatch::Listener(&listener),
-    ))
+/// The plane's interface whose own address is `ip` (and `port`, for a server).
+fn interface_at(
+    config: &Config,
+    mode: SocketMode,
+    ip: std::net::Ipv4Addr,
+    port: Option<u16>,
+) -> Option<String> {
+    config
+        .interfaces
+        .iter()
+        .find(|i| {
+            i.socket.as_ref().is_some_and(|s| {
+                s.mode == mode
+                    && s.local
+                        .is_some_and(|l| l.ip == ip && port.is_none_or(|p| p == l.port))
+            })
+        })
+        .map(|i| i.name.clone())
 }
 
-fn connect(
+/// Checks a side's configuration against its connection: messages must fit a buffer of
+/// the send region; the receives posted are the slot's window (the RX region's buffers,
+/// at most 1024), which the returned note states when `rx_depth` asks for more.
+fn check_side(
+    plane: &DataPlane,
+    stream: &Stream,
+    cfg: &PeerBenchConfig,
+    name: &'static str,
+) -> Result<Vec<String>, RdmaBenchError> {
+    let regions = plane.regions();
+    if let Some(r) = stream.send_region()
+        && regions.get(r).buf_size() < cfg.message_size as usize
+    {
+        return Err(RdmaBenchError::MessageTooLarge {
+            side: name,
+            message_size: cfg.message_size,
+            region: regions.get(r).name().to_owned(),
+            buf_size: regions.get(r).buf_size(),
+        });
+    }
+    let window = plane
+        .plan()
+        .rdma
+        .iter()
+        .find(|i| i.name == stream.interface())
+        .and_then(|i| i.slots.get(stream.queue()))
+        .map(|s| (s.recv_window, regions.get(s.rx_region).name().to_owned()));
+    Ok(match window {
+        Some((w, region)) if (cfg.rx_depth as usize) > w => vec![format!(
+            "receives posted: {w} (rx_depth {} is capped by the {w} buffers of region `{region}`, at most 1024)",
+            cfg.rx_depth
+        )],
+        _ => Vec::new(),
+    })
+}
+
+fn serve(
+    plane: &DataPlane,
+    interface: &str,
     cfg: &PeerBenchConfig,
     peer: Option<&PeerBenchConfig>,
     seconds: f64,
-    retry: (Duration, Duration),
     stop: &AtomicBool,
 ) -> Result<SideReport, RdmaBenchError> {
-    let remote = SocketAddr::from((cfg.server_address, cfg.server_port));
-    let mut conn = Connection::connect_within(
-        SocketAddr::from((cfg.client_address, 0)),
-        remote,
-        params_of(cfg, peer),
-        retry.0,
-        retry.1,
-        &|| stop.load(Ordering::Relaxed),
-    )
-    .map_err(|e| match e {
-        VerbsError::Event { status, .. } if status == rdma::verbs::REJECTED_BY_SERVER => {
-            RdmaBenchError::Rejected(remote)
+    let waited_from = Instant::now();
+    let stream = loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(RdmaBenchError::Stopped("server"));
         }
-        VerbsError::Stopped(_) => RdmaBenchError::Stopped("client"),
-        VerbsError::GaveUp { seconds, last } => RdmaBenchError::Unreachable {
-            addr: remote,
-            seconds,
-            last: *last,
-        },
-        source => RdmaBenchError::Verbs {
-            side: "client",
-            source,
-        },
-    })?;
+        match plane.accept(interface, Duration::from_millis(100)) {
+            Ok(s) => break s,
+            Err(ConnectionError::Timeout { .. } | ConnectionError::Rejected { .. })
+                if waited_from.elapsed() < Duration::from_secs(120) => {}
+            Err(source) => {
+                return Err(RdmaBenchError::Connection {
+                    side: "server",
+                    source,
+                });
+            }
+        }
+    };
+    let notes = check_side(plane, &stream, cfg, "server")?;
     let peer_sends = peer.is_none_or(|p| p.send);
-    let r = run_side(
-        &mut conn,
-        cfg,
-        peer_sends && cfg.receive,
-        seconds,
-        stop,
-        PeerWatch::OwnChannel,
-    );
-    let _ = conn.disconnect();
+    let side = Side {
+        plane,
+        stream,
+        server_interface: Some(interface),
+    };
+    let mut r = run_side(&side, cfg, peer_sends && cfg.receive, seconds, stop);
+    r.notes = notes;
     Ok(r)
 }
 
-/// Runs the bench. A client retries refused or unreachable connections every
-/// `retry_connect_s` (the interfaces' `socket_config`, default 1 s) for up to
-/// `connect_timeout`; `stop` (a signal) ends every wait.
+fn connect(
+    plane: &DataPlane,
+    interface: &str,
+    cfg: &PeerBenchConfig,
+    peer: Option<&PeerBenchConfig>,
+    seconds: f64,
+    budget: Duration,
+    stop: &AtomicBool,
+) -> Result<SideReport, RdmaBenchError> {
+    let remote = SocketAddr::from((cfg.server_address, cfg.server_port));
+    let stream = plane
+        .connect_within(interface, remote, budget, &|| stop.load(Ordering::Relaxed))
+        .map_err(|e| match e {
+            ConnectionError::Transport { source, .. } => match source.downcast::<VerbsError>() {
+                Ok(v) => match *v {
+                    VerbsError::Event { status, .. }
+                        if status == rdma::verbs::REJECTED_BY_SERVER =>
+                    {
+                        RdmaBenchError::Rejected(remote)
+                    }
+                    VerbsError::Stopped(_) => RdmaBenchError::Stopped("client"),
+                    VerbsError::GaveUp { seconds, last } => RdmaBenchError::Unreachable {
+                        addr: remote,
+                        seconds,
+                        last: *last,
+                    },
+                    source => RdmaBenchError::Connection {
+                        side: "client",
+                        source: ConnectionError::Transport {
+                            interface: interface.to_owned(),
+                            source: Box::new(source),
+                        },
+                    },
+                },
+                Err(source) => RdmaBenchError::Connection {
+                    side: "client",
+                    source: ConnectionError::Transport {
+                        interface: interface.to_owned(),
+                        source,
+                    },
+                },
+            },
+            source => RdmaBenchError::Connection {
+                side: "client",
+                source,
+            },
+        })?;
+    let notes = check_side(plane, &stream, cfg, "client")?;
+    let peer_sends = peer.is_none_or(|p| p.send);
+    let side = Side {
+        plane,
+        stream,
+        server_interface: None,
+    };
+    let mut r = run_side(&side, cfg, peer_sends && cfg.receive, seconds, stop);
+    r.notes = notes;
+    Ok(r)
+}
+
+/// Runs the bench on a data plane started from `config` with only the side(s) `mode`
+/// asks for (so a client host need not own the server's address). Messages are the
+/// buffers of the connections' regions, as in the reference. A client retries refused or
+/// unreachable connections every `retry_connect_s` (the interfaces' `socket_config`,
+/// default 1 s) for up to `connect_timeout`; `stop` (a signal) ends every wait.
 pub fn run(
     config: &Config,
     mode: Mode,
@@ -484,46 +617,103 @@ pub fn run(
     connect_timeout: Duration,
     stop: &AtomicBool,
 ) -> Result<RdmaReport, RdmaBenchError> {
-    let period = config
-        .interfaces
-        .iter()
-        .filter_map(|i| i.socket.as_ref())
-        .map(|s| s.retry_connect_s)
-        .min()
-        .unwrap_or(1)
-        .max(1);
-    let retry = (Duration::from_secs(u64::from(period)), connect_timeout);
     let server = config.bench.rdma_server.as_ref();
     let client = config.bench.rdma_client.as_ref();
     if let Some(small) = server.or(client).filter(|c| c.message_size < 16) {
         return Err(RdmaBenchError::TooSmall(small.message_size));
     }
-    let (s, c) = match mode {
-        Mode::Server => {
-            let cfg = server.ok_or(RdmaBenchError::Missing("rdma_bench_server"))?;
-            (Some(serve(cfg, client, seconds, stop, None)?), None)
-        }
-        Mode::Client => {
-            let cfg = client.ok_or(RdmaBenchError::Missing("rdma_bench_client"))?;
-            (None, Some(connect(cfg, server, seconds, retry, stop)?))
-        }
-        Mode::Both => {
-            let scfg = server
-                .ok_or(RdmaBenchError::Missing("rdma_bench_server"))?
-                .clone();
-            let ccfg = client.ok_or(RdmaBenchError::Missing("rdma_bench_client"))?;
-            let (tx, rx) = std::sync::mpsc::channel();
-            let peer = ccfg.clone();
+    let need_server = matches!(mode, Mode::Server | Mode::Both);
+    let need_client = matches!(mode, Mode::Client | Mode::Both);
+    let scfg = if need_server {
+        Some(server.ok_or(RdmaBenchError::Missing("rdma_bench_server"))?)
+    } else {
+        None
+    };
+    let ccfg = if need_client {
+        Some(client.ok_or(RdmaBenchError::Missing("rdma_bench_client"))?)
+    } else {
+        None
+    };
+    let siface = scfg
+        .map(|s| {
+            interface_at(
+                config,
+                SocketMode::Server,
+                s.server_address,
+                Some(s.server_port),
+            )
+            .ok_or(RdmaBenchError::NoInterface {
+                side: "server",
+                address: SocketAddr::from((s.server_address, s.server_port)),
+            })
+        })
+        .transpose()?;
+    let ciface = ccfg
+        .map(|c| {
+            interface_at(config, SocketMode::Client, c.client_address, None).ok_or(
+                RdmaBenchError::NoInterface {
+                    side: "client",
+                    address: SocketAddr::from((c.client_address, 0)),
+                },
+            )
+        })
+        .transpose()?;
+    let mut own = config.clone();
+    own.interfaces
+        .retain(|i| Some(&i.name) == siface.as_ref() || Some(&i.name) == ciface.as_ref());
+    let plane = DataPlane::start(&own).map_err(RdmaBenchError::Start)?;
+    let (s, c) = match (scfg, ccfg) {
+        (Some(scfg), None) => (
+            Some(serve(
+                &plane,
+                siface.as_deref().expect("server interface"),
+                scfg,
+                client,
+                seconds,
+                stop,
+            )?),
+            None,
+        ),
+        (None, Some(ccfg)) => (
+            None,
+            Some(connect(
+                &plane,
+                ciface.as_deref().expect("client interface"),
+                ccfg,
+                server,
+                seconds,
+                connect_timeout,
+                stop,
+            )?),
+        ),
+        (Some(scfg), Some(ccfg)) => {
             let (srv, cli) = std::thread::scope(|scope| {
-                let srv = scope.spawn(move || serve(&scfg, Some(&peer), seconds, stop, Some(tx)));
-                // Connect once the server listens (or it failed).
-                let _ = rx.recv_timeout(Duration::from_secs(30));
-                let cli = connect(ccfg, server, seconds, retry, stop);
+                let srv = scope.spawn(|| {
+                    serve(
+                        &plane,
+                        siface.as_deref().expect("server interface"),
+                        scfg,
+                        Some(ccfg),
+                        seconds,
+                        stop,
+                    )
+                });
+                let cli = connect(
+                    &plane,
+                    ciface.as_deref().expect("client interface"),
+                    ccfg,
+                    Some(scfg),
+                    seconds,
+                    connect_timeout,
+                    stop,
+                );
                 (srv.join().expect("server thread"), cli)
             });
             (Some(srv?), Some(cli?))
         }
+        (None, None) => unreachable!("every mode runs a side"),
     };
+    drop(plane);
     let sides: Vec<&SideReport> = s.iter().chain(c.iter()).collect();
     let sum = |f: fn(&SideReport) -> u64| sides.iter().map(|r| f(r)).sum::<u64>();
     let sumf = |f: fn(&SideReport) -> f64| sides.iter().map(|r| f(r)).sum::<f64>();
@@ -564,24 +754,5 @@ mod tests {
             c[at] ^= 0x10;
             assert!(!matches(&c, 7), "flip at byte {at} not caught");
         }
-    }
-
-    #[test]
-    fn the_receive_window_covers_the_peer_send_window() {
-        let side = |tx, rx| PeerBenchConfig {
-            server: false,
-            send: true,
-            receive: true,
-            cpu_core: None,
-            message_size: 4096,
-            tx_depth: tx,
-            rx_depth: rx,
-            iterations: 0,
-            server_address: "198.18.0.1".parse().unwrap(),
-            client_address: "198.18.0.2".parse().unwrap(),
-            server_port: 4096,
-        };
-        let p = params_of(&side(8, 16), Some(&side(64, 16)));
-        assert_eq!((p.send_depth, p.recv_depth), (8, 64));
     }
 }

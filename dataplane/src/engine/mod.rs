@@ -113,8 +113,11 @@ pub struct StreamStats {
     pub received_packets: u64,
     /// Bytes received.
     pub received_bytes: u64,
-    /// Errors (failed completions, refused bursts, bursts left when it closed).
+    /// Errors (failed completions, refused bursts).
     pub errors: u64,
+    /// Packets queued for sending when the connection ended, never sent (their buffers
+    /// went back to the pool).
+    pub unsent_packets: u64,
 }
 
 /// What a connection's ports and the application's end share.
@@ -159,12 +162,13 @@ pub trait Connections: Send + Sync {
     /// `interface`.
     fn accept(&self, interface: &str, timeout: Duration) -> Result<Established, ConnectionError>;
     /// Connects client interface `interface` to `remote`, retrying a server that refuses
-    /// or cannot be reached for up to `budget`.
+    /// or cannot be reached for up to `budget`, or until `stop` returns true.
     fn connect_within(
         &self,
         interface: &str,
         remote: SocketAddr,
         budget: Duration,
+        stop: &dyn Fn() -> bool,
     ) -> Result<Established, ConnectionError>;
     /// Connections established and not yet retired.
     fn live(&self) -> usize;

@@ -111,6 +111,7 @@ struct ConnState {
     received_packets: AtomicU64,
     received_bytes: AtomicU64,
     errors: AtomicU64,
+    unsent_packets: AtomicU64,
     closed: AtomicBool,
     last_error: Mutex<Option<String>>,
 }
@@ -123,6 +124,7 @@ impl ConnState {
             received_packets: AtomicU64::new(0),
             received_bytes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            unsent_packets: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             last_error: Mutex::new(None),
         }
@@ -143,6 +145,7 @@ impl StreamState for ConnState {
             received_packets: self.received_packets.load(Ordering::Relaxed),
             received_bytes: self.received_bytes.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
+            unsent_packets: self.unsent_packets.load(Ordering::Relaxed),
         }
     }
 
@@ -205,6 +208,8 @@ struct RdmaRx {
     /// A client watches its own event channel for the peer's disconnect.
     watch_own_events: bool,
     idle: u32,
+    /// Closed, and a poll since found nothing more: everything received was taken.
+    drained: bool,
 }
 
 impl RdmaRx {
@@ -223,12 +228,16 @@ impl RdmaRx {
 impl RxPort for RdmaRx {
     fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
         let mut got = self.hand_over(into, max);
-        if got == max || self.state.is_closed() {
+        if got == max || self.drained {
             return got;
         }
+        // Polled also after the connection closed: messages that arrived before it are
+        // still in the completion queue, ahead of the flushed receives.
+        let closing = self.state.is_closed();
         let mut live = lock(&self.live);
-        match live.conn.poll() {
-            Ok(Some(b)) => {
+        let (received, error) = live.conn.poll_received();
+        match received {
+            Some(b) => {
                 self.idle = 0;
                 self.state
                     .received_packets
@@ -240,7 +249,8 @@ impl RxPort for RdmaRx {
                 self.pending = Some(b);
                 got += self.hand_over(into, max - got);
             }
-            Ok(None) => {
+            None if closing => self.drained = true,
+            None => {
                 self.idle = self.idle.wrapping_add(1);
                 if self.watch_own_events
                     && self.idle.is_multiple_of(EVENT_CHECK_EVERY)
@@ -249,16 +259,19 @@ impl RxPort for RdmaRx {
                     self.state.close();
                 }
             }
-            Err(e) => {
-                self.state.error(e.to_string());
-                self.state.close();
+        }
+        if let Some(e) = error {
+            // After a close, error completions are the flushed receives, not a failure.
+            if !closing {
+                self.state.error(format!("error completion: {e}"));
             }
+            self.state.close();
         }
         got
     }
 
     fn closed(&self) -> bool {
-        self.state.is_closed() && self.pending.is_none()
+        self.drained && self.pending.is_none()
     }
 }
 
@@ -272,10 +285,10 @@ struct RdmaTx {
 impl TxPort for RdmaTx {
     fn transmit(&mut self, burst: Burst) -> Option<Burst> {
         if self.state.is_closed() {
-            self.state.error(format!(
-                "{} packets not sent: the connection closed",
-                burst.len()
-            ));
+            // Queued before the connection ended: counted, and the buffers go back.
+            self.state
+                .unsent_packets
+                .fetch_add(burst.len() as u64, Ordering::Relaxed);
             return None;
         }
         let (n, bytes) = (burst.len() as u64, burst.bytes());
@@ -343,6 +356,7 @@ fn establish(
             pending: None,
             watch_own_events,
             idle: 0,
+            drained: false,
         }),
         tx: Box::new(RdmaTx {
             live,
@@ -549,6 +563,7 @@ impl Connections for RdmaEngine {
         interface: &str,
         remote: SocketAddr,
         budget: Duration,
+        stop: &dyn Fn() -> bool,
     ) -> Result<Established, ConnectionError> {
         let (position, iface) = self.shared.interface(interface)?;
         if iface.mode != SocketMode::Client {
@@ -570,9 +585,7 @@ impl Connections for RdmaEngine {
         let local = SocketAddr::new(iface.local.ip(), 0);
         let period = Duration::from_secs(u64::from(iface.retry_connect_s.max(1)));
         let conn =
-            Connection::connect_within(local, remote, iface.params(slot), period, budget, &|| {
-                false
-            });
+            Connection::connect_within(local, remote, iface.params(slot), period, budget, stop);
         match conn {
             // From here the slot is released by the connection's guard.
             Ok(conn) => establish(&self.shared, position, slot, conn, true)
