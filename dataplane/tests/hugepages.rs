@@ -333,6 +333,74 @@ fn hugepage_files_are_cleaned_on_every_path() {
     assert_eq!(read_u64(FREE), free_before);
 }
 
+/// This process's region files in every hugetlbfs mount.
+fn ours() -> Vec<PathBuf> {
+    let prefix = dataplane::hugepages::file_prefix();
+    dataplane::hugepages::scan(&dataplane::hugepages::mounts())
+        .into_iter()
+        .map(|f| f.path)
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect()
+}
+
+/// RDMA configurations start through the same plane: the hugepage preflight refuses them
+/// before anything is allocated, and their region files go when the plane goes, or when
+/// the engine fails to start (here, without an RDMA device, its listener cannot bind).
+#[cfg(feature = "rdma")]
+#[test]
+fn rdma_configs_get_the_same_hugepage_preflight_and_cleanup() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = match setup() {
+        Ok(e) => e,
+        Err(why) => {
+            println!("SKIP RDMA hugepage test: {why}");
+            eprintln!("SKIP RDMA hugepage test: {why}");
+            return;
+        }
+    };
+    let _ = &env;
+    let text = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: socket
+    master_core: 0
+    memory_regions:
+    - {name: DATA_RX_GPU_SERVER, kind: huge, affinity: 0, num_bufs: 64, buf_size: 65536}
+    - {name: DATA_TX_GPU_SERVER, kind: huge, affinity: 0, num_bufs: 16, buf_size: 65536}
+    interfaces:
+    - name: server
+      address: 198.18.0.1
+      socket_config: {mode: server, local_addr: "roce://198.18.0.1:4791"}
+      roce_config: {transport_mode: RC}
+      rx:
+        queues:
+        - {name: rq, id: 0, cpu_core: 0, batch_size: 1}
+      tx:
+        queues:
+        - {name: tq, id: 0, cpu_core: 0, batch_size: 1}
+"#;
+    let cfg = dataplane::config::load_with(text, "rdma-huge", &|_| true)
+        .unwrap()
+        .config;
+    let nr = read_u64(NR);
+    fs::write(NR, "0").unwrap();
+    let refused = dataplane::DataPlane::start(&cfg);
+    fs::write(NR, nr.to_string()).unwrap();
+    let e = refused.err().expect("no free pages").to_string();
+    assert!(e.contains("hugepage preflight"), "{e}");
+    assert!(e.contains("DATA_RX_GPU_SERVER 2"), "{e}");
+    assert!(ours().is_empty(), "nothing was allocated: {:?}", ours());
+    match dataplane::DataPlane::start(&cfg) {
+        Ok(plane) => {
+            assert_eq!(ours().len(), 2, "both regions are hugepage files");
+            drop(plane);
+        }
+        Err(e) => eprintln!("the RDMA engine did not start here ({e}); its regions must be gone"),
+    }
+    assert!(ours().is_empty(), "the files are removed: {:?}", ours());
+}
+
 /// A panic while a data plane with huge regions runs: unwinding drops it and its files.
 #[test]
 fn a_panic_removes_the_files() {
@@ -350,14 +418,6 @@ fn a_panic_removes_the_files() {
     let cfg = dataplane::config::load_str(HUGE_CFG, "huge")
         .unwrap()
         .config;
-    fn ours() -> Vec<PathBuf> {
-        let prefix = dataplane::hugepages::file_prefix();
-        dataplane::hugepages::scan(&dataplane::hugepages::mounts())
-            .into_iter()
-            .map(|f| f.path)
-            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
-            .collect()
-    }
     let result = std::thread::spawn({
         move || {
             let _dp = dataplane::DataPlane::start(&cfg).expect("start");
