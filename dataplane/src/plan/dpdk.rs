@@ -143,6 +143,14 @@ fn pool_size(config: &Config, q: &QueueConfig, seg: usize) -> PoolSize {
     }
 }
 
+/// EAL memory a queue accounts for: a pool per segment. A lent queue's pool sits over its
+/// region, but EAL still holds the mbuf headers; it is counted whole, for slack.
+fn eal_bytes_of(config: &Config, q: &QueueConfig) -> u64 {
+    (0..q.memory_regions.len().max(1))
+        .map(|seg| pool_size(config, q, seg).bytes())
+        .sum()
+}
+
 /// Per region: whether the DPDK engine receives into it without copying, and if not,
 /// why. A region qualifies when it is the only region of one RX queue (no other queue
 /// uses it), has buffers of at least [`ZERO_COPY_MIN_BUF_SIZE`] bytes and enough of them
@@ -307,11 +315,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                     });
                 }
             };
-            // EAL memory: pools of every segment (a lent queue's pool sits over its region,
-            // but EAL still holds the mbuf headers; counted whole, as before, for slack).
-            pools_bytes += (0..q.memory_regions.len().max(1))
-                .map(|seg| pool_size(config, q, seg).bytes())
-                .sum::<u64>();
+            pools_bytes += eal_bytes_of(config, q);
             port.rx.push(RxQueuePlan {
                 queue: q.id,
                 device_queue: i as u16,
@@ -327,9 +331,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                 .sum();
             let mut pool = pool_size(config, q, 0);
             pool.data_room = (frame.max(WHOLE_FRAME_ROOM) + HEADROOM).min(u16::MAX as usize);
-            pools_bytes += (0..q.memory_regions.len().max(1))
-                .map(|seg| pool_size(config, q, seg).bytes())
-                .sum::<u64>();
+            pools_bytes += eal_bytes_of(config, q);
             port.tx.push(TxQueuePlan {
                 queue: q.id,
                 device_queue: i as u16,
