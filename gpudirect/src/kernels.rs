@@ -212,8 +212,7 @@ fn per_block(items: u32) -> LaunchConfig {
     }
 }
 
-/// Items per launch at most (the argument table's size).
-pub const MAX_ITEMS: usize = 4096;
+pub use crate::MAX_ITEMS;
 
 fn modules() -> &'static Mutex<HashMap<usize, Arc<CudaModule>>> {
     static CACHE: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
@@ -287,9 +286,8 @@ pub struct Gpu {
 // is bound to the calling thread before each use.
 unsafe impl Send for Gpu {}
 
-/// Argument tables, so that this many launches can be in flight at once (see
-/// [`Gpu::batched_copy_in`]).
-pub const TABLE_SLOTS: usize = 4;
+// Argument tables: this many launches can be in flight at once (see `Gpu::batched_copy_in`).
+pub use crate::TABLE_SLOTS;
 const TABLE_SLOT_BYTES: usize = MAX_ITEMS * (8 + 8 + 4) + 64;
 const TABLE_BYTES: usize = TABLE_SLOT_BYTES * TABLE_SLOTS;
 

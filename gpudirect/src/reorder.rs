@@ -31,6 +31,8 @@ impl InputType {
         }
     }
 
+    // The kernels' encoding (the `cuda` feature's only).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn code(self) -> i32 {
         match self {
             InputType::Int4 => 0,
@@ -61,6 +63,8 @@ impl OutputType {
         }
     }
 
+    // The kernels' encoding (the `cuda` feature's only).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn code(self) -> i32 {
         match self {
             OutputType::Fp16 => 0,

@@ -310,6 +310,7 @@ struct ReorderChecker {
     /// Per reorder name: the spec, and the GPU of the output region when it is device memory.
     plans: BTreeMap<String, (gpudirect::reorder::ReorderSpec, Option<u32>)>,
     report: ReorderReport,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     scratch: Vec<u8>,
 }
 
@@ -360,6 +361,7 @@ impl ReorderChecker {
         };
         let data: &[u8] = match (burst.data(0, 0), gpu) {
             (Some(d), _) => d,
+            #[cfg(feature = "cuda")]
             (None, Some(ordinal)) => {
                 self.scratch.resize(info.aggregate_len, 0);
                 // SAFETY: the aggregate is a device buffer of aggregate_len bytes owned by
@@ -374,7 +376,8 @@ impl ReorderChecker {
                 }
                 &self.scratch
             }
-            (None, None) => {
+            // Device memory exists only with the `cuda` feature.
+            (None, _) => {
                 self.report.unchecked_batches += 1;
                 return;
             }

@@ -934,7 +934,7 @@ fn reorder_method(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Method
         let mut b = MapReader::open(d, n, p)?;
         let sequence = b.required(d, "sequence_number", bit_field);
         let ppb = b.required(d, "packets_per_batch", |d, n, p| {
-            r::uint_in(d, n, p, 1, gpudirect::kernels::MAX_ITEMS as u64)
+            r::uint_in(d, n, p, 1, gpudirect::MAX_ITEMS as u64)
         });
         b.finish(d);
         let (sequence, ppb) = (sequence?, ppb? as u32);
