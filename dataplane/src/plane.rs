@@ -89,13 +89,19 @@ impl RxQueue {
     /// the bursts it delivered before still come out, then the failure.
     #[inline]
     pub fn poll(&mut self) -> Result<Option<Burst>, WorkerFailed> {
-        self.poll_at(Instant::now())
+        // The clock is read only when a reorder needs the time.
+        self.poll_with(Instant::now)
     }
 
     /// As [`RxQueue::poll`], with the time that decides a reorder's timeout flush given
     /// (a test or a simulation passes its own clock; only reorders read it).
     #[inline]
     pub fn poll_at(&mut self, now: Instant) -> Result<Option<Burst>, WorkerFailed> {
+        self.poll_with(|| now)
+    }
+
+    #[inline]
+    fn poll_with(&mut self, now: impl FnOnce() -> Instant) -> Result<Option<Burst>, WorkerFailed> {
         let burst = self.next_burst(now);
         if burst.is_none()
             && let Some(f) = self.health.failure()
@@ -106,7 +112,7 @@ impl RxQueue {
     }
 
     #[inline]
-    fn next_burst(&mut self, now: Instant) -> Option<Burst> {
+    fn next_burst(&mut self, now: impl FnOnce() -> Instant) -> Option<Burst> {
         let Some(reorder) = &mut self.reorder else {
             return self.ring.pop().ok();
         };
@@ -114,7 +120,7 @@ impl RxQueue {
             return None;
         }
         let ring = &mut self.ring;
-        match reorder.poll(now, || ring.pop().ok()) {
+        match reorder.poll(now(), || ring.pop().ok()) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!("{}: queue {}: {e}", self.interface, self.queue);

@@ -117,6 +117,49 @@ pub fn run_guarded(tasks: Vec<Task>, control: &WorkerControl, name: &str, health
     }
 }
 
+/// The time of one worker pass: read from the clock only when a task needs it (most passes
+/// need none: a burst starts or may have timed out), then the same for every task of the
+/// pass. Tests and simulations fix it with [`PassClock::at`].
+pub struct PassClock {
+    fixed: Option<Instant>,
+    read: std::cell::Cell<Option<Instant>>,
+}
+
+impl PassClock {
+    /// A clock that always says `now`.
+    pub fn at(now: Instant) -> Self {
+        Self {
+            fixed: Some(now),
+            read: std::cell::Cell::new(None),
+        }
+    }
+
+    /// The worker's clock: the system clock, read at most once per pass.
+    fn live() -> Self {
+        Self {
+            fixed: None,
+            read: std::cell::Cell::new(None),
+        }
+    }
+
+    /// The pass's time.
+    #[inline]
+    pub fn now(&self) -> Instant {
+        if let Some(t) = self.fixed.or(self.read.get()) {
+            return t;
+        }
+        let t = Instant::now();
+        self.read.set(Some(t));
+        t
+    }
+
+    /// Starts the next pass: the next `now` reads the clock again.
+    #[inline]
+    fn next_pass(&self) {
+        self.read.set(None);
+    }
+}
+
 /// Receive task of one queue.
 pub struct RxTask {
     pub(crate) port: Box<dyn RxPort>,
@@ -176,8 +219,8 @@ impl RxTask {
     }
 
     /// One pass: receive, close the burst when full, at a rule boundary, on `flush` when
-    /// idle, or when `timeout_us` passed since its first packet, as of `now`.
-    pub(crate) fn poll(&mut self, flush: bool, now: Instant) -> bool {
+    /// idle, or when `timeout_us` passed since its first packet, by `clock`.
+    pub(crate) fn poll(&mut self, flush: bool, clock: &PassClock) -> bool {
         // A full burst waiting for ring space blocks this queue (backpressure).
         if let Some(b) = self.ready.take() {
             self.push(b);
@@ -206,7 +249,7 @@ impl RxTask {
         let was_empty = burst.is_empty();
         let got = self.port.receive(burst, self.batch_size - burst.len());
         if got > 0 && was_empty {
-            self.first_packet_at = self.timeout.map(|_| now);
+            self.first_packet_at = self.timeout.map(|_| clock.now());
         }
         let boundary = self.port.take_boundary();
         let full = burst.len() >= self.batch_size;
@@ -216,7 +259,9 @@ impl RxTask {
                 || self
                     .timeout
                     .zip(self.first_packet_at)
-                    .is_some_and(|(t, at)| got == 0 && now.saturating_duration_since(at) >= t));
+                    .is_some_and(|(t, at)| {
+                        got == 0 && clock.now().saturating_duration_since(at) >= t
+                    }));
         if full || expired {
             let b = self.assembling.take().expect("assembling burst");
             self.deliver(b);
@@ -399,6 +444,7 @@ impl Task {
 pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
     let mut passes = 0u32;
+    let clock = PassClock::live();
     while !control.stop.load(Ordering::Relaxed) {
         passes = passes.wrapping_add(1);
         if passes.is_multiple_of(HOUSEKEEPING_EVERY) {
@@ -406,12 +452,12 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
             tasks.retain_mut(|t| !t.retire());
         }
         let flush = control.flush.load(Ordering::Relaxed);
-        // One clock read per pass: every RX task of the pass decides its timeout with it.
-        let now = Instant::now();
+        // At most one clock read per pass, and only when a task needs the time.
+        clock.next_pass();
         let mut busy = false;
         for t in &mut tasks {
             busy |= match t {
-                Task::Rx(rx) => rx.poll(flush, now),
+                Task::Rx(rx) => rx.poll(flush, &clock),
                 Task::Tx(tx) => tx.poll(),
             };
         }
@@ -479,14 +525,15 @@ mod tests {
     fn a_partial_burst_waits_for_its_timeout_measured_from_the_first_packet() {
         let (mut rx, mut out) = task(3, 8);
         let t0 = Instant::now();
-        assert!(rx.poll(false, t0), "three packets received");
+        let at = |us| PassClock::at(t0 + Duration::from_micros(us));
+        assert!(rx.poll(false, &at(0)), "three packets received");
         assert!(out.pop().is_err(), "a partial burst is held");
-        rx.poll(false, t0 + Duration::from_micros(99));
+        rx.poll(false, &at(99));
         assert!(
             out.pop().is_err(),
             "99 us after the first packet: still held"
         );
-        rx.poll(false, t0 + Duration::from_micros(100));
+        rx.poll(false, &at(100));
         assert_eq!(
             out.pop().map(|b| b.len()),
             Ok(3),
@@ -497,12 +544,12 @@ mod tests {
     #[test]
     fn a_full_burst_goes_at_once_and_flush_delivers_the_rest() {
         let (mut rx, mut out) = task(11, 8);
-        let t0 = Instant::now();
-        rx.poll(false, t0);
+        let t0 = PassClock::at(Instant::now());
+        rx.poll(false, &t0);
         assert_eq!(out.pop().map(|b| b.len()), Ok(8), "full at batch_size");
-        rx.poll(false, t0);
+        rx.poll(false, &t0);
         assert!(out.pop().is_err(), "three left, before their timeout");
-        rx.poll(true, t0);
+        rx.poll(true, &t0);
         assert_eq!(out.pop().map(|b| b.len()), Ok(3), "flush when idle");
     }
 }
