@@ -10,23 +10,28 @@
 #   one core. testpmd: flowgen (receives and drops, then sends), rate = median Rx-pps.
 #   ours: configs/dpdk_ring.yaml (TX and RX workers share core 1), rate = verified RX.
 # Env: SECONDS_TX (default 5), LENS (default "64 1500"), TOPOLOGIES (default
-# "memif ring"), JSON=1 for a JSON line.
+# "memif ring"), JSON=1 for a JSON line, OURS_ONLY=1 to skip testpmd (an A/B of two
+# builds of ours: DATAPLANE_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DATAPLANE_BIN:-./target/release/dataplane}
 secs=${SECONDS_TX:-5}
 lens=${LENS:-64 1500}
 topologies=${TOPOLOGIES:-memif ring}
-command -v dpdk-testpmd >/dev/null || { echo "bench-vs-testpmd: dpdk-testpmd missing (apt-get install dpdk)" >&2; exit 1; }
+ours_only=${OURS_ONLY:-0}
+[ "$ours_only" = 1 ] || command -v dpdk-testpmd >/dev/null ||
+  { echo "bench-vs-testpmd: dpdk-testpmd missing (apt-get install dpdk)" >&2; exit 1; }
 "$bin" --version >/dev/null
 tmp=$(mktemp -d)
 cleanup() { rm -rf "$tmp" /var/run/dpdk/tpmd*$$ 2>/dev/null || true; }
 trap cleanup EXIT
 strip() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$1"; }
 # The RX side creates the memif socket once it is up; start the TX side only then.
-wait_for_socket() {
+wait_for_socket() { # SOCKET [LOG]
   for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done
-  echo "bench-vs-testpmd: $1 never appeared (RX side failed to start)" >&2; return 1
+  echo "bench-vs-testpmd: $1 never appeared (RX side failed to start)" >&2
+  [ -n "${2:-}" ] && tail -n 5 "$2" >&2
+  return 1
 }
 
 testpmd_rate() { # LEN -> Mpps
@@ -37,7 +42,7 @@ testpmd_rate() { # LEN -> Mpps
     --vdev "net_memif0,role=server,socket=$sock,socket-abstract=no" -- --forward-mode=rxonly $app \
     >"$tmp/rx.log" 2>&1 </dev/null &
   local rxp=$!
-  wait_for_socket "$sock"
+  wait_for_socket "$sock" "$tmp/rx.log"
   sleep 0.5
   timeout -s INT "$secs" dpdk-testpmd -l 0,1 --main-lcore 0 --file-prefix tpmdtx$$ $eal \
     --vdev "net_memif0,role=client,socket=$sock,socket-abstract=no" -- --forward-mode=txonly \
@@ -98,11 +103,12 @@ rows=()
 printf '%-6s %-6s %14s %14s %8s\n' "topo" "frame" "testpmd Mpps" "ours Mpps" "ratio" >&2
 for topo in $topologies; do
   for len in $lens; do
+    t=0
     if [ "$topo" = ring ]; then
-      t=$(testpmd_ring_rate "$len")
+      [ "$ours_only" = 1 ] || t=$(testpmd_ring_rate "$len")
       o=$(ours_ring_rate "$len")
     else
-      t=$(testpmd_rate "$len")
+      [ "$ours_only" = 1 ] || t=$(testpmd_rate "$len")
       o=$(ours_rate "$len")
     fi
     r=$(python3 -c "t=$t; o=$o; print(f'{o / t:.2f}' if t > 0 else 'n/a')")
