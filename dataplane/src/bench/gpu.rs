@@ -67,24 +67,46 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Why the GPU bench could not run, or found a wrong result.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuBenchError {
+    /// A CUDA call failed.
+    #[error(transparent)]
+    Gpu(#[from] gpudirect::GpuError),
+    /// A region could not be allocated.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
+    /// The stage could not move a burst.
+    #[error("staging failed: {0}")]
+    Stage(String),
+    /// A pool ran dry where it cannot under a working pipeline.
+    #[error("{0} pool empty")]
+    PoolEmpty(&'static str),
+    /// The kernel's output differs from the CPU reference.
+    #[error("{case}: GPU output differs from the CPU reorder")]
+    Mismatch {
+        /// The case.
+        case: String,
+    },
+}
+
 /// Runs every case on GPU 0; each timed round lasts about `round` seconds.
-pub fn run(round: f64) -> Result<GpuReport, String> {
-    let e = |e: gpudirect::GpuError| e.to_string();
-    let gpu_name = gpudirect::device_name(0).map_err(e)?;
-    let mut gpu = gpudirect::Gpu::new(0).map_err(e)?;
+pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
+    let gpu_name = gpudirect::device_name(0)?;
+    let mut gpu = gpudirect::Gpu::new(0)?;
     let round = Duration::from_secs_f64(round.max(0.05));
     let rounds = 7;
 
     // The peer: one large pinned buffer copied to the device.
     let big = 256 << 20;
-    let pinned = gpudirect::PinnedBuffer::alloc(0, big).map_err(e)?;
-    let dev = gpudirect::DeviceBuffer::alloc(0, big).map_err(e)?;
+    let pinned = gpudirect::PinnedBuffer::alloc(0, big)?;
+    let dev = gpudirect::DeviceBuffer::alloc(0, big)?;
     let mut h2d = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
         // SAFETY: both buffers are `big` bytes and live past the sync.
-        unsafe { gpu.copy_to_device(dev.device_ptr(), pinned.as_ptr(), big) }.map_err(e)?;
-        gpu.sync().map_err(e)?;
+        unsafe { gpu.copy_to_device(dev.device_ptr(), pinned.as_ptr(), big) }?;
+        gpu.sync()?;
         h2d.push(big as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
     }
     let h2d_pinned_gbps = median(h2d);
@@ -153,25 +175,22 @@ fn stage_case(
     mode: StageMode,
     round: Duration,
     rounds: usize,
-) -> Result<f64, String> {
+) -> Result<f64, GpuBenchError> {
     const BURST: usize = 256;
-    let regions = Arc::new(
-        RegionSet::allocate(&[
-            MemoryRegionConfig::new("src", kind, BURST * 8, payload),
-            MemoryRegionConfig::new("dst", MemoryKind::Device, BURST * 8, payload),
-        ])
-        .map_err(|e| e.to_string())?,
-    );
+    let regions = Arc::new(RegionSet::allocate(&[
+        MemoryRegionConfig::new("src", kind, BURST * 8, payload),
+        MemoryRegionConfig::new("dst", MemoryKind::Device, BURST * 8, payload),
+    ])?);
     let (src, dst) = (0, 1);
     let plan = crate::plan::StagePlan {
         split_header_bytes: None,
         gpu: Some(regions.get(dst).affinity()),
         mode,
     };
-    let mut stage = RxStage::new(&regions, &[dst], BURST, &plan).map_err(|e| e.to_string())?;
+    let mut stage = RxStage::new(&regions, &[dst], BURST, &plan)?;
     let fail = |e| match e {
-        crate::stage::StageError::NoBuffers(_) => "device pool empty".to_string(),
-        crate::stage::StageError::Failed { reason, .. } => reason,
+        crate::stage::StageError::NoBuffers(_) => GpuBenchError::PoolEmpty("device"),
+        crate::stage::StageError::Failed { reason, .. } => GpuBenchError::Stage(reason),
     };
     let mut results = Vec::new();
     for _ in 0..rounds {
@@ -180,7 +199,7 @@ fn stage_case(
             // Keep the stage's pipeline full, as an RX worker under load does.
             while stage.has_room() {
                 let mut b = Burst::allocate(regions.clone(), 0, 0, &[src], BURST)
-                    .ok_or("source pool empty")?;
+                    .ok_or(GpuBenchError::PoolEmpty("source"))?;
                 for i in 0..BURST {
                     b.set_len(i, 0, payload);
                 }
@@ -206,13 +225,12 @@ fn reorder_case(
     spec: &ReorderSpec,
     payload: u32,
     rounds: usize,
-) -> Result<ReorderResult, String> {
-    let e = |e: gpudirect::GpuError| e.to_string();
+) -> Result<ReorderResult, GpuBenchError> {
     let ppb = spec.packets_per_batch();
     let stride = (payload as usize + 64).next_multiple_of(256);
-    let input = gpudirect::DeviceBuffer::alloc(0, stride * ppb as usize).map_err(e)?;
-    let output = gpudirect::DeviceBuffer::alloc(0, spec.batch_bytes()).map_err(e)?;
-    let copy_dst = gpudirect::DeviceBuffer::alloc(0, payload as usize * ppb as usize).map_err(e)?;
+    let input = gpudirect::DeviceBuffer::alloc(0, stride * ppb as usize)?;
+    let output = gpudirect::DeviceBuffer::alloc(0, spec.batch_bytes())?;
+    let copy_dst = gpudirect::DeviceBuffer::alloc(0, payload as usize * ppb as usize)?;
     // Packets in reverse order: sequence number first, then payload bytes.
     let mut host = vec![0u8; stride * ppb as usize];
     for k in 0..ppb as usize {
@@ -225,7 +243,7 @@ fn reorder_case(
             *b = (j ^ k) as u8;
         }
     }
-    input.write(0, &host).map_err(e)?;
+    input.write(0, &host)?;
     let packets: Vec<(u64, u32)> = (0..ppb as u64)
         .map(|k| (input.device_ptr() + k * stride as u64, payload + 64))
         .collect();
@@ -239,35 +257,36 @@ fn reorder_case(
         for k in 0..REPS {
             let slot = k % slots;
             if k >= slots {
-                gpu.wait_slot(slot).map_err(e)?;
+                gpu.wait_slot(slot)?;
             }
             // SAFETY: packets and output are device buffers alive until the sync below;
             // the slot's previous batch completed (waited for above).
-            unsafe { gpu.reorder_in(slot, spec, &packets, output.device_ptr()) }.map_err(e)?;
-            gpu.record_slot(slot).map_err(e)?;
+            unsafe { gpu.reorder_in(slot, spec, &packets, output.device_ptr()) }?;
+            gpu.record_slot(slot)?;
         }
-        gpu.sync().map_err(e)?;
+        gpu.sync()?;
         r.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
         let t = Instant::now();
         for _ in 0..REPS {
             // SAFETY: both ranges lie in device buffers of at least `bytes` bytes.
-            unsafe { gpu.copy_device(copy_dst.device_ptr(), input.device_ptr(), bytes as usize) }
-                .map_err(e)?;
+            unsafe { gpu.copy_device(copy_dst.device_ptr(), input.device_ptr(), bytes as usize) }?;
         }
-        gpu.sync().map_err(e)?;
+        gpu.sync()?;
         c.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
     // The output of the last batch is checked against the CPU, so a fast wrong kernel
     // cannot pass.
     let mut got = vec![0u8; spec.batch_bytes()];
-    output.read(0, &mut got).map_err(e)?;
+    output.read(0, &mut got)?;
     let refs: Vec<&[u8]> = (0..ppb as usize)
         .map(|k| &host[k * stride..k * stride + payload as usize + 64])
         .collect();
     let mut want = vec![0u8; spec.batch_bytes()];
     gpudirect::reorder::reorder_cpu(spec, &refs, &mut want);
     if got != want {
-        return Err(format!("{case}: GPU output differs from the CPU reorder"));
+        return Err(GpuBenchError::Mismatch {
+            case: case.to_string(),
+        });
     }
     let (reorder_gbyte_s, d2d_gbyte_s) = (median(r), median(c));
     Ok(ReorderResult {

@@ -203,7 +203,11 @@ impl FrameReader {
     /// Frames `[device]` (batched GPU) or `[host headers, device payload]` (header-data
     /// split).
     #[cfg(feature = "cuda")]
-    fn check_on_gpu(&mut self, burst: &crate::Burst, checker: &mut Checker) -> Result<(), String> {
+    fn check_on_gpu(
+        &mut self,
+        burst: &crate::Burst,
+        checker: &mut Checker,
+    ) -> Result<(), gpudirect::GpuError> {
         use super::traffic::{L2_L4_HEADER, PAYLOAD_SUM_FROM, TRAILER, payload_sum, shift_sum};
         let regions = burst.regions();
         let layout: Vec<bool> = burst.packets()[0]
@@ -213,15 +217,15 @@ impl FrameReader {
             .collect();
         let dev_seg = layout.len() - 1;
         if !(layout == [false] || layout == [true, false]) {
-            return Err(format!(
+            return Err(gpudirect::GpuError::Unsupported(format!(
                 "no GPU check for segment layout {layout:?} (host = true)"
-            ));
+            )));
         }
         let ordinal = regions
             .get(burst.packets()[0].segments()[dev_seg].region)
             .affinity();
         if self.gpu.is_none() {
-            self.gpu = Some(gpudirect::Gpu::new(ordinal).map_err(|e| e.to_string())?);
+            self.gpu = Some(gpudirect::Gpu::new(ordinal)?);
         }
         let gpu = self.gpu.as_mut().expect("just set");
         let whole = dev_seg == 0;
@@ -253,8 +257,7 @@ impl FrameReader {
                     &mut self.sums[at..],
                     &mut self.digests[at * per..],
                 )
-            }
-            .map_err(|e| e.to_string())?;
+            }?;
         }
         for i in 0..n {
             let d = &self.digests[i * per..(i + 1) * per];
@@ -283,8 +286,7 @@ impl FrameReader {
                         burst.segment_addr(i, 1),
                         &mut self.joined[at..],
                     )
-                }
-                .map_err(|e| e.to_string())?;
+                }?;
                 checker.check(&self.joined);
                 continue;
             }
