@@ -265,6 +265,8 @@ pub struct Stream {
     rx: Mutex<RxQueue>,
     tx: Mutex<TxQueue>,
     state: Arc<dyn StreamState>,
+    /// The worker running the connection died (seen by `poll`).
+    worker_failed: std::sync::OnceLock<WorkerFailed>,
     interface: String,
     slot: usize,
     #[cfg(feature = "rdma")]
@@ -305,20 +307,25 @@ impl Stream {
     }
 
     /// The next burst of received messages, if one arrived (also after the connection
-    /// closed, for what arrived before).
+    /// closed, for what arrived before). When the worker running the connection died, the
+    /// stream counts as closed and [`Stream::last_error`] says why.
     pub fn poll(&self) -> Option<Burst> {
-        self.rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .poll()
-            .ok()
-            .flatten()
+        match self.rx.lock().unwrap_or_else(|e| e.into_inner()).poll() {
+            Ok(b) => b,
+            Err(failed) => {
+                let _ = self.worker_failed.set(failed);
+                None
+            }
+        }
     }
 
     /// True once the connection is gone (the peer disconnected, an error, or shutdown)
     /// and everything it received is in this end's queue: [`Stream::poll`] returns the
     /// rest, then nothing more arrives.
     pub fn is_closed(&self) -> bool {
+        if self.worker_failed.get().is_some() {
+            return true;
+        }
         self.state.is_closed()
             && self
                 .rx
@@ -333,9 +340,12 @@ impl Stream {
         self.state.stats()
     }
 
-    /// The last error, if any.
+    /// The last error, if any (a dead worker's failure first).
     pub fn last_error(&self) -> Option<String> {
-        self.state.last_error()
+        match self.worker_failed.get() {
+            Some(f) => Some(f.to_string()),
+            None => self.state.last_error(),
+        }
     }
 
     /// The interface this connection belongs to (for a server, the listener's that
@@ -767,6 +777,7 @@ impl DataPlane {
                 health: worker.health.clone(),
             }),
             state: e.state,
+            worker_failed: std::sync::OnceLock::new(),
             interface: e.interface_name,
             slot: e.slot,
             #[cfg(feature = "rdma")]
