@@ -461,12 +461,7 @@ impl DataPlane {
                             ring: consumer,
                             interface: q.interface_name.clone(),
                             queue: q.id,
-                            reorder: crate::reorder::QueueReorder::for_queue(
-                                config,
-                                &regions,
-                                q.interface,
-                                q.id,
-                            ),
+                            reorder: crate::reorder::QueueReorder::for_queue(q, &regions),
                             reorder_error: None,
                             health: worker_health,
                         },

@@ -11,10 +11,11 @@
 //! of [`gpudirect::Gpu`] on the GPU of the output region and returns when it finished.
 
 use crate::burst::Burst;
-use crate::config::{Config, ReorderKind};
+use crate::config::ReorderKind;
 use crate::descriptor::RegionId;
 pub use crate::descriptor::ReorderInfo;
 use crate::memory::RegionSet;
+use crate::plan::QueuePlan;
 use gpudirect::reorder::ReorderSpec;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -78,37 +79,24 @@ pub(crate) struct QueueReorder {
 }
 
 impl QueueReorder {
-    /// The reorders of queue `queue` of interface `port`, or `None` when it has none.
-    pub(crate) fn for_queue(
-        config: &Config,
-        regions: &Arc<RegionSet>,
-        port: usize,
-        queue: u16,
-    ) -> Option<Self> {
-        let iface = &config.interfaces[port];
-        let rx = iface.rx.as_ref()?;
-        let q = rx.queues.iter().find(|q| q.id == queue)?;
-        let source = regions.id_of(q.memory_regions.first()?)?;
+    /// The reorders the plan gave queue `q`, or `None` when it has none.
+    pub(crate) fn for_queue(q: &QueuePlan, regions: &Arc<RegionSet>) -> Option<Self> {
         let mut plans = Vec::new();
         let mut staged = Vec::new();
         let mut plan_of_flow = HashMap::new();
-        for r in &rx.reorder {
-            if rx.reorder_queue(r).is_none_or(|q| q.id != queue) {
-                continue;
-            }
-            let output = regions.id_of(&r.memory_region)?;
+        for r in &q.reorders {
             for id in &r.flow_ids {
                 plan_of_flow.insert(*id, plans.len());
             }
             plans.push(Plan {
                 name: r.name.clone(),
                 kind: r.kind,
-                spec: r.spec(regions.get(source).buf_size()),
-                output,
+                spec: r.spec,
+                output: r.output,
                 first_at: None,
                 gpu: Default::default(),
             });
-            staged.push(Burst::empty(regions.clone(), port as u16, queue, 0));
+            staged.push(Burst::empty(regions.clone(), q.interface as u16, q.id, 0));
         }
         if plans.is_empty() {
             return None;

@@ -135,7 +135,10 @@ fn gpu_loopback_configs_stage_into_the_gpu() {
     assert_eq!(rx.stage.unwrap().split_header_bytes, None);
     assert_eq!(rx.stage.unwrap().gpu, Some(0));
     let reorder = shipped("gpu_loopback_reorder.yaml");
-    assert!(reorder.queues.iter().any(|q| !q.reorders.is_empty()));
+    let r = &reorder.queue(0, Direction::Rx, 0).unwrap().reorders[0];
+    assert_eq!(r.name, "by_sequence");
+    assert_eq!((r.packets_per_batch, r.in_slot_bytes), (1024, 1984));
+    assert_eq!(reorder.regions[r.output as usize].name, "batches_gpu");
     shipped("gpu_loopback_8k.yaml");
 }
 
@@ -404,5 +407,15 @@ fn reference_examples_plan() {
     // The reorder example on the loopback: huge regions counted per region.
     let reorder = get("daqiri_bench_raw_sw_loopback_reorder_seq_1024.yaml");
     assert_eq!(reorder.hugepages.regions.len(), 3);
-    assert!(reorder.queues.iter().any(|q| !q.reorders.is_empty()));
+    let r = reorder
+        .queues
+        .iter()
+        .flat_map(|q| &q.reorders)
+        .next()
+        .expect("a reorder");
+    assert_eq!(
+        (r.name.as_str(), r.packets_per_batch),
+        ("rx_reorder_seq_1024", 1024)
+    );
+    assert_eq!(reorder.regions[r.output as usize].name, "Reorder_RX_CPU");
 }

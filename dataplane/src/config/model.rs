@@ -326,7 +326,8 @@ impl Default for RoceConfig {
 }
 
 /// Where a reorder runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReorderKind {
     /// CUDA kernels on the GPU of the output region.
     Gpu,

@@ -14,7 +14,7 @@ pub mod rdma;
 
 pub use capabilities::{Capabilities, Overflow};
 
-use crate::config::{Config, Direction, EngineKind, MemoryKind, StageMode};
+use crate::config::{Config, Direction, EngineKind, MemoryKind, ReorderKind, StageMode};
 use crate::descriptor::RegionId;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -115,6 +115,27 @@ pub struct StagePlan {
     pub mode: StageMode,
 }
 
+/// A reorder on an RX queue (`rx.reorder_configs`): what the application's end of the
+/// queue runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReorderPlan {
+    /// The reorder's name.
+    pub name: String,
+    /// CPU code or the GPU kernel.
+    pub kind: ReorderKind,
+    /// Region of the output buffers.
+    pub output: RegionId,
+    /// Flows whose packets it reorders.
+    pub flow_ids: Vec<u32>,
+    /// Slots per output buffer.
+    pub packets_per_batch: u32,
+    /// Payload bytes per slot (from the queue's first region's `buf_size`).
+    pub in_slot_bytes: u32,
+    /// The parameters the CPU code and the kernel run with.
+    #[serde(skip)]
+    pub spec: gpudirect::reorder::ReorderSpec,
+}
+
 /// The `tx_eth_src` offload of a TX queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -129,7 +150,7 @@ pub enum EthSrc {
 }
 
 /// One queue.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct QueuePlan {
     /// Interface index (the port id).
     pub interface: usize,
@@ -151,8 +172,8 @@ pub struct QueuePlan {
     pub timeout_us: u64,
     /// RX: the stage, when bursts arrive outside the queue's layout.
     pub stage: Option<StagePlan>,
-    /// RX: names of the reorders on this queue.
-    pub reorders: Vec<String>,
+    /// RX: the reorders on this queue.
+    pub reorders: Vec<ReorderPlan>,
     /// TX: the source MAC offload.
     pub eth_src: EthSrc,
 }
@@ -398,7 +419,21 @@ impl Plan {
                 ));
             }
             if !q.reorders.is_empty() {
-                extra.push(format!("reorders {}", q.reorders.join(", ")));
+                let names: Vec<String> = q
+                    .reorders
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} ({:?}, {} x {} B into `{}`)",
+                            r.name,
+                            r.kind,
+                            r.packets_per_batch,
+                            r.in_slot_bytes,
+                            self.regions[r.output as usize].name
+                        )
+                    })
+                    .collect();
+                extra.push(format!("reorders {}", names.join(", ")));
             }
             if q.eth_src != EthSrc::Off {
                 extra.push(format!("tx_eth_src {:?}", q.eth_src));
@@ -586,6 +621,9 @@ fn queues(
                                 mode: config.gpu_stage,
                             })
                         };
+                        let source_buf_size = segments
+                            .first()
+                            .map_or(0, |&r| regions[r as usize].buf_size);
                         let reorders = iface
                             .rx
                             .iter()
@@ -594,7 +632,18 @@ fn queues(
                                     .iter()
                                     .filter(|r| rx.reorder_queue(r).is_some_and(|rq| rq.id == q.id))
                             })
-                            .map(|r| r.name.clone())
+                            .filter_map(|r| {
+                                let spec = r.spec(source_buf_size);
+                                Some(ReorderPlan {
+                                    name: r.name.clone(),
+                                    kind: r.kind,
+                                    output: region_id(&r.memory_region)?,
+                                    flow_ids: r.flow_ids.clone(),
+                                    packets_per_batch: spec.packets_per_batch(),
+                                    in_slot_bytes: spec.in_slot_bytes,
+                                    spec,
+                                })
+                            })
                             .collect();
                         (stage, reorders, EthSrc::Off)
                     }
