@@ -1,5 +1,6 @@
 //! Software classifier cost per packet: 1, 16 and 256 rules with exact ports or port
-//! ranges, the packet matching the last rule (a full scan) or none; and the RSS hash alone.
+//! ranges, the packet matching the last rule (a full scan) or none; 16 and 10,000 rules
+//! with exact ports, traffic hitting the first four, the last or none; and the RSS hash.
 //! Run: `cargo bench -p dataplane --bench classifier`.
 
 // criterion_group! defines an undocumented public function.
@@ -39,7 +40,12 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
     };
     let flows = (0..n)
         .map(|i| {
-            let base = 10_000 + (i as u16) * 10;
+            // Ten ports a rule below 5,000 rules; one port a rule above (they must fit).
+            let base = if n < 5000 {
+                10_000 + (i as u16) * 10
+            } else {
+                1024 + i as u16
+            };
             let udp_dst = if ranges {
                 PortRange {
                     first: base,
@@ -113,6 +119,39 @@ fn classify(c: &mut Criterion) {
                     },
                 );
             }
+        }
+    }
+    // Cost that must not grow with the rule count: 16 against 10,000 exact-port rules.
+    for n in [16usize, 10_000] {
+        let cl = Classifier::compile(&rules(n, false), 1);
+        let port = |i: usize| {
+            if n < 5000 {
+                10_000 + (i as u16) * 10
+            } else {
+                1024 + i as u16
+            }
+        };
+        let first_four: Vec<Vec<u8>> = (0..FRAMES).map(|i| frame(4096, port(i % 4))).collect();
+        let last: Vec<Vec<u8>> = (0..FRAMES).map(|_| frame(4096, port(n - 1))).collect();
+        let miss: Vec<Vec<u8>> = (0..FRAMES)
+            .map(|i| frame(4096, 60_000 + i as u16))
+            .collect();
+        for (what, frames) in [
+            ("first_four", &first_four),
+            ("last_rule", &last),
+            ("no_match", &miss),
+        ] {
+            g.bench_with_input(
+                BenchmarkId::new(format!("scale/{what}"), n),
+                frames,
+                |b, frames| {
+                    b.iter(|| {
+                        for f in frames {
+                            black_box(cl.classify(black_box(f)));
+                        }
+                    })
+                },
+            );
         }
     }
     g.finish();

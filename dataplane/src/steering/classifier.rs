@@ -180,6 +180,8 @@ impl Key {
 /// rule, so the compiler can use vector compares; a wildcard is the full range or mask 0.
 #[derive(Clone, Debug, Default)]
 struct Columns {
+    /// Original rule index of each lane (lanes hold a subset of the rules, in order).
+    index: Vec<u32>,
     need: Vec<u32>,
     vlan_val: Vec<u32>,
     vlan_mask: Vec<u32>,
@@ -204,10 +206,17 @@ fn block<T>(v: &[T], base: usize) -> &[T; LANES] {
 
 impl Columns {
     fn compile(rules: &[Rule]) -> Self {
+        let all: Vec<u32> = (0..rules.len() as u32).collect();
+        Self::compile_subset(rules, &all)
+    }
+
+    /// Columns of the rules at `subset` (ascending original indices).
+    fn compile_subset(rules: &[Rule], subset: &[u32]) -> Self {
         let mut c = Columns::default();
-        let padded = rules.len().div_ceil(LANES) * LANES;
+        let padded = subset.len().div_ceil(LANES) * LANES;
         for i in 0..padded {
-            let r = rules.get(i);
+            c.index.push(subset.get(i).copied().unwrap_or(u32::MAX));
+            let r = subset.get(i).map(|&k| &rules[k as usize]);
             let need = r.map_or(NEVER, |r| {
                 (if r.needs_ipv4 { HAS_IPV4 } else { 0 }) | (if r.needs_udp { HAS_UDP } else { 0 })
             });
@@ -234,10 +243,32 @@ impl Columns {
         c
     }
 
-    /// Index of the first rule that matches.
+    /// Original index of the first rule that matches.
     #[inline]
     fn first_match(&self, k: &Key) -> Option<usize> {
+        self.first_match_below(k, u32::MAX)
+    }
+
+    /// Whether lane `i` matches (the same test as a block's, for one rule).
+    #[inline]
+    fn lane_matches(&self, i: usize, k: &Key) -> bool {
+        k.flags & self.need[i] == self.need[i]
+            && k.vlan & self.vlan_mask[i] == self.vlan_val[i]
+            && k.len.wrapping_sub(self.len_lo[i]) <= self.len_span[i]
+            && k.sport.wrapping_sub(self.sport_lo[i]) <= self.sport_span[i]
+            && k.dport.wrapping_sub(self.dport_lo[i]) <= self.dport_span[i]
+            && k.src & self.src_mask[i] == self.src_net[i]
+            && k.dst & self.dst_mask[i] == self.dst_net[i]
+    }
+
+    /// Original index of the first matching rule whose index is below `limit`; blocks
+    /// that start at or past `limit` are not read.
+    #[inline]
+    fn first_match_below(&self, k: &Key, limit: u32) -> Option<usize> {
         for base in (0..self.need.len()).step_by(LANES) {
+            if self.index[base] >= limit {
+                return None;
+            }
             let need = block(&self.need, base);
             let (vv, vm) = (block(&self.vlan_val, base), block(&self.vlan_mask, base));
             let (ll, lsp) = (block(&self.len_lo, base), block(&self.len_span, base));
@@ -262,10 +293,82 @@ impl Columns {
                 bits |= (m & 1) << i;
             }
             if bits != 0 {
-                return Some(base + bits.trailing_zeros() as usize);
+                let original = self.index[base + bits.trailing_zeros() as usize];
+                return (original < limit).then_some(original as usize);
             }
         }
         None
+    }
+}
+
+/// Rule sets larger than this also get a [`DportIndex`].
+const INDEX_FROM_RULES: usize = 8;
+
+/// IPv4/UDP rules indexed by an exact UDP destination port, so that a rule set's cost does
+/// not grow with the rules a frame cannot match: a frame is tested against the rules of
+/// its destination port (a hash lookup) and, in order, the rules with a wildcard or a
+/// range there, which stop being read once an earlier match is known.
+#[derive(Clone, Debug)]
+struct DportIndex {
+    /// Per destination port `p`, its exact rules are `exact[starts[p]..starts[p + 1]]`
+    /// (lanes in `all`, ascending): a direct table, no hashing on the packet path.
+    starts: Box<[u32]>,
+    exact: Box<[u32]>,
+    /// Every rule, for the per-rule test of the exact ones.
+    all: Columns,
+    /// The rules with a wildcard or range destination port.
+    others: Columns,
+}
+
+impl DportIndex {
+    fn compile(rules: &[Rule]) -> Self {
+        // A rule that does not need UDP matches frames whose dport reads as 0 too, so only
+        // UDP rules with one destination port are indexed.
+        let indexed = |r: &Rule| r.needs_udp && r.dport.0 == r.dport.1;
+        // Counting sort by port: `starts[p + 1]` first counts, then is the end of `p`.
+        let mut starts = vec![0u32; (1 << 16) + 1];
+        for r in rules.iter().filter(|r| indexed(r)) {
+            starts[r.dport.0 as usize + 1] += 1;
+        }
+        for p in 1..starts.len() {
+            starts[p] += starts[p - 1];
+        }
+        let mut next = starts.clone();
+        let mut exact = vec![0u32; starts[1 << 16] as usize];
+        let mut others = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            if indexed(r) {
+                let at = &mut next[r.dport.0 as usize];
+                exact[*at as usize] = i as u32;
+                *at += 1;
+            } else {
+                others.push(i as u32);
+            }
+        }
+        Self {
+            starts: starts.into_boxed_slice(),
+            exact: exact.into_boxed_slice(),
+            all: Columns::compile(rules),
+            others: Columns::compile_subset(rules, &others),
+        }
+    }
+
+    /// Index of the first rule that matches.
+    #[inline]
+    fn first_match(&self, k: &Key) -> Option<usize> {
+        let exact = if k.flags & HAS_UDP != 0 {
+            // `k.dport` is a 16-bit port, so both reads are inside the table.
+            let p = k.dport as usize & 0xffff;
+            let (from, to) = (self.starts[p] as usize, self.starts[p + 1] as usize);
+            self.exact[from..to]
+                .iter()
+                .find(|&&i| self.all.lane_matches(i as usize, k))
+                .map(|&i| i as usize)
+        } else {
+            None
+        };
+        let limit = exact.map_or(u32::MAX, |i| i as u32);
+        self.others.first_match_below(k, limit).or(exact)
     }
 }
 
@@ -275,6 +378,8 @@ pub struct Classifier {
     rules: Vec<Rule>,
     /// The rules in columns when all of them are IPv4/UDP rules.
     columns: Option<Columns>,
+    /// Large IPv4/UDP rule sets: indexed by destination port instead of scanned.
+    index: Option<DportIndex>,
     unmatched: Target,
     /// Set when frames need no reading at all: no rules, no isolation, one queue.
     trivial: Option<u16>,
@@ -320,9 +425,13 @@ impl Classifier {
                 .iter()
                 .all(|f| f.matches.class() == crate::config::MatchClass::Ipv4Udp))
         .then(|| Columns::compile(&rules));
+        let index = (columns.is_some() && rules.len() > INDEX_FROM_RULES)
+            .then(|| DportIndex::compile(&rules));
+        let columns = if index.is_some() { None } else { columns };
         Self {
             rules,
             columns,
+            index,
             unmatched,
             trivial,
             epoch,
@@ -361,9 +470,10 @@ impl Classifier {
             Ok(h) => h,
             Err(m) => return Verdict::Malformed(m),
         };
-        let hit = match &self.columns {
-            Some(c) => c.first_match(&Key::of(&h)).map(|i| &self.rules[i]),
-            None => self.rules.iter().find(|r| r.matches(&h, frame)),
+        let hit = match (&self.index, &self.columns) {
+            (Some(x), _) => x.first_match(&Key::of(&h)).map(|i| &self.rules[i]),
+            (None, Some(c)) => c.first_match(&Key::of(&h)).map(|i| &self.rules[i]),
+            (None, None) => self.rules.iter().find(|r| r.matches(&h, frame)),
         };
         let (target, flow_id) = match hit {
             Some(r) => (&r.target, r.flow_id),

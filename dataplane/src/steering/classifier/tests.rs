@@ -531,7 +531,12 @@ fn arb_config() -> impl Strategy<Value = RxConfig> {
             arb_match(class),
             proptest::sample::subsequence((0..nq as u16).collect::<Vec<_>>(), 1..=nq),
         );
-        proptest::collection::vec(rule, 0..7).prop_map(move |rules| {
+        // Small sets (plain scan, columns) and large ones (the destination-port index).
+        prop_oneof![
+            3 => proptest::collection::vec(rule.clone(), 0..7),
+            1 => proptest::collection::vec(rule, 60..140),
+        ]
+        .prop_map(move |rules| {
             let flows = rules
                 .into_iter()
                 .enumerate()
