@@ -267,6 +267,7 @@ pub struct Stream {
     state: Arc<dyn StreamState>,
     /// The worker running the connection died (seen by `poll`).
     worker_failed: std::sync::OnceLock<WorkerFailed>,
+    send_region: Option<RegionId>,
     interface: String,
     slot: usize,
     #[cfg(feature = "rdma")]
@@ -276,12 +277,7 @@ pub struct Stream {
 impl Stream {
     /// The region sends come from (a buffer per message), if the slot has one.
     pub fn send_region(&self) -> Option<RegionId> {
-        self.tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .segment_regions
-            .first()
-            .copied()
+        self.send_region
     }
 
     /// A burst of `count` packets from the connection's send region.
@@ -410,11 +406,6 @@ impl DataPlane {
     /// worker per core. Nothing stays allocated or running when it fails.
     pub fn start(config: &Config) -> Result<Self, StartError> {
         let plan = Plan::from_config(config)?;
-        Self::start_planned(config, plan)
-    }
-
-    /// As [`DataPlane::start`], with a plan made by [`Plan::from_config`] of `config`.
-    fn start_planned(config: &Config, plan: Plan) -> Result<Self, StartError> {
         check_cores(&plan)?;
         prepare_hugepages(&plan)?;
         let headroom: Vec<usize> = plan.regions.iter().map(|r| r.headroom).collect();
@@ -661,11 +652,7 @@ impl DataPlane {
     /// Regions an engine receives into without copying (their buffers are lent to the
     /// engine's own pool, e.g. a DPDK mbuf pool over external memory).
     pub fn zero_copy_regions(&self) -> Vec<String> {
-        self.regions
-            .iter()
-            .filter(|r| r.is_lent())
-            .map(|r| r.name().to_owned())
-            .collect()
+        self.plan.lent_regions()
     }
 
     /// The plan it started from.
@@ -749,6 +736,7 @@ impl DataPlane {
             rx_counters,
         );
         let tx_task = TxTask::new(e.tx, tx_consumer, tx_counters);
+        let send_region = e.tx_regions.first().copied();
         worker
             .control
             .attach(vec![Task::Rx(rx_task), Task::Tx(tx_task)]);
@@ -773,6 +761,7 @@ impl DataPlane {
             }),
             state: e.state,
             worker_failed: std::sync::OnceLock::new(),
+            send_region,
             interface: e.interface_name,
             slot: e.slot,
             #[cfg(feature = "rdma")]

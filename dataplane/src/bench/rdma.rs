@@ -546,6 +546,36 @@ fn serve(
     Ok(r)
 }
 
+/// What a failed connect means for the bench: a reject, a signal, or a server that never
+/// answered are told apart; anything else is passed on.
+fn client_error(e: ConnectionError, remote: SocketAddr) -> RdmaBenchError {
+    let passed_on = |source| RdmaBenchError::Connection {
+        side: "client",
+        source,
+    };
+    let ConnectionError::Transport { interface, source } = e else {
+        return passed_on(e);
+    };
+    let source = match source.downcast::<VerbsError>() {
+        Ok(v) => match *v {
+            VerbsError::Event { status, .. } if status == rdma::verbs::REJECTED_BY_SERVER => {
+                return RdmaBenchError::Rejected(remote);
+            }
+            VerbsError::Stopped(_) => return RdmaBenchError::Stopped("client"),
+            VerbsError::GaveUp { seconds, last } => {
+                return RdmaBenchError::Unreachable {
+                    addr: remote,
+                    seconds,
+                    last: *last,
+                };
+            }
+            other => Box::new(other),
+        },
+        Err(other) => other,
+    };
+    passed_on(ConnectionError::Transport { interface, source })
+}
+
 fn connect(
     plane: &DataPlane,
     interface: &str,
@@ -558,41 +588,7 @@ fn connect(
     let remote = SocketAddr::from((cfg.server_address, cfg.server_port));
     let stream = plane
         .connect_within(interface, remote, budget, &|| stop.load(Ordering::Relaxed))
-        .map_err(|e| match e {
-            ConnectionError::Transport { source, .. } => match source.downcast::<VerbsError>() {
-                Ok(v) => match *v {
-                    VerbsError::Event { status, .. }
-                        if status == rdma::verbs::REJECTED_BY_SERVER =>
-                    {
-                        RdmaBenchError::Rejected(remote)
-                    }
-                    VerbsError::Stopped(_) => RdmaBenchError::Stopped("client"),
-                    VerbsError::GaveUp { seconds, last } => RdmaBenchError::Unreachable {
-                        addr: remote,
-                        seconds,
-                        last: *last,
-                    },
-                    source => RdmaBenchError::Connection {
-                        side: "client",
-                        source: ConnectionError::Transport {
-                            interface: interface.to_owned(),
-                            source: Box::new(source),
-                        },
-                    },
-                },
-                Err(source) => RdmaBenchError::Connection {
-                    side: "client",
-                    source: ConnectionError::Transport {
-                        interface: interface.to_owned(),
-                        source,
-                    },
-                },
-            },
-            source => RdmaBenchError::Connection {
-                side: "client",
-                source,
-            },
-        })?;
+        .map_err(|e| client_error(e, remote))?;
     let notes = check_side(plane, &stream, cfg, "client")?;
     let peer_sends = peer.is_none_or(|p| p.send);
     let side = Side {

@@ -274,6 +274,9 @@ pub enum EngineError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A connection engine with no interface to listen or connect on.
+    #[error("no interface has socket_config with a roce:// local_addr")]
+    NoConnectionInterface,
     /// A start-up thread panicked.
     #[error("{0} panicked")]
     Panicked(&'static str),

@@ -395,10 +395,7 @@ impl RdmaEngine {
             })
             .collect();
         if interfaces.is_empty() {
-            return Err(EngineError::Interface {
-                interface: String::new(),
-                reason: "no interface has socket_config with a roce:// local_addr".into(),
-            });
+            return Err(EngineError::NoConnectionInterface);
         }
         let mut listeners = Vec::new();
         let mut accepted = BTreeMap::new();

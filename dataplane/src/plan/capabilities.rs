@@ -27,9 +27,6 @@ pub struct Capabilities {
     pub receives_into_lent_regions: bool,
     /// Flow rules can be programmed into the device (else they are steered in software).
     pub hardware_steering: bool,
-    /// The engine moves frames into GPU memory itself (a PCI NIC by DMA, into a lent
-    /// region); otherwise an RX stage copies them there.
-    pub writes_gpu_memory: bool,
     /// The engine maps huge pages of its own (DPDK's EAL): its pools count in the hugepage
     /// preflight, and runtime files a dead process left are cleaned before it starts.
     pub own_hugepages: bool,
@@ -48,7 +45,6 @@ impl Capabilities {
         lent_headroom: 0,
         receives_into_lent_regions: false,
         hardware_steering: false,
-        writes_gpu_memory: false,
         own_hugepages: false,
         tx_buffers_reach_rx: true,
         connections: false,
@@ -60,7 +56,6 @@ impl Capabilities {
         lent_headroom: super::dpdk::HEADROOM,
         receives_into_lent_regions: true,
         hardware_steering: true,
-        writes_gpu_memory: true,
         own_hugepages: true,
         tx_buffers_reach_rx: false,
         connections: false,
@@ -74,7 +69,6 @@ impl Capabilities {
         lent_headroom: 0,
         receives_into_lent_regions: false,
         hardware_steering: false,
-        writes_gpu_memory: true,
         own_hugepages: false,
         tx_buffers_reach_rx: false,
         connections: true,
@@ -86,7 +80,6 @@ impl Capabilities {
         lent_headroom: 0,
         receives_into_lent_regions: false,
         hardware_steering: false,
-        writes_gpu_memory: false,
         own_hugepages: false,
         tx_buffers_reach_rx: false,
         connections: false,

@@ -257,14 +257,13 @@ impl Plan {
     /// Plans `config` (which passed validation). Pure: it reads nothing but `config`.
     pub fn from_config(config: &Config) -> Result<Self, PlanError> {
         let capabilities = Capabilities::of(config.engine);
-        let lending =
-            if capabilities.receives_into_lent_regions && config.engine == EngineKind::Dpdk {
-                let decided = dpdk::lending(config);
-                dpdk::check_lending(config, &decided)?;
-                decided
-            } else {
-                vec![(false, None); config.memory_regions.len()]
-            };
+        let lending = if capabilities.receives_into_lent_regions {
+            let decided = dpdk::lending(config);
+            dpdk::check_lending(config, &decided)?;
+            decided
+        } else {
+            vec![(false, None); config.memory_regions.len()]
+        };
         let regions: Vec<RegionPlan> = config
             .memory_regions
             .iter()

@@ -249,7 +249,9 @@ impl Columns {
         self.first_match_below(k, u32::MAX)
     }
 
-    /// Whether lane `i` matches (the same test as a block's, for one rule).
+    /// Whether lane `i` matches: the block test of `first_match_below`, for one rule, with
+    /// early exits (deriving it from a whole block's test made an index hit 60% slower);
+    /// the property test holds both to the plain matcher.
     #[inline]
     fn lane_matches(&self, i: usize, k: &Key) -> bool {
         k.flags & self.need[i] == self.need[i]
@@ -306,7 +308,7 @@ const INDEX_FROM_RULES: usize = 8;
 
 /// IPv4/UDP rules indexed by an exact UDP destination port, so that a rule set's cost does
 /// not grow with the rules a frame cannot match: a frame is tested against the rules of
-/// its destination port (a hash lookup) and, in order, the rules with a wildcard or a
+/// its destination port (a table lookup) and, in order, the rules with a wildcard or a
 /// range there, which stop being read once an earlier match is known.
 #[derive(Clone, Debug)]
 struct DportIndex {

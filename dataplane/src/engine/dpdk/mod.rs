@@ -39,6 +39,7 @@ use dpdk_sys as sys;
 use eal::Eal;
 use port::{Port, PortSteering};
 use queue::{DeviceQueue, DpdkRx, DpdkTx, MAX_BURST, RxMode};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The DPDK engine: EAL, then ports (each owning its pools and registrations). Fields drop
@@ -46,7 +47,8 @@ use std::sync::Arc;
 pub struct DpdkEngine {
     regions: Arc<RegionSet>,
     ports: Vec<Port>,
-    segment_regions: Vec<Vec<(u16, Vec<RegionId>)>>,
+    /// Per RX queue (port, queue id): the regions of its segments, from the plan.
+    rx_segments: BTreeMap<(u16, u16), Vec<RegionId>>,
     _eal: Eal,
 }
 
@@ -62,7 +64,6 @@ impl DpdkEngine {
         let eal = Eal::init(eal_args(dpdk, !plan.hugepages.regions.is_empty()))?;
         // Declared after `eal`, so on failure the ports made so far drop first.
         let mut ports = Vec::new();
-        let mut segment_regions = Vec::new();
         for (iface, planned) in config.interfaces.iter().zip(&dpdk.ports) {
             let port = Port::open(iface, planned, regions, &steering[planned.interface])?;
             tracing::info!(
@@ -73,18 +74,17 @@ impl DpdkEngine {
                 port.pool_names().join(", ")
             );
             ports.push(port);
-            let segs = plan
-                .queues
-                .iter()
-                .filter(|q| q.interface == planned.interface)
-                .map(|q| (q.id, q.segments.clone()))
-                .collect();
-            segment_regions.push(segs);
         }
+        let rx_segments = plan
+            .queues
+            .iter()
+            .filter(|q| q.direction == Direction::Rx)
+            .map(|q| ((q.interface as u16, q.id), q.segments.clone()))
+            .collect();
         Ok(Self {
             regions: regions.clone(),
             ports,
-            segment_regions,
+            rx_segments,
             _eal: eal,
         })
     }
@@ -96,10 +96,9 @@ impl DpdkEngine {
     }
 
     fn segments(&self, port: u16, queue: u16) -> Vec<RegionId> {
-        self.segment_regions
-            .get(port as usize)
-            .and_then(|v| v.iter().find(|(q, _)| *q == queue))
-            .map(|(_, r)| r.clone())
+        self.rx_segments
+            .get(&(port, queue))
+            .cloned()
             .unwrap_or_default()
     }
 }
