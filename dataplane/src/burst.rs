@@ -113,6 +113,46 @@ impl Burst {
         })
     }
 
+    /// Allocates up to `max` packets with one buffer from each of `segment_regions`, as
+    /// many as every region can give (`None`: not one). Segment lengths start at 0.
+    pub fn allocate_up_to(
+        regions: Arc<RegionSet>,
+        port: u16,
+        queue: u16,
+        segment_regions: &[RegionId],
+        max: usize,
+    ) -> Option<Self> {
+        assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
+        let mut burst = Self::empty(regions, port, queue, max);
+        burst.packets.resize(max, Packet::default());
+        let mut on_stack = [0u32; 512];
+        let mut on_heap = Vec::new();
+        let indices: &mut [u32] = if max <= on_stack.len() {
+            &mut on_stack[..max]
+        } else {
+            on_heap.resize(max, 0);
+            &mut on_heap
+        };
+        for (s, &region) in segment_regions.iter().enumerate() {
+            let want = burst.packets.len();
+            let got = burst.regions.get(region).alloc_up_to(&mut indices[..want]);
+            for (p, &index) in burst.packets.iter_mut().zip(&indices[..got]) {
+                p.segments[s] = Segment {
+                    region,
+                    index,
+                    len: 0,
+                };
+                p.num_segments = s as u8 + 1;
+            }
+            // Packets short of this segment give back the segments they have.
+            burst.truncate(got);
+            if got == 0 {
+                return None;
+            }
+        }
+        Some(burst)
+    }
+
     /// Interface index (port id).
     pub fn port(&self) -> u16 {
         self.port
@@ -127,6 +167,13 @@ impl Burst {
     /// grow; a burst never mixes packets steered under different epochs.
     pub fn steering_epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Addresses the burst to another queue (forwarding), as not steered.
+    pub(crate) fn readdress(&mut self, port: u16, queue: u16) {
+        self.port = port;
+        self.queue = queue;
+        self.epoch = 0;
     }
 
     pub(crate) fn set_steering_epoch(&mut self, epoch: u64) {
@@ -361,7 +408,7 @@ fn assert_same_memory(from: &Burst, outputs: &[Burst]) {
 impl Drop for Burst {
     fn drop(&mut self) {
         // Return buffers in bulk per region: one pool operation per run of equal regions.
-        const CHUNK: usize = 64;
+        const CHUNK: usize = 256;
         let mut pending: [u32; CHUNK] = [0; CHUNK];
         for seg in 0..MAX_SEGMENTS {
             let mut n = 0;

@@ -5,7 +5,8 @@
 use clap::{Parser, Subcommand};
 #[cfg(feature = "rdma")]
 use dataplane::bench::rdma as rdma_bench;
-use dataplane::bench::{raw, ring};
+use dataplane::bench::traffic::{RxWork, TxWork};
+use dataplane::bench::{fwd, raw, ring};
 use dataplane::config::{self, Config, Direction};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -76,12 +77,51 @@ enum Bench {
         /// Also verify every packet's UDP checksum (reads every byte).
         #[arg(long)]
         verify_payload: bool,
+        /// What the generator writes per frame: `full` (ports, sequence trailer, UDP
+        /// checksum) or `headers` (the 42-byte header only, as testpmd's txonly).
+        #[arg(long, value_enum, default_value_t = TxWork::Full)]
+        tx_work: TxWork,
+        /// What the checker reads per frame: `full` (headers and trailer), `trailer`, or
+        /// `count` (nothing, as testpmd's rxonly).
+        #[arg(long, value_enum, default_value_t = RxWork::Full)]
+        rx_work: RxWork,
         /// No progress line and no human report (the exit code, and `--json`, remain).
         #[arg(long, short)]
         quiet: bool,
         /// Longest wait, after sending stopped, for packets still in the pipeline.
         #[arg(long, default_value_t = 10.0)]
         drain_seconds: f64,
+    },
+    /// Forward what one interface receives out of another (or the same) interface, as
+    /// testpmd's io and macswap modes: descriptors move from RX to TX, nothing is copied.
+    Fwd {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Seconds of forwarding.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Swap source and destination MAC of every frame.
+        #[arg(long)]
+        mac_swap: bool,
+        /// Interface to receive on (default: the first with RX queues).
+        #[arg(long)]
+        rx: Option<String>,
+        /// Interface to send on (default: another with TX queues, else the RX one).
+        #[arg(long)]
+        tx: Option<String>,
+        /// Bursts per TX queue sent before forwarding starts, built from bench_tx[0]
+        /// (for a port that loops back to itself, like testpmd's --tx-first).
+        #[arg(long, default_value_t = 0)]
+        tx_first: usize,
+        /// Cores of the forwarding threads, one per TX queue in use (comma separated).
+        #[arg(long, value_delimiter = ',')]
+        cores: Vec<u32>,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// RDMA SEND/RECV between rdma_bench_server and rdma_bench_client, every message
     /// verified; exits 0 only when every message completed and verified.
@@ -230,6 +270,8 @@ fn main() -> ExitCode {
             seconds,
             json,
             verify_payload,
+            tx_work,
+            rx_work,
             quiet,
             drain_seconds,
         }) => bench_raw(
@@ -237,7 +279,34 @@ fn main() -> ExitCode {
             seconds,
             drain_seconds,
             Output { json, quiet },
-            verify_payload,
+            RawWork {
+                verify_payload,
+                tx: tx_work,
+                rx: rx_work,
+            },
+            &signals,
+        ),
+        Command::Bench(Bench::Fwd {
+            file,
+            seconds,
+            mac_swap,
+            rx,
+            tx,
+            tx_first,
+            cores,
+            json,
+            quiet,
+        }) => bench_fwd(
+            &file,
+            fwd::FwdOptions {
+                seconds,
+                mac_swap,
+                rx_interface: rx,
+                tx_interface: tx,
+                tx_first,
+                cores,
+            },
+            Output { json, quiet },
             &signals,
         ),
         #[cfg(feature = "rdma")]
@@ -456,12 +525,19 @@ fn bench_exit(signals: &Signals, status: u8) -> ExitCode {
     }
 }
 
+/// What `bench raw` does per frame.
+struct RawWork {
+    verify_payload: bool,
+    tx: TxWork,
+    rx: RxWork,
+}
+
 fn bench_raw(
     file: &Path,
     seconds: f64,
     drain_seconds: f64,
     output: Output,
-    verify_payload: bool,
+    work: RawWork,
     signals: &Signals,
 ) -> ExitCode {
     let Some(c) = load(file) else {
@@ -480,7 +556,9 @@ fn bench_raw(
         return ExitCode::FAILURE;
     }
     let opts = raw::RawOptions {
-        verify_payload,
+        verify_payload: work.verify_payload,
+        tx_work: work.tx,
+        rx_work: work.rx,
         progress: !output.quiet && std::io::stderr().is_terminal(),
         drain_deadline: std::time::Duration::from_secs_f64(drain_seconds),
         ..raw::RawOptions::new(seconds)
@@ -502,10 +580,35 @@ fn bench_raw(
     }
 }
 
+fn bench_fwd(file: &Path, opts: fwd::FwdOptions, output: Output, signals: &Signals) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(opts.seconds > 0.0 && opts.seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    if let Some(why) = wrong_bench(file, &c, "raw") {
+        eprintln!("error: {why}");
+        return ExitCode::FAILURE;
+    }
+    match fwd::run(&c, &opts, &signals.any) {
+        Ok(report) => {
+            let status = if report.problems.is_empty() { 0 } else { 2 };
+            print_report(&report.human(), &report, output);
+            bench_exit(signals, status)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Benchmarks that handle SIGINT/SIGTERM themselves (they stop, report and exit 130/143).
 fn bench_with_signals(command: &Command) -> bool {
     match command {
-        Command::Bench(Bench::Raw { .. }) => true,
+        Command::Bench(Bench::Raw { .. } | Bench::Fwd { .. }) => true,
         #[cfg(feature = "rdma")]
         Command::Bench(Bench::Rdma { .. }) => true,
         _ => false,

@@ -160,6 +160,12 @@ pub enum TxFailure {
     /// The queue's worker died; nothing sent on this queue goes anywhere.
     #[error(transparent)]
     WorkerFailed(WorkerFailed),
+    /// A forwarded burst has a segment in GPU memory, which TX engines read with the CPU.
+    #[error("a forwarded burst has a segment in GPU memory; forward host-memory bursts only")]
+    GpuMemory,
+    /// A forwarded burst is a reorder's aggregate, whose packets are not frames.
+    #[error("a reorder's aggregate burst holds no frames to forward")]
+    NotFrames,
 }
 
 /// A burst that could not be sent, handed back so that nothing is freed behind the
@@ -186,6 +192,8 @@ pub struct TxQueue {
     /// Configured packets per burst.
     pub batch_size: usize,
     health: Arc<WorkerHealth>,
+    /// Every region of the plane is host memory: forwarded bursts need no per-packet check.
+    all_regions_host: bool,
 }
 
 impl TxQueue {
@@ -248,6 +256,40 @@ impl TxQueue {
                 burst,
                 reason: TxFailure::RingFull,
             })
+    }
+
+    /// Queues a burst received on any RX queue of this plane for transmission on this
+    /// queue, as it is: descriptors move, no byte is copied here (a relay, testpmd's `io`
+    /// forwarding). The burst must hold frames in host memory. On failure the burst comes
+    /// back in the error, still addressed to its RX queue.
+    pub fn forward(&mut self, mut burst: Burst) -> Result<(), SendError> {
+        if burst.reorder_info().is_some() {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::NotFrames,
+            });
+        }
+        if !self.all_regions_host && burst.belongs_to(&self.regions) {
+            let regions = &self.regions;
+            let in_gpu = burst.packets().iter().any(|p| {
+                p.segments()
+                    .iter()
+                    .any(|s| !regions.get(s.region).host_accessible())
+            });
+            if in_gpu {
+                return Err(SendError {
+                    burst,
+                    reason: TxFailure::GpuMemory,
+                });
+            }
+        }
+        let (port, queue, epoch) = (burst.port(), burst.queue(), burst.steering_epoch());
+        burst.readdress(self.port, self.queue);
+        self.send(burst).map_err(|mut e| {
+            e.burst.readdress(port, queue);
+            e.burst.set_steering_epoch(epoch);
+            e
+        })
     }
 
     /// Bursts waiting in the ring for the worker.
@@ -494,6 +536,7 @@ impl DataPlane {
                             queue: q.id,
                             batch_size: q.batch,
                             health: worker_health,
+                            all_regions_host: regions.iter().all(|r| r.host_accessible()),
                         },
                     );
                     let task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
@@ -758,6 +801,7 @@ impl DataPlane {
                 queue,
                 batch_size: CONNECTION_BURST,
                 health: worker.health.clone(),
+                all_regions_host: self.regions.iter().all(|r| r.host_accessible()),
             }),
             state: e.state,
             worker_failed: std::sync::OnceLock::new(),

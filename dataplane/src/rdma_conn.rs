@@ -96,12 +96,10 @@ impl BurstConnection {
         }
         let regions = self.regions.clone();
         let region = regions.get(self.rx_region);
-        let take = want.min(region.available());
+        let mut idx = vec![0u32; want];
+        let take = region.alloc_up_to(&mut idx);
+        idx.truncate(take);
         if take == 0 {
-            return Ok(());
-        }
-        let mut idx = vec![0u32; take];
-        if !region.alloc_bulk(&mut idx) {
             return Ok(());
         }
         let lkey = self.registered[&self.rx_region].lkey();

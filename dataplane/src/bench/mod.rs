@@ -1,5 +1,6 @@
 //! Benchmarks behind `dataplane bench`.
 
+pub mod fwd;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod raw;

@@ -69,6 +69,35 @@ pub fn checksum(data: &[u8]) -> u16 {
     !fold(sum16(data, false))
 }
 
+/// How much the generator writes per frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum TxWork {
+    /// Ports, the sequence trailer and the UDP checksum of every frame (headers and fill
+    /// are written once per buffer, since they never change).
+    #[default]
+    Full,
+    /// Only the 42-byte Ethernet/IPv4/UDP header of every frame, with rotating ports and no
+    /// UDP checksum, into reused, pre-written buffers: the work of testpmd's `txonly`. The
+    /// frames carry no sequence trailer, so the receiving side can only count them.
+    Headers,
+}
+
+/// How much the receiving side reads of every frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum RxWork {
+    /// Headers, IPv4 checksum, length fields, trailer and per-flow sequence.
+    #[default]
+    Full,
+    /// Only the trailer: stream, flow and per-flow sequence (no header byte read).
+    Trailer,
+    /// Nothing: packets and bytes are counted from the descriptors, as testpmd's `rxonly`.
+    Count,
+}
+
 /// Builds the frames of one generator.
 pub struct FrameBuilder {
     frame_len: usize,
@@ -194,6 +223,20 @@ impl FrameBuilder {
         buf[40..42].copy_from_slice(&csum.to_be_bytes());
     }
 
+    /// Writes the next frame's headers only (rotating ports, no UDP checksum, no trailer)
+    /// into `buf`; the rest of the frame is whatever the buffer holds ([`TxWork::Headers`]).
+    #[inline]
+    pub fn write_headers(&mut self, buf: &mut [u8]) {
+        let ns = u64::from(self.src.len());
+        let nd = u64::from(self.dst.len());
+        let (si, di) = (self.counter % ns, self.counter % nd);
+        self.counter += 1;
+        let head = &mut buf[..L2_L4_HEADER];
+        head.copy_from_slice(&self.template);
+        head[34..36].copy_from_slice(&(self.src.first + si as u16).to_be_bytes());
+        head[36..38].copy_from_slice(&(self.dst.first + di as u16).to_be_bytes());
+    }
+
     /// Frames generated so far.
     pub fn generated(&self) -> u64 {
         self.counter
@@ -247,6 +290,8 @@ struct FlowSequence {
 pub struct Checker {
     /// Verify the UDP checksum over the whole frame (touches every byte).
     pub verify_payload: bool,
+    /// Read only the trailer ([`RxWork::Trailer`]).
+    pub trailer_only: bool,
     next: Vec<Vec<FlowSequence>>,
     /// Counts so far.
     pub counts: CheckCounts,
@@ -274,6 +319,12 @@ impl Checker {
             ));
             return;
         }
+        if self.trailer_only {
+            let tail = &frame[len - TRAILER..];
+            let parsed = Self::parse_trailer(tail);
+            self.count_sequence(parsed, len);
+            return;
+        }
         let sum = self.verify_payload.then(|| payload_sum(frame));
         self.check_parts(&frame[..L2_L4_HEADER], &frame[len - TRAILER..], len, sum);
     }
@@ -288,7 +339,18 @@ impl Checker {
         frame_len: usize,
         payload_sum: Option<u64>,
     ) {
-        match Self::parse(head, tail, frame_len, payload_sum) {
+        let parsed = Self::parse(head, tail, frame_len, payload_sum);
+        self.count_sequence(parsed, frame_len);
+    }
+
+    /// Counts a parsed frame against its flow's sequence, or as corrupt.
+    #[inline]
+    fn count_sequence(
+        &mut self,
+        parsed: Result<(u16, usize, u64), &'static str>,
+        frame_len: usize,
+    ) {
+        match parsed {
             Ok((stream, flow, seq)) => {
                 let s = stream as usize;
                 if self.next.len() <= s {
@@ -373,15 +435,22 @@ impl Checker {
         if usize::from(u16::from_be_bytes([f[38], f[39]])) != len - UDP_OFFSET {
             return Err("UDP length does not match the frame");
         }
-        if t[0..4] != MAGIC {
-            return Err("no trailer");
-        }
+        let trailer = Self::parse_trailer(t)?;
         if let Some(sum) = payload_sum {
             // Pseudo header: addresses (inside the sum), protocol, UDP length.
             let udp_len = (len - UDP_OFFSET) as u64;
             if fold(sum + 17 + udp_len) != 0xffff {
                 return Err("bad UDP checksum");
             }
+        }
+        Ok(trailer)
+    }
+
+    /// Stream, flow and sequence number from a frame's trailer.
+    #[inline]
+    fn parse_trailer(t: &[u8]) -> Result<(u16, usize, u64), &'static str> {
+        if t.len() < TRAILER || t[0..4] != MAGIC {
+            return Err("no trailer");
         }
         let stream = u16::from_be_bytes([t[4], t[5]]);
         let flow = u32::from_be_bytes(t[8..12].try_into().unwrap()) as usize;

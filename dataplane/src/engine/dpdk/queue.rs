@@ -148,48 +148,34 @@ impl DeviceQueue {
         }
         // Take from the device only what our pools can hold; the rest waits in the
         // device's ring (a NIC counts its own misses when that ring overflows).
-        let room = self
-            .segments
-            .iter()
-            .map(|&r| self.regions.get(r).available())
-            .min()
-            .unwrap_or(0);
-        let n = self.receive_mbufs(max.min(room));
-        if n == 0 {
-            return None;
-        }
-        let out = match Burst::allocate(
+        let mut fresh = Burst::allocate_up_to(
             self.regions.clone(),
             self.port,
             self.queue,
             &self.segments,
-            n,
-        ) {
-            Some(mut fresh) => {
-                let rules = self.classify_ids.then(|| self.rules.rules());
-                let mut kept = 0;
-                for i in 0..n {
-                    if !self.copy_frame(self.scratch[i], &mut fresh, kept) {
-                        // Larger than the queue's buffers or more segments than regions:
-                        // counted, never delivered cut.
-                        self.counters.drop_packets(DropReason::Malformed, 1);
-                        continue;
-                    }
-                    let id = self.flow_id(i, &fresh, kept, rules.as_deref());
-                    fresh.set_flow_id(kept, id);
-                    kept += 1;
-                }
-                fresh.truncate(kept);
-                Some(fresh)
+            max,
+        )?;
+        let n = self.receive_mbufs(fresh.len());
+        if n == 0 {
+            return None;
+        }
+        let rules = self.classify_ids.then(|| self.rules.rules());
+        let mut kept = 0;
+        for i in 0..n {
+            if !self.copy_frame(self.scratch[i], &mut fresh, kept) {
+                // Larger than the queue's buffers or more segments than regions: counted,
+                // never delivered cut.
+                self.counters.drop_packets(DropReason::Malformed, 1);
+                continue;
             }
-            None => {
-                self.counters.drop_packets(DropReason::PoolEmpty, n as u64);
-                None
-            }
-        };
+            let id = self.flow_id(i, &fresh, kept, rules.as_deref());
+            fresh.set_flow_id(kept, id);
+            kept += 1;
+        }
+        fresh.truncate(kept);
         // SAFETY: every received mbuf is freed once.
         unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), n as u32) };
-        out
+        Some(fresh)
     }
 
     /// Zero-copy receive: each mbuf's buffer is one of the region's, so the burst takes

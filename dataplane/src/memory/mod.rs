@@ -2,12 +2,14 @@
 //! out. A region is one allocation (host pages, huge pages, pinned host or GPU memory);
 //! buffer `i` starts at `base + i * stride`.
 
+pub mod pool;
+
 use crate::config::{MemoryKind, MemoryRegionConfig};
 use crate::descriptor::Packet;
 pub use crate::descriptor::RegionId;
 use crate::hugepages;
-use crate::ring::Ring;
 use crossbeam_queue::ArrayQueue;
+use pool::BufferPool;
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use std::ptr::NonNull;
 
@@ -114,7 +116,7 @@ pub struct Region {
     num_bufs: usize,
     base: u64,
     backing: Backing,
-    pool: Ring<u32>,
+    pool: BufferPool,
     /// Set when every buffer is lent to an engine's own pool (zero-copy receive).
     lender: std::sync::OnceLock<Box<dyn BufferLender>>,
 }
@@ -148,8 +150,10 @@ impl Region {
         if bytes > isize::MAX as usize / 2 {
             return Err(too_large());
         }
-        // Made before the memory: a pool of more than 2^30 buffers is refused here.
-        let pool = Ring::new(cfg.num_bufs).map_err(|_| too_large())?;
+        // Buffer indices are u32.
+        if u32::try_from(cfg.num_bufs).is_err() {
+            return Err(too_large());
+        }
         let backing = match cfg.kind {
             MemoryKind::Host => map_pages(cfg, bytes, false)?,
             MemoryKind::Huge => map_huge(cfg, bytes, index)?,
@@ -163,14 +167,6 @@ impl Region {
             #[cfg(feature = "cuda")]
             Backing::Pinned(b) => b.as_ptr() as u64,
         };
-        let all: Vec<u32> = (0..cfg.num_bufs as u32).collect();
-        for chunk in all.chunks(4096) {
-            // The pool has a slot for every buffer.
-            assert!(
-                pool.enqueue_bulk(chunk),
-                "buffer pool smaller than its region"
-            );
-        }
         Ok(Self {
             name: cfg.name.clone(),
             kind: cfg.kind,
@@ -181,7 +177,7 @@ impl Region {
             num_bufs: cfg.num_bufs,
             base,
             backing,
-            pool,
+            pool: BufferPool::full(&cfg.name, cfg.num_bufs),
             lender: std::sync::OnceLock::new(),
         })
     }
@@ -226,9 +222,10 @@ impl Region {
         self.num_bufs
     }
 
-    /// Buffers in the pool right now.
+    /// Free buffers right now: in the shared pool and in every thread's cache. Slower
+    /// than an allocation (it takes the pool's lock); not for the packet path.
     pub fn available(&self) -> usize {
-        self.pool.len()
+        self.pool.available()
     }
 
     /// True when the CPU can read and write the buffers.
@@ -258,12 +255,11 @@ impl Region {
     /// `lender` and this region's pool stays empty. Fails when buffers are in use or the
     /// region is already lent.
     pub fn lend_all(&self, lender: Box<dyn BufferLender>) -> Result<(), LendAllError> {
-        let mut all = vec![0u32; self.num_bufs];
-        if !self.pool.dequeue_bulk(&mut all) {
+        let Some(all) = self.pool.take_all() else {
             return Err(LendAllError::InUse {
                 region: self.name.clone(),
             });
-        }
+        };
         if self.lender.set(lender).is_err() {
             self.free_bulk(&all);
             return Err(LendAllError::AlreadyLent {
@@ -286,7 +282,18 @@ impl Region {
     /// Takes exactly `out.len()` buffers, or none.
     #[inline]
     pub fn alloc_bulk(&self, out: &mut [u32]) -> bool {
-        self.pool.dequeue_bulk(out)
+        self.pool.alloc_bulk(out)
+    }
+
+    /// Takes up to `out.len()` buffers; returns how many, at the front of `out`.
+    #[inline]
+    pub fn alloc_up_to(&self, out: &mut [u32]) -> usize {
+        self.pool.alloc_up_to(out)
+    }
+
+    /// Buffers each thread keeps in its own cache of this region (0: none).
+    pub fn cache_size(&self) -> usize {
+        self.pool.cache_size()
     }
 
     /// Returns buffers to the pool.
@@ -299,9 +306,7 @@ impl Region {
             lender.give_back(indices);
             return;
         }
-        let ok = self.pool.enqueue_bulk(indices);
-        // The pool has a slot for every buffer, so a full pool means a double free.
-        assert!(ok, "memory region {}: buffer returned twice", self.name);
+        self.pool.free_bulk(indices);
     }
 }
 

@@ -1,0 +1,440 @@
+//! A region's buffer pool: a shared LIFO stack of free buffer indices with a LIFO cache per
+//! thread in front of it, as DPDK's mempool cache.
+//!
+//! Both levels hand out the buffer freed last, so the buffers in circulation stay the same
+//! few whatever the region's size: a pipeline that allocates on one thread and frees on
+//! another touches about as many buffers as it has in flight, not the whole region (a FIFO
+//! pool cycles every buffer through the CPU caches in turn). The per-thread cache makes most
+//! allocations and frees touch no shared cache line; the shared stack is locked once per
+//! half cache of buffers moved.
+//!
+//! A thread's cache returns its buffers to the shared stack when the thread exits.
+//! [`BufferPool::available`] counts the buffers in every thread's cache as free.
+
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Most buffers a thread keeps per region (DPDK's `RTE_MEMPOOL_CACHE_MAX_SIZE` is 512).
+pub const MAX_CACHE: usize = 512;
+/// Regions smaller than this many buffers per cache slot get no cache: a few threads
+/// holding cached buffers could otherwise starve the others.
+const BUFFERS_PER_CACHED: usize = 16;
+/// Smallest useful cache; smaller regions go to the shared stack directly.
+const MIN_CACHE: usize = 32;
+
+/// The per-thread cache size for a region of `num_bufs` buffers (0: no cache).
+pub fn cache_size_for(num_bufs: usize) -> usize {
+    let size = (num_bufs / BUFFERS_PER_CACHED).min(MAX_CACHE);
+    if size < MIN_CACHE { 0 } else { size }
+}
+
+/// What the pool and every thread's cache share.
+struct Shared {
+    /// Free buffers; the last one pushed is the first handed out.
+    stack: Mutex<Vec<u32>>,
+    /// Buffers of the region: the stack never holds more.
+    capacity: usize,
+    /// How many buffers each live thread cache holds (each written by its own thread).
+    cache_counts: Mutex<Vec<Arc<CacheCount>>>,
+    /// Cleared when the pool is dropped, so threads drop their caches of it.
+    alive: AtomicBool,
+    /// Region name, for the double-free message.
+    name: String,
+}
+
+/// One thread cache's buffer count, in a cache line of its own.
+#[repr(align(64))]
+#[derive(Default)]
+struct CacheCount(AtomicUsize);
+
+impl Shared {
+    fn stack(&self) -> MutexGuard<'_, Vec<u32>> {
+        // Every operation leaves the stack consistent before it can panic, so a poisoned
+        // lock still guards a valid stack.
+        self.stack.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pushes buffers; a stack that would hold more than the region means a double free.
+    fn push(&self, indices: &[u32]) {
+        let mut stack = self.stack();
+        assert!(
+            stack.len() + indices.len() <= self.capacity,
+            "memory region {}: buffer returned twice",
+            self.name
+        );
+        stack.extend_from_slice(indices);
+    }
+
+    /// Moves up to `want` buffers from the top of the stack onto `into`.
+    fn pop_into(&self, into: &mut Vec<u32>, want: usize) -> usize {
+        let mut stack = self.stack();
+        let n = want.min(stack.len());
+        let from = stack.len() - n;
+        into.extend_from_slice(&stack[from..]);
+        stack.truncate(from);
+        n
+    }
+}
+
+/// A thread's cache of one pool's buffers.
+struct ThreadCache {
+    shared: Arc<Shared>,
+    buffers: Vec<u32>,
+    count: Arc<CacheCount>,
+}
+
+impl ThreadCache {
+    fn publish(&self) {
+        self.count.0.store(self.buffers.len(), Ordering::Relaxed);
+    }
+
+    /// Hands every cached buffer back to the shared stack.
+    fn flush_all(&mut self) {
+        // Counted out of the cache before they are on the stack: a concurrent
+        // `available` may count too few for a moment, never too many.
+        self.count.0.store(0, Ordering::Relaxed);
+        self.shared.push(&self.buffers);
+        self.buffers.clear();
+    }
+}
+
+impl Drop for ThreadCache {
+    fn drop(&mut self) {
+        self.flush_all();
+        let mut counts = self
+            .shared
+            .cache_counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        counts.retain(|c| !Arc::ptr_eq(c, &self.count));
+    }
+}
+
+thread_local! {
+    /// This thread's caches, one per pool it used; the latest used first.
+    static CACHES: RefCell<Vec<ThreadCache>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The free buffers of one region.
+pub struct BufferPool {
+    shared: Arc<Shared>,
+    cache_size: usize,
+}
+
+impl BufferPool {
+    /// A pool holding buffers `0..num_bufs`, with per-thread caches of
+    /// [`cache_size_for`]`(num_bufs)` buffers.
+    pub fn full(name: &str, num_bufs: usize) -> Self {
+        Self::with_cache(name, num_bufs, cache_size_for(num_bufs))
+    }
+
+    /// As [`BufferPool::full`] with a given cache size (0: none).
+    pub fn with_cache(name: &str, num_bufs: usize, cache_size: usize) -> Self {
+        let stack: Vec<u32> = (0..num_bufs as u32).rev().collect();
+        Self {
+            shared: Arc::new(Shared {
+                stack: Mutex::new(stack),
+                capacity: num_bufs,
+                cache_counts: Mutex::new(Vec::new()),
+                alive: AtomicBool::new(true),
+                name: name.to_owned(),
+            }),
+            cache_size,
+        }
+    }
+
+    /// Buffers per thread cache (0: no cache).
+    pub fn cache_size(&self) -> usize {
+        self.cache_size
+    }
+
+    /// Free buffers: on the shared stack and in every thread's cache.
+    pub fn available(&self) -> usize {
+        let on_stack = self.shared.stack().len();
+        let cached: usize = self
+            .shared
+            .cache_counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|c| c.0.load(Ordering::Relaxed))
+            .sum();
+        on_stack + cached
+    }
+
+    /// Runs `f` on this thread's cache of this pool, creating it on first use. `None`
+    /// when the pool has no cache or the thread is exiting (its caches are gone).
+    #[inline]
+    fn with_cache_of<R>(&self, f: impl FnOnce(&mut ThreadCache) -> R) -> Option<R> {
+        if self.cache_size == 0 {
+            return None;
+        }
+        CACHES
+            .try_with(|caches| {
+                let mut caches = caches.try_borrow_mut().ok()?;
+                let at = match caches
+                    .iter()
+                    .position(|c| Arc::ptr_eq(&c.shared, &self.shared))
+                {
+                    Some(at) => at,
+                    None => {
+                        // Caches of dropped pools go first (their buffers are just numbers).
+                        caches.retain(|c| c.shared.alive.load(Ordering::Relaxed));
+                        let count = Arc::new(CacheCount::default());
+                        self.shared
+                            .cache_counts
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(count.clone());
+                        caches.push(ThreadCache {
+                            shared: self.shared.clone(),
+                            buffers: Vec::with_capacity(self.cache_size * 2),
+                            count,
+                        });
+                        caches.len() - 1
+                    }
+                };
+                if at != 0 {
+                    caches.swap(0, at);
+                }
+                Some(f(&mut caches[0]))
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Takes exactly `out.len()` buffers, or none; the ones freed last come first.
+    #[inline]
+    pub fn alloc_bulk(&self, out: &mut [u32]) -> bool {
+        let n = out.len();
+        if n <= self.cache_size {
+            let cache_size = self.cache_size;
+            if let Some(done) = self.with_cache_of(|cache| {
+                if cache.buffers.len() < n {
+                    // Refill to half a cache beyond this request, so the next requests are
+                    // served without the lock.
+                    let want = n + cache_size / 2 - cache.buffers.len();
+                    cache.shared.pop_into(&mut cache.buffers, want);
+                    if cache.buffers.len() < n {
+                        cache.publish();
+                        return false;
+                    }
+                }
+                let from = cache.buffers.len() - n;
+                out.copy_from_slice(&cache.buffers[from..]);
+                cache.buffers.truncate(from);
+                cache.publish();
+                true
+            }) {
+                return done;
+            }
+        }
+        {
+            let mut stack = self.shared.stack();
+            if stack.len() >= n {
+                let from = stack.len() - n;
+                out.copy_from_slice(&stack[from..]);
+                stack.truncate(from);
+                return true;
+            }
+        }
+        // Short: this thread's cache and the shared stack together, or nothing.
+        let got = self.take_from_cache_and_stack(out);
+        if got == n {
+            return true;
+        }
+        self.free_bulk(&out[..got]);
+        false
+    }
+
+    /// Takes up to `out.len()` buffers; returns how many (at the front of `out`).
+    #[inline]
+    pub fn alloc_up_to(&self, out: &mut [u32]) -> usize {
+        if self.alloc_bulk(out) {
+            return out.len();
+        }
+        self.take_from_cache_and_stack(out)
+    }
+
+    /// Moves up to `out.len()` buffers from this thread's cache, then the shared stack.
+    fn take_from_cache_and_stack(&self, out: &mut [u32]) -> usize {
+        let got = self
+            .with_cache_of(|cache| {
+                let k = cache.buffers.len().min(out.len());
+                let from = cache.buffers.len() - k;
+                out[..k].copy_from_slice(&cache.buffers[from..]);
+                cache.buffers.truncate(from);
+                cache.publish();
+                k
+            })
+            .unwrap_or(0);
+        let mut stack = self.shared.stack();
+        let k = stack.len().min(out.len() - got);
+        let from = stack.len() - k;
+        out[got..got + k].copy_from_slice(&stack[from..]);
+        stack.truncate(from);
+        got + k
+    }
+
+    /// Returns buffers (each taken from this pool and returned once).
+    #[inline]
+    pub fn free_bulk(&self, indices: &[u32]) {
+        let n = indices.len();
+        if n <= self.cache_size {
+            let cache_size = self.cache_size;
+            let cached = self.with_cache_of(|cache| {
+                cache.buffers.extend_from_slice(indices);
+                if cache.buffers.len() > cache_size + cache_size / 2 {
+                    // Keep the hottest half cache; the coldest go to the shared stack.
+                    let keep = cache_size / 2;
+                    let spill = cache.buffers.len() - keep;
+                    cache.count.0.store(keep, Ordering::Relaxed);
+                    cache.shared.push(&cache.buffers[..spill]);
+                    cache.buffers.drain(..spill);
+                }
+                cache.publish();
+            });
+            if cached.is_some() {
+                return;
+            }
+        }
+        self.shared.push(indices);
+    }
+
+    /// Takes every buffer, or none: this thread's cache is emptied first; buffers in other
+    /// threads' caches count as in use.
+    pub fn take_all(&self) -> Option<Vec<u32>> {
+        self.with_cache_of(ThreadCache::flush_all);
+        let mut all = Vec::with_capacity(self.shared.capacity);
+        let mut stack = self.shared.stack();
+        if stack.len() < self.shared.capacity {
+            return None;
+        }
+        all.append(&mut stack);
+        Some(all)
+    }
+}
+
+impl Drop for BufferPool {
+    fn drop(&mut self) {
+        self.shared.alive.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn the_buffer_freed_last_is_handed_out_first_at_both_levels() {
+        for cache in [0, 64] {
+            let pool = BufferPool::with_cache("r", 1024, cache);
+            let mut a = [0u32; 8];
+            assert!(pool.alloc_bulk(&mut a));
+            pool.free_bulk(&a[2..4]);
+            let mut b = [0u32; 2];
+            assert!(pool.alloc_bulk(&mut b));
+            assert_eq!(
+                sorted(b.to_vec()),
+                sorted(a[2..4].to_vec()),
+                "cache {cache}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pipeline_over_a_large_pool_cycles_few_buffers() {
+        // One thread allocates, another frees, 256 at a time with 4 bursts in flight: the
+        // buffers in use stay about those in flight plus the two caches, not 65,536.
+        let pool = Arc::new(BufferPool::full("r", 65_536));
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u32>>(4);
+        let freeing = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                for burst in rx {
+                    pool.free_bulk(&burst);
+                }
+            })
+        };
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            let mut burst = vec![0u32; 256];
+            while !pool.alloc_bulk(&mut burst) {
+                std::thread::yield_now();
+            }
+            seen.extend(burst.iter().copied());
+            tx.send(burst).unwrap();
+        }
+        drop(tx);
+        freeing.join().unwrap();
+        assert!(
+            seen.len() <= 256 * 6 + 2 * MAX_CACHE + MAX_CACHE / 2,
+            "{} distinct buffers used",
+            seen.len()
+        );
+        assert_eq!(pool.available(), 65_536);
+    }
+
+    #[test]
+    fn available_counts_every_threads_cache_and_exiting_threads_give_theirs_back() {
+        let pool = Arc::new(BufferPool::full("r", 4096));
+        assert_eq!(pool.cache_size(), 256);
+        let mut held = vec![0u32; 100];
+        assert!(pool.alloc_bulk(&mut held));
+        let other = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                // Frees into this thread's cache; still free for `available`.
+                pool.free_bulk(&held);
+                assert_eq!(pool.available(), 4096);
+            })
+        };
+        other.join().unwrap();
+        assert_eq!(pool.available(), 4096);
+        let all = pool.take_all().expect("every buffer is back on the stack");
+        assert_eq!(sorted(all), (0..4096).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn alloc_up_to_takes_from_the_cache_and_the_stack_together() {
+        let pool = BufferPool::with_cache("r", 1024, 64);
+        let mut a = vec![0u32; 1000];
+        assert!(pool.alloc_bulk(&mut a));
+        pool.free_bulk(&a[..40]); // into this thread's cache
+        let mut b = vec![0u32; 100];
+        assert!(!pool.alloc_bulk(&mut b), "64 left: all or nothing");
+        let n = pool.alloc_up_to(&mut b);
+        assert_eq!(n, 64);
+        let mut got = sorted(b[..n].to_vec());
+        got.dedup();
+        assert_eq!(got.len(), 64, "no buffer twice");
+        assert_eq!(pool.available(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "buffer returned twice")]
+    fn a_stack_overflowing_its_region_is_a_double_free() {
+        let pool = BufferPool::with_cache("r", 16, 0);
+        pool.free_bulk(&[3]);
+    }
+
+    #[test]
+    fn caches_of_dropped_pools_are_released() {
+        for _ in 0..100 {
+            let pool = BufferPool::full("r", 4096);
+            let mut a = [0u32; 8];
+            assert!(pool.alloc_bulk(&mut a));
+            pool.free_bulk(&a);
+        }
+        let live = CACHES.with(|c| c.borrow().len());
+        assert!(live <= 2, "{live} caches kept");
+    }
+}
