@@ -308,14 +308,39 @@ impl Burst {
         }
     }
 
-    /// Removes the first `k` packets and returns their buffers to the pools (an engine
-    /// copied them out and sent them).
+    /// Removes the first `k` packets: those `owned_elsewhere(i)` says an engine now owns
+    /// (their buffers went with them: sent without a copy) are forgotten, the others' buffers
+    /// return to their pools.
     #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
-    pub(crate) fn release_front(&mut self, k: usize) {
+    pub(crate) fn hand_over_front(&mut self, k: usize, owned_elsewhere: impl Fn(usize) -> bool) {
         let k = k.min(self.packets.len());
         let mut gone = Burst::empty(self.regions.clone(), self.port, self.queue, k);
-        gone.packets.extend(self.packets.drain(..k));
+        for (i, p) in self.packets.drain(..k).enumerate() {
+            if !owned_elsewhere(i) {
+                gone.packets.push(p);
+            }
+        }
         drop(gone);
+    }
+
+    /// Among the first `n` packets, frees those `unwanted(i)` selects; the rest keep their
+    /// order. Returns how many were freed.
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+    pub(crate) fn drop_front_where(&mut self, n: usize, unwanted: impl Fn(usize) -> bool) -> usize {
+        let n = n.min(self.packets.len());
+        let mut gone = Burst::empty(self.regions.clone(), self.port, self.queue, 0);
+        let mut i = 0;
+        self.packets.retain(|p| {
+            let at = i;
+            i += 1;
+            if at < n && unwanted(at) {
+                gone.packets.push(*p);
+                false
+            } else {
+                true
+            }
+        });
+        gone.packets.len()
     }
 
     /// Hands every packet to `route`, which returns the index of the output burst it

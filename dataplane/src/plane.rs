@@ -922,6 +922,7 @@ fn snapshot(counters: &[(QueueLabel, Arc<QueueCounters>)]) -> Snapshot {
                     queue: l.queue,
                     packets,
                     bytes,
+                    copied_packets: c.copied(),
                     drops,
                 }
             })

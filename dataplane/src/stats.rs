@@ -32,6 +32,7 @@ pub struct QueueCounters {
     packets: AtomicU64,
     bytes: AtomicU64,
     drops: [AtomicU64; 7],
+    copied: AtomicU64,
 }
 
 #[inline]
@@ -51,6 +52,19 @@ impl QueueCounters {
     #[inline]
     pub fn drop_packets(&self, reason: DropReason, packets: u64) {
         bump(&self.drops[reason as usize], packets);
+    }
+
+    /// Counts packets whose bytes the engine copied (instead of handing over the buffer).
+    #[inline]
+    pub fn add_copied(&self, packets: u64) {
+        if packets > 0 {
+            bump(&self.copied, packets);
+        }
+    }
+
+    /// Packets whose bytes the engine copied.
+    pub fn copied(&self) -> u64 {
+        self.copied.load(Ordering::Relaxed)
     }
 
     /// A consistent-enough copy for reports.
@@ -128,6 +142,9 @@ pub struct QueueStats {
     pub packets: u64,
     /// Bytes delivered or sent.
     pub bytes: u64,
+    /// Packets whose bytes the engine copied (the rest went without a copy); counted by
+    /// the DPDK engine's TX queues, 0 elsewhere.
+    pub copied_packets: u64,
     /// Drops at this queue.
     #[serde(skip)]
     pub drops: Drops,

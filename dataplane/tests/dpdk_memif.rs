@@ -69,6 +69,9 @@ fn run_pair(zero_copy: bool) {
     assert_eq!(r["rx_packets"].as_u64().unwrap(), sent, "RX {r}\nTX {t}");
     assert_eq!(r["checker"]["valid"].as_u64().unwrap(), sent);
     assert_eq!(r["lossless"], true, "{r}");
+    // The TX region's buffers go to memif attached to mbufs: TX copies nothing itself.
+    assert_eq!(t["queues"][0]["direction"], "tx", "{t}");
+    assert_eq!(t["queues"][0]["copied_packets"], 0, "{t}");
     // With zero copy, memif's RX copies from the shared ring into mbufs of the queue's
     // pool, which is the region itself: the application gets those buffers, no second copy.
     let lent = if zero_copy { vec!["buffers"] } else { vec![] };

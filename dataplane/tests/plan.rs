@@ -123,6 +123,33 @@ fn dpdk_ring_copies_and_sizes_pools_for_the_ring() {
 }
 
 #[test]
+fn dpdk_tx_sends_region_buffers_without_copying_unless_told_not_to() {
+    use dataplane::plan::dpdk::TxCarry;
+    let p = shipped("dpdk_memif_fwd.yaml");
+    let d = p.dpdk.as_ref().unwrap();
+    // The lent RX region goes out in its own mbufs; the TX region is attached.
+    assert_eq!(d.tx_regions, vec![TxCarry::OwnMbufs, TxCarry::Attached]);
+    assert_eq!(d.ports[1].tx[0].attach_pool.data_room, 0);
+    let text = std::fs::read_to_string(root().join("configs/dpdk_ring.yaml"))
+        .unwrap()
+        .replace("buf_size: 1088", "buf_size: 1088\n      zero_copy: false");
+    let cfg = load(&text, "dpdk_ring.yaml").unwrap();
+    let p = Plan::from_config(&cfg).unwrap();
+    assert_eq!(
+        p.dpdk.unwrap().tx_regions[0],
+        TxCarry::Copied {
+            because: "zero_copy: false".into()
+        }
+    );
+    // zero_copy: true on a region only sent from is met by attaching it.
+    let text = std::fs::read_to_string(root().join("configs/dpdk_ring.yaml"))
+        .unwrap()
+        .replace("buf_size: 1088", "buf_size: 1088\n      zero_copy: true");
+    let cfg = load(&text, "dpdk_ring.yaml").unwrap();
+    assert!(Plan::from_config(&cfg).is_ok());
+}
+
+#[test]
 fn gpu_loopback_configs_stage_into_the_gpu() {
     let hds = shipped("gpu_loopback_hds.yaml");
     let rx = hds.queue(0, Direction::Rx, 0).unwrap();

@@ -1,3 +1,4 @@
+#include <stdlib.h>
 #include "shim.h"
 #include <rte_ethdev.h>
 #include <rte_errno.h>
@@ -83,6 +84,52 @@ uint16_t shim_rte_pktmbuf_nb_segs(const struct rte_mbuf *m)
 const uint64_t shim_rss_ip_udp = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP;
 const uint64_t shim_rx_offload_buffer_split = RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT;
 const uint16_t shim_mbuf_headroom = RTE_PKTMBUF_HEADROOM;
+
+struct rte_mbuf_ext_shared_info *shim_shinfo_table_new(unsigned int n,
+	void (*free_cb)(void *addr, void *opaque), void *opaque)
+{
+	struct rte_mbuf_ext_shared_info *t = calloc(n ? n : 1, sizeof(*t));
+	if (t == NULL)
+		return NULL;
+	for (unsigned int i = 0; i < n; i++) {
+		t[i].free_cb = free_cb;
+		t[i].fcb_opaque = opaque;
+		rte_mbuf_ext_refcnt_set(&t[i], 1);
+	}
+	return t;
+}
+
+void shim_shinfo_table_free(struct rte_mbuf_ext_shared_info *table)
+{
+	free(table);
+}
+
+void shim_tx_attach(struct rte_mbuf *m, void *addr, uint16_t buf_len, uint16_t len,
+	struct rte_mbuf_ext_shared_info *table, uint32_t index)
+{
+	struct rte_mbuf_ext_shared_info *shinfo = &table[index];
+	rte_mbuf_ext_refcnt_set(shinfo, 1);
+	rte_pktmbuf_attach_extbuf(m, addr, (rte_iova_t)(uintptr_t)addr, buf_len, shinfo);
+	m->data_len = len;
+	m->pkt_len = len;
+}
+
+void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		struct rte_mbuf *m = mbufs[i];
+		if (RTE_MBUF_HAS_EXTBUF(m))
+			rte_mbuf_ext_refcnt_update(m->shinfo, 1);
+		rte_pktmbuf_free(m);
+	}
+}
+
+void shim_tx_reuse(struct rte_mbuf *m, uint16_t len)
+{
+	rte_pktmbuf_reset(m);
+	m->data_len = len;
+	m->pkt_len = len;
+}
 
 int shim_rte_errno(void)
 {

@@ -36,6 +36,21 @@ uint16_t shim_rte_pktmbuf_nb_segs(const struct rte_mbuf *m);
 extern const uint64_t shim_rss_ip_udp;
 extern const uint64_t shim_rx_offload_buffer_split;
 extern const uint16_t shim_mbuf_headroom;
+/* Zero-copy TX. A shinfo table holds one rte_mbuf_ext_shared_info per buffer of a
+ * region; `free_cb(buf_addr, opaque)` runs when the last mbuf carrying a buffer is freed. */
+struct rte_mbuf_ext_shared_info *shim_shinfo_table_new(unsigned int n,
+	void (*free_cb)(void *addr, void *opaque), void *opaque);
+void shim_shinfo_table_free(struct rte_mbuf_ext_shared_info *table);
+/* Attaches buffer `addr` (IOVA = its virtual address, buf_len bytes) to the direct mbuf
+ * `m` as an external buffer with table[index] as its shared info, holding `len` bytes. */
+void shim_tx_attach(struct rte_mbuf *m, void *addr, uint16_t buf_len, uint16_t len,
+	struct rte_mbuf_ext_shared_info *table, uint32_t index);
+/* Frees mbufs a driver did not take without running the free callback of buffers
+ * attached to them: the caller keeps those buffers. */
+void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n);
+/* Makes an mbuf that carries its own buffer (received into it) a one-segment frame of
+ * `len` bytes at the default headroom, for sending. */
+void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);
 int shim_rte_errno(void);
 unsigned int shim_rte_lcore_id(void);
 #endif

@@ -79,15 +79,67 @@ pub struct RxQueuePlan {
     pub receive: RxReceive,
 }
 
-/// A TX queue of a port: one mbuf carries every segment of a packet.
+/// A TX queue of a port. A one-segment packet whose region is attachable or lent goes out
+/// without a copy; any other packet is copied into one mbuf of the queue's pool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TxQueuePlan {
     /// Queue id in the configuration.
     pub queue: u16,
     /// The device's queue index.
     pub device_queue: u16,
-    /// The queue's mbuf pool.
+    /// The mbuf pool frames are copied into.
     pub pool: PoolSize,
+    /// Mbufs without data room that region buffers are attached to.
+    pub attach_pool: PoolSize,
+}
+
+/// How the DPDK engine transmits the buffers of a region.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum TxCarry {
+    /// Attached to mbufs as external buffers (the region is registered with EAL): no
+    /// copy; the buffer returns to its pool when the driver frees the mbuf.
+    Attached,
+    /// In the mbuf of the RX pool the region is lent to: no copy.
+    OwnMbufs,
+    /// Copied into an mbuf of the TX queue's pool.
+    Copied {
+        /// Why not without a copy.
+        because: String,
+    },
+}
+
+impl TxCarry {
+    /// True unless copied.
+    pub fn zero_copy(&self) -> bool {
+        !matches!(self, TxCarry::Copied { .. })
+    }
+}
+
+/// Per region: how its buffers are sent (see [`TxCarry`]). A host region is attached
+/// unless its `zero_copy` is `false` or its buffers exceed an mbuf's 16-bit buffer length.
+pub(super) fn tx_carry(config: &Config, lending: &[(bool, Option<String>)]) -> Vec<TxCarry> {
+    config
+        .memory_regions
+        .iter()
+        .zip(lending)
+        .map(|(m, (lent, _))| {
+            let copied = |because: &str| TxCarry::Copied {
+                because: because.to_owned(),
+            };
+            if *lent {
+                TxCarry::OwnMbufs
+            } else if m.zero_copy == Some(false) {
+                copied("zero_copy: false")
+            } else if m.kind == MemoryKind::Device {
+                copied("GPU memory that is not lent to a PCI NIC's RX pool")
+            } else if m.buf_size > u16::MAX as usize {
+                copied("buf_size is above 65,535 bytes (an mbuf's buffer length)")
+            } else {
+                TxCarry::Attached
+            }
+        })
+        .collect()
 }
 
 /// One DPDK port.
@@ -116,6 +168,8 @@ pub struct DpdkPlan {
     pub eal_memory_bytes: u64,
     /// Ports in interface order.
     pub ports: Vec<PortPlan>,
+    /// Per region: how TX queues send its buffers.
+    pub tx_regions: Vec<TxCarry>,
 }
 
 /// The ethdev name of an interface address: the vdev name before its first comma, or the
@@ -221,8 +275,16 @@ pub(super) fn check_lending(
     config: &Config,
     plan: &[(bool, Option<String>)],
 ) -> Result<(), PlanError> {
-    for (m, (lent, why)) in config.memory_regions.iter().zip(plan) {
-        if m.zero_copy == Some(true) && !lent {
+    let carry = tx_carry(config, plan);
+    let received_into = |name: &str| {
+        config
+            .queues()
+            .any(|(_, dir, q)| dir == Direction::Rx && q.memory_regions.iter().any(|n| n == name))
+    };
+    for ((m, (lent, why)), carry) in config.memory_regions.iter().zip(plan).zip(&carry) {
+        // A region only sent from is zero copy when attached; one received into, when lent.
+        let sent_without_copy = carry.zero_copy() && !received_into(&m.name);
+        if m.zero_copy == Some(true) && !lent && !sent_without_copy {
             return Err(PlanError::ZeroCopyImpossible {
                 region: m.name.clone(),
                 reason: why.clone().unwrap_or_default(),
@@ -332,20 +394,32 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
             let mut pool = pool_size(config, q, 0);
             pool.data_room = (frame.max(WHOLE_FRAME_ROOM) + HEADROOM).min(u16::MAX as usize);
             pools_bytes += eal_bytes_of(config, q);
+            let attach_pool = PoolSize {
+                configured: pool.configured,
+                mbufs: pool.mbufs,
+                data_room: 0,
+            };
+            pools_bytes += attach_pool.bytes();
             port.tx.push(TxQueuePlan {
                 queue: q.id,
                 device_queue: i as u16,
                 pool,
+                attach_pool,
             });
         }
         ports.push(port);
     }
     let bytes = (64u64 << 20) + pools_bytes;
     let eal_memory_bytes = bytes + bytes / 4;
+    let lent: Vec<(bool, Option<String>)> = regions
+        .iter()
+        .map(|r| (r.lent, r.not_lent_because.clone()))
+        .collect();
     Ok(DpdkPlan {
         eal_args: eal_args(config, eal_memory_bytes),
         eal_memory_bytes,
         ports,
+        tx_regions: tx_carry(config, &lent),
     })
 }
 

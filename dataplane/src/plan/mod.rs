@@ -524,10 +524,23 @@ impl Plan {
                 for q in &p.tx {
                     let _ = writeln!(
                         s,
-                        "    tx {} (device queue {}): pool of {} mbufs x {} B",
-                        q.queue, q.device_queue, q.pool.mbufs, q.pool.data_room
+                        "    tx {} (device queue {}): copies into a pool of {} mbufs x {} B, attaches to {} mbufs",
+                        q.queue,
+                        q.device_queue,
+                        q.pool.mbufs,
+                        q.pool.data_room,
+                        q.attach_pool.mbufs
                     );
                 }
+            }
+            let _ = writeln!(s, "  TX of each region's buffers:");
+            for (r, carry) in self.regions.iter().zip(&d.tx_regions) {
+                let how = match carry {
+                    dpdk::TxCarry::Attached => "attached to mbufs (no copy)".to_owned(),
+                    dpdk::TxCarry::OwnMbufs => "in the RX pool's own mbufs (no copy)".to_owned(),
+                    dpdk::TxCarry::Copied { because } => format!("copied: {because}"),
+                };
+                let _ = writeln!(s, "    {}: {how}", r.name);
             }
         }
         for i in &self.rdma {

@@ -47,7 +47,7 @@ pub enum LendError {
 pub struct ExternalMemory {
     base: u64,
     len: usize,
-    mapped_for: Option<Device>,
+    mapped_for: Vec<Device>,
 }
 
 // SAFETY: an address range and an opaque device handle, only passed to EAL calls.
@@ -73,20 +73,51 @@ impl ExternalMemory {
         let mut this = Self {
             base,
             len,
-            mapped_for: None,
+            mapped_for: Vec::new(),
         };
         if let Some(d) = device {
-            // SAFETY: a registered range and the port's device.
+            // SAFETY: a registered range and a port's device.
             let rc = unsafe { sys::rte_dev_dma_map(d.0, base as *mut _, base, len) };
             if rc != 0 {
-                // `this` unregisters the range as it drops.
+                // `this` unregisters the range (and unmaps it from earlier devices) as it
+                // drops.
                 return Err(DpdkError::last(
                     "rte_dev_dma_map (the NIC cannot reach this memory)",
                 ));
             }
-            this.mapped_for = Some(d);
+            this.mapped_for.push(d);
         }
         Ok(this)
+    }
+
+    /// Registers a whole region (whole pages) and DMA-maps it for each of `devices`.
+    pub fn register_region(
+        region: &crate::memory::Region,
+        devices: &[Device],
+    ) -> Result<Self, DpdkError> {
+        let (base, len) = region.extent();
+        let page = region_page(region);
+        let mut this = Self::register(base, len.next_multiple_of(page), page, None)?;
+        for &d in devices {
+            // SAFETY: a registered range and a port's device.
+            let rc = unsafe { sys::rte_dev_dma_map(d.0, base as *mut _, base, this.len) };
+            if rc != 0 {
+                return Err(DpdkError::last(
+                    "rte_dev_dma_map (the NIC cannot reach this memory)",
+                ));
+            }
+            this.mapped_for.push(d);
+        }
+        Ok(this)
+    }
+}
+
+/// The page size a region is mapped with.
+fn region_page(r: &crate::memory::Region) -> usize {
+    if r.kind() == MemoryKind::Huge {
+        hugepages::default_page_size() as usize
+    } else {
+        4096
     }
 }
 
@@ -95,7 +126,7 @@ impl Drop for ExternalMemory {
         // SAFETY: registered (and mapped) by this handle; the pool over it was freed first
         // (its owner drops pools before external memory), so nothing uses it.
         unsafe {
-            if let Some(d) = self.mapped_for {
+            for d in &self.mapped_for {
                 sys::rte_dev_dma_unmap(d.0, self.base as *mut _, self.base, self.len);
             }
             sys::rte_extmem_unregister(self.base as *mut _, self.len);
@@ -126,11 +157,7 @@ pub fn lend_region(
 ) -> Result<Lent, LendError> {
     let r = regions.get(region);
     let (base, len) = r.extent();
-    let page = if r.kind() == MemoryKind::Huge {
-        hugepages::default_page_size() as usize
-    } else {
-        4096
-    };
+    let page = region_page(r);
     let memory = ExternalMemory::register(base, len.next_multiple_of(page), page, device)?;
     let n = r.num_bufs();
     let elt_size = u16::try_from(r.stride()).map_err(|_| LendError::TooLarge {

@@ -15,6 +15,7 @@
 //! drop), [`queue`] (burst I/O), [`flow`] (rte_flow), and [`error`], the one place DPDK
 //! return codes and `rte_errno` become typed errors. Raw bindings are used only here.
 
+mod attach;
 mod eal;
 mod error;
 mod extmem;
@@ -38,7 +39,7 @@ use crate::steering::InterfaceSteering;
 use dpdk_sys as sys;
 use eal::Eal;
 use port::{Port, PortSteering};
-use queue::{DeviceQueue, DpdkRx, DpdkTx, MAX_BURST, RxMode};
+use queue::{DeviceQueue, DpdkRx, DpdkTx, MAX_BURST, RxMode, TxCarrier};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -47,6 +48,9 @@ use std::sync::Arc;
 pub struct DpdkEngine {
     regions: Arc<RegionSet>,
     ports: Vec<Port>,
+    /// Per region: how TX queues send its buffers. After the ports: closing a port frees
+    /// the mbufs that carry attached buffers, whose release needs these tables.
+    tx_carriers: Arc<Vec<TxCarrier>>,
     /// Per RX queue (port, queue id): the regions of its segments, from the plan.
     rx_segments: BTreeMap<(u16, u16), Vec<RegionId>>,
     _eal: Eal,
@@ -75,15 +79,17 @@ impl DpdkEngine {
             );
             ports.push(port);
         }
-        let rx_segments = plan
+        let rx_segments: BTreeMap<(u16, u16), Vec<RegionId>> = plan
             .queues
             .iter()
             .filter(|q| q.direction == Direction::Rx)
             .map(|q| ((q.interface as u16, q.id), q.segments.clone()))
             .collect();
+        let tx_carriers = Arc::new(tx_carriers(config, dpdk, regions, &ports, &rx_segments));
         Ok(Self {
             regions: regions.clone(),
             ports,
+            tx_carriers,
             rx_segments,
             _eal: eal,
         })
@@ -101,6 +107,56 @@ impl DpdkEngine {
             .cloned()
             .unwrap_or_default()
     }
+}
+
+/// How TX queues send each region's buffers, as planned: attachable regions are
+/// registered (and DMA-mapped for every PCI port); a region that cannot be is copied, with
+/// a warning that says why.
+fn tx_carriers(
+    config: &Config,
+    dpdk: &crate::plan::dpdk::DpdkPlan,
+    regions: &Arc<RegionSet>,
+    ports: &[Port],
+    rx_segments: &BTreeMap<(u16, u16), Vec<RegionId>>,
+) -> Vec<TxCarrier> {
+    use crate::plan::dpdk::TxCarry;
+    let sends = config.queues().any(|(_, dir, _)| dir == Direction::Tx);
+    let devices: Vec<_> = ports.iter().filter_map(|p| p.pci_device).collect();
+    // SAFETY: reads a constant.
+    let default_headroom = usize::from(unsafe { sys::shim_mbuf_headroom });
+    let mut lent = BTreeMap::new();
+    for (port_index, p) in ports.iter().enumerate() {
+        for q in &p.rx {
+            if let (Some(pool), Some(segs)) =
+                (&q.lent, rx_segments.get(&(port_index as u16, q.queue)))
+            {
+                lent.insert(segs[0], pool.clone());
+            }
+        }
+    }
+    dpdk.tx_regions
+        .iter()
+        .enumerate()
+        .map(|(i, carry)| {
+            let id = i as RegionId;
+            let name = regions.get(id).name();
+            match carry {
+                TxCarry::Attached if sends => {
+                    match attach::AttachableRegion::new(regions, id, &devices) {
+                        Ok(a) => TxCarrier::Attach(Arc::new(a)),
+                        Err(e) => {
+                            tracing::warn!("memory region {name}: sent with a copy: {e}");
+                            TxCarrier::Copy
+                        }
+                    }
+                }
+                TxCarry::OwnMbufs if regions.get(id).headroom() == default_headroom => lent
+                    .get(&id)
+                    .map_or(TxCarrier::Copy, |p| TxCarrier::Own(p.clone())),
+                _ => TxCarrier::Copy,
+            }
+        })
+        .collect()
 }
 
 impl Engine for DpdkEngine {
@@ -172,7 +228,7 @@ impl Engine for DpdkEngine {
         &self,
         port: u16,
         queue: u16,
-        _counters: Arc<QueueCounters>,
+        counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         let p = self.port(port)?;
         let setup = p.tx_setup(queue).ok_or(EngineError::NoQueue {
@@ -180,12 +236,15 @@ impl Engine for DpdkEngine {
             direction: Direction::Tx,
             queue,
         })?;
-        Ok(Box::new(DpdkTx {
-            port_id: p.id.0,
-            hw_queue: setup.index.0,
-            pool: setup.pool,
-            scratch: [std::ptr::null_mut(); MAX_BURST],
-        }))
+        Ok(Box::new(DpdkTx::new(
+            p.id.0,
+            setup.index.0,
+            setup.pool,
+            setup.room,
+            setup.attach,
+            self.tx_carriers.clone(),
+            counters,
+        )))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -379,7 +438,7 @@ dataplane:
         let (port, regions) = bring_up("net_ring1", "");
         let port = port.expect("the other port comes up");
         let pools = port.pool_names();
-        assert_eq!(pools, ["dp0rx0z", "dp0rx1s0", "dp0tx0s0"]);
+        assert_eq!(pools, ["dp0rx0z", "dp0rx1s0", "dp0tx0s0", "dp0txa0"]);
         assert!(pools.iter().all(|p| pool_exists(p)));
         let lent_base = regions.get(0).extent().0;
         assert!(registered(lent_base));

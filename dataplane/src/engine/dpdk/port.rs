@@ -65,8 +65,12 @@ pub struct TxSetup {
     pub queue: u16,
     /// Device queue.
     pub index: QueueIndex,
-    /// Its mbuf pool.
+    /// The mbuf pool frames are copied into.
     pub pool: PoolPtr,
+    /// Bytes a frame copied into one of `pool`'s mbufs may have.
+    pub room: usize,
+    /// Mbufs without data room, for attaching region buffers.
+    pub attach: PoolPtr,
 }
 
 /// A port that exists on the device: stopped (when started) and closed on drop.
@@ -118,6 +122,8 @@ pub struct Port {
     pub tx: Vec<TxSetup>,
     /// The interface's flow rules.
     pub rules: Arc<InterfaceSteering>,
+    /// The PCI device, which memory sent without a copy must be DMA-mapped for.
+    pub pci_device: Option<Device>,
     device: OpenDevice,
     pools: Vec<Mempool>,
     memory: Vec<ExternalMemory>,
@@ -127,6 +133,25 @@ impl Drop for Port {
     fn drop(&mut self) {
         if let PortSteering::RteFlow { flows, .. } = &mut self.steering {
             flows.destroy();
+        }
+        // Frames still waiting in the RX rings are freed now, while the pools and the
+        // regions whose buffers they may carry (sent without a copy over a port that loops
+        // back) still exist; closing a virtual device may not free them.
+        if self.device.started {
+            let mut mbufs = [std::ptr::null_mut(); 64];
+            for q in self.rx.iter().map(|q| q.index.0) {
+                for _ in 0..(1 << 16) {
+                    // SAFETY: a started port whose workers have stopped; `mbufs` has room
+                    // for 64.
+                    let n =
+                        unsafe { sys::shim_rte_eth_rx_burst(self.id.0, q, mbufs.as_mut_ptr(), 64) };
+                    if n == 0 {
+                        break;
+                    }
+                    // SAFETY: received mbufs, each freed once.
+                    unsafe { sys::shim_rte_pktmbuf_free_bulk(mbufs.as_mut_ptr(), n.into()) };
+                }
+            }
         }
     }
 }
@@ -248,6 +273,7 @@ impl Port {
             rx: Vec::new(),
             tx: Vec::new(),
             rules: rules.clone(),
+            pci_device: planned.pci.then_some(Device(info.device)),
             device: OpenDevice {
                 id: PortId(id),
                 started: false,
@@ -428,7 +454,24 @@ impl Port {
                     let pool = pool_for(q, Direction::Tx, 0, &t.pool)?;
                     let ptr = pool.ptr();
                     port.pools.push(pool);
-                    Some((q.id, ptr))
+                    // Direct mbufs of no data room: their buffers are attached region ones.
+                    let attach = Mempool::pktmbuf(
+                        format!("dp{index}txa{}", q.id),
+                        t.attach_pool.mbufs,
+                        256,
+                        0,
+                        socket,
+                    )
+                    .map_err(|source| EngineError::Pool {
+                        interface: iface.name.clone(),
+                        direction: Direction::Tx,
+                        queue: Some(q.id),
+                        source,
+                    })?;
+                    let attach_ptr = attach.ptr();
+                    port.pools.push(attach);
+                    let room = t.pool.data_room.saturating_sub(dpdk_plan::HEADROOM);
+                    Some((q.id, ptr, room, attach_ptr))
                 }
                 _ => None,
             };
@@ -443,11 +486,13 @@ impl Port {
                 )
             })
             .map_err(device_err)?;
-            if let Some((queue, pool)) = pool {
+            if let Some((queue, pool, room, attach)) = pool {
                 port.tx.push(TxSetup {
                     queue,
                     index: QueueIndex(i as u16),
                     pool,
+                    room,
+                    attach,
                 });
             }
         }

@@ -2,6 +2,7 @@
 //! over the lent region's buffers), transmit (copying into mbufs), and the port counters
 //! folded into the queue's drops.
 
+use super::attach::AttachableRegion;
 use super::mempool::{LentPool, PoolPtr};
 use crate::burst::Burst;
 use crate::engine::wire::{Ingress, WireReceiver};
@@ -385,6 +386,26 @@ impl RxPort for DpdkRx {
     }
 }
 
+/// How a TX queue sends the buffers of one region.
+pub enum TxCarrier {
+    /// Attached to an mbuf of the queue's attach pool.
+    Attach(Arc<AttachableRegion>),
+    /// In the mbuf of the RX pool the region is lent to.
+    Own(Arc<LentPool>),
+    /// Copied into an mbuf of the queue's pool.
+    Copy,
+}
+
+/// What happened to packet `i` of the burst being sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Carried {
+    Copied,
+    Attached,
+    Own,
+    /// Larger than the queue's copy mbufs: dropped, counted.
+    TooLarge,
+}
+
 pub struct DpdkTx {
     /// The port.
     pub port_id: u16,
@@ -392,39 +413,179 @@ pub struct DpdkTx {
     pub hw_queue: u16,
     /// Mbufs frames are copied into.
     pub pool: PoolPtr,
+    /// Bytes a copied frame may have.
+    pub room: usize,
+    /// Mbufs region buffers are attached to.
+    pub attach_pool: PoolPtr,
+    /// Per region id: how its buffers are sent.
+    pub carriers: Arc<Vec<TxCarrier>>,
+    /// The queue's counters (packets copied, frames too large).
+    pub counters: Arc<QueueCounters>,
     /// Mbufs of the burst being sent.
     pub scratch: [*mut sys::rte_mbuf; MAX_BURST],
+    /// How each packet of the burst being sent is carried.
+    carried: [Carried; MAX_BURST],
 }
 
 // SAFETY: as for DpdkRx.
 unsafe impl Send for DpdkTx {}
 
+impl DpdkTx {
+    /// A TX queue's port.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        port_id: u16,
+        hw_queue: u16,
+        pool: PoolPtr,
+        room: usize,
+        attach_pool: PoolPtr,
+        carriers: Arc<Vec<TxCarrier>>,
+        counters: Arc<QueueCounters>,
+    ) -> Self {
+        Self {
+            port_id,
+            hw_queue,
+            pool,
+            room,
+            attach_pool,
+            carriers,
+            counters,
+            scratch: [std::ptr::null_mut(); MAX_BURST],
+            carried: [Carried::Copied; MAX_BURST],
+        }
+    }
+
+    /// Decides how each of the first `n` packets goes; returns how many mbufs of the copy
+    /// and of the attach pool that takes.
+    fn plan(&mut self, burst: &Burst, n: usize) -> (usize, usize) {
+        let (mut copies, mut attaches) = (0, 0);
+        for (i, p) in burst.packets()[..n].iter().enumerate() {
+            let segs = p.segments();
+            let carrier = match segs {
+                [only] => self.carriers.get(only.region as usize),
+                _ => None,
+            };
+            self.carried[i] = match carrier {
+                Some(TxCarrier::Attach(_)) => {
+                    attaches += 1;
+                    Carried::Attached
+                }
+                Some(TxCarrier::Own(_)) => Carried::Own,
+                _ if p.len() > self.room => Carried::TooLarge,
+                _ => {
+                    copies += 1;
+                    Carried::Copied
+                }
+            };
+        }
+        (copies, attaches)
+    }
+}
+
+/// Fills `out` with fresh mbufs of `pool`, all or none.
+fn alloc_mbufs(pool: PoolPtr, out: &mut [*mut sys::rte_mbuf]) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    // SAFETY: a valid pool; `out` has room for its length.
+    unsafe { sys::shim_rte_pktmbuf_alloc_bulk(pool.0, out.as_mut_ptr(), out.len() as u32) == 0 }
+}
+
 impl TxPort for DpdkTx {
     fn transmit(&mut self, mut burst: Burst) -> Option<Burst> {
+        let regions = burst.regions().clone();
         while !burst.is_empty() {
             let n = burst.len().min(MAX_BURST);
-            // SAFETY: a valid pool; scratch has room for n.
-            if unsafe {
-                sys::shim_rte_pktmbuf_alloc_bulk(self.pool.0, self.scratch.as_mut_ptr(), n as u32)
-            } != 0
+            let (copies, attaches) = self.plan(&burst, n);
+            if copies
+                + attaches
+                + self.carried[..n]
+                    .iter()
+                    .filter(|c| **c == Carried::Own)
+                    .count()
+                < n
             {
+                // Frames too large for this queue's mbufs (forwarded from a region with
+                // larger buffers): counted and freed, never sent cut.
+                let keep: Vec<bool> = self.carried[..n]
+                    .iter()
+                    .map(|c| *c != Carried::TooLarge)
+                    .collect();
+                let dropped = burst.drop_front_where(n, |i| !keep[i]);
+                self.counters
+                    .drop_packets(DropReason::Malformed, dropped as u64);
+                continue;
+            }
+            let mut copy_mbufs = [std::ptr::null_mut(); MAX_BURST];
+            let mut attach_mbufs = [std::ptr::null_mut(); MAX_BURST];
+            if !alloc_mbufs(self.pool, &mut copy_mbufs[..copies]) {
                 return Some(burst);
             }
-            for i in 0..n {
-                let m = self.scratch[i];
-                let mut off = 0usize;
-                // SAFETY: a fresh mbuf whose data room holds buf_size + headroom bytes.
-                let dst = unsafe { sys::shim_rte_pktmbuf_data(m) as *mut u8 };
-                for seg in 0..burst.packets()[i].segments().len() {
-                    let data = burst.data(i, seg).expect("DPDK regions are host memory");
-                    // SAFETY: the pool's data room was sized from the region's buf_size.
+            if !alloc_mbufs(self.attach_pool, &mut attach_mbufs[..attaches]) {
+                if copies > 0 {
+                    // SAFETY: fresh mbufs, each freed once.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(off), data.len())
+                        sys::shim_rte_pktmbuf_free_bulk(copy_mbufs.as_mut_ptr(), copies as u32)
                     };
-                    off += data.len();
                 }
-                // SAFETY: as above.
-                unsafe { sys::shim_rte_pktmbuf_set_len(m, off as u16) };
+                return Some(burst);
+            }
+            let (mut next_copy, mut next_attach) = (0, 0);
+            for i in 0..n {
+                let p = burst.packets()[i];
+                self.scratch[i] = match self.carried[i] {
+                    Carried::Own => {
+                        let s = p.segments()[0];
+                        let Some(TxCarrier::Own(lent)) = self.carriers.get(s.region as usize)
+                        else {
+                            unreachable!("planned above");
+                        };
+                        let m = lent.mbufs[s.index as usize];
+                        // SAFETY: the mbuf carrying this lent buffer, out of its pool while
+                        // the burst owns the buffer; reset to one segment of the frame's
+                        // length at the headroom where the region's data starts.
+                        unsafe { sys::shim_tx_reuse(m, s.len as u16) };
+                        m
+                    }
+                    Carried::Attached => {
+                        let s = p.segments()[0];
+                        let Some(TxCarrier::Attach(region)) = self.carriers.get(s.region as usize)
+                        else {
+                            unreachable!("planned above");
+                        };
+                        let m = attach_mbufs[next_attach];
+                        next_attach += 1;
+                        let addr = regions.get(s.region).buffer_addr(s.index);
+                        // SAFETY: a fresh direct mbuf; the burst owns buffer `s.index` and
+                        // hands it over only if the driver takes the mbuf (else
+                        // `shim_tx_free_untaken` keeps it the burst's).
+                        unsafe { region.attach(m, addr, s.index, s.len as u16) };
+                        m
+                    }
+                    Carried::Copied => {
+                        let m = copy_mbufs[next_copy];
+                        next_copy += 1;
+                        let mut off = 0usize;
+                        // SAFETY: a fresh mbuf whose data room holds `room` bytes.
+                        let dst = unsafe { sys::shim_rte_pktmbuf_data(m) as *mut u8 };
+                        for seg in 0..p.segments().len() {
+                            let data = burst.data(i, seg).expect("DPDK regions are host memory");
+                            // SAFETY: the packet's length is at most `room` (planned above).
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    data.as_ptr(),
+                                    dst.add(off),
+                                    data.len(),
+                                )
+                            };
+                            off += data.len();
+                        }
+                        // SAFETY: as above.
+                        unsafe { sys::shim_rte_pktmbuf_set_len(m, off as u16) };
+                        m
+                    }
+                    Carried::TooLarge => unreachable!("dropped above"),
+                };
             }
             // SAFETY: a started port; the driver takes the mbufs it accepts.
             let sent = unsafe {
@@ -436,15 +597,28 @@ impl TxPort for DpdkTx {
                 )
             } as usize;
             if sent < n {
-                // SAFETY: the mbufs the driver did not take are still ours.
-                unsafe {
-                    sys::shim_rte_pktmbuf_free_bulk(
-                        self.scratch[sent..n].as_mut_ptr(),
-                        (n - sent) as u32,
-                    )
-                };
+                // Untaken copy and attach mbufs go back to their pools; the burst keeps the
+                // buffers. An own mbuf stays out of its pool, with its buffer in the burst.
+                let mut untaken = [std::ptr::null_mut(); MAX_BURST];
+                let mut k = 0;
+                for i in sent..n {
+                    if self.carried[i] != Carried::Own {
+                        untaken[k] = self.scratch[i];
+                        k += 1;
+                    }
+                }
+                // SAFETY: mbufs the driver did not take, each freed once, without giving
+                // back the buffers attached to them.
+                unsafe { sys::shim_tx_free_untaken(untaken.as_mut_ptr(), k as u32) };
             }
-            burst.release_front(sent);
+            let copied = self.carried[..sent]
+                .iter()
+                .filter(|c| **c == Carried::Copied)
+                .count();
+            self.counters.add_copied(copied as u64);
+            // Sent copies free their buffers; the others now belong to their mbufs.
+            let carried = self.carried;
+            burst.hand_over_front(sent, |i| carried[i] != Carried::Copied);
             if sent < n {
                 return Some(burst);
             }

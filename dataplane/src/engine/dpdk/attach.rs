@@ -1,0 +1,115 @@
+//! Zero-copy TX: a region's buffers go to the device attached to mbufs as external buffers.
+//! Each buffer has its shared-info entry in a table; when the driver frees the last mbuf
+//! carrying a buffer, DPDK calls [`give_back`], which returns the buffer to its region's
+//! pool. The region is registered with EAL (and DMA-mapped for PCI devices) so drivers
+//! can translate its addresses.
+
+use super::error::DpdkError;
+use super::extmem::{Device, ExternalMemory};
+use crate::memory::{RegionId, RegionSet};
+use dpdk_sys as sys;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// What the free callback needs: the buffer's region.
+struct ReturnTo {
+    regions: Arc<RegionSet>,
+    region: RegionId,
+}
+
+/// Runs inside DPDK when the last mbuf carrying an attached buffer is freed (on whatever
+/// thread frees it: the TX worker after transmission, or a receiver that got the mbuf).
+extern "C" fn give_back(addr: *mut c_void, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the `ReturnTo` of the table this buffer was attached from; the
+    // table and its `ReturnTo` outlive every mbuf carrying its buffers (the engine drops
+    // them after its ports, whose close frees every mbuf the devices held).
+    let to = unsafe { &*(opaque as *const ReturnTo) };
+    let region = to.regions.get(to.region);
+    match region.index_of(addr as u64) {
+        Some(index) => region.free_bulk(&[index]),
+        // Cannot happen: only this region's buffers are attached with this table.
+        None => std::process::abort(),
+    }
+}
+
+/// A region whose buffers can be attached to mbufs for transmission.
+pub struct AttachableRegion {
+    /// Bytes per buffer, as the mbuf's buffer length.
+    buf_len: u16,
+    table: NonNull<sys::rte_mbuf_ext_shared_info>,
+    /// Boxed: its address is the callback's opaque pointer.
+    return_to: Box<ReturnTo>,
+    /// Dropped last: unregistered after the table is gone.
+    _memory: ExternalMemory,
+}
+
+// SAFETY: the table is written by DPDK only for buffers an mbuf carries, each owned by one
+// mbuf at a time (a burst hands a buffer over once); the rest is immutable.
+unsafe impl Send for AttachableRegion {}
+// SAFETY: as above.
+unsafe impl Sync for AttachableRegion {}
+
+impl AttachableRegion {
+    /// Registers `region` (DMA-mapped for each of `devices`) and builds its table.
+    pub fn new(
+        regions: &Arc<RegionSet>,
+        region: RegionId,
+        devices: &[Device],
+    ) -> Result<Self, DpdkError> {
+        let r = regions.get(region);
+        let memory = ExternalMemory::register_region(r, devices)?;
+        let buf_len = u16::try_from(r.buf_size()).unwrap_or(u16::MAX);
+        let return_to = Box::new(ReturnTo {
+            regions: regions.clone(),
+            region,
+        });
+        let opaque = &*return_to as *const ReturnTo as *mut c_void;
+        // SAFETY: a table of num_bufs entries whose callback and opaque pointer stay valid
+        // for the table's life (both owned here).
+        let table =
+            unsafe { sys::shim_shinfo_table_new(r.num_bufs() as u32, Some(give_back), opaque) };
+        let table = NonNull::new(table).ok_or_else(|| {
+            DpdkError::from_code(
+                "shared-info table for zero-copy TX",
+                rustix::io::Errno::NOMEM.raw_os_error(),
+            )
+        })?;
+        Ok(Self {
+            buf_len,
+            table,
+            return_to,
+            _memory: memory,
+        })
+    }
+
+    /// Attaches buffer `index` (at `addr`, holding `len` bytes) to the direct mbuf `m`.
+    ///
+    /// # Safety
+    /// `m` is a fresh direct mbuf; buffer `index` of this region lies at `addr` and is
+    /// handed over: from now on only the mbuf's release gives it back.
+    #[inline]
+    pub unsafe fn attach(&self, m: *mut sys::rte_mbuf, addr: u64, index: u32, len: u16) {
+        debug_assert!(len <= self.buf_len);
+        // SAFETY: as the caller promises; `index` < num_bufs since the region handed it out.
+        unsafe {
+            sys::shim_tx_attach(
+                m,
+                addr as *mut c_void,
+                self.buf_len,
+                len,
+                self.table.as_ptr(),
+                index,
+            )
+        };
+    }
+}
+
+impl Drop for AttachableRegion {
+    fn drop(&mut self) {
+        // SAFETY: allocated by shim_shinfo_table_new; no mbuf carries a buffer of this
+        // region any more (see `give_back`).
+        unsafe { sys::shim_shinfo_table_free(self.table.as_ptr()) };
+        let _ = &self.return_to;
+    }
+}
