@@ -31,6 +31,7 @@ ncpu=$(nproc)
 c() { echo $(($1 % ncpu)); } # a core of a 16-core layout, on this machine
 tmp=$(mktemp -d)
 cleanup() {
+  [ -n "${KEEP:-}" ] && cp -r "$tmp" "$KEEP"
   jobs -p | xargs -r kill 2>/dev/null || true
   rm -rf "$tmp" /var/run/dpdk/tpmd*$$ 2>/dev/null || true
 }
@@ -81,7 +82,7 @@ testpmd_gen_memif() { # LEN
     --vdev "$(memif 0 server "$sock")" -- --forward-mode=rxonly $app
   local rxp=$!
   wait_for_socket "$sock" "$tmp/rx.log"
-  sleep 0.5
+  sleep 1.5
   testpmd tx "$(c 2),$(c 3)" "$(c 2)" "$secs" "$tmp/tx.log" \
     --vdev "$(memif 0 client "$sock")" -- --forward-mode=txonly --txpkts="$1" $app
   wait $! || true
@@ -95,7 +96,7 @@ ours_gen_memif() { # LEN
   "$bin" bench raw "$tmp/rx.yaml" --rx-work count --seconds $((secs + 5)) --json >"$tmp/o-rx.json" 2>/dev/null &
   local rxp=$!
   wait_for_socket "$sock"
-  sleep 0.5
+  sleep 1.5
   "$bin" bench raw "$tmp/tx.yaml" --tx-work headers --seconds "$secs" --json 2>/dev/null >"$tmp/o-tx.json"
   wait $rxp || true
   local sent got s
@@ -129,10 +130,13 @@ fwd_around() { # LEN RELAY... (the relay command, run in the background)
     --vdev "$(memif 0 server "$out")" -- --forward-mode=rxonly $app
   local sinkp=$!
   wait_for_socket "$out" "$tmp/sink.log"
-  "$@" &
+  # The socket exists before the port is started; a client that connects earlier is
+  # refused ("ID not found") and memif does not retry.
+  sleep 1.5
+  "$@" >"$tmp/relay.log" 2>&1 &
   local relayp=$!
   wait_for_socket "$in" "$tmp/relay.log"
-  sleep 1
+  sleep 1.5
   testpmd src "$(c 2),$(c 3)" "$(c 2)" "$secs" "$tmp/src.log" \
     --vdev "$(memif 0 client "$in")" -- --forward-mode=txonly --txpkts="$len" $app
   wait $! || true
@@ -149,8 +153,7 @@ ours_fwd_memif() { # LEN
   sed -e "s|/tmp/dataplane-fwd-in.sock|$tmp/fi.sock|" -e "s|/tmp/dataplane-fwd-out.sock|$tmp/fo.sock|" \
     -e "s/master_core: 0/master_core: $(c 6)/" -e "s/cpu_core: 1,/cpu_core: $(c 7),/" \
     configs/dpdk_memif_fwd.yaml >"$tmp/fwd.yaml"
-  fwd_around "$1" "$bin" bench fwd "$tmp/fwd.yaml" --seconds $((secs + 3)) --cores "$(c 8)" \
-    --json >"$tmp/relay.log" 2>&1
+  fwd_around "$1" "$bin" bench fwd "$tmp/fwd.yaml" --seconds $((secs + 3)) --cores "$(c 8)" --json
 }
 testpmd_fwd_ring() { # LEN
   testpmd ring "$(c 0),$(c 1)" "$(c 0)" "$secs" "$tmp/ring.log" --vdev net_ring0 -- \

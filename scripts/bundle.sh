@@ -14,7 +14,8 @@ shift
 bins=("$@")
 [ ${#bins[@]} -gt 0 ] || bins=(target/release/dataplane)
 pmds=${PMDS:-bus_vdev mempool_ring net_ring net_memif net_null}
-pmd_dir=$(pkg-config --variable=pmdsdir libdpdk 2>/dev/null || echo /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0)
+pmd_dir=$(pkg-config --variable=pmdsdir libdpdk 2>/dev/null || true)
+[ -n "$pmd_dir" ] || pmd_dir=$(ls -d /usr/lib/*-linux-gnu/dpdk/pmds-* 2>/dev/null | head -n 1)
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 plugins=()

@@ -251,10 +251,14 @@ impl Port {
             conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
-        // net_tap wants as many RX as TX queues: it gets idle ones to match.
+        // net_tap wants as many RX as TX queues: it gets idle ones to match. A memif end
+        // must have a ring for each ring its peer adds, and peers (testpmd, VPP) add at
+        // least one each way: a one-way interface gets an idle queue the other way.
         let (hw_rx, hw_tx) = if driver == "net_tap" {
             let n = rx.len().max(tx.len());
             (n, n)
+        } else if driver == "net_memif" {
+            (rx.len().max(1), tx.len().max(1))
         } else {
             (rx.len(), tx.len())
         };
