@@ -9,7 +9,8 @@
 #           generator's traffic on its pair)
 #   pool8k / pool64k  configs/sw_loopback_4q.yaml with 8,192 and 65,536 TX buffers
 # Needs 13 cores for q4; on a smaller machine cores are folded (numbers then mean little).
-# Env: DATAPLANE_BIN, SECONDS_RUN (default 4), ROUNDS, CASES (default all), JSON=1.
+# Env: DATAPLANE_BIN, SECONDS_RUN (default 4), ROUNDS, CASES (default all), JSON=1,
+# STAGES=1 (time every stage: `bench raw --stages`, busy ns per packet printed per run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DATAPLANE_BIN:-./target/release/dataplane}
@@ -91,8 +92,15 @@ for case in $cases; do
   config_for "$case" "$tmp/$case.yaml"
   runs=()
   for _ in $(seq "$rounds"); do
-    r=$("$bin" bench raw "$tmp/$case.yaml" --seconds "$secs" --json 2>/dev/null | tail -n 1 |
-      python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"{r[\"rx_mpps\"]:.2f}" if r["lossless"] else "0")') || r=0
+    extra=()
+    [ "${STAGES:-0}" = 1 ] && extra=(--stages)
+    "$bin" bench raw "$tmp/$case.yaml" --seconds "$secs" --json "${extra[@]}" 2>/dev/null |
+      tail -n 1 >"$tmp/last.json" || true
+    r=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.2f" % r["rx_mpps"] if r["lossless"] else "0")' "$tmp/last.json") || r=0
+    [ "${STAGES:-0}" = 1 ] && python3 -c '
+import json, sys
+for s in json.load(open(sys.argv[1]))["stages"]:
+    print("   ", sys.argv[2], s["stage"], "%.1f ns/packet" % s["ns_per_packet"], file=sys.stderr)' "$tmp/last.json" "$case"
     runs+=("$r")
   done
   med=$(printf '%s\n' "${runs[@]}" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')

@@ -85,6 +85,10 @@ enum Bench {
         /// `count` (nothing, as testpmd's rxonly).
         #[arg(long, value_enum, default_value_t = RxWork::Full)]
         rx_work: RxWork,
+        /// Time every stage (generator, TX and RX workers, checker) and report its busy
+        /// nanoseconds per packet (two clock reads per burst per stage).
+        #[arg(long)]
+        stages: bool,
         /// No progress line and no human report (the exit code, and `--json`, remain).
         #[arg(long, short)]
         quiet: bool,
@@ -272,6 +276,7 @@ fn main() -> ExitCode {
             verify_payload,
             tx_work,
             rx_work,
+            stages,
             quiet,
             drain_seconds,
         }) => bench_raw(
@@ -283,6 +288,7 @@ fn main() -> ExitCode {
                 verify_payload,
                 tx: tx_work,
                 rx: rx_work,
+                stages,
             },
             &signals,
         ),
@@ -530,6 +536,7 @@ struct RawWork {
     verify_payload: bool,
     tx: TxWork,
     rx: RxWork,
+    stages: bool,
 }
 
 fn bench_raw(
@@ -559,6 +566,7 @@ fn bench_raw(
         verify_payload: work.verify_payload,
         tx_work: work.tx,
         rx_work: work.rx,
+        time_stages: work.stages,
         progress: !output.quiet && std::io::stderr().is_terminal(),
         drain_deadline: std::time::Duration::from_secs_f64(drain_seconds),
         ..raw::RawOptions::new(seconds)

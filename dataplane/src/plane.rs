@@ -923,6 +923,7 @@ fn snapshot(counters: &[(QueueLabel, Arc<QueueCounters>)]) -> Snapshot {
                     packets,
                     bytes,
                     copied_packets: c.copied(),
+                    busy_ns: c.busy_ns(),
                     drops,
                 }
             })

@@ -33,6 +33,21 @@ pub struct QueueCounters {
     bytes: AtomicU64,
     drops: [AtomicU64; 7],
     copied: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+/// Set to make workers time their productive polls ([`QueueCounters::add_busy_ns`]);
+/// read once when a worker starts. Costs two clock reads per burst, so off by default.
+static TIME_STAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns per-stage timing on or off for workers started from now on.
+pub fn time_stages(on: bool) {
+    TIME_STAGES.store(on, Ordering::Relaxed);
+}
+
+/// True when workers started now time their stages.
+pub fn stages_timed() -> bool {
+    TIME_STAGES.load(Ordering::Relaxed)
 }
 
 #[inline]
@@ -60,6 +75,18 @@ impl QueueCounters {
         if packets > 0 {
             bump(&self.copied, packets);
         }
+    }
+
+    /// Adds time a worker spent on polls of this queue that moved packets.
+    #[inline]
+    pub fn add_busy_ns(&self, ns: u64) {
+        bump(&self.busy_ns, ns);
+    }
+
+    /// Nanoseconds a worker spent on polls of this queue that moved packets (0 unless
+    /// [`time_stages`] was on when it started).
+    pub fn busy_ns(&self) -> u64 {
+        self.busy_ns.load(Ordering::Relaxed)
     }
 
     /// Packets whose bytes the engine copied.
@@ -145,6 +172,8 @@ pub struct QueueStats {
     /// Packets whose bytes the engine copied (the rest went without a copy); counted by
     /// the DPDK engine's TX queues, 0 elsewhere.
     pub copied_packets: u64,
+    /// Nanoseconds its worker spent on polls that moved packets (with stage timing on).
+    pub busy_ns: u64,
     /// Drops at this queue.
     #[serde(skip)]
     pub drops: Drops,

@@ -429,6 +429,22 @@ pub enum Task {
 }
 
 impl Task {
+    fn counters(&self) -> &QueueCounters {
+        match self {
+            Task::Rx(rx) => &rx.counters,
+            Task::Tx(tx) => &tx.counters,
+        }
+    }
+
+    /// One poll: true when it moved packets.
+    #[inline]
+    fn poll(&mut self, flush: bool, clock: &PassClock) -> bool {
+        match self {
+            Task::Rx(rx) => rx.poll(flush, clock),
+            Task::Tx(tx) => tx.poll(),
+        }
+    }
+
     /// True once the task's port closed and it holds nothing more to deliver; the worker
     /// then drops it (a closed TX task's unsent bursts go back to their pools).
     fn retire(&mut self) -> bool {
@@ -445,6 +461,7 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
     let mut passes = 0u32;
     let clock = PassClock::live();
+    let timed = crate::stats::stages_timed();
     while !control.stop.load(Ordering::Relaxed) {
         passes = passes.wrapping_add(1);
         if passes.is_multiple_of(HOUSEKEEPING_EVERY) {
@@ -456,10 +473,16 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
         clock.next_pass();
         let mut busy = false;
         for t in &mut tasks {
-            busy |= match t {
-                Task::Rx(rx) => rx.poll(flush, &clock),
-                Task::Tx(tx) => tx.poll(),
-            };
+            if timed {
+                let started = std::time::Instant::now();
+                if t.poll(flush, &clock) {
+                    busy = true;
+                    t.counters()
+                        .add_busy_ns(started.elapsed().as_nanos() as u64);
+                }
+            } else {
+                busy |= t.poll(flush, &clock);
+            }
         }
         if busy {
             idle = 0;

@@ -1,7 +1,8 @@
 //! Zero-copy TX on a real `net_ring` vdev: frames go to the device in mbufs attached to
-//! the TX region's own buffers (nothing copied on TX), arrive intact, are forwarded once
-//! more as they are (the received buffers go out again), arrive intact again, and every
-//! buffer is back in its pool after shutdown. Its own binary: EAL starts once per process.
+//! the TX region's own buffers (nothing copied on TX), and since net_ring hands the sent
+//! mbufs to the receiver, the RX side takes those buffers over (nothing copied on RX
+//! either). They arrive intact, are forwarded once more as they are, arrive intact again,
+//! and every buffer is back in its pool after shutdown. Its own binary: EAL starts once per process.
 #![cfg(feature = "dpdk")]
 
 mod common;
@@ -116,6 +117,12 @@ fn net_ring_sends_region_buffers_without_copying_and_returns_every_one() {
     let tx_stats = snap.queues.iter().find(|q| q.direction == "tx").unwrap();
     assert_eq!(tx_stats.packets, 2 * FRAMES as u64);
     assert_eq!(tx_stats.copied_packets, 0, "TX copied no frame");
+    let rx_stats = snap.queues.iter().find(|q| q.direction == "rx").unwrap();
+    assert_eq!(rx_stats.packets, 2 * FRAMES as u64);
+    assert_eq!(
+        rx_stats.copied_packets, 0,
+        "RX took the sent buffers over from net_ring's mbufs"
+    );
     assert_eq!(snap.drops().total(), 0);
     drop(tx);
     drop(rx);

@@ -120,7 +120,19 @@ void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n)
 		struct rte_mbuf *m = mbufs[i];
 		if (RTE_MBUF_HAS_EXTBUF(m))
 			rte_mbuf_ext_refcnt_update(m->shinfo, 1);
-		rte_pktmbuf_free(m);
+	}
+	rte_pktmbuf_free_bulk(mbufs, n);
+}
+
+void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, unsigned int n,
+	void (*free_cb)(void *addr, void *opaque))
+{
+	for (unsigned int i = 0; i < n; i++) {
+		const struct rte_mbuf *m = mbufs[i];
+		opaques[i] = (RTE_MBUF_HAS_EXTBUF(m) && m->nb_segs == 1 && m->shinfo->free_cb == free_cb &&
+			      rte_mbuf_ext_refcnt_read(m->shinfo) == 1)
+				     ? m->shinfo->fcb_opaque
+				     : NULL;
 	}
 }
 

@@ -14,6 +14,34 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// The time one stage of the pipeline spent per packet.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageCost {
+    /// `generator N`, `checker N`, or `IFACE tx|rx queue N` (its worker).
+    pub stage: String,
+    /// Packets it handled.
+    pub packets: u64,
+    /// Nanoseconds it spent on them (polls or loops that moved packets).
+    pub busy_ns: u64,
+    /// `busy_ns / packets`.
+    pub ns_per_packet: f64,
+}
+
+impl StageCost {
+    fn new(stage: String, packets: u64, busy_ns: u64) -> Self {
+        Self {
+            stage,
+            packets,
+            busy_ns,
+            ns_per_packet: if packets > 0 {
+                busy_ns as f64 / packets as f64
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
 /// Options of a raw bench run.
 #[derive(Clone, Debug)]
 pub struct RawOptions {
@@ -25,6 +53,9 @@ pub struct RawOptions {
     pub tx_work: TxWork,
     /// What the checkers read per frame.
     pub rx_work: RxWork,
+    /// Time each stage (generators, TX and RX workers, checkers) and report the busy
+    /// nanoseconds per packet of each.
+    pub time_stages: bool,
     /// Print a progress line per second (on stderr; callers turn it on only for a
     /// terminal).
     pub progress: bool,
@@ -43,6 +74,7 @@ impl RawOptions {
             verify_payload: false,
             tx_work: TxWork::Full,
             rx_work: RxWork::Full,
+            time_stages: false,
             progress: false,
             drain_deadline: Duration::from_secs(10),
         }
@@ -118,6 +150,8 @@ pub struct RawReport {
     pub flow_ids: BTreeMap<u32, u64>,
     /// Checker verdicts.
     pub checker: CheckCounts,
+    /// Busy time per packet of each stage (with `time_stages`; empty otherwise).
+    pub stages: Vec<StageCost>,
     /// Reorder results, when a queue has `reorder_configs`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reorder: Option<ReorderReport>,
@@ -469,10 +503,11 @@ pub enum BenchError {
 }
 
 struct Generator {
-    thread: JoinHandle<(u64, u64, Option<String>)>,
+    thread: JoinHandle<(u64, u64, Option<String>, u64)>,
 }
 
 struct CheckerResult {
+    busy_ns: u64,
     packets: u64,
     bytes: u64,
     checker: Checker,
@@ -501,7 +536,10 @@ pub fn run(
     {
         return Err(BenchError::UncheckableWork);
     }
+    crate::stats::time_stages(opts.time_stages);
     let mut plane = DataPlane::start(config)?;
+    crate::stats::time_stages(false);
+    let timed = opts.time_stages;
     let stop_tx = Arc::new(AtomicBool::new(false));
     let stop_rx = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -552,11 +590,13 @@ pub fn run(
                 let mut reorder_check = reorder_check;
                 let mut marks = FlowMarks::default();
                 let (mut packets, mut bytes) = (0u64, 0u64);
+                let mut busy_ns = 0u64;
                 let mut idle = 0u32;
                 let mut failures: Vec<String> = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let mut got = false;
                     for q in &mut queues {
+                        let started = timed.then(Instant::now);
                         let burst = match q.poll() {
                             Ok(Some(b)) => b,
                             Ok(None) => continue,
@@ -579,6 +619,9 @@ pub fn run(
                                 frames.check(&burst, &mut checker);
                             }
                             packets += burst.len() as u64;
+                        }
+                        if let Some(t) = started {
+                            busy_ns += t.elapsed().as_nanos() as u64;
                         }
                         // Duplicates do not count towards what arrived.
                         received.store(
@@ -614,6 +657,7 @@ pub fn run(
                     r.unchecked_batches = reorder_check.report.unchecked_batches;
                 }
                 CheckerResult {
+                    busy_ns,
                     packets,
                     bytes,
                     checker,
@@ -674,7 +718,9 @@ pub fn run(
                 let (mut packets, mut bytes) = (0u64, 0u64);
                 let mut pending = None;
                 let mut failure = None;
+                let mut busy_ns = 0u64;
                 while !stop.load(Ordering::Relaxed) {
+                    let started = timed.then(Instant::now);
                     let burst = match pending.take() {
                         Some(b) => b,
                         None => match q.alloc(batch) {
@@ -706,7 +752,11 @@ pub fn run(
                         },
                     };
                     let n = burst.len() as u64;
-                    match q.send(burst) {
+                    let sent_now = q.send(burst);
+                    if let Some(t) = started {
+                        busy_ns += t.elapsed().as_nanos() as u64;
+                    }
+                    match sent_now {
                         Ok(()) => {
                             packets += n;
                             bytes += n * frame_len as u64;
@@ -725,7 +775,7 @@ pub fn run(
                 }
                 // A burst built but never sent is dropped here; its sequence numbers were
                 // never seen by anyone, so it is not a gap.
-                (packets, bytes, failure)
+                (packets, bytes, failure, busy_ns)
             })
             .map_err(StartError::Spawn)?;
         generators.push(Generator { thread });
@@ -743,8 +793,12 @@ pub fn run(
     stop_tx.store(true, Ordering::Relaxed);
     let (mut tx_packets, mut tx_bytes) = (0, 0);
     let mut worker_failures: Vec<String> = Vec::new();
-    for g in generators {
-        let (p, b, failure) = g.thread.join().expect("generator thread");
+    let mut stages = Vec::new();
+    for (i, g) in generators.into_iter().enumerate() {
+        let (p, b, failure, busy_ns) = g.thread.join().expect("generator thread");
+        if timed {
+            stages.push(StageCost::new(format!("generator {i}"), p, busy_ns));
+        }
         tx_packets += p;
         tx_bytes += b;
         worker_failures.extend(failure);
@@ -807,8 +861,11 @@ pub fn run(
     let mut problems = Vec::new();
     let mut flow_ids = BTreeMap::new();
     let mut reorder: Option<ReorderReport> = None;
-    for c in checkers {
+    for (i, c) in checkers.into_iter().enumerate() {
         let r = c.thread.join().expect("checker thread");
+        if timed {
+            stages.push(StageCost::new(format!("checker {i}"), r.packets, r.busy_ns));
+        }
         if let Some(rr) = &r.reorder {
             reorder.get_or_insert_with(Default::default).add(rr);
         }
@@ -833,6 +890,15 @@ pub fn run(
         }
     }
 
+    if timed {
+        for q in &snapshot.queues {
+            stages.push(StageCost::new(
+                format!("{} {} queue {} (worker)", q.interface, q.direction, q.queue),
+                q.packets,
+                q.busy_ns,
+            ));
+        }
+    }
     let drops = snapshot.drops();
     let unique_rx = rx_packets.saturating_sub(counts.duplicates);
     let missing = if both_sides {
@@ -940,6 +1006,7 @@ pub fn run(
         queues: snapshot.queues,
         flow_ids,
         checker: counts,
+        stages,
         reorder,
         problems,
     })
@@ -1039,6 +1106,15 @@ impl RawReport {
                 if work == RxWork::Trailer { "trailers only" } else { "headers and trailers" },
                 self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered, self.checker.duplicates
             )),
+        }
+        for st in &self.stages {
+            s.push_str(&format!(
+                "  stage {}: {:.1} ns per packet ({} packets, {:.3} s busy)\n",
+                st.stage,
+                st.ns_per_packet,
+                st.packets,
+                st.busy_ns as f64 / 1e9
+            ));
         }
         if let Some(r) = &self.reorder {
             s.push_str(&format!(

@@ -105,6 +105,56 @@ impl AttachableRegion {
     }
 }
 
+/// Buffers of ours that come back from the device still attached (a port that loops back,
+/// such as net_ring, hands the sent mbufs to the receiver): for each of `mbufs`, the
+/// region and buffer index it carries, or `None`. Fills `out`; true when every mbuf
+/// carries one.
+///
+/// # Safety
+/// `mbufs` are valid received mbufs.
+pub unsafe fn attached_buffers(
+    mbufs: &[*mut sys::rte_mbuf],
+    infos: &[sys::shim_mbuf_info],
+    out: &mut [Option<(RegionId, u32)>],
+) -> bool {
+    let mut opaques = [std::ptr::null_mut(); super::queue::MAX_BURST];
+    let n = mbufs.len().min(opaques.len());
+    // SAFETY: valid mbufs, room for n results.
+    unsafe {
+        sys::shim_attached_opaques(
+            mbufs.as_ptr(),
+            opaques.as_mut_ptr(),
+            n as u32,
+            Some(give_back),
+        )
+    };
+    let mut all = true;
+    for i in 0..n {
+        out[i] = if opaques[i].is_null() || infos[i].data_off != 0 {
+            None
+        } else {
+            // SAFETY: the opaque pointer of our own tables: a live `ReturnTo` (see
+            // `give_back`).
+            let to = unsafe { &*(opaques[i] as *const ReturnTo) };
+            let addr = infos[i].buf_addr as u64 + u64::from(infos[i].data_off);
+            let region = to.regions.get(to.region);
+            region.index_of(addr).map(|index| (to.region, index))
+        };
+        all &= out[i].is_some();
+    }
+    all
+}
+
+/// Releases received mbufs whose attached buffers the caller took over: the mbufs go back
+/// to their pool, the buffers stay with the caller.
+///
+/// # Safety
+/// Each mbuf is a received mbuf carrying an attached buffer of ours, released once.
+pub unsafe fn release_keeping_buffers(mbufs: &mut [*mut sys::rte_mbuf]) {
+    // SAFETY: as the caller promises.
+    unsafe { sys::shim_tx_free_untaken(mbufs.as_mut_ptr(), mbufs.len() as u32) };
+}
+
 impl Drop for AttachableRegion {
     fn drop(&mut self) {
         // SAFETY: allocated by shim_shinfo_table_new; no mbuf carries a buffer of this

@@ -217,6 +217,7 @@ impl Engine for DpdkEngine {
                 scratch: [std::ptr::null_mut(); MAX_BURST],
                 mark_values: [0; MAX_BURST],
                 infos: [sys::shim_mbuf_info::default(); MAX_BURST],
+                taking_over: false,
                 reserve: [std::ptr::null_mut(); MAX_BURST],
                 reserve_len: 0,
             },

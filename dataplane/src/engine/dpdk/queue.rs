@@ -2,7 +2,7 @@
 //! over the lent region's buffers), transmit (copying into mbufs), and the port counters
 //! folded into the queue's drops.
 
-use super::attach::AttachableRegion;
+use super::attach::{self, AttachableRegion};
 use super::mempool::{LentPool, PoolPtr};
 use crate::burst::Burst;
 use crate::engine::wire::{Ingress, WireReceiver};
@@ -43,6 +43,8 @@ pub struct DeviceQueue {
     pub(super) scratch: [*mut sys::rte_mbuf; MAX_BURST],
     pub(super) mark_values: [u32; MAX_BURST],
     pub(super) infos: [sys::shim_mbuf_info; MAX_BURST],
+    /// The last burst arrived as attached buffers of ours (see `take_over`).
+    pub(super) taking_over: bool,
     /// Zero copy: mbufs of the lent pool kept ready, `reserve[..reserve_len]`.
     pub(super) reserve: [*mut sys::rte_mbuf; MAX_BURST],
     pub(super) reserve_len: usize,
@@ -147,6 +149,37 @@ impl DeviceQueue {
         if let Some(lent) = self.lent_pool.clone() {
             return self.pull_lent(max, &lent);
         }
+        // While frames arrive as our own attached buffers (a port that loops back), they
+        // are taken over: nothing to allocate before receiving.
+        if self.taking_over && self.segments.len() == 1 {
+            let n = self.receive_mbufs(max);
+            if n == 0 {
+                return None;
+            }
+            if let Some(out) = self.take_over(n) {
+                return Some(out);
+            }
+            self.taking_over = false;
+            // Mbufs of other kinds: copied, as far as the pool has buffers for them.
+            let Some(mut fresh) = Burst::allocate_up_to(
+                self.regions.clone(),
+                self.port,
+                self.queue,
+                &self.segments,
+                n,
+            ) else {
+                self.counters.drop_packets(DropReason::PoolEmpty, n as u64);
+                // SAFETY: every received mbuf is freed once.
+                unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), n as u32) };
+                return None;
+            };
+            let short = n - fresh.len();
+            self.counters
+                .drop_packets(DropReason::PoolEmpty, short as u64);
+            return self
+                .copy_received(fresh.len(), &mut fresh, n)
+                .then_some(fresh);
+        }
         // Take from the device only what our pools can hold; the rest waits in the
         // device's ring (a NIC counts its own misses when that ring overflows).
         let mut fresh = Burst::allocate_up_to(
@@ -160,23 +193,64 @@ impl DeviceQueue {
         if n == 0 {
             return None;
         }
+        if self.segments.len() == 1
+            && let Some(out) = self.take_over(n)
+        {
+            self.taking_over = true;
+            return Some(out);
+        }
+        self.copy_received(n, &mut fresh, n).then_some(fresh)
+    }
+
+    /// Copies the first `n` of `received` mbufs into `fresh` (which has room for `n`),
+    /// keeping only what fits, then frees all `received`. True when a frame was kept.
+    fn copy_received(&mut self, n: usize, fresh: &mut Burst, received: usize) -> bool {
         let rules = self.classify_ids.then(|| self.rules.rules());
         let mut kept = 0;
         for i in 0..n {
-            if !self.copy_frame(self.scratch[i], &mut fresh, kept) {
+            if !self.copy_frame(self.scratch[i], fresh, kept) {
                 // Larger than the queue's buffers or more segments than regions: counted,
                 // never delivered cut.
                 self.counters.drop_packets(DropReason::Malformed, 1);
                 continue;
             }
-            let id = self.flow_id(i, &fresh, kept, rules.as_deref());
+            let id = self.flow_id(i, fresh, kept, rules.as_deref());
             fresh.set_flow_id(kept, id);
             kept += 1;
         }
         fresh.truncate(kept);
+        self.counters.add_copied(kept as u64);
         // SAFETY: every received mbuf is freed once.
-        unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), n as u32) };
-        Some(fresh)
+        unsafe { sys::shim_rte_pktmbuf_free_bulk(self.scratch.as_mut_ptr(), received as u32) };
+        kept > 0
+    }
+
+    /// The `n` received frames as a burst of the buffers they arrived in, when every one
+    /// is a buffer of ours sent attached (a port that loops back, such as net_ring, hands
+    /// the sent mbufs over): nothing is copied, the mbufs go back to their pool.
+    fn take_over(&mut self, n: usize) -> Option<Burst> {
+        // SAFETY: n received mbufs and room for n records.
+        unsafe {
+            sys::shim_rte_mbuf_infos(self.scratch.as_ptr(), self.infos.as_mut_ptr(), n as u32)
+        };
+        let mut found = [None; MAX_BURST];
+        // SAFETY: n received mbufs.
+        if !unsafe {
+            attach::attached_buffers(&self.scratch[..n], &self.infos[..n], &mut found[..n])
+        } {
+            return None;
+        }
+        let mut out = Burst::empty(self.regions.clone(), self.port, self.queue, n);
+        let rules = self.classify_ids.then(|| self.rules.rules());
+        for (i, buffer) in found[..n].iter().enumerate() {
+            let (region, index) = buffer.expect("checked: every frame carries one");
+            out.push_owned(region, index, u32::from(self.infos[i].data_len), 0);
+            let id = self.flow_id(i, &out, i, rules.as_deref());
+            out.set_flow_id(i, id);
+        }
+        // SAFETY: each mbuf carries an attached buffer the burst now owns; released once.
+        unsafe { attach::release_keeping_buffers(&mut self.scratch[..n]) };
+        Some(out)
     }
 
     /// Zero-copy receive: each mbuf's buffer is one of the region's, so the burst takes
