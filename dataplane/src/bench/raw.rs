@@ -536,9 +536,19 @@ pub fn run(
     {
         return Err(BenchError::UncheckableWork);
     }
-    crate::stats::time_stages(opts.time_stages);
+    // Workers read the switch when their threads start, which may be after `start`
+    // returns: it stays on until this run ends.
+    struct StageTiming;
+    impl Drop for StageTiming {
+        fn drop(&mut self) {
+            crate::stats::time_stages(false);
+        }
+    }
+    let _timing = opts.time_stages.then(|| {
+        crate::stats::time_stages(true);
+        StageTiming
+    });
     let mut plane = DataPlane::start(config)?;
-    crate::stats::time_stages(false);
     let timed = opts.time_stages;
     let stop_tx = Arc::new(AtomicBool::new(false));
     let stop_rx = Arc::new(AtomicBool::new(false));
