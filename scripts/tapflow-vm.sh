@@ -8,7 +8,9 @@
 # configs/dpdk_tap_flows.yaml` sends on one, and the other's rte_flow rules (isolated mode)
 # steer UDP port 5000 to queue 0 and 5001 to queue 1. The script passes when the engine
 # reports rte_flow steering, both queues received, and each queue holds exactly its flow's
-# packets. Usage: scripts/tapflow-vm.sh [dataplane binary]
+# packets. Then it runs the test binary of dataplane/tests/dpdk_tap_dynamic_flows.rs there
+# (DATAPLANE_TAP_VM=1): flows added and removed at run time become and stop being rte_flow
+# rules. Usage: scripts/tapflow-vm.sh [dataplane binary]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-target/release/dataplane}")
@@ -18,6 +20,15 @@ for t in ../shared/tools /work/shared/tools; do
     [ -z "$TOOLS" ] && [ -x "$t/rxe-vm" ] && TOOLS=$t
 done
 CACHE=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-vm}
+DYN=$(cargo test --release -p dataplane --features dpdk --test dpdk_tap_dynamic_flows --no-run \
+    --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if (m.get("reason") == "compiler-artifact" and m.get("executable")
+            and m["target"]["name"] == "dpdk_tap_dynamic_flows"):
+        print(m["executable"])' | tail -1)
+[ -x "$DYN" ] || { echo "tapflow-vm: FAILED: the dynamic-flow test binary did not build" >&2; exit 1; }
 PMDS=$(ls -d "$(pkg-config --variable=libdir libdpdk)"/dpdk/pmds-* | tail -1)
 
 if ! command -v qemu-system-x86_64 >/dev/null || ! ls "$CACHE"/debs/linux-image-*.deb >/dev/null 2>&1; then
@@ -65,7 +76,7 @@ copy_with_libs() {
         for l in $(ldd "$f" | grep -o '/[^ ]*'); do copy_path "$l"; done
     done
 }
-copy_with_libs "$CACHE/busybox/busybox" "$BIN" /usr/sbin/ip /usr/sbin/tc "$PMDS"/librte_net_tap.so.23.0 "$PMDS"/librte_bus_vdev.so.23.0 \
+copy_with_libs "$CACHE/busybox/busybox" "$BIN" "$DYN" /usr/sbin/ip /usr/sbin/tc "$PMDS"/librte_net_tap.so.23.0 "$PMDS"/librte_bus_vdev.so.23.0 \
     "$PMDS"/librte_mempool_ring.so.23.0
 copy_path /lib/x86_64-linux-gnu/libgcc_s.so.1
 # iproute2's ip (bridges, multi-queue taps), not busybox's applet of the same name.
@@ -76,6 +87,7 @@ cp "$CFG" "$IR/dpdk_tap_flows.yaml"
 # A fixed path: /tmp is a fresh tmpfs inside, so a binary under /tmp would be hidden.
 mkdir -p "$IR/opt"
 cp "$BIN" "$IR/opt/dataplane"
+cp "$DYN" "$IR/opt/dynamic_flows"
 KM=$W/k/lib/modules/$KVER/kernel
 for m in drivers/net/tun net/sched/sch_multiq net/sched/sch_ingress net/sched/cls_flower \
     net/sched/act_gact net/sched/act_mirred net/sched/act_skbedit net/sched/cls_bpf \
@@ -103,6 +115,11 @@ echo "bench rc=\$?"
 [ -n "${TAPFLOW_DEBUG:-}" ] && ip -s link | sed 's/^/TAPFLOW-LINK: /'
 
 sed 's/^/TAPFLOW: /' /tmp/out
+# Fresh taps for the run-time flow test.
+for t in dptap0 dptap1; do ip link del \$t 2>/dev/null; ip tuntap add dev \$t mode tap multi_queue; ip link set \$t master dpbr0 up; done
+DATAPLANE_TAP_VM=1 timeout 200 /opt/dynamic_flows --nocapture --test-threads=1 > /tmp/dyn 2>&1
+echo "dynamic rc=\$?"
+sed 's/^/DYNFLOW: /' /tmp/dyn
 poweroff -f
 INIT
 chmod +x "$IR/init"
@@ -110,7 +127,7 @@ chmod +x "$IR/init"
 timeout 300 qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 2 -nographic -no-reboot -nic none \
     -kernel "$KDIR/vmlinux" -initrd "$W/initrd" -append "console=ttyS0 panic=-1 quiet" </dev/null \
     > "$W/console.log" 2>&1 || true
-grep -a "bench rc=\|TAPFLOW\|insmod" "$W/console.log" | sed 's/\r$//' | tee "$W/result" >&2
+grep -a "bench rc=\|dynamic rc=\|TAPFLOW\|DYNFLOW\|insmod" "$W/console.log" | sed 's/\r$//' | tee "$W/result" >&2
 JSON=$(grep -a '^TAPFLOW: {' "$W/result" | tail -1 | sed 's/^TAPFLOW: //')
 if [ -z "$JSON" ]; then
     echo "tapflow-vm: FAILED: no report from the VM; console tail:" >&2
@@ -143,3 +160,8 @@ if not r["lossless"]:
 print("tapflow-vm: PASSED" if ok else "tapflow-vm: FAILED")
 sys.exit(0 if ok else 1)
 PY
+if ! grep -aq "^DYNFLOW: DYNAMIC FLOWS: PASSED" "$W/result" || ! grep -aq "^dynamic rc=0" "$W/result"; then
+    echo "tapflow-vm: FAILED: flows added at run time (see DYNFLOW lines)" >&2
+    exit 1
+fi
+echo "tapflow-vm: dynamic flows PASSED" >&2

@@ -81,6 +81,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         flex_items: vec![],
         exception_queue: None,
         reorder: Vec::new(),
+        dynamic_flow_capacity: 0,
     }
 }
 

@@ -386,6 +386,11 @@ pub struct RxConfig {
     pub exception_queue: Option<u16>,
     /// Reorders (`reorder_configs`).
     pub reorder: Vec<ReorderConfig>,
+    /// `dynamic_flow_capacity`: on an interface whose rules are on the device (rte_flow),
+    /// at most this many flows added at run time at once, with device priorities reserved
+    /// between the static rules and the `exception_queue` catch-all. 0: no limit (and no
+    /// run-time flows there when an exception queue is set).
+    pub dynamic_flow_capacity: u32,
 }
 
 impl RxConfig {
@@ -408,6 +413,7 @@ impl RxConfig {
             flex_items: Vec::new(),
             exception_queue: None,
             reorder: Vec::new(),
+            dynamic_flow_capacity: 0,
         }
     }
 }

@@ -875,9 +875,11 @@ fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
     m.not_supported_unless(d, "hardware_timestamps", |n| {
         matches!(n.value, Value::Bool(false))
     });
-    m.not_supported_unless(d, "dynamic_flow_capacity", |n| {
-        matches!(n.value, Value::Int(0))
-    });
+    let dynamic_flow_capacity = m
+        .optional(d, "dynamic_flow_capacity", |d, n, p| {
+            r::uint_in(d, n, p, 0, 0xFF_FFFF)
+        })
+        .unwrap_or(0) as u32;
     let queues = queues(d, &mut m, Direction::Rx);
     let flows = list_of(d, &mut m, "flows", flow);
     let flex_items = list_of(d, &mut m, "flex_items", flex_item);
@@ -893,6 +895,7 @@ fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
         flex_items,
         exception_queue,
         reorder,
+        dynamic_flow_capacity,
     })
 }
 

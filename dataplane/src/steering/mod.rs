@@ -21,7 +21,7 @@ pub use headers::Malformed;
 use crate::config::diag::Diagnostics;
 use crate::config::{FlowConfig, RxConfig, validate};
 use arc_swap::ArcSwap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,14 @@ pub enum FlowError {
         /// Flow id.
         flow_id: u32,
     },
+    /// The device refused to create or destroy the flow's rule.
+    #[error("interface `{interface}`: {reason}")]
+    Device {
+        /// Interface name.
+        interface: String,
+        /// The device's reason.
+        reason: String,
+    },
     /// The rule set changed, but not every worker confirmed it in time.
     #[error(
         "interface `{interface}`: rule epoch {epoch} was not adopted by every worker within {ADOPT_TIMEOUT:?} (a worker may be stopped or stalled)"
@@ -66,12 +74,22 @@ pub enum FlowError {
     },
 }
 
+/// The device side of an interface whose rules live in the NIC's flow tables (rte_flow):
+/// flows added or removed at run time are created or destroyed there.
+pub trait DeviceFlows: Send + Sync {
+    /// Creates the device rule of `flow` at `priority` (0 is the highest).
+    fn create(&self, flow: &FlowConfig, priority: u32) -> Result<(), String>;
+    /// Destroys the device rule of flow `flow_id`.
+    fn destroy(&self, flow_id: u32) -> Result<(), String>;
+}
+
 /// An epoch acknowledgement slot of one ingress point or RX queue.
 pub type EpochAck = Arc<AtomicU64>;
 
 struct Control {
     rx: RxConfig,
-    dynamic: Vec<u32>,
+    /// Flows added at run time, oldest first, with their device priority.
+    dynamic: Vec<(u32, u32)>,
     epoch: u64,
 }
 
@@ -81,8 +99,8 @@ pub struct InterfaceSteering {
     port: u16,
     interface: String,
     software: bool,
-    /// The device's flow tables hold the rules (rte_flow), so changes must go there.
-    device_programmed: AtomicBool,
+    /// The device's flow tables hold the rules (rte_flow), so changes go there too.
+    device: std::sync::OnceLock<Arc<dyn DeviceFlows>>,
     rules: ArcSwap<Classifier>,
     control: Mutex<Control>,
     acks: Mutex<Vec<EpochAck>>,
@@ -95,7 +113,7 @@ impl InterfaceSteering {
             port,
             interface: interface.to_owned(),
             software,
-            device_programmed: AtomicBool::new(false),
+            device: std::sync::OnceLock::new(),
             rules: ArcSwap::from_pointee(Classifier::compile(rx, 1)),
             control: Mutex::new(Control {
                 rx: rx.clone(),
@@ -126,25 +144,46 @@ impl InterfaceSteering {
     }
 
     /// Marks the rules as programmed into the device (rte_flow): run-time changes are
-    /// refused from then on, since the software classifier would not see the packets.
-    pub fn set_device_programmed(&self) {
-        self.device_programmed.store(true, Ordering::Release);
+    /// created and destroyed there through `device`, and the software rules stay in step
+    /// (they give flow ids from headers where the device cannot mark packets).
+    pub fn set_device_programmed(&self, device: Arc<dyn DeviceFlows>) {
+        let _ = self.device.set(device);
     }
 
-    fn refuse_if_device_programmed(&self) -> Result<(), FlowError> {
-        if self.device_programmed.load(Ordering::Acquire) {
-            return Err(FlowError::Invalid(format!(
-                "interface `{}` steers with rte_flow rules on the device: not supported: adding or removing flows at run time there (start with the flows in the configuration)",
-                self.interface
-            )));
+    /// The device priority for a flow added now: after the static rules and every flow
+    /// added before (so the device's order is the software's first-match order), and below
+    /// the exception queue's catch-all, which sits `dynamic_flow_capacity` places after the
+    /// static rules.
+    fn device_priority(&self, c: &Control) -> Result<u32, FlowError> {
+        let statics = (c.rx.flows.len() - c.dynamic.len()) as u32;
+        let next = c.dynamic.last().map_or(statics, |&(_, p)| p + 1);
+        let capacity = c.rx.dynamic_flow_capacity;
+        let catch_all = c.rx.flow_isolation && c.rx.exception_queue.is_some();
+        let refuse = |why: String| {
+            Err(FlowError::Device {
+                interface: self.interface.clone(),
+                reason: why,
+            })
+        };
+        if capacity > 0 && c.dynamic.len() as u32 >= capacity {
+            return refuse(format!(
+                "dynamic_flow_capacity {capacity} reached: remove a flow added at run time first"
+            ));
         }
-        Ok(())
+        if catch_all && capacity == 0 {
+            return refuse("flows added at run time sit between the static rules and the exception_queue catch-all: set rx.dynamic_flow_capacity to how many there may be".into());
+        }
+        if catch_all && next >= statics + capacity {
+            return refuse(format!(
+                "no device priority left between the static rules and the exception_queue catch-all (dynamic_flow_capacity {capacity}): remove the newest flows added at run time"
+            ));
+        }
+        Ok(next)
     }
 
     /// Adds a flow after the existing ones (so it has the lowest priority). A flow id of 0
     /// gets the lowest unused id. Returns once every worker uses the new rules.
     pub fn add_flow(&self, mut flow: FlowConfig) -> Result<FlowHandle, FlowError> {
-        self.refuse_if_device_programmed()?;
         let epoch = {
             let mut c = self.control.lock().expect("steering control lock");
             if flow.id == 0 {
@@ -174,8 +213,19 @@ impl InterfaceSteering {
                         .to_string(),
                 ));
             }
+            let mut priority = 0;
+            if let Some(device) = self.device.get() {
+                priority = self.device_priority(&c)?;
+                let flow = candidate.flows.last().expect("pushed above");
+                device
+                    .create(flow, priority)
+                    .map_err(|reason| FlowError::Device {
+                        interface: self.interface.clone(),
+                        reason,
+                    })?;
+            }
             c.rx = candidate;
-            c.dynamic.push(id);
+            c.dynamic.push((id, priority));
             (self.publish(&mut c), id)
         };
         let (epoch, flow_id) = epoch;
@@ -189,15 +239,22 @@ impl InterfaceSteering {
     /// Removes a flow added with `add_flow`. Returns once no worker uses the old rules and
     /// every burst classified under them has been handed to the application.
     pub fn remove_flow(&self, flow_id: u32) -> Result<(), FlowError> {
-        self.refuse_if_device_programmed()?;
         let epoch = {
             let mut c = self.control.lock().expect("steering control lock");
-            let Some(pos) = c.dynamic.iter().position(|&id| id == flow_id) else {
+            let Some(pos) = c.dynamic.iter().position(|&(id, _)| id == flow_id) else {
                 return Err(FlowError::UnknownFlow {
                     interface: self.interface.clone(),
                     flow_id,
                 });
             };
+            if let Some(device) = self.device.get() {
+                device
+                    .destroy(flow_id)
+                    .map_err(|reason| FlowError::Device {
+                        interface: self.interface.clone(),
+                        reason,
+                    })?;
+            }
             c.dynamic.remove(pos);
             c.rx.flows.retain(|f| f.id != flow_id);
             self.publish(&mut c)
@@ -235,5 +292,103 @@ impl InterfaceSteering {
             std::thread::sleep(Duration::from_micros(50));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FlowMatch, PortRange, QueueConfig};
+
+    /// Records what a device would be asked to do. A stand-in for a NIC's flow table in
+    /// this unit test of the priority bookkeeping; the real one (rte_flow on net_tap) is
+    /// exercised by `tests/dpdk_tap_dynamic_flows.rs` in the tapflow VM.
+    #[derive(Default)]
+    struct Recorder {
+        created: Mutex<Vec<(u32, u32)>>,
+        destroyed: Mutex<Vec<u32>>,
+    }
+
+    impl DeviceFlows for Recorder {
+        fn create(&self, flow: &FlowConfig, priority: u32) -> Result<(), String> {
+            self.created.lock().unwrap().push((flow.id, priority));
+            Ok(())
+        }
+        fn destroy(&self, flow_id: u32) -> Result<(), String> {
+            self.destroyed.lock().unwrap().push(flow_id);
+            Ok(())
+        }
+    }
+
+    fn flow(name: &str, id: u32, port: u16) -> FlowConfig {
+        FlowConfig {
+            name: name.into(),
+            id,
+            queue_ids: vec![0],
+            matches: FlowMatch {
+                udp_dst: Some(PortRange {
+                    first: port,
+                    last: port,
+                }),
+                ..Default::default()
+            },
+            transforms: vec![],
+            location: Default::default(),
+        }
+    }
+
+    fn steering(capacity: u32, exception: bool) -> (InterfaceSteering, Arc<Recorder>) {
+        let mut rx = RxConfig::empty();
+        rx.queues.push(QueueConfig {
+            name: "q0".into(),
+            id: 0,
+            cpu_core: 0,
+            batch_size: 32,
+            timeout_us: 0,
+            memory_regions: vec!["m".into()],
+            tx_eth_src: false,
+            location: Default::default(),
+        });
+        rx.flows = vec![flow("a", 1, 5000), flow("b", 2, 5001)];
+        rx.flow_isolation = exception;
+        rx.exception_queue = exception.then_some(0);
+        rx.dynamic_flow_capacity = capacity;
+        let s = InterfaceSteering::new(0, "nic", &rx, false);
+        let rec = Arc::new(Recorder::default());
+        s.set_device_programmed(rec.clone());
+        (s, rec)
+    }
+
+    #[test]
+    fn run_time_flows_get_device_priorities_after_the_static_rules_in_order() {
+        let (s, rec) = steering(2, true);
+        let h1 = s.add_flow(flow("c", 0, 6000)).unwrap();
+        let h2 = s.add_flow(flow("d", 0, 6001)).unwrap();
+        assert_eq!(*rec.created.lock().unwrap(), [(3, 2), (4, 3)]);
+        let err = s.add_flow(flow("e", 0, 6002)).unwrap_err().to_string();
+        assert!(err.contains("dynamic_flow_capacity 2 reached"), "{err}");
+        s.remove_flow(h2.flow_id).unwrap();
+        assert_eq!(*rec.destroyed.lock().unwrap(), [4]);
+        // After the newest is gone its place is free again; below the catch-all at 2 + 2.
+        s.add_flow(flow("e", 0, 6002)).unwrap();
+        assert_eq!(rec.created.lock().unwrap()[2].1, 3);
+        s.remove_flow(h1.flow_id).unwrap();
+        assert_eq!(s.flows().len(), 3, "static a, b and dynamic e");
+    }
+
+    #[test]
+    fn a_catch_all_without_capacity_refuses_run_time_flows_and_says_why() {
+        let (s, rec) = steering(0, true);
+        let err = s.add_flow(flow("c", 0, 6000)).unwrap_err().to_string();
+        assert!(err.contains("set rx.dynamic_flow_capacity"), "{err}");
+        assert!(rec.created.lock().unwrap().is_empty());
+        assert_eq!(s.flows().len(), 2, "nothing changed");
+        // Without a catch-all there is no limit.
+        let (s, rec) = steering(0, false);
+        for k in 0..5 {
+            s.add_flow(flow(&format!("x{k}"), 0, 6000 + k)).unwrap();
+        }
+        let prios: Vec<u32> = rec.created.lock().unwrap().iter().map(|c| c.1).collect();
+        assert_eq!(prios, [2, 3, 4, 5, 6]);
     }
 }

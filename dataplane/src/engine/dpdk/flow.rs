@@ -81,6 +81,8 @@ pub enum Action {
 pub struct Rule {
     /// Flow name for messages.
     pub flow: String,
+    /// Flow id (0 for the exception queue's catch-all).
+    pub flow_id: u32,
     /// Priority: the flow's position, so that the first matching flow wins as in software.
     pub priority: u32,
     /// Pattern, without the END item.
@@ -104,9 +106,11 @@ pub fn translate(
     if rx.flow_isolation
         && let Some(q) = rx.exception_queue
     {
+        // Below the static rules and the places reserved for flows added at run time.
         rules.push(Rule {
             flow: "exception_queue".into(),
-            priority: rx.flows.len() as u32,
+            flow_id: 0,
+            priority: rx.flows.len() as u32 + rx.dynamic_flow_capacity,
             items: vec![Item::any(sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_ETH)],
             actions: vec![Action::Queue(queue_index(hw_queue, q, "exception_queue")?)],
         });
@@ -125,7 +129,8 @@ fn queue_index(
     })
 }
 
-fn translate_flow(
+/// Translates one flow to its rte_flow rule at `priority`.
+pub fn translate_flow(
     flow: &FlowConfig,
     priority: u32,
     hw_queue: &dyn Fn(u16) -> Option<u16>,
@@ -242,6 +247,7 @@ fn translate_flow(
     });
     Ok(Rule {
         flow: flow.name.clone(),
+        flow_id: flow.id,
         priority,
         items,
         actions,
@@ -252,7 +258,8 @@ fn translate_flow(
 /// on drop.
 pub struct InstalledFlows {
     port_id: u16,
-    flows: Vec<(String, *mut sys::rte_flow)>,
+    /// Flow name, flow id and handle, in creation order.
+    flows: Vec<(String, u32, *mut sys::rte_flow)>,
 }
 
 // SAFETY: rte_flow handles are plain tokens for the control path, used from one thread at
@@ -262,6 +269,14 @@ unsafe impl Send for InstalledFlows {}
 unsafe impl Sync for InstalledFlows {}
 
 impl InstalledFlows {
+    /// No rule yet on `port_id`.
+    pub fn none(port_id: u16) -> Self {
+        Self {
+            port_id,
+            flows: Vec::new(),
+        }
+    }
+
     /// Number of rules on the device.
     pub fn len(&self) -> usize {
         self.flows.len()
@@ -274,7 +289,7 @@ impl InstalledFlows {
 
     /// Destroys every rule, in creation order.
     pub fn destroy(&mut self) {
-        for (name, f) in self.flows.drain(..) {
+        for (name, _, f) in self.flows.drain(..) {
             let mut err = sys::rte_flow_error::default();
             // SAFETY: a handle created on this port and destroyed once.
             if unsafe { sys::rte_flow_destroy(self.port_id, f, &mut err) } != 0 {
@@ -285,6 +300,73 @@ impl InstalledFlows {
                 );
             }
         }
+    }
+}
+
+impl InstalledFlows {
+    /// Validates and creates one more rule.
+    pub fn create(&mut self, rule: &Rule) -> Result<(), FlowError> {
+        let raw = RawRule::new(rule);
+        let mut err = sys::rte_flow_error::default();
+        // SAFETY: END-terminated arrays whose pointers target `rule` and `raw`, both alive
+        // for the calls.
+        let rc = unsafe {
+            sys::rte_flow_validate(
+                self.port_id,
+                &raw.attr,
+                raw.items.as_ptr(),
+                raw.actions.as_ptr(),
+                &mut err,
+            )
+        };
+        if rc != 0 {
+            return Err(flow_error(
+                format!("flow `{}` rejected by rte_flow_validate", rule.flow),
+                &err,
+            ));
+        }
+        // SAFETY: as above.
+        let f = unsafe {
+            sys::rte_flow_create(
+                self.port_id,
+                &raw.attr,
+                raw.items.as_ptr(),
+                raw.actions.as_ptr(),
+                &mut err,
+            )
+        };
+        if f.is_null() {
+            return Err(flow_error(
+                format!("flow `{}` rejected by rte_flow_create", rule.flow),
+                &err,
+            ));
+        }
+        self.flows.push((rule.flow.clone(), rule.flow_id, f));
+        Ok(())
+    }
+
+    /// Destroys the rule of flow `flow_id` (a flow added at run time).
+    pub fn destroy_flow(&mut self, flow_id: u32) -> Result<(), FlowError> {
+        let Some(at) = self
+            .flows
+            .iter()
+            .position(|(_, id, _)| *id == flow_id && flow_id != 0)
+        else {
+            return Err(FlowError::Untranslatable {
+                flow: format!("flow id {flow_id}"),
+                what: "no rule with this flow id is on the device".into(),
+            });
+        };
+        let mut err = sys::rte_flow_error::default();
+        // SAFETY: a handle created on this port, destroyed once (removed from the list).
+        if unsafe { sys::rte_flow_destroy(self.port_id, self.flows[at].2, &mut err) } != 0 {
+            return Err(flow_error(
+                format!("destroying flow `{}`", self.flows[at].0),
+                &err,
+            ));
+        }
+        self.flows.remove(at);
+        Ok(())
     }
 }
 
@@ -493,7 +575,7 @@ pub fn install(port_id: u16, rules: &[Rule]) -> Result<InstalledFlows, FlowError
                 &err,
             ));
         }
-        installed.flows.push((rule.flow.clone(), f));
+        installed.flows.push((rule.flow.clone(), rule.flow_id, f));
     }
     Ok(installed)
 }

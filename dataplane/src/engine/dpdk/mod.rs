@@ -187,8 +187,9 @@ impl Engine for DpdkEngine {
                 reason: "no memory region".into(),
             });
         }
+        let ids_after_changes = matches!(p.steering, PortSteering::Device { .. });
         let (mode, marks, classify_ids) = match &p.steering {
-            PortSteering::Device => (RxMode::Direct, false, false),
+            PortSteering::Device { .. } => (RxMode::Direct, false, false),
             PortSteering::RteFlow { marks, .. } => (RxMode::Direct, *marks, !*marks),
             PortSteering::Software { grid, .. } => (
                 RxMode::Software(Box::new((
@@ -218,6 +219,7 @@ impl Engine for DpdkEngine {
                 mark_values: [0; MAX_BURST],
                 infos: [sys::shim_mbuf_info::default(); MAX_BURST],
                 taking_over: false,
+                ids_after_changes,
                 reserve: [std::ptr::null_mut(); MAX_BURST],
                 reserve_len: 0,
             },

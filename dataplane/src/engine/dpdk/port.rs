@@ -15,7 +15,7 @@ use crate::plan::dpdk::{self as dpdk_plan, PoolSize, PortPlan, RxReceive};
 use crate::steering::InterfaceSteering;
 use dpdk_sys as sys;
 use std::ffi::CString;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Descriptors per RX and TX ring.
 pub const RING_DESCRIPTORS: u16 = dpdk_plan::RING_DESCRIPTORS as u16;
@@ -31,13 +31,17 @@ pub struct QueueIndex(pub u16);
 
 /// How a port's packets reach their RX queues.
 pub enum PortSteering {
-    /// The device places every packet (its own RSS, or no rules at all).
-    Device,
+    /// The device places every packet (its own RSS, or no rules at all). Flows added at
+    /// run time become rte_flow rules here (flow ids then come from the headers).
+    Device {
+        /// Rules added at run time.
+        flows: Arc<Mutex<flow::InstalledFlows>>,
+    },
     /// rte_flow rules place packets. `marks`: the rules tag packets with the flow id;
     /// otherwise (a PMD without MARK) the RX worker finds the id from the headers.
     RteFlow {
-        /// The installed rules.
-        flows: flow::InstalledFlows,
+        /// The installed rules, and those added at run time.
+        flows: Arc<Mutex<flow::InstalledFlows>>,
         /// Packets carry the flow id.
         marks: bool,
     },
@@ -131,8 +135,9 @@ pub struct Port {
 
 impl Drop for Port {
     fn drop(&mut self) {
-        if let PortSteering::RteFlow { flows, .. } = &mut self.steering {
-            flows.destroy();
+        if let PortSteering::RteFlow { flows, .. } | PortSteering::Device { flows } = &self.steering
+        {
+            flows.lock().unwrap_or_else(|e| e.into_inner()).destroy();
         }
         // Frames still waiting in the RX rings are freed now, while the pools and the
         // regions whose buffers they may carry (sent without a copy over a port that loops
@@ -160,7 +165,7 @@ impl Port {
     /// The steering mode's name for reports.
     pub fn steering_name(&self) -> &'static str {
         match &self.steering {
-            PortSteering::Device => "device",
+            PortSteering::Device { .. } => "device",
             PortSteering::RteFlow { marks: true, .. } => "rte_flow",
             PortSteering::RteFlow { marks: false, .. } => "rte_flow (flow ids from headers)",
             PortSteering::Software { .. } => "software",
@@ -273,7 +278,9 @@ impl Port {
         let mut port = Port {
             id: PortId(id),
             interface: iface.name.clone(),
-            steering: PortSteering::Device,
+            steering: PortSteering::Device {
+                flows: Arc::new(Mutex::new(flow::InstalledFlows::none(id))),
+            },
             rx: Vec::new(),
             tx: Vec::new(),
             rules: rules.clone(),
@@ -508,7 +515,10 @@ impl Port {
 
         if let Some(rules_with_marks) = flow_plan {
             port.steering = match flow::install(id, &rules_with_marks) {
-                Ok(flows) => PortSteering::RteFlow { flows, marks: true },
+                Ok(flows) => PortSteering::RteFlow {
+                    flows: Arc::new(Mutex::new(flows)),
+                    marks: true,
+                },
                 Err(with_marks) => {
                     // Some PMDs place packets but cannot tag them: keep the placement and
                     // find flow ids from the headers.
@@ -521,12 +531,14 @@ impl Port {
                         })?;
                     match flow::install(id, &plain) {
                         Ok(flows) => PortSteering::RteFlow {
-                            flows,
+                            flows: Arc::new(Mutex::new(flows)),
                             marks: false,
                         },
                         Err(_) => {
                             fallback = Some(with_marks);
-                            PortSteering::Device
+                            PortSteering::Device {
+                                flows: Arc::new(Mutex::new(flow::InstalledFlows::none(id))),
+                            }
                         }
                     }
                 }
@@ -560,10 +572,56 @@ impl Port {
                 grid: WireGrid::new(rules, &ids, ids.len()),
             };
         }
-        if matches!(port.steering, PortSteering::RteFlow { .. }) {
-            rules.set_device_programmed();
+        let queues: Vec<u16> = rx.iter().map(|q| q.id).collect();
+        match &port.steering {
+            PortSteering::RteFlow { flows, marks } => {
+                rules.set_device_programmed(Arc::new(RunTimeFlows {
+                    flows: flows.clone(),
+                    queues,
+                    marks: *marks,
+                }))
+            }
+            PortSteering::Device { flows } if !queues.is_empty() => {
+                rules.set_device_programmed(Arc::new(RunTimeFlows {
+                    flows: flows.clone(),
+                    queues,
+                    marks: false,
+                }))
+            }
+            _ => {}
         }
         Ok(port)
+    }
+}
+
+/// Flows added or removed at run time on a port whose packets the device places: each
+/// becomes or stops being an rte_flow rule.
+struct RunTimeFlows {
+    flows: Arc<Mutex<flow::InstalledFlows>>,
+    /// RX queue ids in device queue order.
+    queues: Vec<u16>,
+    /// Rules carry a MARK with the flow id.
+    marks: bool,
+}
+
+impl crate::steering::DeviceFlows for RunTimeFlows {
+    fn create(&self, f: &crate::config::FlowConfig, priority: u32) -> Result<(), String> {
+        let hw_queue = |q: u16| self.queues.iter().position(|&x| x == q).map(|i| i as u16);
+        let rule =
+            flow::translate_flow(f, priority, &hw_queue, self.marks).map_err(|e| e.to_string())?;
+        self.flows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .create(&rule)
+            .map_err(|e| e.to_string())
+    }
+
+    fn destroy(&self, flow_id: u32) -> Result<(), String> {
+        self.flows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .destroy_flow(flow_id)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -45,6 +45,9 @@ pub struct DeviceQueue {
     pub(super) infos: [sys::shim_mbuf_info; MAX_BURST],
     /// The last burst arrived as attached buffers of ours (see `take_over`).
     pub(super) taking_over: bool,
+    /// The device places packets without static rules: once flows are added at run time,
+    /// flow ids come from the headers.
+    pub(super) ids_after_changes: bool,
     /// Zero copy: mbufs of the lent pool kept ready, `reserve[..reserve_len]`.
     pub(super) reserve: [*mut sys::rte_mbuf; MAX_BURST],
     pub(super) reserve_len: usize,
@@ -127,6 +130,18 @@ impl DeviceQueue {
     }
 
     /// The flow id of received mbuf `i`, now packet `slot` of `burst`.
+    /// The rules flow ids come from, when the headers must give them: rte_flow rules
+    /// without MARK, or flows added at run time on a port without static rules (epoch
+    /// past the first).
+    #[inline]
+    fn id_rules(&self) -> Option<arc_swap::Guard<Arc<crate::steering::Classifier>>> {
+        if self.marks {
+            return None;
+        }
+        let rules = self.rules.rules();
+        (self.classify_ids || (self.ids_after_changes && rules.epoch() > 1)).then_some(rules)
+    }
+
     fn flow_id(
         &self,
         i: usize,
@@ -205,7 +220,7 @@ impl DeviceQueue {
     /// Copies the first `n` of `received` mbufs into `fresh` (which has room for `n`),
     /// keeping only what fits, then frees all `received`. True when a frame was kept.
     fn copy_received(&mut self, n: usize, fresh: &mut Burst, received: usize) -> bool {
-        let rules = self.classify_ids.then(|| self.rules.rules());
+        let rules = self.id_rules();
         let mut kept = 0;
         for i in 0..n {
             if !self.copy_frame(self.scratch[i], fresh, kept) {
@@ -241,7 +256,7 @@ impl DeviceQueue {
             return None;
         }
         let mut out = Burst::empty(self.regions.clone(), self.port, self.queue, n);
-        let rules = self.classify_ids.then(|| self.rules.rules());
+        let rules = self.id_rules();
         for (i, buffer) in found[..n].iter().enumerate() {
             let (region, index) = buffer.expect("checked: every frame carries one");
             out.push_owned(region, index, u32::from(self.infos[i].data_len), 0);
@@ -305,7 +320,7 @@ impl DeviceQueue {
         let region_id = self.segments[0];
         let region = regions.get(region_id);
         let mut out = Burst::empty(regions.clone(), self.port, self.queue, n);
-        let rules = self.classify_ids.then(|| self.rules.rules());
+        let rules = self.id_rules();
         let mut done: [*mut sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
         let (mut n_done, mut dropped) = (0, 0);
         for i in 0..n {

@@ -37,6 +37,7 @@ fn rx(queues: &[u16], flows: Vec<FlowConfig>, isolation: bool) -> RxConfig {
         }],
         exception_queue: None,
         reorder: Vec::new(),
+        dynamic_flow_capacity: 0,
     }
 }
 
