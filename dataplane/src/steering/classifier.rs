@@ -249,20 +249,6 @@ impl Columns {
         self.first_match_below(k, u32::MAX)
     }
 
-    /// Whether lane `i` matches: the block test of `first_match_below`, for one rule, with
-    /// early exits (deriving it from a whole block's test made an index hit 60% slower);
-    /// the property test holds both to the plain matcher.
-    #[inline]
-    fn lane_matches(&self, i: usize, k: &Key) -> bool {
-        k.flags & self.need[i] == self.need[i]
-            && k.vlan & self.vlan_mask[i] == self.vlan_val[i]
-            && k.len.wrapping_sub(self.len_lo[i]) <= self.len_span[i]
-            && k.sport.wrapping_sub(self.sport_lo[i]) <= self.sport_span[i]
-            && k.dport.wrapping_sub(self.dport_lo[i]) <= self.dport_span[i]
-            && k.src & self.src_mask[i] == self.src_net[i]
-            && k.dst & self.dst_mask[i] == self.dst_net[i]
-    }
-
     /// Original index of the first matching rule whose index is below `limit`; blocks
     /// that start at or past `limit` are not read.
     #[inline]
@@ -305,52 +291,131 @@ impl Columns {
 
 /// Rule sets larger than this also get a [`DportIndex`].
 const INDEX_FROM_RULES: usize = 8;
+/// UDP rules whose destination port range spans at most this many ports are indexed
+/// under each of its ports; wider ones (and wildcards) are scanned.
+const MAX_INDEXED_PORTS: u32 = 256;
+/// At most this many (port, rule) entries in the index; rules past it are scanned.
+const MAX_INDEX_ENTRIES: u32 = 1 << 20;
 
-/// IPv4/UDP rules indexed by an exact UDP destination port, so that a rule set's cost does
-/// not grow with the rules a frame cannot match: a frame is tested against the rules of
-/// its destination port (a table lookup) and, in order, the rules with a wildcard or a
-/// range there, which stop being read once an earlier match is known.
+/// One rule's comparisons in one cache line, for testing the few rules the index picks
+/// (the column layout would touch a line per field).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+struct Packed {
+    need: u32,
+    vlan_val: u32,
+    vlan_mask: u32,
+    len_lo: u32,
+    len_span: u32,
+    sport_lo: u32,
+    sport_span: u32,
+    dport_lo: u32,
+    dport_span: u32,
+    src_net: u32,
+    src_mask: u32,
+    dst_net: u32,
+    dst_mask: u32,
+}
+
+impl Packed {
+    fn of(r: &Rule) -> Self {
+        let range = |lo: u16, hi: u16| (u32::from(lo), u32::from(hi) - u32::from(lo));
+        let len = r.ipv4_len;
+        let (len_lo, len_span) = range(len.unwrap_or(0), len.unwrap_or(u16::MAX));
+        let (sport_lo, sport_span) = range(r.sport.0, r.sport.1);
+        let (dport_lo, dport_span) = range(r.dport.0, r.dport.1);
+        Packed {
+            need: (if r.needs_ipv4 { HAS_IPV4 } else { 0 })
+                | (if r.needs_udp { HAS_UDP } else { 0 }),
+            vlan_val: u32::from(r.vlan.unwrap_or(0)),
+            vlan_mask: if r.vlan.is_some() { 0xffff } else { 0 },
+            len_lo,
+            len_span,
+            sport_lo,
+            sport_span,
+            dport_lo,
+            dport_span,
+            src_net: r.src.0,
+            src_mask: r.src.1,
+            dst_net: r.dst.0,
+            dst_mask: r.dst.1,
+        }
+    }
+
+    /// The columns' test for this one rule, with early exits.
+    #[inline]
+    fn matches(&self, k: &Key) -> bool {
+        k.flags & self.need == self.need
+            && k.dport.wrapping_sub(self.dport_lo) <= self.dport_span
+            && k.sport.wrapping_sub(self.sport_lo) <= self.sport_span
+            && k.vlan & self.vlan_mask == self.vlan_val
+            && k.len.wrapping_sub(self.len_lo) <= self.len_span
+            && k.src & self.src_mask == self.src_net
+            && k.dst & self.dst_mask == self.dst_net
+    }
+}
+
+/// IPv4/UDP rules indexed by UDP destination port, so that a rule set's cost does not grow
+/// with rules a frame cannot match: each rule whose destination port range is narrow
+/// (at most [`MAX_INDEXED_PORTS`] ports) is listed under every port of its range; the
+/// others (wide ranges, wildcards, rules without UDP) are scanned in columns, only up to
+/// the first indexed match.
 #[derive(Clone, Debug)]
 struct DportIndex {
-    /// Per destination port `p`, its exact rules are `exact[starts[p]..starts[p + 1]]`
-    /// (lanes in `all`, ascending): a direct table, no hashing on the packet path.
+    /// Per destination port `p`, its listed rules are `listed[starts[p]..starts[p + 1]]`
+    /// (original indices, ascending): a direct table, no hashing on the packet path.
     starts: Box<[u32]>,
-    exact: Box<[u32]>,
-    /// Every rule, for the per-rule test of the exact ones.
-    all: Columns,
-    /// The rules with a wildcard or range destination port.
+    listed: Box<[u32]>,
+    /// Every rule, one cache line each, for the test of the listed ones.
+    packed: Box<[Packed]>,
+    /// The rules not listed.
     others: Columns,
 }
 
 impl DportIndex {
     fn compile(rules: &[Rule]) -> Self {
         // A rule that does not need UDP matches frames whose dport reads as 0 too, so only
-        // UDP rules with one destination port are indexed.
-        let indexed = |r: &Rule| r.needs_udp && r.dport.0 == r.dport.1;
+        // UDP rules are listed.
+        let mut budget = MAX_INDEX_ENTRIES;
+        let listed_rule: Vec<bool> = rules
+            .iter()
+            .map(|r| {
+                let ports = u32::from(r.dport.1) - u32::from(r.dport.0) + 1;
+                let ok = r.needs_udp && ports <= MAX_INDEXED_PORTS && ports <= budget;
+                if ok {
+                    budget -= ports;
+                }
+                ok
+            })
+            .collect();
         // Counting sort by port: `starts[p + 1]` first counts, then is the end of `p`.
         let mut starts = vec![0u32; (1 << 16) + 1];
-        for r in rules.iter().filter(|r| indexed(r)) {
-            starts[r.dport.0 as usize + 1] += 1;
+        for (r, _) in rules.iter().zip(&listed_rule).filter(|(_, l)| **l) {
+            for p in r.dport.0..=r.dport.1 {
+                starts[p as usize + 1] += 1;
+            }
         }
         for p in 1..starts.len() {
             starts[p] += starts[p - 1];
         }
         let mut next = starts.clone();
-        let mut exact = vec![0u32; starts[1 << 16] as usize];
+        let mut listed = vec![0u32; starts[1 << 16] as usize];
         let mut others = Vec::new();
-        for (i, r) in rules.iter().enumerate() {
-            if indexed(r) {
-                let at = &mut next[r.dport.0 as usize];
-                exact[*at as usize] = i as u32;
-                *at += 1;
+        for (i, (r, l)) in rules.iter().zip(&listed_rule).enumerate() {
+            if *l {
+                for p in r.dport.0..=r.dport.1 {
+                    let at = &mut next[p as usize];
+                    listed[*at as usize] = i as u32;
+                    *at += 1;
+                }
             } else {
                 others.push(i as u32);
             }
         }
         Self {
             starts: starts.into_boxed_slice(),
-            exact: exact.into_boxed_slice(),
-            all: Columns::compile(rules),
+            listed: listed.into_boxed_slice(),
+            packed: rules.iter().map(Packed::of).collect(),
             others: Columns::compile_subset(rules, &others),
         }
     }
@@ -358,19 +423,22 @@ impl DportIndex {
     /// Index of the first rule that matches.
     #[inline]
     fn first_match(&self, k: &Key) -> Option<usize> {
-        let exact = if k.flags & HAS_UDP != 0 {
+        let hit = if k.flags & HAS_UDP != 0 {
             // `k.dport` is a 16-bit port, so both reads are inside the table.
             let p = k.dport as usize & 0xffff;
             let (from, to) = (self.starts[p] as usize, self.starts[p + 1] as usize);
-            self.exact[from..to]
+            self.listed[from..to]
                 .iter()
-                .find(|&&i| self.all.lane_matches(i as usize, k))
+                .find(|&&i| self.packed[i as usize].matches(k))
                 .map(|&i| i as usize)
         } else {
             None
         };
-        let limit = exact.map_or(u32::MAX, |i| i as u32);
-        self.others.first_match_below(k, limit).or(exact)
+        if self.others.index.is_empty() {
+            return hit;
+        }
+        let limit = hit.map_or(u32::MAX, |i| i as u32);
+        self.others.first_match_below(k, limit).or(hit)
     }
 }
 
