@@ -124,15 +124,15 @@ void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n)
 	rte_pktmbuf_free_bulk(mbufs, n);
 }
 
-void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, unsigned int n,
-	void (*free_cb)(void *addr, void *opaque))
+void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, void **shinfos,
+	unsigned int n, void (*free_cb)(void *addr, void *opaque))
 {
 	for (unsigned int i = 0; i < n; i++) {
 		const struct rte_mbuf *m = mbufs[i];
-		opaques[i] = (RTE_MBUF_HAS_EXTBUF(m) && m->nb_segs == 1 && m->shinfo->free_cb == free_cb &&
-			      rte_mbuf_ext_refcnt_read(m->shinfo) == 1)
-				     ? m->shinfo->fcb_opaque
-				     : NULL;
+		int ours = RTE_MBUF_HAS_EXTBUF(m) && m->nb_segs == 1 && m->data_off == 0 &&
+			   m->shinfo->free_cb == free_cb && rte_mbuf_ext_refcnt_read(m->shinfo) == 1;
+		opaques[i] = ours ? m->shinfo->fcb_opaque : NULL;
+		shinfos[i] = ours ? (void *)m->shinfo : NULL;
 	}
 }
 

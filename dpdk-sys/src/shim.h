@@ -48,10 +48,11 @@ void shim_tx_attach(struct rte_mbuf *m, void *addr, uint16_t buf_len, uint16_t l
 /* Frees mbufs a driver did not take without running the free callback of buffers
  * attached to them: the caller keeps those buffers. */
 void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n);
-/* For each mbuf: the free-callback argument of the external buffer it carries when that
- * buffer was attached with `free_cb` and the mbuf is one segment, else NULL. */
-void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, unsigned int n,
-	void (*free_cb)(void *addr, void *opaque));
+/* For each mbuf: the free-callback argument and the shared info of the external buffer it
+ * carries when that buffer was attached with `free_cb`, the mbuf is one segment and its
+ * data starts at the buffer, else NULL and NULL. */
+void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, void **shinfos,
+	unsigned int n, void (*free_cb)(void *addr, void *opaque));
 /* Makes an mbuf that carries its own buffer (received into it) a one-segment frame of
  * `len` bytes at the default headroom, for sending. */
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);

@@ -12,10 +12,14 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// What the free callback needs: the buffer's region.
+/// What the free callback needs: the buffer's region; and the table, whose entry a
+/// received mbuf points at gives its buffer index without a division.
 struct ReturnTo {
     regions: Arc<RegionSet>,
     region: RegionId,
+    /// Address of the shared-info table (set once it exists).
+    table: std::sync::atomic::AtomicUsize,
+    num_bufs: usize,
 }
 
 /// Runs inside DPDK when the last mbuf carrying an attached buffer is freed (on whatever
@@ -63,12 +67,17 @@ impl AttachableRegion {
         let return_to = Box::new(ReturnTo {
             regions: regions.clone(),
             region,
+            table: std::sync::atomic::AtomicUsize::new(0),
+            num_bufs: r.num_bufs(),
         });
         let opaque = &*return_to as *const ReturnTo as *mut c_void;
         // SAFETY: a table of num_bufs entries whose callback and opaque pointer stay valid
         // for the table's life (both owned here).
         let table =
             unsafe { sys::shim_shinfo_table_new(r.num_bufs() as u32, Some(give_back), opaque) };
+        return_to
+            .table
+            .store(table as usize, std::sync::atomic::Ordering::Relaxed);
         let table = NonNull::new(table).ok_or_else(|| {
             DpdkError::from_code(
                 "shared-info table for zero-copy TX",
@@ -114,31 +123,34 @@ impl AttachableRegion {
 /// `mbufs` are valid received mbufs.
 pub unsafe fn attached_buffers(
     mbufs: &[*mut sys::rte_mbuf],
-    infos: &[sys::shim_mbuf_info],
     out: &mut [Option<(RegionId, u32)>],
 ) -> bool {
     let mut opaques = [std::ptr::null_mut(); super::queue::MAX_BURST];
+    let mut shinfos = [std::ptr::null_mut(); super::queue::MAX_BURST];
     let n = mbufs.len().min(opaques.len());
-    // SAFETY: valid mbufs, room for n results.
+    // SAFETY: valid mbufs, room for n results each.
     unsafe {
         sys::shim_attached_opaques(
             mbufs.as_ptr(),
             opaques.as_mut_ptr(),
+            shinfos.as_mut_ptr(),
             n as u32,
             Some(give_back),
         )
     };
+    let entry = std::mem::size_of::<sys::rte_mbuf_ext_shared_info>();
     let mut all = true;
     for i in 0..n {
-        out[i] = if opaques[i].is_null() || infos[i].data_off != 0 {
+        out[i] = if opaques[i].is_null() {
             None
         } else {
             // SAFETY: the opaque pointer of our own tables: a live `ReturnTo` (see
             // `give_back`).
             let to = unsafe { &*(opaques[i] as *const ReturnTo) };
-            let addr = infos[i].buf_addr as u64 + u64::from(infos[i].data_off);
-            let region = to.regions.get(to.region);
-            region.index_of(addr).map(|index| (to.region, index))
+            // The entry's place in its table is the buffer index (a constant divisor).
+            let table = to.table.load(std::sync::atomic::Ordering::Relaxed);
+            let index = (shinfos[i] as usize).wrapping_sub(table) / entry;
+            (index < to.num_bufs).then_some((to.region, index as u32))
         };
         all &= out[i].is_some();
     }

@@ -250,9 +250,7 @@ impl DeviceQueue {
         };
         let mut found = [None; MAX_BURST];
         // SAFETY: n received mbufs.
-        if !unsafe {
-            attach::attached_buffers(&self.scratch[..n], &self.infos[..n], &mut found[..n])
-        } {
+        if !unsafe { attach::attached_buffers(&self.scratch[..n], &mut found[..n]) } {
             return None;
         }
         let mut out = Burst::empty(self.regions.clone(), self.port, self.queue, n);
