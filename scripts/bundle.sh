@@ -25,7 +25,14 @@ for p in $pmds; do
   cp -L "$f" "$out/lib/"
   plugins+=("$out/lib/$(basename "$f")")
 done
-for b in "${bins[@]}"; do cp -L "$b" "$out/bin/"; done
+for b in "${bins[@]}"; do
+  # `cargo bench` or a plain `cargo build` rebuild the binary without DPDK.
+  if [ "$(basename "$b")" = dataplane ] && ! ldd "$b" | grep -q librte_eal; then
+    echo "bundle: $b was built without the dpdk feature (cargo build --release --features dpdk)" >&2
+    exit 1
+  fi
+  cp -L "$b" "$out/bin/"
+done
 testpmd=$(command -v dpdk-testpmd || true)
 [ -n "$testpmd" ] && cp -L "$testpmd" "$out/bin/dpdk-testpmd.real"
 # Every library these load, except glibc's own (the target's must be used).
