@@ -197,3 +197,114 @@ fn a_configuration_given_to_the_wrong_bench_names_the_right_one() {
         println!("SKIP socket message check: reference examples not found");
     }
 }
+
+#[test]
+fn work_levels_count_what_headers_only_generation_sends_and_refuse_to_check_it() {
+    let run = |extra: &[&str]| {
+        dataplane()
+            .args([
+                "bench",
+                "raw",
+                &cfg("sw_loopback.yaml"),
+                "--seconds",
+                "1",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .expect("run")
+    };
+    let out = run(&["--tx-work", "headers", "--rx-work", "count"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["tx_work"], "headers");
+    assert_eq!(r["rx_work"], "count");
+    assert_eq!(r["lossless"], true, "{r}");
+    let sent = r["tx_packets"].as_u64().unwrap();
+    assert!(sent > 1000 && r["rx_packets"].as_u64() == Some(sent), "{r}");
+    assert_eq!(r["checker"]["valid"], 0, "count mode reads no frame: {r}");
+
+    let out = run(&["--rx-work", "trailer", "--stages"]);
+    assert!(out.status.success());
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["checker"]["valid"], r["rx_packets"], "{r}");
+    let stages: Vec<&str> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert!(
+        stages.contains(&"generator 0") && stages.contains(&"checker 0"),
+        "{stages:?}"
+    );
+    assert!(
+        r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["busy_ns"].as_u64() > Some(0)),
+        "every stage timed: {r}"
+    );
+
+    let out = run(&["--tx-work", "headers"]);
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("add --rx-work count"), "{e}");
+}
+
+#[test]
+fn bench_fwd_relays_seeded_frames_around_a_loopback() {
+    let out = dataplane()
+        .args(["bench", "fwd", &cfg("sw_loopback.yaml"), "--seconds", "1"])
+        .args(["--tx-first", "2", "--mac-swap", "--json"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["seeded_packets"], 512, "two bursts of 256: {r}");
+    assert_eq!(r["mac_swap"], true);
+    let fwd = r["forwarded_packets"].as_u64().unwrap();
+    assert!(
+        fwd > 512,
+        "the seeded frames went round more than once: {r}"
+    );
+    assert_eq!(r["problems"].as_array().unwrap().len(), 0, "{r}");
+    // Every forwarded packet was received and sent again; the seeded ones were sent once
+    // more at the start.
+    let q = |d: &str| {
+        r["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["direction"] == d)
+            .unwrap()["packets"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(q("rx") >= fwd && q("tx") >= fwd, "{r}");
+
+    let out = dataplane()
+        .args([
+            "bench",
+            "fwd",
+            &cfg("sw_loopback.yaml"),
+            "--seconds",
+            "1",
+            "--tx",
+            "nope",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("no interface `nope` with TX queues"), "{e}");
+}
