@@ -36,6 +36,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         timeout_us: 0,
         memory_regions: vec![],
         tx_eth_src: false,
+        pacing_mbps: 0,
         location: Default::default(),
     };
     let flows = (0..n)

@@ -89,6 +89,10 @@ enum Bench {
         /// nanoseconds per packet (two clock reads per burst per stage).
         #[arg(long)]
         stages: bool,
+        /// Pace the generators' TX queues to this many Gb/s of frames in all (software
+        /// pacing in the TX workers, as `pacing_mbps`).
+        #[arg(long)]
+        target_gbps: Option<f64>,
         /// No progress line and no human report (the exit code, and `--json`, remain).
         #[arg(long, short)]
         quiet: bool,
@@ -277,6 +281,7 @@ fn main() -> ExitCode {
             tx_work,
             rx_work,
             stages,
+            target_gbps,
             quiet,
             drain_seconds,
         }) => bench_raw(
@@ -289,6 +294,7 @@ fn main() -> ExitCode {
                 tx: tx_work,
                 rx: rx_work,
                 stages,
+                target_gbps,
             },
             &signals,
         ),
@@ -537,6 +543,7 @@ struct RawWork {
     tx: TxWork,
     rx: RxWork,
     stages: bool,
+    target_gbps: Option<f64>,
 }
 
 fn bench_raw(
@@ -554,6 +561,13 @@ fn bench_raw(
         eprintln!("error: --seconds must be a positive number");
         return ExitCode::FAILURE;
     }
+    if work
+        .target_gbps
+        .is_some_and(|g| !(g > 0.0 && g.is_finite()))
+    {
+        eprintln!("error: --target-gbps must be a positive number");
+        return ExitCode::FAILURE;
+    }
     if !(drain_seconds >= 0.0 && drain_seconds.is_finite()) {
         eprintln!("error: --drain-seconds must be zero or a positive number");
         return ExitCode::FAILURE;
@@ -567,6 +581,7 @@ fn bench_raw(
         tx_work: work.tx,
         rx_work: work.rx,
         time_stages: work.stages,
+        target_gbps: work.target_gbps,
         progress: !output.quiet && std::io::stderr().is_terminal(),
         drain_deadline: std::time::Duration::from_secs_f64(drain_seconds),
         ..raw::RawOptions::new(seconds)

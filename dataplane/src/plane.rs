@@ -539,7 +539,15 @@ impl DataPlane {
                             all_regions_host: regions.iter().all(|r| r.host_accessible()),
                         },
                     );
-                    let task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
+                    let mut task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
+                    if let Some(mbps) = q.pacing_mbps {
+                        tracing::info!(
+                            "interface `{}`: TX queue {} paced in software at {mbps} Mb/s",
+                            q.interface_name,
+                            q.id
+                        );
+                        task = task.with_pacing(mbps);
+                    }
                     match q.eth_src {
                         EthSrc::Off => Task::Tx(task),
                         EthSrc::HeadersOnGpu => {

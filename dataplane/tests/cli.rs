@@ -251,6 +251,13 @@ fn work_levels_count_what_headers_only_generation_sends_and_refuse_to_check_it()
         "every stage timed: {r}"
     );
 
+    let out = run(&["--target-gbps", "2"]);
+    assert!(out.status.success());
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["pacing"]["target_gbps"], 2.0, "{r}");
+    assert!(r["pacing"]["sent_gbps"].as_f64() > Some(0.0), "{r}");
+    assert_eq!(r["lossless"], true, "{r}");
+
     let out = run(&["--tx-work", "headers"]);
     assert_eq!(out.status.code(), Some(1));
     let e = String::from_utf8_lossy(&out.stderr);

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 /// Keys still rejected with "not supported yet". Remove entries as features land.
 const STILL_UNSUPPORTED: &[&str] = &[
-    "tx.queues[].pacing_mbps",
     "bench_tx.gpu_direct",
     "bench_tx.split_boundary",
     "bench_rx.batch_size / header_size / gpu_direct / max_packet_size / split_boundary",

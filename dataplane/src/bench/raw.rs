@@ -79,6 +79,15 @@ fn prefetch_frame(burst: &crate::Burst, i: usize, len: Option<usize>) {
     }
 }
 
+/// Target and achieved rate of a paced run.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PacingReport {
+    /// `--target-gbps`.
+    pub target_gbps: f64,
+    /// What the TX workers sent while the generators ran.
+    pub sent_gbps: f64,
+}
+
 /// The time one stage of the pipeline spent per packet.
 #[derive(Clone, Debug, Serialize)]
 pub struct StageCost {
@@ -121,6 +130,9 @@ pub struct RawOptions {
     /// Time each stage (generators, TX and RX workers, checkers) and report the busy
     /// nanoseconds per packet of each.
     pub time_stages: bool,
+    /// Pace the generators' TX queues to this many Gb/s of frames in all (split evenly;
+    /// overrides their `pacing_mbps`).
+    pub target_gbps: Option<f64>,
     /// Print a progress line per second (on stderr; callers turn it on only for a
     /// terminal).
     pub progress: bool,
@@ -140,6 +152,7 @@ impl RawOptions {
             tx_work: TxWork::Full,
             rx_work: RxWork::Full,
             time_stages: false,
+            target_gbps: None,
             progress: false,
             drain_deadline: Duration::from_secs(10),
         }
@@ -217,6 +230,9 @@ pub struct RawReport {
     pub checker: CheckCounts,
     /// Busy time per packet of each stage (with `time_stages`; empty otherwise).
     pub stages: Vec<StageCost>,
+    /// With `target_gbps`: the target, and the rate the TX workers sent frames at while
+    /// the generators ran (Gb/s of frame bytes).
+    pub pacing: Option<PacingReport>,
     /// Reorder results, when a queue has `reorder_configs`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reorder: Option<ReorderReport>,
@@ -599,6 +615,14 @@ pub fn run(
     if config.bench.tx.is_empty() && config.bench.rx.is_empty() {
         return Err(BenchError::NothingToRun);
     }
+    let paced;
+    let config = match opts.target_gbps {
+        Some(gbps) if !config.bench.tx.is_empty() => {
+            paced = with_target_rate(config, gbps);
+            &paced
+        }
+        _ => config,
+    };
     if opts.tx_work == TxWork::Headers
         && !config.bench.rx.is_empty()
         && opts.rx_work != RxWork::Count
@@ -869,10 +893,16 @@ pub fn run(
         plane.show_progress(opts.seconds.ceil() as u64);
     }
     let started = Instant::now();
+    let tx_bytes_at_start = plane.snapshot().total(Direction::Tx).1;
     let duration = Duration::from_secs_f64(opts.seconds);
     while started.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10));
     }
+    // What the TX workers sent while the generators ran: the paced rate (queued bursts
+    // still go out after, during the drain).
+    let sent_gbps = (plane.snapshot().total(Direction::Tx).1 - tx_bytes_at_start) as f64 * 8.0
+        / started.elapsed().as_secs_f64()
+        / 1e9;
     stop_tx.store(true, Ordering::Relaxed);
     let (mut tx_packets, mut tx_bytes) = (0, 0);
     let mut worker_failures: Vec<String> = Vec::new();
@@ -1090,9 +1120,34 @@ pub fn run(
         flow_ids,
         checker: counts,
         stages,
+        pacing: opts.target_gbps.map(|target_gbps| PacingReport {
+            target_gbps,
+            sent_gbps,
+        }),
         reorder,
         problems,
     })
+}
+
+/// `config` with every generator's TX queue paced to its share of `gbps`.
+fn with_target_rate(config: &Config, gbps: f64) -> Config {
+    let mut c = config.clone();
+    let mbps = ((gbps * 1000.0) / c.bench.tx.len() as f64).round().max(1.0) as u64;
+    for b in &config.bench.tx {
+        let Some(i) = c.interface_index(&b.interface_name) else {
+            continue;
+        };
+        for q in c.interfaces[i]
+            .tx
+            .iter_mut()
+            .flat_map(|t| t.queues.iter_mut())
+        {
+            if q.id == b.queue_id {
+                q.pacing_mbps = mbps;
+            }
+        }
+    }
+    c
 }
 
 /// Adds a worker failure once (the generators, checkers and shutdown may all see it).
@@ -1189,6 +1244,14 @@ impl RawReport {
                 if work == RxWork::Trailer { "trailers only" } else { "headers and trailers" },
                 self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered, self.checker.duplicates
             )),
+        }
+        if let Some(p) = &self.pacing {
+            s.push_str(&format!(
+                "  paced: target {:.3} Gb/s, sent at {:.3} Gb/s while generating ({:+.2} %)\n",
+                p.target_gbps,
+                p.sent_gbps,
+                (p.sent_gbps / p.target_gbps - 1.0) * 100.0
+            ));
         }
         for st in &self.stages {
             s.push_str(&format!(

@@ -494,6 +494,9 @@ pub struct QueueConfig {
     /// TX `offloads: [tx_eth_src]`: the worker writes the interface's MAC address into the
     /// Ethernet source field of every frame it sends.
     pub tx_eth_src: bool,
+    /// TX `pacing_mbps`: the queue's average rate cap in Mb/s of Ethernet frames (no
+    /// preamble, gap or FCS), 0 for none. The TX worker paces in software.
+    pub pacing_mbps: u64,
     /// Where it is defined.
     pub location: Location,
 }

@@ -813,6 +813,7 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
         })
         .unwrap_or_default();
     let mut tx_eth_src = false;
+    let mut pacing_mbps = 0;
     if dir == Direction::Tx {
         m.optional(d, "offloads", |d, n, p| {
             for (i, x) in r::list(d, n, p)?.iter().enumerate() {
@@ -829,7 +830,9 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
             }
             Some(())
         });
-        m.not_supported_unless(d, "pacing_mbps", |n| matches!(n.value, Value::Int(0)));
+        pacing_mbps = m
+            .optional(d, "pacing_mbps", |d, n, p| r::uint_in(d, n, p, 0, 1 << 40))
+            .unwrap_or(0);
     }
     m.not_supported(d, "split_boundary");
     m.finish(d);
@@ -841,6 +844,7 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
         timeout_us,
         memory_regions,
         tx_eth_src,
+        pacing_mbps,
         location: node.location,
     })
 }

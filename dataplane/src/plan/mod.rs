@@ -176,6 +176,8 @@ pub struct QueuePlan {
     pub reorders: Vec<ReorderPlan>,
     /// TX: the source MAC offload.
     pub eth_src: EthSrc,
+    /// TX: the rate cap in Mb/s (`pacing_mbps`), paced in software by the TX worker.
+    pub pacing_mbps: Option<u64>,
 }
 
 /// One worker core and its queues.
@@ -688,6 +690,8 @@ fn queues(
                     stage,
                     reorders,
                     eth_src,
+                    pacing_mbps: (dir == Direction::Tx && q.pacing_mbps > 0)
+                        .then_some(q.pacing_mbps),
                 });
             }
         }

@@ -347,6 +347,7 @@ mod tests {
             timeout_us: 0,
             memory_regions: vec!["m".into()],
             tx_eth_src: false,
+            pacing_mbps: 0,
             location: Default::default(),
         });
         rx.flows = vec![flow("a", 1, 5000), flow("b", 2, 5001)];

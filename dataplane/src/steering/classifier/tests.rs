@@ -19,6 +19,7 @@ fn queue(id: u16) -> QueueConfig {
         timeout_us: 0,
         memory_regions: vec!["m".into()],
         tx_eth_src: false,
+        pacing_mbps: 0,
         location: Default::default(),
     }
 }
