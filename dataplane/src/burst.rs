@@ -59,58 +59,7 @@ impl Burst {
         segment_regions: &[RegionId],
         count: usize,
     ) -> Option<Self> {
-        assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
-        let mut packets = regions.descriptor_vec(count);
-        packets.resize(
-            count,
-            Packet {
-                num_segments: segment_regions.len() as u8,
-                ..Packet::default()
-            },
-        );
-        // Index scratch space on the stack for usual burst sizes.
-        let mut on_stack = [0u32; 512];
-        let mut on_heap = Vec::new();
-        let indices: &mut [u32] = if count <= on_stack.len() {
-            &mut on_stack[..count]
-        } else {
-            on_heap.resize(count, 0);
-            &mut on_heap
-        };
-        for (s, &region) in segment_regions.iter().enumerate() {
-            if !regions.get(region).alloc_bulk(indices) {
-                // Give back the segments taken so far.
-                for p in &mut packets {
-                    p.num_segments = s as u8;
-                }
-                drop(Burst {
-                    regions,
-                    port,
-                    queue,
-                    epoch: 0,
-                    packets,
-                    reorder: None,
-                    gpu_stream: 0,
-                });
-                return None;
-            }
-            for (p, &index) in packets.iter_mut().zip(indices.iter()) {
-                p.segments[s] = Segment {
-                    region,
-                    index,
-                    len: 0,
-                };
-            }
-        }
-        Some(Self {
-            regions,
-            port,
-            queue,
-            epoch: 0,
-            packets,
-            reorder: None,
-            gpu_stream: 0,
-        })
+        Self::allocate_with(regions, port, queue, segment_regions, count, true)
     }
 
     /// Allocates up to `max` packets with one buffer from each of `segment_regions`, as
@@ -122,20 +71,41 @@ impl Burst {
         segment_regions: &[RegionId],
         max: usize,
     ) -> Option<Self> {
+        Self::allocate_with(regions, port, queue, segment_regions, max, false)
+    }
+
+    /// `count` packets (exactly, or as many as the pools give), segment by segment; the
+    /// packets short of a segment give back the segments they have.
+    fn allocate_with(
+        regions: Arc<RegionSet>,
+        port: u16,
+        queue: u16,
+        segment_regions: &[RegionId],
+        count: usize,
+        exact: bool,
+    ) -> Option<Self> {
         assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
-        let mut burst = Self::empty(regions, port, queue, max);
-        burst.packets.resize(max, Packet::default());
+        let mut burst = Self::empty(regions, port, queue, count);
+        burst.packets.resize(count, Packet::default());
+        // Index scratch space on the stack for usual burst sizes.
         let mut on_stack = [0u32; 512];
         let mut on_heap = Vec::new();
-        let indices: &mut [u32] = if max <= on_stack.len() {
-            &mut on_stack[..max]
+        let indices: &mut [u32] = if count <= on_stack.len() {
+            &mut on_stack[..count]
         } else {
-            on_heap.resize(max, 0);
+            on_heap.resize(count, 0);
             &mut on_heap
         };
         for (s, &region) in segment_regions.iter().enumerate() {
             let want = burst.packets.len();
-            let got = burst.regions.get(region).alloc_up_to(&mut indices[..want]);
+            let pool = burst.regions.get(region);
+            let got = if !exact {
+                pool.alloc_up_to(&mut indices[..want])
+            } else if pool.alloc_bulk(&mut indices[..want]) {
+                want
+            } else {
+                0
+            };
             for (p, &index) in burst.packets.iter_mut().zip(&indices[..got]) {
                 p.segments[s] = Segment {
                     region,
@@ -144,7 +114,6 @@ impl Burst {
                 };
                 p.num_segments = s as u8 + 1;
             }
-            // Packets short of this segment give back the segments they have.
             burst.truncate(got);
             if got == 0 {
                 return None;

@@ -186,15 +186,9 @@ impl FrameBuilder {
     /// Writes the next frame's changing fields into `buf` (which holds the constant part).
     #[inline]
     pub fn write_next(&mut self, buf: &mut [u8]) {
-        let ns = u64::from(self.src.len());
-        let nd = u64::from(self.dst.len());
-        let (si, di) = (self.counter % ns, self.counter % nd);
-        self.counter += 1;
-        let flow = (si * nd + di) as usize;
+        let (flow, sport, dport) = self.next_ports();
         let seq = self.sequence[flow];
         self.sequence[flow] = seq + 1;
-        let sport = self.src.first + si as u16;
-        let dport = self.dst.first + di as u16;
         let f = self.frame_len;
         let trailer = &mut buf[f - TRAILER..f];
         trailer[0..4].copy_from_slice(&MAGIC);
@@ -227,14 +221,25 @@ impl FrameBuilder {
     /// into `buf`; the rest of the frame is whatever the buffer holds ([`TxWork::Headers`]).
     #[inline]
     pub fn write_headers(&mut self, buf: &mut [u8]) {
+        let (_, sport, dport) = self.next_ports();
+        let head = &mut buf[..L2_L4_HEADER];
+        head.copy_from_slice(&self.template);
+        head[34..36].copy_from_slice(&sport.to_be_bytes());
+        head[36..38].copy_from_slice(&dport.to_be_bytes());
+    }
+
+    /// The next frame's flow index and UDP ports: both ports rotate per frame.
+    #[inline]
+    fn next_ports(&mut self) -> (usize, u16, u16) {
         let ns = u64::from(self.src.len());
         let nd = u64::from(self.dst.len());
         let (si, di) = (self.counter % ns, self.counter % nd);
         self.counter += 1;
-        let head = &mut buf[..L2_L4_HEADER];
-        head.copy_from_slice(&self.template);
-        head[34..36].copy_from_slice(&(self.src.first + si as u16).to_be_bytes());
-        head[36..38].copy_from_slice(&(self.dst.first + di as u16).to_be_bytes());
+        (
+            (si * nd + di) as usize,
+            self.src.first + si as u16,
+            self.dst.first + di as u16,
+        )
     }
 
     /// Frames generated so far.

@@ -68,6 +68,17 @@ impl Shared {
         stack.extend_from_slice(indices);
     }
 
+    /// Moves up to `out.len()` buffers from the top of the stack into the front of `out`;
+    /// returns how many.
+    fn pop_to(&self, out: &mut [u32]) -> usize {
+        let mut stack = self.stack();
+        let n = out.len().min(stack.len());
+        let from = stack.len() - n;
+        out[..n].copy_from_slice(&stack[from..]);
+        stack.truncate(from);
+        n
+    }
+
     /// Moves up to `want` buffers from the top of the stack onto `into`.
     fn pop_into(&self, into: &mut Vec<u32>, want: usize) -> usize {
         let mut stack = self.stack();
@@ -209,41 +220,13 @@ impl BufferPool {
     /// Takes exactly `out.len()` buffers, or none; the ones freed last come first.
     #[inline]
     pub fn alloc_bulk(&self, out: &mut [u32]) -> bool {
-        let n = out.len();
-        if n <= self.cache_size {
-            let cache_size = self.cache_size;
-            if let Some(done) = self.with_cache_of(|cache| {
-                if cache.buffers.len() < n {
-                    // Refill to half a cache beyond this request, so the next requests are
-                    // served without the lock.
-                    let want = n + cache_size / 2 - cache.buffers.len();
-                    cache.shared.pop_into(&mut cache.buffers, want);
-                    if cache.buffers.len() < n {
-                        cache.publish();
-                        return false;
-                    }
-                }
-                let from = cache.buffers.len() - n;
-                out.copy_from_slice(&cache.buffers[from..]);
-                cache.buffers.truncate(from);
-                cache.publish();
-                true
-            }) {
-                return done;
-            }
+        if self.take_cached(out) {
+            return true;
         }
-        {
-            let mut stack = self.shared.stack();
-            if stack.len() >= n {
-                let from = stack.len() - n;
-                out.copy_from_slice(&stack[from..]);
-                stack.truncate(from);
-                return true;
-            }
-        }
-        // Short: this thread's cache and the shared stack together, or nothing.
+        // Larger than a cache, or short: this thread's cache and the shared stack
+        // together, all or nothing.
         let got = self.take_from_cache_and_stack(out);
-        if got == n {
+        if got == out.len() {
             return true;
         }
         self.free_bulk(&out[..got]);
@@ -253,10 +236,39 @@ impl BufferPool {
     /// Takes up to `out.len()` buffers; returns how many (at the front of `out`).
     #[inline]
     pub fn alloc_up_to(&self, out: &mut [u32]) -> usize {
-        if self.alloc_bulk(out) {
+        if self.take_cached(out) {
             return out.len();
         }
         self.take_from_cache_and_stack(out)
+    }
+
+    /// Fills `out` from this thread's cache, refilled from the shared stack when short:
+    /// false when `out` is larger than a cache or both together hold too few.
+    #[inline]
+    fn take_cached(&self, out: &mut [u32]) -> bool {
+        let n = out.len();
+        if n > self.cache_size {
+            return false;
+        }
+        let cache_size = self.cache_size;
+        self.with_cache_of(|cache| {
+            if cache.buffers.len() < n {
+                // Refill to half a cache beyond this request, so the next requests are
+                // served without the lock.
+                let want = n + cache_size / 2 - cache.buffers.len();
+                cache.shared.pop_into(&mut cache.buffers, want);
+                if cache.buffers.len() < n {
+                    cache.publish();
+                    return false;
+                }
+            }
+            let from = cache.buffers.len() - n;
+            out.copy_from_slice(&cache.buffers[from..]);
+            cache.buffers.truncate(from);
+            cache.publish();
+            true
+        })
+        .unwrap_or(false)
     }
 
     /// Moves up to `out.len()` buffers from this thread's cache, then the shared stack.
@@ -271,12 +283,7 @@ impl BufferPool {
                 k
             })
             .unwrap_or(0);
-        let mut stack = self.shared.stack();
-        let k = stack.len().min(out.len() - got);
-        let from = stack.len() - k;
-        out[got..got + k].copy_from_slice(&stack[from..]);
-        stack.truncate(from);
-        got + k
+        got + self.shared.pop_to(&mut out[got..])
     }
 
     /// Returns buffers (each taken from this pool and returned once).

@@ -43,7 +43,7 @@ pub struct AttachableRegion {
     buf_len: u16,
     table: NonNull<sys::rte_mbuf_ext_shared_info>,
     /// Boxed: its address is the callback's opaque pointer.
-    return_to: Box<ReturnTo>,
+    _return_to: Box<ReturnTo>,
     /// Dropped last: unregistered after the table is gone.
     _memory: ExternalMemory,
 }
@@ -87,7 +87,7 @@ impl AttachableRegion {
         Ok(Self {
             buf_len,
             table,
-            return_to,
+            _return_to: return_to,
             _memory: memory,
         })
     }
@@ -172,6 +172,5 @@ impl Drop for AttachableRegion {
         // SAFETY: allocated by shim_shinfo_table_new; no mbuf carries a buffer of this
         // region any more (see `give_back`).
         unsafe { sys::shim_shinfo_table_free(self.table.as_ptr()) };
-        let _ = &self.return_to;
     }
 }

@@ -135,11 +135,11 @@ impl DeviceQueue {
     /// past the first).
     #[inline]
     fn id_rules(&self) -> Option<arc_swap::Guard<Arc<crate::steering::Classifier>>> {
-        if self.marks {
+        if self.marks || !(self.classify_ids || self.ids_after_changes) {
             return None;
         }
         let rules = self.rules.rules();
-        (self.classify_ids || (self.ids_after_changes && rules.epoch() > 1)).then_some(rules)
+        (self.classify_ids || rules.epoch() > 1).then_some(rules)
     }
 
     fn flow_id(
