@@ -223,6 +223,32 @@ impl Burst {
         })
     }
 
+    /// The whole buffers (buf_size bytes each) of segment `seg` of every packet, in
+    /// order, for an engine that fills them in one call (`recvmmsg`, `readv`); empty when
+    /// a packet's segment lives in GPU memory.
+    pub(crate) fn buffers_mut(&mut self, seg: usize) -> Vec<std::io::IoSliceMut<'_>> {
+        let mut out = Vec::with_capacity(self.packets.len());
+        for p in &self.packets {
+            let s = p.segments()[seg];
+            let region = self.regions.get(s.region);
+            if !region.host_accessible() {
+                return Vec::new();
+            }
+            // SAFETY: this burst owns every buffer it lists (taken from the pool, not yet
+            // returned), each lies inside its mapped region, and no two packets share a
+            // buffer, so the slices are disjoint; `&mut self` keeps the burst from being
+            // read or changed while they live.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(
+                    region.buffer_addr(s.index) as *mut u8,
+                    region.buf_size(),
+                )
+            };
+            out.push(std::io::IoSliceMut::new(buf));
+        }
+        out
+    }
+
     /// Address of segment `seg` of packet `i` (a device address for GPU regions), for
     /// engines and GPU kernels.
     pub fn segment_addr(&self, i: usize, seg: usize) -> u64 {

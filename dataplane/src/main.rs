@@ -154,6 +154,34 @@ enum Bench {
         #[arg(long, default_value_t = 30.0)]
         connect_timeout: f64,
     },
+    /// Kernel UDP or TCP between socket_bench_server and socket_bench_client, every
+    /// received byte verified; exits 0 only when nothing was lost or wrong (2: lost or
+    /// corrupt data, the report says whether the drop counters account for the losses).
+    Socket {
+        /// YAML configuration (udp:// or tcp:// interfaces).
+        file: PathBuf,
+        /// Run the server interfaces, the client interfaces, or both in this process.
+        #[arg(long, value_enum)]
+        mode: dataplane::bench::socket::Mode,
+        /// Seconds each side sends for.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Pace each sending side to this many Gb/s of payload (its TX queues' pacing_mbps).
+        #[arg(long)]
+        target_gbps: Option<f64>,
+        /// Bytes per message (default: the sections' message_size).
+        #[arg(long)]
+        message_size: Option<u64>,
+        /// How long a sender waits for its peer before it gives up.
+        #[arg(long, default_value_t = 10.0)]
+        connect_timeout: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// GPU paths on GPU 0: staged ingest against a pinned host-to-device copy, the reorder
     /// kernel against a device-to-device copy.
     Gpu {
@@ -337,6 +365,29 @@ fn main() -> ExitCode {
             Output { json, quiet },
             &signals,
         ),
+        Command::Bench(Bench::Socket {
+            file,
+            mode,
+            seconds,
+            target_gbps,
+            message_size,
+            connect_timeout,
+            json,
+            quiet,
+        }) => bench_socket(
+            &file,
+            dataplane::bench::socket::SocketBenchOptions {
+                mode,
+                seconds,
+                target_gbps,
+                message_size,
+                connect_timeout: std::time::Duration::from_secs_f64(
+                    connect_timeout.clamp(0.0, 3600.0),
+                ),
+            },
+            Output { json, quiet },
+            &signals,
+        ),
         Command::Bench(Bench::Gpu { seconds, json }) => bench_gpu(seconds, json),
         Command::Bench(Bench::Ring {
             items,
@@ -512,13 +563,16 @@ fn wrong_bench(file: &Path, c: &Config, expected: &str) -> Option<String> {
         (EngineKind::Rdma, "raw") => Some(format!(
             "{f} is an RDMA configuration (roce:// interfaces): run `dataplane bench rdma {f} --mode both` (or --mode server / client)"
         )),
+        (EngineKind::Socket, "socket") => None,
         (EngineKind::Socket, _) => Some(format!(
-            "{f} is a kernel socket configuration (tcp:// or udp:// interfaces); `bench {expected}` runs {} configurations, and the socket engine is not built yet",
-            if expected == "raw" {
-                "raw (loopback or DPDK)"
-            } else {
-                "RDMA (roce://)"
-            }
+            "{f} is a kernel socket configuration (tcp:// or udp:// interfaces): run `dataplane bench socket {f} --mode both` (or --mode server / client)"
+        )),
+        (EngineKind::Rdma, "socket") => Some(format!(
+            "{f} is an RDMA configuration (roce:// interfaces): run `dataplane bench rdma {f} --mode both`"
+        )),
+        (EngineKind::Loopback | EngineKind::Dpdk | EngineKind::Ibverbs, "socket") => Some(format!(
+            "{f} is a raw configuration (engine {}): run `dataplane bench raw {f}`",
+            c.engine.name()
         )),
         (EngineKind::Loopback | EngineKind::Dpdk | EngineKind::Ibverbs, "rdma") => Some(format!(
             "{f} is a raw configuration (engine {}): run `dataplane bench raw {f}`",
@@ -631,7 +685,7 @@ fn bench_fwd(file: &Path, opts: fwd::FwdOptions, output: Output, signals: &Signa
 /// Benchmarks that handle SIGINT/SIGTERM themselves (they stop, report and exit 130/143).
 fn bench_with_signals(command: &Command) -> bool {
     match command {
-        Command::Bench(Bench::Raw { .. } | Bench::Fwd { .. }) => true,
+        Command::Bench(Bench::Raw { .. } | Bench::Fwd { .. } | Bench::Socket { .. }) => true,
         #[cfg(feature = "rdma")]
         Command::Bench(Bench::Rdma { .. }) => true,
         _ => false,
@@ -664,6 +718,42 @@ fn bench_rdma(
     }
     let budget = std::time::Duration::from_secs_f64(connect_timeout);
     match rdma_bench::run(&c, mode, seconds, budget, &signals.any) {
+        Ok(report) => {
+            print_report(&report.human(), &report, output);
+            bench_exit(signals, if report.ok() { 0 } else { 2 })
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            bench_exit(signals, 1)
+        }
+    }
+}
+
+fn bench_socket(
+    file: &Path,
+    opts: dataplane::bench::socket::SocketBenchOptions,
+    output: Output,
+    signals: &Signals,
+) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(opts.seconds > 0.0 && opts.seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    if opts
+        .target_gbps
+        .is_some_and(|g| !(g > 0.0 && g.is_finite()))
+    {
+        eprintln!("error: --target-gbps must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    if let Some(why) = wrong_bench(file, &c, "socket") {
+        eprintln!("error: {why}");
+        return ExitCode::FAILURE;
+    }
+    match dataplane::bench::socket::run(&c, &opts, &signals.any) {
         Ok(report) => {
             print_report(&report.human(), &report, output);
             bench_exit(signals, if report.ok() { 0 } else { 2 })

@@ -6,7 +6,8 @@ use crate::affinity::{self, PinError};
 use crate::burst::Burst;
 use crate::config::{Config, Direction, FlowConfig, RxConfig};
 use crate::engine::{
-    self, ConnectionError, Connections, Engine, EngineError, Established, StreamState, StreamStats,
+    self, ConnectionError, Connections, Engine, EngineError, Established, Link, LinkStatus,
+    StreamState, StreamStats,
 };
 use crate::hugepages::{self, PreflightError};
 use crate::memory::{MemoryError, RegionId, RegionSet};
@@ -81,6 +82,7 @@ pub struct RxQueue {
     reorder: Option<crate::reorder::QueueReorder>,
     reorder_error: Option<String>,
     health: Arc<WorkerHealth>,
+    link: Option<Arc<Link>>,
 }
 
 impl RxQueue {
@@ -139,6 +141,12 @@ impl RxQueue {
     pub fn reorder_error(&self) -> Option<&str> {
         self.reorder_error.as_deref()
     }
+
+    /// The state of the queue's peer (kernel sockets: its TCP connection or the UDP peer
+    /// a server answers); `None` for queues without one.
+    pub fn link(&self) -> Option<LinkStatus> {
+        self.link.as_ref().map(|l| l.status())
+    }
 }
 
 /// Why a TX operation failed.
@@ -166,6 +174,10 @@ pub enum TxFailure {
     /// A forwarded burst is a reorder's aggregate, whose packets are not frames.
     #[error("a reorder's aggregate burst holds no frames to forward")]
     NotFrames,
+    /// The queue's peer is not there (a TCP connection down or not made yet, a UDP server
+    /// that has heard from nobody); says why. Try again later.
+    #[error("not connected: {0}")]
+    NotConnected(String),
 }
 
 /// A burst that could not be sent, handed back so that nothing is freed behind the
@@ -194,6 +206,7 @@ pub struct TxQueue {
     health: Arc<WorkerHealth>,
     /// Every region of the plane is host memory: forwarded bursts need no per-packet check.
     all_regions_host: bool,
+    link: Option<Arc<Link>>,
 }
 
 impl TxQueue {
@@ -250,6 +263,14 @@ impl TxQueue {
                 reason: TxFailure::WrongQueue,
             });
         }
+        if let Some(link) = &self.link
+            && !link.is_up()
+        {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::NotConnected(link.why_down()),
+            });
+        }
         self.ring
             .push(burst)
             .map_err(|rtrb::PushError::Full(burst)| SendError {
@@ -290,6 +311,11 @@ impl TxQueue {
             e.burst.set_steering_epoch(epoch);
             e
         })
+    }
+
+    /// The state of the queue's peer (kernel sockets); `None` for queues without one.
+    pub fn link(&self) -> Option<LinkStatus> {
+        self.link.as_ref().map(|l| l.status())
     }
 
     /// Bursts waiting in the ring for the worker.
@@ -497,6 +523,7 @@ impl DataPlane {
                             reorder: crate::reorder::QueueReorder::for_queue(q, &regions),
                             reorder_error: None,
                             health: worker_health,
+                            link: engine.link(port, Direction::Rx, q.id),
                         },
                     );
                     let task = RxTask::new(
@@ -537,6 +564,7 @@ impl DataPlane {
                             batch_size: q.batch,
                             health: worker_health,
                             all_regions_host: regions.iter().all(|r| r.host_accessible()),
+                            link: engine.link(port, Direction::Tx, q.id),
                         },
                     );
                     let mut task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
@@ -799,6 +827,7 @@ impl DataPlane {
                 reorder: None,
                 reorder_error: None,
                 health: worker.health.clone(),
+                link: None,
             }),
             tx: Mutex::new(TxQueue {
                 ring: tx_producer,
@@ -810,6 +839,7 @@ impl DataPlane {
                 batch_size: CONNECTION_BURST,
                 health: worker.health.clone(),
                 all_regions_host: self.regions.iter().all(|r| r.host_accessible()),
+                link: None,
             }),
             state: e.state,
             worker_failed: std::sync::OnceLock::new(),

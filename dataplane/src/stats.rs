@@ -23,6 +23,8 @@ pub enum DropReason {
     GpuCopy,
     /// Dropped on purpose by a `fault_injection` rule.
     Injected,
+    /// Queued for a connection that ended before they were sent (kernel TCP).
+    Disconnected,
 }
 
 /// Counters of one queue. Each counter has one writer (the queue's worker, or the thread
@@ -31,7 +33,7 @@ pub enum DropReason {
 pub struct QueueCounters {
     packets: AtomicU64,
     bytes: AtomicU64,
-    drops: [AtomicU64; 7],
+    drops: [AtomicU64; 8],
     copied: AtomicU64,
     busy_ns: AtomicU64,
 }
@@ -108,6 +110,7 @@ impl QueueCounters {
                 engine_missed: d(DropReason::EngineMissed),
                 gpu_copy: d(DropReason::GpuCopy),
                 injected: d(DropReason::Injected),
+                disconnected: d(DropReason::Disconnected),
             },
         )
     }
@@ -130,6 +133,8 @@ pub struct Drops {
     pub gpu_copy: u64,
     /// Dropped by a `fault_injection` rule.
     pub injected: u64,
+    /// Queued for a connection that ended first.
+    pub disconnected: u64,
 }
 
 impl Drops {
@@ -142,6 +147,7 @@ impl Drops {
             + self.engine_missed
             + self.gpu_copy
             + self.injected
+            + self.disconnected
     }
 
     /// Adds another set of counts.
@@ -153,6 +159,7 @@ impl Drops {
         self.engine_missed += o.engine_missed;
         self.gpu_copy += o.gpu_copy;
         self.injected += o.injected;
+        self.disconnected += o.disconnected;
     }
 }
 

@@ -7,4 +7,5 @@ pub mod raw;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod ring;
+pub mod socket;
 pub mod traffic;

@@ -281,6 +281,9 @@ pub struct SocketConfig {
     pub max_payload_size: u32,
     /// Seconds between TCP connect retries.
     pub retry_connect_s: u32,
+    /// `busy_poll_us` (this project's key): SO_BUSY_POLL microseconds on the queues'
+    /// sockets, 0 = off.
+    pub busy_poll_us: u32,
 }
 
 /// `roce_config`.

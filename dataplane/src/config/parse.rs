@@ -566,6 +566,11 @@ fn socket_config(
     let retry_connect_s = m
         .optional(d, "retry_connect_s", |d, n, p| r::uint_in(d, n, p, 0, 3600))
         .unwrap_or(1) as u32;
+    let busy_poll_us = m
+        .optional(d, "busy_poll_us", |d, n, p| {
+            r::uint_in(d, n, p, 0, 1_000_000)
+        })
+        .unwrap_or(0) as u32;
     m.not_supported(d, "max_burst_interval_ms");
     m.not_supported(d, "min_ipg_ns");
     m.finish(d);
@@ -616,6 +621,7 @@ fn socket_config(
         remote,
         max_payload_size,
         retry_connect_s,
+        busy_poll_us,
     })
 }
 

@@ -8,6 +8,7 @@ pub mod fault;
 pub mod loopback;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod socket;
 pub mod wire;
 
 use crate::burst::Burst;
@@ -17,7 +18,8 @@ use crate::plan::Plan;
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use crate::plan::{Capabilities, Overflow};
@@ -99,6 +101,96 @@ pub trait Engine: Send + Sync {
     /// connection, whose ports the plane runs on its workers.
     fn connections(&self) -> Option<&dyn Connections> {
         None
+    }
+
+    /// The peer state behind queue `queue` of interface `port` (kernel sockets: the TCP
+    /// connection, or the UDP peer a server learned), shared with the queue's handles;
+    /// `None` for queues without one.
+    fn link(&self, _port: u16, _direction: Direction, _queue: u16) -> Option<Arc<Link>> {
+        None
+    }
+}
+
+/// Whether a queue's peer is there, shared by an engine's ports (the writers) and the
+/// application's queue handles.
+#[derive(Debug, Default)]
+pub struct Link {
+    up: AtomicBool,
+    connections: AtomicU64,
+    disconnects: AtomicU64,
+    peer: Mutex<Option<SocketAddr>>,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A copy of a [`Link`]'s state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LinkStatus {
+    /// A peer is there (a TCP connection is up; a UDP server knows whom to answer).
+    pub up: bool,
+    /// The current (or last) peer.
+    pub peer: Option<SocketAddr>,
+    /// Connections made (TCP) or peers learned (UDP server).
+    pub connections: u64,
+    /// Connections that ended.
+    pub disconnects: u64,
+    /// The last error (a refused connect, a reset connection).
+    pub last_error: Option<String>,
+}
+
+impl Link {
+    /// A link that is up from the start (a connected UDP socket).
+    pub fn up_from_start() -> Self {
+        let l = Self::default();
+        l.up.store(true, Ordering::Release);
+        l
+    }
+
+    /// True while a peer is there.
+    #[inline]
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// A peer is there now.
+    pub fn connected(&self, peer: SocketAddr) {
+        *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        self.up.store(true, Ordering::Release);
+    }
+
+    /// The peer went away, for `why`.
+    pub fn disconnected(&self, why: String) {
+        if self.up.swap(false, Ordering::AcqRel) {
+            self.disconnects.fetch_add(1, Ordering::Relaxed);
+        }
+        self.failed(why);
+    }
+
+    /// Records an error without changing whether the link is up.
+    pub fn failed(&self, why: String) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    /// The state now.
+    pub fn status(&self) -> LinkStatus {
+        LinkStatus {
+            up: self.is_up(),
+            peer: *self.peer.lock().unwrap_or_else(|e| e.into_inner()),
+            connections: self.connections.load(Ordering::Relaxed),
+            disconnects: self.disconnects.load(Ordering::Relaxed),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+
+    /// Why no peer is there, for errors.
+    pub fn why_down(&self) -> String {
+        self.status()
+            .last_error
+            .unwrap_or_else(|| "no peer connected yet".into())
     }
 }
 
@@ -388,10 +480,10 @@ pub fn create(
     regions: &Arc<RegionSet>,
     steering: &[Arc<InterfaceSteering>],
 ) -> Result<Arc<dyn Engine>, EngineError> {
-    // Only the DPDK and RDMA engines read the plan's engine part so far.
-    #[cfg(not(any(feature = "dpdk", feature = "rdma")))]
-    let _ = plan;
     match config.engine {
+        EngineKind::Socket => Ok(Arc::new(socket::SocketEngine::new(
+            config, plan, regions, steering,
+        )?)),
         EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(
             config, regions, steering,
         )?)),

@@ -14,8 +14,9 @@
 use crate::burst::Burst;
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};
-use crate::steering::{EpochAck, InterfaceSteering, Verdict};
+use crate::steering::{Classifier, EpochAck, InterfaceSteering, Verdict};
 use crossbeam_queue::ArrayQueue;
+use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -139,13 +140,45 @@ impl Ingress {
 
     /// Classifies every frame of `burst` and hands it to its RX queue. Returns the burst
     /// untouched when a wire is full.
-    pub fn steer(&mut self, mut burst: Burst) -> Option<Burst> {
+    pub fn steer(&mut self, burst: Burst) -> Option<Burst> {
+        self.steer_by(burst, None, |rules, b, i| match b.data(i, 0) {
+            Some(frame) => rules.classify(frame),
+            None => Verdict::NoFlow,
+        })
+    }
+
+    /// As [`Ingress::steer`] for datagrams a kernel socket of RX queue `own` received
+    /// (`sources[i]` sent packet `i`, to `local`): the rules see their addresses and
+    /// payload. Without rules the packets stay on `own`, which the kernel chose
+    /// (SO_REUSEPORT spreads flows over the queues' sockets).
+    pub fn steer_datagrams(
+        &mut self,
+        burst: Burst,
+        own: u16,
+        sources: &[SocketAddrV4],
+        local: SocketAddrV4,
+    ) -> Option<Burst> {
+        self.steer_by(burst, Some(own), |rules, b, i| match b.data(i, 0) {
+            Some(payload) => rules.classify_datagram(sources[i], local, payload),
+            None => Verdict::NoFlow,
+        })
+    }
+
+    fn steer_by(
+        &mut self,
+        mut burst: Burst,
+        own: Option<u16>,
+        classify: impl Fn(&Classifier, &Burst, usize) -> Verdict,
+    ) -> Option<Burst> {
         if !self.has_room() {
             return Some(burst);
         }
         let rules = self.steering.rules();
         let epoch = rules.epoch();
-        if let Some(queue) = rules.trivial_queue() {
+        let whole = rules
+            .trivial_queue()
+            .or(own.filter(|_| rules.spreads_everything()));
+        if let Some(queue) = whole {
             let rx = self.index_of[queue as usize] as usize;
             burst.set_steering_epoch(epoch);
             if let Err(b) = self.wires[rx].push(burst) {
@@ -161,23 +194,18 @@ impl Ingress {
             }));
             let (mut no_flow, mut malformed) = (0u64, 0u64);
             let index_of = &self.index_of;
-            burst.distribute(&mut pieces, |b, i| {
-                let verdict = match b.data(i, 0) {
-                    Some(frame) => rules.classify(frame),
-                    None => Verdict::NoFlow,
-                };
-                match verdict {
-                    Verdict::Deliver { queue, flow_id } => {
-                        Some((index_of[queue as usize] as usize, flow_id))
-                    }
-                    Verdict::NoFlow => {
-                        no_flow += 1;
-                        None
-                    }
-                    Verdict::Malformed(_) => {
-                        malformed += 1;
-                        None
-                    }
+            let rules_now: &Classifier = &rules;
+            burst.distribute(&mut pieces, |b, i| match classify(rules_now, b, i) {
+                Verdict::Deliver { queue, flow_id } => {
+                    Some((index_of[queue as usize] as usize, flow_id))
+                }
+                Verdict::NoFlow => {
+                    no_flow += 1;
+                    None
+                }
+                Verdict::Malformed(_) => {
+                    malformed += 1;
+                    None
                 }
             });
             for (rx, piece) in pieces.drain(..).enumerate() {

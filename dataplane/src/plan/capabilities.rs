@@ -75,6 +75,19 @@ impl Capabilities {
         rx_overflow: Overflow::Backpressure,
     };
 
+    /// Kernel UDP/TCP sockets: datagrams and stream reads land in region buffers; a full
+    /// application ring stops reading, so the kernel's socket buffer fills and the kernel
+    /// counts what it drops (UDP) or the sender waits (TCP).
+    pub const SOCKET: Self = Self {
+        lent_headroom: 0,
+        receives_into_lent_regions: false,
+        hardware_steering: false,
+        own_hugepages: false,
+        tx_buffers_reach_rx: false,
+        connections: false,
+        rx_overflow: Overflow::Backpressure,
+    };
+
     /// Engines in the schema that no engine of this project runs yet.
     pub const NONE: Self = Self {
         lent_headroom: 0,
@@ -92,7 +105,8 @@ impl Capabilities {
             EngineKind::Loopback => Self::LOOPBACK,
             EngineKind::Dpdk => Self::DPDK,
             EngineKind::Rdma => Self::RDMA,
-            EngineKind::Ibverbs | EngineKind::Socket => Self::NONE,
+            EngineKind::Socket => Self::SOCKET,
+            EngineKind::Ibverbs => Self::NONE,
         }
     }
 }

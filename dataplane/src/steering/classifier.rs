@@ -536,10 +536,55 @@ impl Classifier {
         if let Some(queue) = self.trivial_queue() {
             return Verdict::Deliver { queue, flow_id: 0 };
         }
-        let h = match headers::parse(frame) {
-            Ok(h) => h,
-            Err(m) => return Verdict::Malformed(m),
+        match headers::parse(frame) {
+            Ok(h) => self.classify_headers(&h, frame),
+            Err(m) => Verdict::Malformed(m),
+        }
+    }
+
+    /// Classifies a UDP datagram a kernel socket received: the rules see it as an IPv4/UDP
+    /// packet from `from` to `to` whose UDP payload is `payload` (no Ethernet header, so
+    /// VLAN and eCPRI rules never match it).
+    #[inline]
+    pub fn classify_datagram(
+        &self,
+        from: std::net::SocketAddrV4,
+        to: std::net::SocketAddrV4,
+        payload: &[u8],
+    ) -> Verdict {
+        if let Some(queue) = self.trivial_queue() {
+            return Verdict::Deliver { queue, flow_id: 0 };
+        }
+        let len = payload.len().min(usize::from(u16::MAX) - 28) as u16;
+        let h = Headers {
+            vlan: None,
+            ipv4: Some(headers::Ipv4Fields {
+                src: u32::from(*from.ip()),
+                dst: u32::from(*to.ip()),
+                total_len: len + 28,
+            }),
+            udp: Some(headers::UdpFields {
+                src: from.port(),
+                dst: to.port(),
+                payload_offset: 0,
+                packet_end: len,
+            }),
+            ecpri: None,
         };
+        self.classify_headers(&h, payload)
+    }
+
+    /// True when no rule exists and unmatched packets are spread over every queue: a
+    /// receiver whose kernel already spread flows over its sockets (SO_REUSEPORT) keeps
+    /// each packet on the queue of the socket that received it.
+    #[inline]
+    pub fn spreads_everything(&self) -> bool {
+        self.rules.is_empty() && matches!(self.unmatched, Target::Rss(_))
+    }
+
+    #[inline]
+    fn classify_headers(&self, h: &Headers, frame: &[u8]) -> Verdict {
+        let h = *h;
         let hit = match (&self.index, &self.columns) {
             (Some(x), _) => x.first_match(&Key::of(&h)).map(|i| &self.rules[i]),
             (None, Some(c)) => c.first_match(&Key::of(&h)).map(|i| &self.rules[i]),

@@ -1,0 +1,844 @@
+//! `dataplane bench socket`: kernel UDP or TCP between `socket_bench_server` and
+//! `socket_bench_client`, every received byte verified, losses counted and attributed.
+//!
+//! Each TX queue of a sending side is one stream.
+//! - **UDP**: a message carries its sequence number, its stream and a kind in a 16-byte
+//!   header and a pattern derived from (stream, sequence) after it. When its time is up a
+//!   sender sends end markers carrying how many messages the stream sent; a receiver
+//!   counts, per stream, what arrived intact, so `lost` = sent - received exactly, and the
+//!   plane's drop counters (the kernel's socket drops as `engine_missed`) say where.
+//! - **TCP**: each stream is a byte stream whose byte `o` is fixed by `o`, so every read
+//!   is checked wherever the kernel cut it; nothing may be lost.
+
+#![forbid(unsafe_code)]
+
+use crate::burst::Burst;
+use crate::config::{Config, Direction, PeerBenchConfig, SocketMode, Transport};
+use crate::plane::{DataPlane, RxQueue, StartError, TxFailure, TxQueue};
+use crate::stats::Drops;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Which side(s) this process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum Mode {
+    /// The server interfaces and `socket_bench_server`.
+    Server,
+    /// The client interfaces and `socket_bench_client`.
+    Client,
+    /// Both, in one process.
+    Both,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Server => "server",
+            Mode::Client => "client",
+            Mode::Both => "both",
+        }
+    }
+}
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct SocketBenchOptions {
+    /// Which sides.
+    pub mode: Mode,
+    /// Seconds each sender sends.
+    pub seconds: f64,
+    /// Pace every sending side to this many Gb/s of payload (split over its TX queues).
+    pub target_gbps: Option<f64>,
+    /// Overrides both sections' `message_size`.
+    pub message_size: Option<u64>,
+    /// How long a sender waits for its peer (a TCP connection, a UDP server's first
+    /// datagram) before it gives up.
+    pub connect_timeout: Duration,
+}
+
+/// One side's numbers.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SideReport {
+    /// Streams (TX queues) this side sent on.
+    pub streams: usize,
+    /// Messages sent (end markers not counted).
+    pub messages_sent: u64,
+    /// Messages (UDP) or message-sized byte runs (TCP) received and verified.
+    pub messages_received: u64,
+    /// Payload bytes sent.
+    pub bytes_sent: u64,
+    /// Payload bytes received and verified.
+    pub bytes_received: u64,
+    /// Messages the peer sent that never arrived (UDP: from the end markers).
+    pub lost: u64,
+    /// Corrupt, duplicated or misplaced data.
+    pub errors: u64,
+    /// Send throughput, payload.
+    pub tx_gbps: f64,
+    /// Receive throughput, payload.
+    pub rx_gbps: f64,
+    /// What went wrong.
+    pub problems: Vec<String>,
+}
+
+/// The report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SocketReport {
+    /// `server`, `client` or `both`.
+    pub mode: &'static str,
+    /// `udp` or `tcp`.
+    pub transport: &'static str,
+    /// Bytes per message.
+    pub message_size: u64,
+    /// Seconds each sender sent for.
+    pub seconds: f64,
+    /// Sum over sides.
+    pub messages_sent: u64,
+    /// Sum over sides.
+    pub messages_received: u64,
+    /// Sum over sides.
+    pub bytes_sent: u64,
+    /// Sum over sides.
+    pub bytes_received: u64,
+    /// Sum over sides: messages sent and never received.
+    pub lost: u64,
+    /// Sum over sides.
+    pub errors: u64,
+    /// Sum over sides.
+    pub tx_gbps: f64,
+    /// Sum over sides.
+    pub rx_gbps: f64,
+    /// `--target-gbps`, when paced.
+    pub target_gbps: Option<f64>,
+    /// Drops the plane counted, by reason (the kernel's socket drops are
+    /// `engine_missed`).
+    pub drops: Drops,
+    /// The drops the plane counted account for every lost message.
+    pub attributed: bool,
+    /// Nothing lost and nothing wrong.
+    pub lossless: bool,
+    /// The server side, when this process ran it.
+    pub server: Option<SideReport>,
+    /// The client side, when this process ran it.
+    pub client: Option<SideReport>,
+}
+
+impl SocketReport {
+    /// True when every message arrived verified.
+    pub fn ok(&self) -> bool {
+        self.lossless
+    }
+
+    /// Human-readable report.
+    pub fn human(&self) -> String {
+        let mut s = format!(
+            "socket bench ({}), mode {}, {} B messages, {:.2} s{}\n",
+            self.transport,
+            self.mode,
+            self.message_size,
+            self.seconds,
+            self.target_gbps
+                .map(|g| format!(", paced at {g} Gb/s"))
+                .unwrap_or_default()
+        );
+        for (name, side) in [("server", &self.server), ("client", &self.client)] {
+            if let Some(r) = side {
+                s.push_str(&format!(
+                    "  {name}: sent {} on {} stream(s) ({:.3} Gb/s), received {} verified ({:.3} Gb/s), lost {}, errors {}\n",
+                    r.messages_sent, r.streams, r.tx_gbps, r.messages_received, r.rx_gbps, r.lost, r.errors
+                ));
+                for p in &r.problems {
+                    s.push_str(&format!("    - {p}\n"));
+                }
+            }
+        }
+        let d = &self.drops;
+        s.push_str(&format!(
+            "  drops: engine_missed (kernel socket) {} ring_full {} pool_empty {} no_flow {} malformed {} disconnected {}\n",
+            d.engine_missed, d.ring_full, d.pool_empty, d.no_flow, d.malformed, d.disconnected
+        ));
+        if self.lossless {
+            s.push_str("LOSSLESS: every message arrived and verified\n");
+        } else if self.errors == 0 && self.attributed {
+            s.push_str(&format!(
+                "LOSSY: {} lost, all accounted for by the drop counters above\n",
+                self.lost
+            ));
+        } else {
+            s.push_str(&format!(
+                "FAILED: {} lost, {} errors{}\n",
+                self.lost,
+                self.errors,
+                if self.attributed {
+                    ""
+                } else {
+                    " (losses not accounted for by the drop counters)"
+                }
+            ));
+        }
+        s
+    }
+}
+
+/// The bench could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketBenchError {
+    /// A section is missing.
+    #[error("the configuration has no `{0}` section")]
+    Missing(&'static str),
+    /// The configuration is not a kernel socket one.
+    #[error("not a udp:// or tcp:// configuration: `bench socket` runs kernel socket interfaces")]
+    NotSockets,
+    /// No interface for a side.
+    #[error("{0}: the configuration has no {0} interface (socket_config.mode: {0})")]
+    NoInterface(&'static str),
+    /// Messages must hold the header.
+    #[error("message_size {0} is below 16 bytes (a UDP message carries a 16-byte header)")]
+    TooSmall(u64),
+    /// Messages do not fit the buffers.
+    #[error(
+        "{side}: message_size {size} is above the {buf_size}-byte buffers of TX queue `{queue}`'s region"
+    )]
+    TooLarge {
+        /// Side.
+        side: &'static str,
+        /// Message size.
+        size: u64,
+        /// Buffer size.
+        buf_size: usize,
+        /// Queue.
+        queue: String,
+    },
+    /// The plane did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+const HEADER: usize = 16;
+/// Every TCP stream carries the same bytes (a server's lanes take connections in any
+/// order, so a receiver cannot tell which sender stream it has).
+const TCP_KEY: u64 = 0x5EED;
+const KIND_DATA: u32 = 0;
+const KIND_END: u32 = 1;
+/// End markers per stream, spread over [`END_SPREAD`] (UDP may drop some).
+const END_MARKERS: u32 = 20;
+const END_SPREAD: Duration = Duration::from_millis(200);
+/// A receiver that heard every end marker stops; otherwise it stops this long after the
+/// senders' time with nothing arriving.
+const QUIET_END: Duration = Duration::from_secs(2);
+
+/// Word `i` of stream `stream`'s message `seq` (UDP), or of byte offset `8 * i` (TCP,
+/// with `seq` = stream).
+#[inline]
+fn pattern_word(key: u64, i: u64) -> u64 {
+    key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
+fn message_key(stream: u32, seq: u64) -> u64 {
+    seq ^ (u64::from(stream) << 48)
+}
+
+fn fill_udp(buf: &mut [u8], stream: u32, seq: u64, kind: u32) {
+    buf[..8].copy_from_slice(&seq.to_le_bytes());
+    buf[8..12].copy_from_slice(&stream.to_le_bytes());
+    buf[12..16].copy_from_slice(&kind.to_le_bytes());
+    let key = message_key(stream, seq);
+    let body = &mut buf[HEADER..];
+    let mut words = body.chunks_exact_mut(8);
+    let mut i = 0;
+    for w in words.by_ref() {
+        w.copy_from_slice(&pattern_word(key, i).to_le_bytes());
+        i += 1;
+    }
+    let tail = words.into_remainder();
+    let last = pattern_word(key, i).to_le_bytes();
+    let n = tail.len();
+    tail.copy_from_slice(&last[..n]);
+}
+
+fn check_udp_body(m: &[u8], stream: u32, seq: u64) -> bool {
+    let key = message_key(stream, seq);
+    let mut words = m[HEADER..].chunks_exact(8);
+    let mut i = 0;
+    for w in words.by_ref() {
+        if w != pattern_word(key, i).to_le_bytes() {
+            return false;
+        }
+        i += 1;
+    }
+    let tail = words.remainder();
+    tail == &pattern_word(key, i).to_le_bytes()[..tail.len()]
+}
+
+/// Byte `o` of TCP stream `stream`.
+#[inline]
+fn stream_byte(stream: u64, o: u64) -> u8 {
+    pattern_word(stream, o / 8).to_le_bytes()[(o % 8) as usize]
+}
+
+/// Fills `buf` with stream bytes from offset `o`.
+fn fill_stream(buf: &mut [u8], stream: u64, mut o: u64) {
+    let mut at = 0;
+    while at < buf.len() && o % 8 != 0 {
+        buf[at] = stream_byte(stream, o);
+        at += 1;
+        o += 1;
+    }
+    let mut words = buf[at..].chunks_exact_mut(8);
+    for w in words.by_ref() {
+        w.copy_from_slice(&pattern_word(stream, o / 8).to_le_bytes());
+        o += 8;
+    }
+    for b in words.into_remainder() {
+        *b = stream_byte(stream, o);
+        o += 1;
+    }
+}
+
+/// True when `chunk` is stream `stream`'s bytes from offset `o`.
+fn check_stream(chunk: &[u8], stream: u64, mut o: u64) -> bool {
+    let mut at = 0;
+    while at < chunk.len() && o % 8 != 0 {
+        if chunk[at] != stream_byte(stream, o) {
+            return false;
+        }
+        at += 1;
+        o += 1;
+    }
+    let mut words = chunk[at..].chunks_exact(8);
+    for w in words.by_ref() {
+        if w != pattern_word(stream, o / 8).to_le_bytes() {
+            return false;
+        }
+        o += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .enumerate()
+        .all(|(k, &b)| b == stream_byte(stream, o + k as u64))
+}
+
+/// `config` with only the interfaces of `keep` sides.
+fn for_mode(config: &Config, mode: Mode) -> Config {
+    let mut c = config.clone();
+    c.interfaces.retain(|i| {
+        let m = i.socket.as_ref().map(|s| s.mode);
+        match mode {
+            Mode::Both => true,
+            Mode::Server => m == Some(SocketMode::Server),
+            Mode::Client => m == Some(SocketMode::Client),
+        }
+    });
+    c
+}
+
+/// `config` with the TX queues of sending sides paced to their share of `gbps`.
+fn paced(config: &Config, gbps: f64, senders: &[SocketMode]) -> Config {
+    let mut c = config.clone();
+    for mode in senders {
+        let queues: usize = c
+            .interfaces
+            .iter()
+            .filter(|i| i.socket.as_ref().is_some_and(|s| s.mode == *mode))
+            .map(|i| i.tx.as_ref().map_or(0, |t| t.queues.len()))
+            .sum();
+        let mbps = ((gbps * 1000.0) / queues.max(1) as f64).round().max(1.0) as u64;
+        for i in c
+            .interfaces
+            .iter_mut()
+            .filter(|i| i.socket.as_ref().is_some_and(|s| s.mode == *mode))
+        {
+            for q in i.tx.iter_mut().flat_map(|t| t.queues.iter_mut()) {
+                q.pacing_mbps = mbps;
+            }
+        }
+    }
+    c
+}
+
+/// One side's queues.
+struct SideQueues {
+    name: &'static str,
+    tx: Vec<TxQueue>,
+    rx: Vec<RxQueue>,
+}
+
+fn take_side(
+    plane: &mut DataPlane,
+    config: &Config,
+    mode: SocketMode,
+    name: &'static str,
+) -> SideQueues {
+    let mut tx = Vec::new();
+    let mut rx = Vec::new();
+    for i in config
+        .interfaces
+        .iter()
+        .filter(|i| i.socket.as_ref().is_some_and(|s| s.mode == mode))
+    {
+        for (dir, queues) in [
+            (Direction::Tx, i.tx.as_ref().map(|t| &t.queues)),
+            (Direction::Rx, i.rx.as_ref().map(|r| &r.queues)),
+        ] {
+            for q in queues.into_iter().flatten() {
+                match dir {
+                    Direction::Tx => tx.extend(plane.take_tx_queue(&i.name, q.id)),
+                    Direction::Rx => rx.extend(plane.take_rx_queue(&i.name, q.id)),
+                }
+            }
+        }
+    }
+    SideQueues { name, tx, rx }
+}
+
+/// Per-stream receive state.
+#[derive(Default)]
+struct StreamRx {
+    received: u64,
+    /// UDP: the sender's total, from an end marker.
+    total: Option<u64>,
+    /// UDP: next expected sequence (for duplicates and reordering).
+    next: u64,
+    /// TCP: bytes received.
+    offset: u64,
+}
+
+struct Sender {
+    stream: u32,
+    seq: u64,
+    /// TCP: bytes sent.
+    offset: u64,
+    unsent: Option<Burst>,
+    ends_sent: u32,
+}
+
+/// Runs one side to the end.
+#[allow(clippy::too_many_arguments)]
+fn run_side(
+    mut q: SideQueues,
+    cfg: &PeerBenchConfig,
+    size: usize,
+    transport: Transport,
+    seconds: f64,
+    connect_timeout: Duration,
+    stop: &AtomicBool,
+) -> SideReport {
+    let mut r = SideReport::default();
+    let udp = transport == Transport::Udp;
+    let send = cfg.send && !q.tx.is_empty();
+    let receive = cfg.receive && !q.rx.is_empty();
+    let mut senders: Vec<Sender> = (0..q.tx.len())
+        .map(|k| Sender {
+            stream: k as u32,
+            seq: 0,
+            offset: 0,
+            unsent: None,
+            ends_sent: 0,
+        })
+        .collect();
+    r.streams = if send { senders.len() } else { 0 };
+    let mut rx_streams: BTreeMap<(usize, u32), StreamRx> = BTreeMap::new();
+    let mut bad: Vec<String> = Vec::new();
+    let start = Instant::now();
+    let mut send_from: Option<Instant> = None;
+    let mut send_until = start + Duration::from_secs_f64(seconds);
+    let mut tx_done_at = None;
+    let mut last_rx = start;
+    let mut first_rx: Option<Instant> = None;
+    let batch = q.tx.first().map_or(32, |t| t.batch_size.clamp(1, 64));
+    let give_up =
+        start + connect_timeout + Duration::from_secs_f64(seconds) + Duration::from_secs(30);
+    let mut waiting_since = start;
+    let mut last_wait_error = String::new();
+    loop {
+        let now = Instant::now();
+        let mut progressed = false;
+        if send && tx_done_at.is_none() {
+            let mut all_ended = true;
+            for (k, s) in senders.iter_mut().enumerate() {
+                let txq = &mut q.tx[k];
+                let sending =
+                    send_from.is_none_or(|_| now < send_until) && !stop.load(Ordering::Relaxed);
+                if sending || s.unsent.is_some() {
+                    all_ended = false;
+                    let burst = match s.unsent.take() {
+                        Some(b) => Some(b),
+                        None => match txq.alloc(batch) {
+                            Ok(mut b) => {
+                                for i in 0..b.len() {
+                                    let buf = b.buffer_mut(i, 0).expect("host memory");
+                                    if udp {
+                                        fill_udp(
+                                            &mut buf[..size],
+                                            s.stream,
+                                            s.seq + i as u64,
+                                            KIND_DATA,
+                                        );
+                                    } else {
+                                        fill_stream(
+                                            &mut buf[..size],
+                                            TCP_KEY,
+                                            s.offset + (i * size) as u64,
+                                        );
+                                    }
+                                    b.set_len(i, 0, size);
+                                }
+                                s.seq += b.len() as u64;
+                                s.offset += (b.len() * size) as u64;
+                                Some(b)
+                            }
+                            Err(_) => None,
+                        },
+                    };
+                    if let Some(b) = burst {
+                        let (n, bytes) = (b.len() as u64, b.bytes());
+                        match txq.send(b) {
+                            Ok(()) => {
+                                if send_from.is_none() {
+                                    send_from = Some(now);
+                                    send_until = now + Duration::from_secs_f64(seconds);
+                                }
+                                progressed = true;
+                                r.messages_sent += n;
+                                r.bytes_sent += bytes;
+                            }
+                            Err(e) => {
+                                if let TxFailure::NotConnected(why) = &e.reason {
+                                    last_wait_error = why.clone();
+                                    if send_from.is_none() && now - waiting_since > connect_timeout
+                                    {
+                                        r.errors += 1;
+                                        r.problems.push(format!(
+                                            "no peer within {:.1} s: {why}",
+                                            connect_timeout.as_secs_f64()
+                                        ));
+                                        return r;
+                                    }
+                                }
+                                s.unsent = Some(e.burst);
+                            }
+                        }
+                    }
+                } else if udp && s.ends_sent < END_MARKERS {
+                    all_ended = false;
+                    let due = send_until + END_SPREAD * s.ends_sent / END_MARKERS;
+                    if now >= due
+                        && let Ok(mut b) = txq.alloc(1)
+                    {
+                        let buf = b.buffer_mut(0, 0).expect("host memory");
+                        fill_udp(&mut buf[..HEADER], s.stream, s.seq, KIND_END);
+                        b.set_len(0, 0, HEADER);
+                        if txq.send(b).is_ok() {
+                            s.ends_sent += 1;
+                        }
+                    }
+                }
+            }
+            if all_ended {
+                tx_done_at = Some(now);
+            }
+        } else {
+            waiting_since = now;
+        }
+        for (k, rxq) in q.rx.iter_mut().enumerate() {
+            let burst = match rxq.poll() {
+                Ok(Some(b)) => b,
+                Ok(None) => continue,
+                Err(f) => {
+                    bad.push(format!("RX worker failed: {f}"));
+                    continue;
+                }
+            };
+            progressed = true;
+            last_rx = now;
+            first_rx.get_or_insert(now);
+            for i in 0..burst.len() {
+                let Some(m) = burst.data(i, 0) else {
+                    bad.push("data arrived in memory the CPU cannot read".into());
+                    continue;
+                };
+                if udp {
+                    if m.len() < HEADER {
+                        bad.push(format!(
+                            "a {}-byte datagram, shorter than the header",
+                            m.len()
+                        ));
+                        continue;
+                    }
+                    let seq = u64::from_le_bytes(m[..8].try_into().expect("8"));
+                    let stream = u32::from_le_bytes(m[8..12].try_into().expect("4"));
+                    let kind = u32::from_le_bytes(m[12..16].try_into().expect("4"));
+                    let st = rx_streams.entry((0, stream)).or_default();
+                    if kind == KIND_END {
+                        st.total = Some(seq);
+                        continue;
+                    }
+                    if m.len() != size || !check_udp_body(m, stream, seq) {
+                        bad.push(format!(
+                            "stream {stream} message {seq} corrupt ({} bytes)",
+                            m.len()
+                        ));
+                        continue;
+                    }
+                    if seq < st.next {
+                        bad.push(format!(
+                            "stream {stream} message {seq} duplicated or reordered"
+                        ));
+                        continue;
+                    }
+                    st.next = seq + 1;
+                    st.received += 1;
+                    r.messages_received += 1;
+                    r.bytes_received += m.len() as u64;
+                } else {
+                    let st = rx_streams.entry((k, k as u32)).or_default();
+                    if !check_stream(m, TCP_KEY, st.offset) {
+                        bad.push(format!(
+                            "stream {k}: bytes {}..{} corrupt",
+                            st.offset,
+                            st.offset + m.len() as u64
+                        ));
+                    }
+                    st.offset += m.len() as u64;
+                    r.bytes_received += m.len() as u64;
+                }
+            }
+        }
+        let senders_done = tx_done_at.is_some() || !send;
+        let markers_in = udp
+            && !rx_streams.is_empty()
+            && rx_streams
+                .values()
+                .all(|s| s.total.is_some_and(|t| s.received >= t));
+        let quiet = now - last_rx > QUIET_END && now > send_until;
+        if senders_done && (!receive || markers_in || quiet || stop.load(Ordering::Relaxed)) {
+            break;
+        }
+        if now > give_up {
+            r.errors += 1;
+            r.problems.push(format!(
+                "gave up: still {} after {:.0} s{}",
+                if senders_done { "receiving" } else { "sending" },
+                (now - start).as_secs_f64(),
+                if last_wait_error.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({last_wait_error})")
+                }
+            ));
+            break;
+        }
+        if !progressed {
+            std::thread::yield_now();
+        }
+    }
+    if !udp {
+        r.messages_received = r.bytes_received / size as u64;
+    }
+    for ((_, stream), st) in &rx_streams {
+        if let Some(t) = st.total {
+            r.lost += t.saturating_sub(st.received);
+        } else if udp {
+            r.lost += st.next.saturating_sub(st.received);
+            bad.push(format!(
+                "stream {stream}: no end marker arrived; {} messages counted as lost from the sequence numbers seen",
+                st.next.saturating_sub(st.received)
+            ));
+        }
+    }
+    if !bad.is_empty() {
+        r.errors += bad.len() as u64;
+        r.problems.extend(bad.into_iter().take(5));
+    }
+    let tx_secs = match (send_from, tx_done_at) {
+        (Some(a), Some(b)) => (b.min(send_until) - a).as_secs_f64().max(1e-9),
+        _ => seconds,
+    };
+    let rx_secs = first_rx.map_or(seconds, |a| (last_rx - a).as_secs_f64().max(1e-3));
+    r.tx_gbps = r.bytes_sent as f64 * 8.0 / tx_secs / 1e9;
+    r.rx_gbps = r.bytes_received as f64 * 8.0 / rx_secs / 1e9;
+    let _ = q.name;
+    r
+}
+
+/// Runs the bench.
+pub fn run(
+    config: &Config,
+    opts: &SocketBenchOptions,
+    stop: &AtomicBool,
+) -> Result<SocketReport, SocketBenchError> {
+    let transport = config
+        .interfaces
+        .iter()
+        .find_map(|i| i.socket.as_ref().map(|s| s.transport))
+        .filter(|t| *t != Transport::Roce)
+        .ok_or(SocketBenchError::NotSockets)?;
+    let server_cfg = config.bench.socket_server.clone();
+    let client_cfg = config.bench.socket_client.clone();
+    let run_server = opts.mode != Mode::Client;
+    let run_client = opts.mode != Mode::Server;
+    let server_cfg = match (run_server, server_cfg) {
+        (true, None) => return Err(SocketBenchError::Missing("socket_bench_server")),
+        (_, c) => c,
+    };
+    let client_cfg = match (run_client, client_cfg) {
+        (true, None) => return Err(SocketBenchError::Missing("socket_bench_client")),
+        (_, c) => c,
+    };
+    let size = opts
+        .message_size
+        .or(server_cfg.as_ref().map(|c| c.message_size))
+        .or(client_cfg.as_ref().map(|c| c.message_size))
+        .unwrap_or(1024);
+    if transport == Transport::Udp && size < HEADER as u64 {
+        return Err(SocketBenchError::TooSmall(size));
+    }
+    let mut c = for_mode(config, opts.mode);
+    for (run, mode, name) in [
+        (run_server, SocketMode::Server, "server"),
+        (run_client, SocketMode::Client, "client"),
+    ] {
+        if run
+            && !c
+                .interfaces
+                .iter()
+                .any(|i| i.socket.as_ref().is_some_and(|s| s.mode == mode))
+        {
+            return Err(SocketBenchError::NoInterface(name));
+        }
+    }
+    if let Some(g) = opts.target_gbps {
+        let mut senders = Vec::new();
+        if run_server && server_cfg.as_ref().is_some_and(|c| c.send) {
+            senders.push(SocketMode::Server);
+        }
+        if run_client && client_cfg.as_ref().is_some_and(|c| c.send) {
+            senders.push(SocketMode::Client);
+        }
+        c = paced(&c, g, &senders);
+    }
+    let mut plane = DataPlane::start(&c)?;
+    let mut sides = Vec::new();
+    for (run, mode, name, cfg) in [
+        (run_server, SocketMode::Server, "server", &server_cfg),
+        (run_client, SocketMode::Client, "client", &client_cfg),
+    ] {
+        if !run {
+            continue;
+        }
+        let cfg = cfg.clone().expect("checked above");
+        let q = take_side(&mut plane, &c, mode, name);
+        for t in &q.tx {
+            let buf = t.segment_sizes().first().copied().unwrap_or(0);
+            if cfg.send && (buf as u64) < size {
+                return Err(SocketBenchError::TooLarge {
+                    side: name,
+                    size,
+                    buf_size: buf,
+                    queue: format!("{} {}", t.interface, t.queue),
+                });
+            }
+        }
+        sides.push((name, q, cfg));
+    }
+    let results: Vec<(&'static str, SideReport)> = std::thread::scope(|s| {
+        let handles: Vec<_> = sides
+            .into_iter()
+            .map(|(name, q, cfg)| {
+                let opts = opts.clone();
+                s.spawn(move || {
+                    if let Some(core) = cfg.cpu_core
+                        && let Err(e) = crate::affinity::pin_current_thread(core)
+                    {
+                        tracing::warn!("{name}: bench thread not pinned to core {core}: {e}");
+                    }
+                    (
+                        name,
+                        run_side(
+                            q,
+                            &cfg,
+                            size as usize,
+                            transport,
+                            opts.seconds,
+                            opts.connect_timeout,
+                            stop,
+                        ),
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench side panicked"))
+            .collect()
+    });
+    // Let the RX workers read the kernel's drop counters once more.
+    std::thread::sleep(Duration::from_millis(50));
+    let drops = plane.snapshot().drops();
+    let failures = plane.shutdown().err().unwrap_or_default();
+    let mut report = SocketReport {
+        mode: opts.mode.name(),
+        transport: if transport == Transport::Udp {
+            "udp"
+        } else {
+            "tcp"
+        },
+        message_size: size,
+        seconds: opts.seconds,
+        messages_sent: 0,
+        messages_received: 0,
+        bytes_sent: 0,
+        bytes_received: 0,
+        lost: 0,
+        errors: 0,
+        tx_gbps: 0.0,
+        rx_gbps: 0.0,
+        target_gbps: opts.target_gbps,
+        drops,
+        attributed: false,
+        lossless: false,
+        server: None,
+        client: None,
+    };
+    for (name, mut side) in results {
+        for f in &failures {
+            side.errors += 1;
+            side.problems.push(f.to_string());
+        }
+        report.messages_sent += side.messages_sent;
+        report.messages_received += side.messages_received;
+        report.bytes_sent += side.bytes_sent;
+        report.bytes_received += side.bytes_received;
+        report.lost += side.lost;
+        report.errors += side.errors;
+        report.tx_gbps += side.tx_gbps;
+        report.rx_gbps += side.rx_gbps;
+        if name == "server" {
+            report.server = Some(side);
+        } else {
+            report.client = Some(side);
+        }
+    }
+    if transport == Transport::Tcp && opts.mode == Mode::Both {
+        // Everything one side wrote must have arrived at the other.
+        let (s, c) = (report.server.as_ref(), report.client.as_ref());
+        for (from, to, from_name) in [(c, s, "client"), (s, c, "server")] {
+            if let (Some(f), Some(t)) = (from, to)
+                && f.bytes_sent > 0
+                && t.bytes_received < f.bytes_sent
+            {
+                let missing = (f.bytes_sent - t.bytes_received) / size;
+                report.lost += missing;
+                report.errors += 1;
+                let _ = from_name;
+            }
+        }
+    }
+    report.attributed = report.lost <= report.drops.total();
+    report.lossless = report.lost == 0 && report.errors == 0;
+    Ok(report)
+}

@@ -1,0 +1,332 @@
+//! Kernel sockets (`stream_type: socket` with `udp://` or `tcp://` addresses): the engine
+//! for any Linux machine and any NIC. Its queues are served by the same pinned busy-poll
+//! workers as every other engine; the kernel does the protocol.
+//!
+//! - **UDP**: one socket per *lane*. A server's lanes are its RX queues, each a socket
+//!   bound to `local_addr` with SO_REUSEPORT, so the kernel spreads 4-tuples over them; a
+//!   client's lanes are `max(RX, TX)` sockets connected to `remote_addr`, lane `i` bound
+//!   to `local_port + i` (so each lane is its own flow). RX queue `i` reads lane `i`
+//!   (`recvmmsg` straight into the queue's region buffers, one datagram per buffer), TX
+//!   queue `j` sends on lane `j % lanes` (`sendmmsg`, equal-sized runs of packets as one
+//!   UDP GSO send). A server answers the peer its lane last heard from. Flow rules run in
+//!   software on what the sockets receive (the classifier sees the datagram's addresses
+//!   and payload). Kernel drops (SO_RXQ_OVFL, SO_MEMINFO) count as `engine_missed`.
+//! - **TCP** ([`tcp`]): one connection per lane, made by a connection thread that never
+//!   blocks start: a server accepts into free lanes, a client connects and reconnects
+//!   every `retry_connect_s`. RX reads the byte stream into region buffers (`readv`, one
+//!   packet per filled buffer); TX writes packets with `writev`, holding a partly written
+//!   burst until the socket takes the rest (backpressure, no loss).
+
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod tcp;
+mod udp;
+
+use super::wire::WireGrid;
+use super::{Capabilities, Engine, EngineError, Link, RxPort, TxPort};
+use crate::config::{Config, Direction, InterfaceConfig, SocketMode, Transport};
+use crate::memory::{RegionId, RegionSet};
+use crate::plan::{Plan, QueuePlan};
+use crate::stats::QueueCounters;
+use crate::steering::InterfaceSteering;
+use std::net::{SocketAddrV4, UdpSocket};
+use std::sync::Arc;
+
+/// Largest UDP payload over IPv4.
+pub const MAX_UDP_PAYLOAD: usize = 65507;
+/// Socket buffer asked for per socket at most (the kernel may cap it further).
+const MAX_SOCKET_BUFFER: usize = 64 << 20;
+/// Socket buffer asked for per socket at least.
+const MIN_SOCKET_BUFFER: usize = 4 << 20;
+
+/// A queue as the socket engine runs it.
+#[derive(Clone, Debug)]
+struct QueueSetup {
+    id: u16,
+    region: RegionId,
+    batch: usize,
+}
+
+enum Interface {
+    Udp(udp::UdpInterface),
+    Tcp(tcp::TcpInterface),
+}
+
+/// The kernel socket engine.
+pub struct SocketEngine {
+    interfaces: Vec<Interface>,
+    /// Accepts and connects for TCP interfaces; stopped and joined on drop.
+    _connector: Option<tcp::Connector>,
+}
+
+/// Socket buffer bytes to ask for: what the queue's region holds, within bounds.
+fn buffer_bytes(regions: &RegionSet, region: Option<RegionId>) -> usize {
+    region.map_or(MIN_SOCKET_BUFFER, |r| {
+        let r = regions.get(r);
+        (r.num_bufs() * r.buf_size()).clamp(MIN_SOCKET_BUFFER, MAX_SOCKET_BUFFER)
+    })
+}
+
+/// Warns when the kernel granted less socket buffer than asked (it reports twice what it
+/// grants, capped by `net.core.rmem_max` / `wmem_max`).
+fn warn_if_capped(interface: &str, asked: (usize, usize), got: sys::BufferSizes) {
+    for (what, sysctl, asked, got) in [
+        ("receive", "net.core.rmem_max", asked.0, got.receive),
+        ("send", "net.core.wmem_max", asked.1, got.send),
+    ] {
+        if asked > 0 && got / 2 < asked {
+            tracing::warn!(
+                "interface `{interface}`: the kernel capped the socket {what} buffer at {} KiB of the {} KiB asked for; raise it with `sysctl -w {sysctl}={asked}`",
+                got / 2 / 1024,
+                asked / 1024
+            );
+        }
+    }
+}
+
+impl SocketEngine {
+    /// Opens every interface's sockets (UDP) or listener (TCP servers) and starts the
+    /// connection thread for TCP; a port in use or an address not on this machine fails
+    /// here, naming the interface.
+    pub fn new(
+        config: &Config,
+        plan: &Plan,
+        regions: &Arc<RegionSet>,
+        steering: &[Arc<InterfaceSteering>],
+    ) -> Result<Self, EngineError> {
+        let mut interfaces = Vec::new();
+        let mut tcp_interfaces = Vec::new();
+        for (i, (iface, steering)) in config.interfaces.iter().zip(steering).enumerate() {
+            let socket = iface
+                .socket
+                .as_ref()
+                .ok_or_else(|| EngineError::Interface {
+                    interface: iface.name.clone(),
+                    reason: "a socket stream interface needs socket_config".into(),
+                })?;
+            let rx = queue_setups(iface, plan, i, Direction::Rx, regions)?;
+            let tx = queue_setups(iface, plan, i, Direction::Tx, regions)?;
+            let limit = |q: &QueueSetup| regions.get(q.region).buf_size();
+            if let Some(q) = rx
+                .iter()
+                .find(|q| (socket.max_payload_size as usize) > limit(q))
+            {
+                return Err(EngineError::Queue {
+                    interface: iface.name.clone(),
+                    direction: Direction::Rx,
+                    queue: q.id,
+                    reason: format!(
+                        "socket_config.max_payload_size {} is above the {}-byte buffers it receives into (region `{}` buf_size)",
+                        socket.max_payload_size,
+                        limit(q),
+                        regions.get(q.region).name()
+                    ),
+                });
+            }
+            let buffers = (
+                buffer_bytes(regions, rx.first().map(|q| q.region)),
+                buffer_bytes(regions, tx.first().map(|q| q.region)),
+            );
+            let bad = |reason: String| EngineError::Interface {
+                interface: iface.name.clone(),
+                reason,
+            };
+            let local = socket.local.map(|e| SocketAddrV4::new(e.ip, e.port));
+            let remote = socket.remote.map(|e| SocketAddrV4::new(e.ip, e.port));
+            match socket.transport {
+                Transport::Udp => {
+                    interfaces.push(Interface::Udp(udp::UdpInterface::open(
+                        udp::UdpSetup {
+                            name: &iface.name,
+                            port: i as u16,
+                            mode: socket.mode,
+                            local,
+                            remote,
+                            rx,
+                            tx,
+                            buffers,
+                            busy_poll_us: socket.busy_poll_us,
+                        },
+                        regions,
+                        steering,
+                    )?));
+                }
+                Transport::Tcp => {
+                    let t = tcp::TcpInterface::open(tcp::TcpSetup {
+                        name: &iface.name,
+                        mode: socket.mode,
+                        local,
+                        remote,
+                        rx,
+                        tx,
+                        buffers,
+                        retry_connect_s: socket.retry_connect_s,
+                    })
+                    .map_err(bad)?
+                    .with_regions(regions);
+                    tcp_interfaces.push(t.shared());
+                    interfaces.push(Interface::Tcp(t));
+                }
+                Transport::Roce => {
+                    return Err(bad(
+                        "roce:// interfaces run on the RDMA engine, not on kernel sockets".into(),
+                    ));
+                }
+            }
+        }
+        let connector = if tcp_interfaces.is_empty() {
+            None
+        } else {
+            Some(
+                tcp::Connector::spawn(tcp_interfaces).map_err(|source| EngineError::Spawn {
+                    what: "socket connection",
+                    source,
+                })?,
+            )
+        };
+        Ok(Self {
+            interfaces,
+            _connector: connector,
+        })
+    }
+
+    fn interface(&self, port: u16) -> Result<&Interface, EngineError> {
+        self.interfaces
+            .get(port as usize)
+            .ok_or(EngineError::NoInterface { port })
+    }
+}
+
+/// The planned queues of one direction of interface `index`, in configuration order.
+fn queue_setups(
+    iface: &InterfaceConfig,
+    plan: &Plan,
+    index: usize,
+    direction: Direction,
+    regions: &RegionSet,
+) -> Result<Vec<QueueSetup>, EngineError> {
+    let planned: Vec<&QueuePlan> = plan
+        .queues
+        .iter()
+        .filter(|q| q.interface == index && q.direction == direction)
+        .collect();
+    let mut out = Vec::new();
+    for q in planned {
+        let bad = |reason: String| EngineError::Queue {
+            interface: iface.name.clone(),
+            direction,
+            queue: q.id,
+            reason,
+        };
+        let Some(&region) = q.segments.first() else {
+            return Err(bad(
+                "needs memory_regions: the socket engine receives and sends from region buffers"
+                    .into(),
+            ));
+        };
+        if q.stage.is_some() || q.segments.len() > 1 || !regions.get(region).host_accessible() {
+            return Err(bad(format!(
+                "the socket engine reads and writes packets with the CPU from one host-memory region; region `{}` of this queue is {} (GPU memory and header-data split on sockets go through the RX stage, which the socket engine does not use yet)",
+                regions.get(region).name(),
+                if regions.get(region).host_accessible() {
+                    "one of several segments"
+                } else {
+                    "GPU memory"
+                }
+            )));
+        }
+        out.push(QueueSetup {
+            id: q.id,
+            region,
+            batch: q.batch.max(1),
+        });
+    }
+    Ok(out)
+}
+
+impl Engine for SocketEngine {
+    fn name(&self) -> &'static str {
+        "socket"
+    }
+
+    fn rx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn RxPort>, EngineError> {
+        let missing = EngineError::NoQueue {
+            port,
+            direction: Direction::Rx,
+            queue,
+        };
+        match self.interface(port)? {
+            Interface::Udp(u) => u.rx_port(queue, counters).ok_or(missing),
+            Interface::Tcp(t) => t.rx_port(queue, counters).ok_or(missing),
+        }
+    }
+
+    fn tx_port(
+        &self,
+        port: u16,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Result<Box<dyn TxPort>, EngineError> {
+        let missing = EngineError::NoQueue {
+            port,
+            direction: Direction::Tx,
+            queue,
+        };
+        match self.interface(port)? {
+            Interface::Udp(u) => u.tx_port(queue, counters).ok_or(missing),
+            Interface::Tcp(t) => t.tx_port(queue, counters).ok_or(missing),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::SOCKET
+    }
+
+    fn steering(&self) -> String {
+        "software".into()
+    }
+
+    fn link(&self, port: u16, direction: Direction, queue: u16) -> Option<Arc<Link>> {
+        match self.interfaces.get(port as usize)? {
+            Interface::Udp(u) => u.link(direction, queue),
+            Interface::Tcp(t) => t.link(direction, queue),
+        }
+    }
+}
+
+/// Lane of queue `id` among `ids` (configuration order), spread over `lanes`.
+fn lane_of(ids: &[QueueSetup], id: u16, lanes: usize) -> Option<(usize, &QueueSetup)> {
+    let k = ids.iter().position(|q| q.id == id)?;
+    Some((k % lanes.max(1), &ids[k]))
+}
+
+/// The wire grid of a UDP interface: one ingress per lane.
+fn grid(steering: &Arc<InterfaceSteering>, rx: &[QueueSetup], lanes: usize) -> WireGrid {
+    let ids: Vec<u16> = rx.iter().map(|q| q.id).collect();
+    WireGrid::new(steering, &ids, lanes)
+}
+
+/// `udp://ip:port` for messages.
+fn udp_uri(a: SocketAddrV4) -> String {
+    format!("udp://{a}")
+}
+
+/// The address a UDP socket is bound to.
+fn bound(s: &UdpSocket) -> Option<SocketAddrV4> {
+    sys::local_v4(s.local_addr())
+}
+
+/// Server or client wording for messages.
+fn side(mode: SocketMode) -> &'static str {
+    match mode {
+        SocketMode::Server => "server",
+        SocketMode::Client => "client",
+    }
+}

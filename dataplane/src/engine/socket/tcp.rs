@@ -1,0 +1,591 @@
+//! TCP lanes: one connection per lane, made and remade by a connection thread, read and
+//! written by the queues' workers without blocking.
+
+use super::{QueueSetup, lane_of, side, sys};
+use crate::burst::Burst;
+use crate::config::{Direction, SocketMode};
+use crate::engine::{Link, RxPort, TxPort};
+use crate::memory::{RegionId, RegionSet};
+use crate::stats::{DropReason, QueueCounters};
+use arc_swap::ArcSwapOption;
+use std::io::{IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the connection thread looks for new connections and dead ones.
+const CONNECTOR_PERIOD: Duration = Duration::from_millis(5);
+/// Longest wait for one connect attempt.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Slices per `writev` at most.
+const MAX_SLICES: usize = 64;
+
+fn tcp_uri(a: impl std::fmt::Display) -> String {
+    format!("tcp://{a}")
+}
+
+/// One established connection.
+struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    dead: AtomicBool,
+}
+
+/// A lane: the connection its RX and TX queues use now.
+struct Lane {
+    conn: ArcSwapOption<Connection>,
+    /// Grows with every change of `conn`, so ports notice with one load.
+    generation: AtomicU64,
+    link: Arc<Link>,
+}
+
+impl Lane {
+    fn install(&self, c: Connection) {
+        let peer = c.peer;
+        self.conn.store(Some(Arc::new(c)));
+        self.generation.fetch_add(1, Ordering::Release);
+        self.link.connected(peer);
+    }
+
+    /// Ends `c` (once), frees the lane for the next connection and says why.
+    fn retire(&self, c: &Arc<Connection>, why: String) {
+        if c.dead.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = c.stream.shutdown(Shutdown::Both);
+        let current = self.conn.load();
+        if current.as_ref().is_some_and(|x| Arc::ptr_eq(x, c)) {
+            self.conn.store(None);
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        tracing::warn!("connection with {} ended: {why}", tcp_uri(c.peer));
+        self.link
+            .disconnected(format!("connection with {} ended: {why}", tcp_uri(c.peer)));
+    }
+
+    fn is_free(&self) -> bool {
+        self.conn.load().is_none()
+    }
+}
+
+/// A port's view of its lane: the connection, reloaded when the lane's generation moves.
+struct LaneView {
+    lane: Arc<Lane>,
+    seen: u64,
+    conn: Option<Arc<Connection>>,
+}
+
+impl LaneView {
+    fn new(lane: Arc<Lane>) -> Self {
+        Self {
+            lane,
+            seen: u64::MAX,
+            conn: None,
+        }
+    }
+
+    #[inline]
+    fn current(&mut self) -> Option<Arc<Connection>> {
+        let g = self.lane.generation.load(Ordering::Acquire);
+        if g != self.seen {
+            self.seen = g;
+            self.conn = self.lane.conn.load_full();
+        }
+        match &self.conn {
+            Some(c) if !c.dead.load(Ordering::Acquire) => Some(c.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// What [`TcpInterface::open`] needs.
+pub(super) struct TcpSetup<'a> {
+    pub name: &'a str,
+    pub mode: SocketMode,
+    pub local: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddrV4>,
+    pub rx: Vec<QueueSetup>,
+    pub tx: Vec<QueueSetup>,
+    pub buffers: (usize, usize),
+    pub retry_connect_s: u32,
+}
+
+/// What the connection thread works on for one interface.
+pub(super) struct TcpShared {
+    name: String,
+    mode: SocketMode,
+    listener: Option<TcpListener>,
+    local: SocketAddrV4,
+    remote: Option<SocketAddrV4>,
+    retry: Duration,
+    buffers: (usize, usize),
+    lanes: Vec<Arc<Lane>>,
+}
+
+/// A TCP interface.
+pub(super) struct TcpInterface {
+    shared: Arc<TcpShared>,
+    rx: Vec<QueueSetup>,
+    tx: Vec<QueueSetup>,
+    regions: Option<Arc<RegionSet>>,
+}
+
+impl TcpInterface {
+    /// Listens (server) or prepares the lanes (client); connecting happens on the
+    /// connection thread.
+    pub(super) fn open(s: TcpSetup) -> Result<Self, String> {
+        let lanes = s.rx.len().max(s.tx.len()).max(1);
+        let local = s
+            .local
+            .unwrap_or(SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0));
+        let listener = match s.mode {
+            SocketMode::Server => Some(sys::tcp_listener(local, lanes as i32 * 2).map_err(
+                |e| match e.raw_os_error() {
+                    Some(libc::EADDRINUSE) => format!(
+                        "cannot listen on {}: the port is in use by another socket ({e})",
+                        tcp_uri(local)
+                    ),
+                    Some(libc::EADDRNOTAVAIL) => format!(
+                        "cannot listen on {}: the address is not on this machine ({e})",
+                        tcp_uri(local)
+                    ),
+                    _ => format!("cannot listen on {}: {e}", tcp_uri(local)),
+                },
+            )?),
+            SocketMode::Client => None,
+        };
+        tracing::info!(
+            "interface `{}`: TCP {} {} with {lanes} connection lane(s)",
+            s.name,
+            side(s.mode),
+            match (s.mode, s.remote) {
+                (SocketMode::Client, Some(r)) => format!("to {}", tcp_uri(r)),
+                _ => format!("on {}", tcp_uri(local)),
+            }
+        );
+        Ok(Self {
+            shared: Arc::new(TcpShared {
+                name: s.name.to_owned(),
+                mode: s.mode,
+                listener,
+                local,
+                remote: s.remote,
+                retry: Duration::from_secs(u64::from(s.retry_connect_s))
+                    .max(Duration::from_millis(100)),
+                buffers: s.buffers,
+                lanes: (0..lanes)
+                    .map(|_| {
+                        Arc::new(Lane {
+                            conn: ArcSwapOption::empty(),
+                            generation: AtomicU64::new(0),
+                            link: Arc::new(Link::default()),
+                        })
+                    })
+                    .collect(),
+            }),
+            rx: s.rx,
+            tx: s.tx,
+            regions: None,
+        })
+    }
+
+    /// Gives the interface the region set its RX ports receive into.
+    pub(super) fn with_regions(mut self, regions: &Arc<RegionSet>) -> Self {
+        self.regions = Some(regions.clone());
+        self
+    }
+
+    /// What the connection thread needs.
+    pub(super) fn shared(&self) -> Arc<TcpShared> {
+        self.shared.clone()
+    }
+
+    pub(super) fn rx_port(
+        &self,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Option<Box<dyn RxPort>> {
+        let (k, q) = lane_of(&self.rx, queue, self.shared.lanes.len())?;
+        let regions = self.regions.clone()?;
+        Some(Box::new(TcpRx {
+            view: LaneView::new(self.shared.lanes[k].clone()),
+            buf_size: regions.get(q.region).buf_size(),
+            regions,
+            region: q.region,
+            batch: q.batch.min(MAX_SLICES),
+            spare: None,
+            counters,
+        }))
+    }
+
+    pub(super) fn tx_port(
+        &self,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Option<Box<dyn TxPort>> {
+        let (k, _) = lane_of(&self.tx, queue, self.shared.lanes.len())?;
+        Some(Box::new(TcpTx {
+            view: LaneView::new(self.shared.lanes[k].clone()),
+            pending: None,
+            counters,
+        }))
+    }
+
+    pub(super) fn link(&self, direction: Direction, queue: u16) -> Option<Arc<Link>> {
+        let ids = match direction {
+            Direction::Rx => &self.rx,
+            Direction::Tx => &self.tx,
+        };
+        let (k, _) = lane_of(ids, queue, self.shared.lanes.len())?;
+        Some(self.shared.lanes[k].link.clone())
+    }
+}
+
+/// The connection thread: accepts for servers, connects and reconnects for clients. It
+/// has its own stop flag and holds no lock while it waits.
+pub(super) struct Connector {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Connector {
+    pub(super) fn spawn(interfaces: Vec<Arc<TcpShared>>) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("dp-tcp-connect".into())
+            .spawn(move || connector_loop(&interfaces, &flag))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Connector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn connector_loop(interfaces: &[Arc<TcpShared>], stop: &AtomicBool) {
+    let mut next_attempt: Vec<Vec<Instant>> = interfaces
+        .iter()
+        .map(|i| vec![Instant::now(); i.lanes.len()])
+        .collect();
+    while !stop.load(Ordering::Acquire) {
+        for (i, iface) in interfaces.iter().enumerate() {
+            match iface.mode {
+                SocketMode::Server => accept_pending(iface),
+                SocketMode::Client => connect_free_lanes(iface, &mut next_attempt[i], stop),
+            }
+        }
+        std::thread::sleep(CONNECTOR_PERIOD);
+    }
+    // Close every connection so peers see the end at once.
+    for iface in interfaces {
+        for lane in &iface.lanes {
+            if let Some(c) = lane.conn.swap(None) {
+                let _ = c.stream.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+fn prepare(iface: &TcpShared, stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_nonblocking(true)?;
+    sys::size_stream_buffers(stream, iface.buffers.0, iface.buffers.1)?;
+    Ok(())
+}
+
+fn accept_pending(iface: &TcpShared) {
+    let Some(listener) = &iface.listener else {
+        return;
+    };
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let Some(lane) = iface.lanes.iter().find(|l| l.is_free()) else {
+                    tracing::warn!(
+                        "interface `{}`: refused {} : every one of its {} connection lane(s) is busy",
+                        iface.name,
+                        tcp_uri(peer),
+                        iface.lanes.len()
+                    );
+                    drop(stream);
+                    continue;
+                };
+                if let Err(e) = prepare(iface, &stream) {
+                    lane.link
+                        .failed(format!("accepting {}: {e}", tcp_uri(peer)));
+                    continue;
+                }
+                tracing::info!("interface `{}`: accepted {}", iface.name, tcp_uri(peer));
+                lane.install(Connection {
+                    stream,
+                    peer,
+                    dead: AtomicBool::new(false),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                tracing::warn!("interface `{}`: accept: {e}", iface.name);
+                return;
+            }
+        }
+    }
+}
+
+fn connect_free_lanes(iface: &TcpShared, next: &mut [Instant], stop: &AtomicBool) {
+    let Some(remote) = iface.remote else {
+        return;
+    };
+    for (k, lane) in iface.lanes.iter().enumerate() {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        if !lane.is_free() || Instant::now() < next[k] {
+            continue;
+        }
+        next[k] = Instant::now() + iface.retry;
+        let port = match iface.local.port() {
+            0 => 0,
+            p => p.saturating_add(k as u16),
+        };
+        let local = SocketAddrV4::new(*iface.local.ip(), port);
+        let timeout = iface.retry.min(CONNECT_TIMEOUT);
+        let attempt = sys::tcp_connect(local, remote, timeout, iface.buffers).or_else(|e| {
+            // The lane's local port may still be held by the last connection
+            // (TIME_WAIT): any port will do.
+            if e.raw_os_error() == Some(libc::EADDRINUSE) && port != 0 {
+                sys::tcp_connect(
+                    SocketAddrV4::new(*iface.local.ip(), 0),
+                    remote,
+                    timeout,
+                    iface.buffers,
+                )
+            } else {
+                Err(e)
+            }
+        });
+        match attempt.and_then(|s| prepare(iface, &s).map(|()| s)) {
+            Ok(stream) => {
+                tracing::info!(
+                    "interface `{}`: connected to {}",
+                    iface.name,
+                    tcp_uri(remote)
+                );
+                lane.install(Connection {
+                    stream,
+                    peer: SocketAddr::V4(remote),
+                    dead: AtomicBool::new(false),
+                });
+            }
+            Err(e) => {
+                let why = format!(
+                    "connect to {} failed: {e}; retrying every {:.1} s",
+                    tcp_uri(remote),
+                    iface.retry.as_secs_f64()
+                );
+                tracing::debug!("interface `{}`: {why}", iface.name);
+                lane.link.failed(why);
+            }
+        }
+    }
+}
+
+/// An RX queue: reads its lane's byte stream into region buffers.
+struct TcpRx {
+    view: LaneView,
+    regions: Arc<RegionSet>,
+    region: RegionId,
+    buf_size: usize,
+    batch: usize,
+    spare: Option<Burst>,
+    counters: Arc<QueueCounters>,
+}
+
+impl RxPort for TcpRx {
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        let _ = &self.counters;
+        let Some(conn) = self.view.current() else {
+            return 0;
+        };
+        let want = max.min(self.batch);
+        if want == 0 {
+            return 0;
+        }
+        let mut spare = match self.spare.take() {
+            Some(b) if b.len() >= want => b,
+            other => {
+                drop(other);
+                match Burst::allocate_up_to(
+                    self.regions.clone(),
+                    into.port(),
+                    into.queue(),
+                    &[self.region],
+                    want,
+                ) {
+                    Some(b) => b,
+                    None => return 0,
+                }
+            }
+        };
+        let result = {
+            let mut slices = spare.buffers_mut(0);
+            let take = slices.len().min(want);
+            (&conn.stream).read_vectored(&mut slices[..take])
+        };
+        let n = match result {
+            Ok(0) => {
+                self.spare = Some(spare);
+                self.view
+                    .lane
+                    .retire(&conn, "the peer closed the connection".into());
+                return 0;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                self.spare = Some(spare);
+                return 0;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                self.spare = Some(spare);
+                return 0;
+            }
+            Err(e) => {
+                self.spare = Some(spare);
+                self.view.lane.retire(&conn, format!("receive: {e}"));
+                return 0;
+            }
+        };
+        let packets = n.div_ceil(self.buf_size);
+        for i in 0..packets {
+            let len = (n - i * self.buf_size).min(self.buf_size);
+            spare.set_len(i, 0, len);
+        }
+        let moved = into.take_from(&mut spare, packets);
+        self.spare = Some(spare);
+        moved
+    }
+}
+
+/// A burst being written: the next packet and the bytes of it already written.
+struct Pending {
+    burst: Burst,
+    packet: usize,
+    offset: usize,
+}
+
+/// A TX queue: writes its bursts into its lane's connection.
+struct TcpTx {
+    view: LaneView,
+    pending: Option<Pending>,
+    counters: Arc<QueueCounters>,
+}
+
+impl TcpTx {
+    /// Writes what the socket takes of the pending burst.
+    fn flush(&mut self) {
+        let Some(p) = &mut self.pending else {
+            return;
+        };
+        let Some(conn) = self.view.current() else {
+            // The connection ended under a partly written burst: its rest is lost.
+            let left = (p.burst.len() - p.packet) as u64;
+            self.counters.drop_packets(DropReason::Disconnected, left);
+            self.pending = None;
+            return;
+        };
+        loop {
+            let mut slices: Vec<IoSlice> = Vec::with_capacity(MAX_SLICES);
+            for i in p.packet..p.burst.len() {
+                if slices.len() == MAX_SLICES {
+                    break;
+                }
+                let Some(d) = p.burst.data(i, 0) else {
+                    break;
+                };
+                let d = if i == p.packet { &d[p.offset..] } else { d };
+                slices.push(IoSlice::new(d));
+            }
+            if slices.is_empty() {
+                self.pending = None;
+                return;
+            }
+            match (&conn.stream).write_vectored(&slices) {
+                Ok(0) => {
+                    drop(slices);
+                    self.view
+                        .lane
+                        .retire(&conn, "the socket took no bytes".into());
+                    return self.flush();
+                }
+                Ok(mut n) => {
+                    drop(slices);
+                    while n > 0 {
+                        let len = p.burst.packets()[p.packet].len() - p.offset;
+                        if n >= len {
+                            n -= len;
+                            p.packet += 1;
+                            p.offset = 0;
+                        } else {
+                            p.offset += n;
+                            n = 0;
+                        }
+                    }
+                    while p.packet < p.burst.len() && p.burst.packets()[p.packet].len() == 0 {
+                        p.packet += 1;
+                    }
+                    if p.packet >= p.burst.len() {
+                        self.pending = None;
+                        return;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    return;
+                }
+                Err(e) => {
+                    drop(slices);
+                    self.view.lane.retire(&conn, format!("send: {e}"));
+                    return self.flush();
+                }
+            }
+        }
+    }
+}
+
+impl TxPort for TcpTx {
+    fn transmit(&mut self, burst: Burst) -> Option<Burst> {
+        if self.pending.is_some() {
+            self.flush();
+            if self.pending.is_some() {
+                return Some(burst);
+            }
+        }
+        if self.view.current().is_none() {
+            return Some(burst);
+        }
+        self.pending = Some(Pending {
+            burst,
+            packet: 0,
+            offset: 0,
+        });
+        self.flush();
+        None
+    }
+
+    fn idle(&mut self) {
+        self.flush();
+    }
+}

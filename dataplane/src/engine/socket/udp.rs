@@ -1,0 +1,595 @@
+//! UDP lanes: batched datagram I/O between kernel sockets and region buffers.
+
+use super::sys::{self, Outgoing, Received};
+use super::{QueueSetup, grid, lane_of, side, udp_uri, warn_if_capped};
+use crate::burst::Burst;
+use crate::config::{Direction, SocketMode};
+use crate::engine::wire::{Ingress, WireGrid, WireReceiver};
+use crate::engine::{EngineError, Link, RxPort, TxPort};
+use crate::memory::RegionSet;
+use crate::stats::{DropReason, QueueCounters};
+use crate::steering::InterfaceSteering;
+use std::io::IoSlice;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Empty receive calls between two reads of the socket's drop counter (drops after the
+/// last datagram that arrived carry no SO_RXQ_OVFL report).
+const DROP_CHECK_EVERY: u32 = 256;
+/// Most packets in one GSO send (the kernel's UDP_MAX_SEGMENTS).
+const GSO_MAX_SEGMENTS: usize = 64;
+
+/// The peer a server lane last heard from, packed as `ip << 16 | port` plus one (0: none).
+#[derive(Default)]
+struct LearnedPeer(AtomicU64);
+
+impl LearnedPeer {
+    fn store(&self, a: SocketAddrV4) -> bool {
+        let v = ((u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())) + 1;
+        self.0.swap(v, Ordering::Relaxed) != v
+    }
+
+    fn load(&self) -> Option<SocketAddrV4> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            v => {
+                let v = v - 1;
+                Some(SocketAddrV4::new(
+                    Ipv4Addr::from((v >> 16) as u32),
+                    (v & 0xffff) as u16,
+                ))
+            }
+        }
+    }
+}
+
+/// One socket and what its RX and TX queues share.
+struct Lane {
+    socket: Arc<UdpSocket>,
+    local: SocketAddrV4,
+    /// Server lanes: whom to answer.
+    learned: Arc<LearnedPeer>,
+    link: Arc<Link>,
+}
+
+/// What [`UdpInterface::open`] needs.
+pub(super) struct UdpSetup<'a> {
+    pub name: &'a str,
+    pub port: u16,
+    pub mode: SocketMode,
+    pub local: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddrV4>,
+    pub rx: Vec<QueueSetup>,
+    pub tx: Vec<QueueSetup>,
+    pub buffers: (usize, usize),
+    pub busy_poll_us: u32,
+}
+
+/// A UDP interface: its lanes and the wires from lanes to RX queues.
+pub(super) struct UdpInterface {
+    name: String,
+    port: u16,
+    mode: SocketMode,
+    remote: Option<SocketAddrV4>,
+    lanes: Vec<Lane>,
+    rx: Vec<QueueSetup>,
+    tx: Vec<QueueSetup>,
+    grid: WireGrid,
+    regions: Arc<RegionSet>,
+    /// Ingress points not yet handed to an RX port (one per lane).
+    ingresses: Mutex<Vec<Option<Ingress>>>,
+}
+
+impl UdpInterface {
+    /// Opens the lanes' sockets.
+    pub(super) fn open(
+        s: UdpSetup,
+        regions: &Arc<RegionSet>,
+        steering: &Arc<InterfaceSteering>,
+    ) -> Result<Self, EngineError> {
+        let bad = |reason: String| EngineError::Interface {
+            interface: s.name.to_owned(),
+            reason,
+        };
+        let lanes_wanted = match s.mode {
+            SocketMode::Server => s.rx.len().max(1),
+            SocketMode::Client => s.rx.len().max(s.tx.len()).max(1),
+        };
+        let local = s
+            .local
+            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        let mut lanes = Vec::new();
+        for k in 0..lanes_wanted {
+            let (at, peer, shared) = match s.mode {
+                SocketMode::Server => (local, None, true),
+                SocketMode::Client => {
+                    let port = if local.port() == 0 {
+                        0
+                    } else {
+                        local.port().checked_add(k as u16).ok_or_else(|| {
+                            bad(format!(
+                                "client lane {k} would bind local port {} + {k}, past 65535",
+                                local.port()
+                            ))
+                        })?
+                    };
+                    (SocketAddrV4::new(*local.ip(), port), s.remote, false)
+                }
+            };
+            let (socket, sizes) = sys::udp_socket(at, shared, peer, s.buffers.0, s.buffers.1)
+                .map_err(|e| {
+                    bad(match e.raw_os_error() {
+                        Some(libc::EADDRINUSE) => format!(
+                            "cannot bind {}: the port is in use by another socket ({e})",
+                            udp_uri(at)
+                        ),
+                        Some(libc::EADDRNOTAVAIL) => format!(
+                            "cannot bind {}: the address is not on this machine ({e})",
+                            udp_uri(at)
+                        ),
+                        _ => format!("cannot open a UDP socket on {}: {e}", udp_uri(at)),
+                    })
+                })?;
+            if k == 0 {
+                warn_if_capped(s.name, s.buffers, sizes);
+            }
+            if s.busy_poll_us > 0 {
+                let refused = sys::busy_poll(&socket, s.busy_poll_us, 64);
+                if !refused.is_empty() {
+                    tracing::warn!(
+                        "interface `{}`: busy polling not fully on: {}",
+                        s.name,
+                        refused.join("; ")
+                    );
+                }
+            }
+            let bound = super::bound(&socket).unwrap_or(at);
+            let link = match (s.mode, peer) {
+                (SocketMode::Client, Some(p)) => {
+                    let l = Link::up_from_start();
+                    l.connected(SocketAddr::V4(p));
+                    l
+                }
+                _ => match s.remote {
+                    Some(p) => {
+                        let l = Link::default();
+                        l.connected(SocketAddr::V4(p));
+                        l
+                    }
+                    None => Link::default(),
+                },
+            };
+            lanes.push(Lane {
+                socket: Arc::new(socket),
+                local: bound,
+                learned: Arc::new(LearnedPeer::default()),
+                link: Arc::new(link),
+            });
+        }
+        tracing::info!(
+            "interface `{}`: UDP {} on {} with {} socket(s){}",
+            s.name,
+            side(s.mode),
+            udp_uri(lanes[0].local),
+            lanes.len(),
+            s.remote
+                .map(|r| format!(", peer {}", udp_uri(r)))
+                .unwrap_or_default()
+        );
+        let grid = grid(steering, &s.rx, lanes.len());
+        let ingresses = (0..lanes.len()).map(|_| None).collect();
+        Ok(Self {
+            name: s.name.to_owned(),
+            port: s.port,
+            mode: s.mode,
+            remote: s.remote,
+            lanes,
+            rx: s.rx,
+            tx: s.tx,
+            grid,
+            regions: regions.clone(),
+            ingresses: Mutex::new(ingresses),
+        })
+    }
+
+    pub(super) fn rx_port(
+        &self,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Option<Box<dyn RxPort>> {
+        let (k, q) = lane_of(&self.rx, queue, self.lanes.len())?;
+        let lane = &self.lanes[k];
+        let ingress = {
+            let mut taken = self.ingresses.lock().unwrap_or_else(|e| e.into_inner());
+            match taken[k].take() {
+                Some(i) => i,
+                None => self
+                    .grid
+                    .ingress(k, &self.regions, self.port, counters.clone()),
+            }
+        };
+        Some(Box::new(UdpRx {
+            socket: lane.socket.clone(),
+            local: lane.local,
+            learned: lane.learned.clone(),
+            link: lane.link.clone(),
+            server: self.mode == SocketMode::Server && self.remote.is_none(),
+            regions: self.regions.clone(),
+            port: self.port,
+            queue,
+            region: q.region,
+            batch: q.batch.min(sys::MAX_MESSAGES),
+            spare: None,
+            received: Vec::with_capacity(sys::MAX_MESSAGES),
+            sources: Vec::with_capacity(sys::MAX_MESSAGES),
+            held: None,
+            ingress,
+            receiver: self.grid.receiver(queue)?,
+            counters,
+            drops_seen: 0,
+            empty_polls: 0,
+            interface: self.name.clone(),
+        }))
+    }
+
+    pub(super) fn tx_port(
+        &self,
+        queue: u16,
+        counters: Arc<QueueCounters>,
+    ) -> Option<Box<dyn TxPort>> {
+        let (k, _) = lane_of(&self.tx, queue, self.lanes.len())?;
+        let lane = &self.lanes[k];
+        let to = match (self.mode, self.remote) {
+            (SocketMode::Client, _) => Destination::Connected,
+            (SocketMode::Server, Some(r)) => Destination::Fixed(r),
+            (SocketMode::Server, None) => Destination::Learned(lane.learned.clone()),
+        };
+        Some(Box::new(UdpTx {
+            socket: lane.socket.clone(),
+            to,
+            gso: true,
+            link: lane.link.clone(),
+            counters,
+            interface: self.name.clone(),
+        }))
+    }
+
+    pub(super) fn link(&self, direction: Direction, queue: u16) -> Option<Arc<Link>> {
+        let ids = match direction {
+            Direction::Rx => &self.rx,
+            Direction::Tx => &self.tx,
+        };
+        let (k, _) = lane_of(ids, queue, self.lanes.len())?;
+        Some(self.lanes[k].link.clone())
+    }
+}
+
+/// An RX queue: its lane's socket, feeding the interface's wires; it takes from its own
+/// wire end.
+struct UdpRx {
+    socket: Arc<UdpSocket>,
+    local: SocketAddrV4,
+    learned: Arc<LearnedPeer>,
+    link: Arc<Link>,
+    /// A server without `remote_addr` learns whom to answer from what it receives.
+    server: bool,
+    regions: Arc<RegionSet>,
+    port: u16,
+    queue: u16,
+    region: crate::memory::RegionId,
+    batch: usize,
+    /// Buffers allocated for receiving and not used yet.
+    spare: Option<Burst>,
+    received: Vec<Received>,
+    /// Senders of the packets of `held` (or of the last burst steered).
+    sources: Vec<SocketAddrV4>,
+    /// Received packets the wires could not take yet.
+    held: Option<Burst>,
+    ingress: Ingress,
+    receiver: WireReceiver,
+    counters: Arc<QueueCounters>,
+    /// The socket's drop counter as last seen.
+    drops_seen: u32,
+    empty_polls: u32,
+    interface: String,
+}
+
+impl UdpRx {
+    /// Counts kernel drops up to the socket's counter value `now`.
+    fn account_drops(&mut self, now: u32) {
+        let new = now.wrapping_sub(self.drops_seen);
+        if new > 0 && new < u32::MAX / 2 {
+            self.counters
+                .drop_packets(DropReason::EngineMissed, u64::from(new));
+            self.drops_seen = now;
+        }
+    }
+
+    /// Reads one batch of datagrams from the socket and steers it.
+    fn fill(&mut self) {
+        let mut spare = match self.spare.take() {
+            Some(b) if !b.is_empty() => b,
+            _ => match Burst::allocate_up_to(
+                self.regions.clone(),
+                self.port,
+                self.queue,
+                &[self.region],
+                self.batch,
+            ) {
+                Some(b) => b,
+                // No buffer: the datagrams wait in the kernel (which counts what it drops).
+                None => return,
+            },
+        };
+        let result = {
+            let mut slices = spare.buffers_mut(0);
+            sys::receive_datagrams(&self.socket, &mut slices, &mut self.received)
+        };
+        let drops = match result {
+            Ok(d) => d,
+            Err(e) => {
+                self.link
+                    .failed(format!("receive on {}: {e}", udp_uri(self.local)));
+                self.spare = Some(spare);
+                return;
+            }
+        };
+        let n = self.received.len();
+        if n == 0 {
+            self.spare = Some(spare);
+            self.empty_polls += 1;
+            if self.empty_polls >= DROP_CHECK_EVERY {
+                self.empty_polls = 0;
+                if let Ok(d) = sys::socket_drops(&*self.socket) {
+                    self.account_drops(d);
+                }
+            }
+            return;
+        }
+        self.empty_polls = 0;
+        if let Some(d) = drops {
+            self.account_drops(d);
+        }
+        let mut got = Burst::empty(self.regions.clone(), self.port, self.queue, n);
+        got.take_from(&mut spare, n);
+        self.spare = Some(spare);
+        self.sources.clear();
+        let mut truncated = 0u64;
+        for (i, r) in self.received.iter().enumerate() {
+            got.set_len(i, 0, r.len);
+            truncated += u64::from(r.truncated);
+            self.sources.push(r.from);
+        }
+        if truncated > 0 {
+            let flags: Vec<bool> = self.received.iter().map(|r| r.truncated).collect();
+            got.drop_front_where(n, |i| flags[i]);
+            let mut k = 0;
+            self.sources.retain(|_| {
+                k += 1;
+                !flags[k - 1]
+            });
+            self.counters.drop_packets(DropReason::Malformed, truncated);
+            tracing::warn!(
+                "interface `{}` RX queue {}: {truncated} datagram(s) longer than the {}-byte buffers, dropped (counted as malformed)",
+                self.interface,
+                self.queue,
+                self.regions.get(self.region).buf_size()
+            );
+        }
+        if self.server
+            && let Some(&last) = self.sources.last()
+            && self.learned.store(last)
+        {
+            self.link.connected(SocketAddr::V4(last));
+        }
+        if !got.is_empty() {
+            self.held = self
+                .ingress
+                .steer_datagrams(got, self.queue, &self.sources, self.local);
+        }
+    }
+}
+
+impl RxPort for UdpRx {
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        match self.held.take() {
+            Some(h) => {
+                self.held = self
+                    .ingress
+                    .steer_datagrams(h, self.queue, &self.sources, self.local);
+            }
+            None => self.fill(),
+        }
+        if self.held.is_none() && self.received.is_empty() {
+            self.ingress.idle();
+        }
+        self.receiver.receive(into, max)
+    }
+
+    fn take_boundary(&mut self) -> bool {
+        self.receiver.take_boundary()
+    }
+}
+
+/// Where a TX queue's datagrams go.
+enum Destination {
+    /// The client socket's connected peer.
+    Connected,
+    /// `remote_addr` of a server.
+    Fixed(SocketAddrV4),
+    /// The peer the lane last heard from.
+    Learned(Arc<LearnedPeer>),
+}
+
+/// A TX queue: `sendmmsg` on its lane's socket, equal-sized runs as GSO sends.
+struct UdpTx {
+    socket: Arc<UdpSocket>,
+    to: Destination,
+    gso: bool,
+    link: Arc<Link>,
+    counters: Arc<QueueCounters>,
+    interface: String,
+}
+
+/// A run of packets sent as one message.
+struct Run {
+    first: usize,
+    packets: usize,
+    slices: (usize, usize),
+    /// Length of the run's first packet: the GSO segment size.
+    segment: usize,
+    /// Packets as long as the first may still join (a shorter one ends the run).
+    open: bool,
+}
+
+impl UdpTx {
+    /// Groups packets into messages: with GSO, runs of equal length (the last may be
+    /// shorter) within the kernel's limits; without, one packet per message.
+    fn runs<'b>(&self, burst: &'b Burst, slices: &mut Vec<IoSlice<'b>>) -> Vec<Run> {
+        let mut runs: Vec<Run> = Vec::new();
+        for i in 0..burst.len() {
+            let len = burst.packets()[i].len();
+            let start = slices.len();
+            for seg in 0..burst.packets()[i].segments().len() {
+                if let Some(d) = burst.data(i, seg) {
+                    slices.push(IoSlice::new(d));
+                }
+            }
+            let end = slices.len();
+            if let Some(r) = runs.last_mut()
+                && self.gso
+                && r.open
+                && len > 0
+                && len <= r.segment
+                && r.packets < GSO_MAX_SEGMENTS
+                && (r.packets + 1) * r.segment <= super::MAX_UDP_PAYLOAD
+            {
+                r.packets += 1;
+                r.slices.1 = end;
+                r.open = len == r.segment;
+                continue;
+            }
+            runs.push(Run {
+                first: i,
+                packets: 1,
+                slices: (start, end),
+                segment: len,
+                open: len > 0,
+            });
+        }
+        runs
+    }
+}
+
+impl TxPort for UdpTx {
+    fn transmit(&mut self, mut burst: Burst) -> Option<Burst> {
+        let to = match &self.to {
+            Destination::Connected => None,
+            Destination::Fixed(a) => Some(*a),
+            Destination::Learned(p) => match p.load() {
+                Some(a) => Some(a),
+                // Nobody to answer yet: hold (the application sees the link down).
+                None => return Some(burst),
+            },
+        };
+        let too_large = burst
+            .packets()
+            .iter()
+            .filter(|p| p.len() > super::MAX_UDP_PAYLOAD)
+            .count();
+        if too_large > 0 {
+            let over: Vec<bool> = burst
+                .packets()
+                .iter()
+                .map(|p| p.len() > super::MAX_UDP_PAYLOAD)
+                .collect();
+            let n = burst.len();
+            burst.drop_front_where(n, |i| over[i]);
+            if burst.is_empty() {
+                self.counters
+                    .drop_packets(DropReason::Malformed, too_large as u64);
+                return None;
+            }
+        }
+        let mut slices = Vec::with_capacity(burst.len());
+        let runs = self.runs(&burst, &mut slices);
+        let mut sent_packets = 0usize;
+        let mut failed = None;
+        let mut k = 0;
+        while k < runs.len() {
+            let chunk = &runs[k..runs.len().min(k + sys::MAX_MESSAGES)];
+            let messages: Vec<Outgoing> = chunk
+                .iter()
+                .map(|r| Outgoing {
+                    slices: &slices[r.slices.0..r.slices.1],
+                    segment: (r.packets > 1).then_some(r.segment as u16),
+                })
+                .collect();
+            match sys::send_datagrams(&self.socket, &messages, to) {
+                Ok(0) => break,
+                Ok(m) => {
+                    sent_packets = chunk[m - 1].first + chunk[m - 1].packets;
+                    k += m;
+                    if m < chunk.len() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        drop(slices);
+        if let Some(e) = failed {
+            let gso_refused =
+                matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) && runs[k].packets > 1;
+            if gso_refused && self.gso {
+                tracing::warn!(
+                    "interface `{}`: the kernel refused UDP GSO ({e}); sending one datagram per call from now on",
+                    self.interface
+                );
+                self.gso = false;
+            } else if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                // The peer's port answered "unreachable" to an earlier datagram; the
+                // kernel reports it once, on this call, and sent nothing.
+                let peer = match &self.to {
+                    Destination::Connected => self.socket.peer_addr().ok(),
+                    Destination::Fixed(a) => Some(SocketAddr::V4(*a)),
+                    Destination::Learned(p) => p.load().map(SocketAddr::V4),
+                };
+                self.link.failed(format!(
+                    "the peer {} refused datagrams: nothing listens there (ICMP port unreachable)",
+                    peer.map_or("?".into(), |p| format!("udp://{p}"))
+                ));
+            } else {
+                // The packets of the failing message cannot go: count and drop them.
+                let r = &runs[k];
+                self.counters
+                    .drop_packets(DropReason::Malformed, r.packets as u64);
+                self.link.failed(format!("send: {e}"));
+                tracing::warn!(
+                    "interface `{}`: {} datagram(s) dropped: {e}",
+                    self.interface,
+                    r.packets
+                );
+                sent_packets = r.first + r.packets;
+            }
+        }
+        if too_large > 0 {
+            self.counters
+                .drop_packets(DropReason::Malformed, too_large as u64);
+            tracing::warn!(
+                "interface `{}`: {too_large} packet(s) above the {}-byte UDP payload limit, dropped (counted as malformed)",
+                self.interface,
+                super::MAX_UDP_PAYLOAD
+            );
+        }
+        if sent_packets >= burst.len() {
+            return None;
+        }
+        burst.hand_over_front(sent_packets, |_| false);
+        Some(burst)
+    }
+}
