@@ -23,7 +23,8 @@ pub enum DropReason {
     GpuCopy,
     /// Dropped on purpose by a `fault_injection` rule.
     Injected,
-    /// Queued for a connection that ended before they were sent (kernel TCP).
+    /// Queued for a connection that ended before they were sent (kernel TCP; the TX
+    /// worker took them off the queue, so they also count as sent).
     Disconnected,
 }
 

@@ -554,8 +554,6 @@ fn run_side(
                 }
             };
             progressed = true;
-            last_rx = now;
-            first_rx.get_or_insert(now);
             for i in 0..burst.len() {
                 let Some(m) = burst.data(i, 0) else {
                     bad.push("data arrived in memory the CPU cannot read".into());
@@ -592,6 +590,8 @@ fn run_side(
                     }
                     st.next = seq + 1;
                     st.received += 1;
+                    last_rx = now;
+                    first_rx.get_or_insert(now);
                     r.messages_received += 1;
                     r.bytes_received += m.len() as u64;
                 } else {
@@ -605,6 +605,8 @@ fn run_side(
                     }
                     st.offset += m.len() as u64;
                     r.bytes_received += m.len() as u64;
+                    last_rx = now;
+                    first_rx.get_or_insert(now);
                 }
             }
         }

@@ -47,6 +47,9 @@ struct QueueSetup {
     id: u16,
     region: RegionId,
     batch: usize,
+    /// RX without `timeout_us`: a burst closes as soon as the socket has nothing more
+    /// (else the last packets of a stream would wait for a full batch).
+    close_when_drained: bool,
 }
 
 enum Interface {
@@ -241,6 +244,7 @@ fn queue_setups(
             id: q.id,
             region,
             batch: q.batch.max(1),
+            close_when_drained: q.timeout_us == 0,
         });
     }
     Ok(out)

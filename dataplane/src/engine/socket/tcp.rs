@@ -217,6 +217,8 @@ impl TcpInterface {
             batch: q.batch.min(MAX_SLICES),
             spare: None,
             counters,
+            close_when_drained: q.close_when_drained,
+            drained: false,
         }))
     }
 
@@ -408,10 +410,25 @@ struct TcpRx {
     batch: usize,
     spare: Option<Burst>,
     counters: Arc<QueueCounters>,
+    close_when_drained: bool,
+    /// The last read found nothing.
+    drained: bool,
 }
 
 impl RxPort for TcpRx {
     fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        let moved = self.read(into, max);
+        self.drained = self.close_when_drained && moved == 0;
+        moved
+    }
+
+    fn take_boundary(&mut self) -> bool {
+        std::mem::take(&mut self.drained)
+    }
+}
+
+impl TcpRx {
+    fn read(&mut self, into: &mut Burst, max: usize) -> usize {
         let _ = &self.counters;
         let Some(conn) = self.view.current() else {
             return 0;
@@ -574,7 +591,11 @@ impl TxPort for TcpTx {
             }
         }
         if self.view.current().is_none() {
-            return Some(burst);
+            // Queued for a connection that ended (sends are refused while the link is
+            // down): the next connection starts a clean stream.
+            self.counters
+                .drop_packets(DropReason::Disconnected, burst.len() as u64);
+            return None;
         }
         self.pending = Some(Pending {
             burst,

@@ -230,6 +230,8 @@ impl UdpInterface {
             drops_seen: 0,
             empty_polls: 0,
             interface: self.name.clone(),
+            close_when_drained: q.close_when_drained,
+            drained: false,
         }))
     }
 
@@ -293,6 +295,9 @@ struct UdpRx {
     drops_seen: u32,
     empty_polls: u32,
     interface: String,
+    close_when_drained: bool,
+    /// The last receive found the socket and the wire empty.
+    drained: bool,
 }
 
 impl UdpRx {
@@ -329,8 +334,14 @@ impl UdpRx {
         let drops = match result {
             Ok(d) => d,
             Err(e) => {
+                // A connected socket's pending "port unreachable" comes out of whichever
+                // call runs first, the receive or the send.
                 self.link
-                    .failed(format!("receive on {}: {e}", udp_uri(self.local)));
+                    .failed(if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                        refused(self.socket.peer_addr().ok())
+                    } else {
+                        format!("receive on {}: {e}", udp_uri(self.local))
+                    });
                 self.spare = Some(spare);
                 return;
             }
@@ -401,15 +412,26 @@ impl RxPort for UdpRx {
             }
             None => self.fill(),
         }
-        if self.held.is_none() && self.received.is_empty() {
+        let idle = self.held.is_none() && self.received.is_empty();
+        if idle {
             self.ingress.idle();
         }
-        self.receiver.receive(into, max)
+        let moved = self.receiver.receive(into, max);
+        self.drained = self.close_when_drained && idle && moved == 0;
+        moved
     }
 
     fn take_boundary(&mut self) -> bool {
-        self.receiver.take_boundary()
+        self.receiver.take_boundary() | std::mem::take(&mut self.drained)
     }
+}
+
+/// The link error for a peer that answered "port unreachable".
+fn refused(peer: Option<SocketAddr>) -> String {
+    format!(
+        "the peer {} refused datagrams: nothing listens there (ICMP port unreachable)",
+        peer.map_or("?".into(), |p| format!("udp://{p}"))
+    )
 }
 
 /// Where a TX queue's datagrams go.
@@ -559,10 +581,7 @@ impl TxPort for UdpTx {
                     Destination::Fixed(a) => Some(SocketAddr::V4(*a)),
                     Destination::Learned(p) => p.load().map(SocketAddr::V4),
                 };
-                self.link.failed(format!(
-                    "the peer {} refused datagrams: nothing listens there (ICMP port unreachable)",
-                    peer.map_or("?".into(), |p| format!("udp://{p}"))
-                ));
+                self.link.failed(refused(peer));
             } else {
                 // The packets of the failing message cannot go: count and drop them.
                 let r = &runs[k];
