@@ -120,11 +120,15 @@ fn bind(fd: &OwnedFd, at: SocketAddrV4) -> io::Result<()> {
 /// reads back what was granted.
 fn size_buffers(fd: RawFd, receive: usize, send: usize) -> io::Result<BufferSizes> {
     let clamp = |n: usize| n.min(i32::MAX as usize / 2) as libc::c_int;
-    if receive > 0 {
-        set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, clamp(receive))?;
-    }
-    if send > 0 {
-        set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, clamp(send))?;
+    // With CAP_NET_ADMIN the *FORCE options grant the size past net.core.rmem_max /
+    // wmem_max; without, the plain ones get what those limits allow.
+    for (asked, force, plain) in [
+        (receive, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (send, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if asked > 0 && set_int(fd, libc::SOL_SOCKET, force, clamp(asked)).is_err() {
+            set_int(fd, libc::SOL_SOCKET, plain, clamp(asked))?;
+        }
     }
     Ok(BufferSizes {
         receive: get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize,
