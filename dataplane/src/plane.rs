@@ -473,6 +473,9 @@ impl DataPlane {
     /// Plans the configuration, allocates memory, creates the engine and starts one pinned
     /// worker per core. Nothing stays allocated or running when it fails.
     pub fn start(config: &Config) -> Result<Self, StartError> {
+        // Engines that move bytes with the CPU get host staging regions for queues laid
+        // out in GPU memory (or split); a no-op for the others.
+        let config = &crate::plan::staging::with_staging_regions(config);
         let plan = Plan::from_config(config)?;
         check_cores(&plan)?;
         prepare_hugepages(&plan)?;
@@ -568,6 +571,22 @@ impl DataPlane {
                         },
                     );
                     let mut task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
+                    if let (Some(stage), Some(staging)) = (&q.stage, q.staging) {
+                        let stage = crate::stage::RxStage::new(&regions, &[staging], q.batch, stage)
+                            .map_err(|source| StartError::Stage {
+                                interface: q.interface_name.clone(),
+                                queue: q.id,
+                                source,
+                            })?;
+                        tracing::info!(
+                            "interface `{}`: TX queue {} is staged out of GPU memory into `{}` before the {} engine sends it",
+                            q.interface_name,
+                            q.id,
+                            regions.get(staging).name(),
+                            engine.name()
+                        );
+                        task = task.with_stage(stage);
+                    }
                     if let Some(mbps) = q.pacing_mbps {
                         tracing::info!(
                             "interface `{}`: TX queue {} paced in software at {mbps} Mb/s",

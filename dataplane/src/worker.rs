@@ -407,6 +407,11 @@ pub struct TxTask {
     pacer: Option<Pacer>,
     /// `tx_eth_src`: the MAC written into every frame's Ethernet source field.
     eth_src: Option<[u8; 6]>,
+    /// Moves bursts out of GPU memory into a host staging region before the port sends
+    /// them (engines that read packets with the CPU).
+    stage: Option<Box<crate::stage::RxStage>>,
+    /// A burst the stage could not take yet (its staging region had no free buffers).
+    unstaged: Option<Burst>,
 }
 
 impl TxTask {
@@ -423,6 +428,51 @@ impl TxTask {
             in_flight: None,
             pacer: None,
             eth_src: None,
+            stage: None,
+            unstaged: None,
+        }
+    }
+
+    /// Stages every burst (out of GPU memory) before sending it.
+    pub(crate) fn with_stage(mut self, stage: crate::stage::RxStage) -> Self {
+        self.stage = Some(Box::new(stage));
+        self
+    }
+
+    /// The next burst to send: from the ring, or through the stage when there is one.
+    fn next_burst(&mut self) -> Option<Burst> {
+        let Some(stage) = self.stage.as_mut() else {
+            return self.ring.pop().ok();
+        };
+        // Feed the stage while it has room, oldest first.
+        while stage.has_room() {
+            let Some(b) = self.unstaged.take().or_else(|| self.ring.pop().ok()) else {
+                break;
+            };
+            let n = b.len() as u64;
+            match stage.submit(b) {
+                Ok(()) => {}
+                Err(crate::stage::StageError::NoBuffers(b)) => {
+                    self.unstaged = Some(b);
+                    break;
+                }
+                Err(crate::stage::StageError::Failed { packets, reason }) => {
+                    tracing::error!("TX stage: {packets} of {n} packets dropped: {reason}");
+                    self.counters.drop_packets(DropReason::GpuCopy, packets);
+                }
+            }
+        }
+        match stage.completed()? {
+            Ok(b) => Some(b),
+            Err(crate::stage::StageError::Failed { packets, reason }) => {
+                tracing::error!("TX stage: {packets} packets dropped: {reason}");
+                self.counters.drop_packets(DropReason::GpuCopy, packets);
+                None
+            }
+            Err(crate::stage::StageError::NoBuffers(b)) => {
+                self.unstaged = Some(b);
+                None
+            }
         }
     }
 
@@ -452,8 +502,8 @@ impl TxTask {
         };
         let burst = match self.in_flight.take() {
             Some(b) => b,
-            None => match self.ring.pop() {
-                Ok(mut b) => {
+            None => match self.next_burst() {
+                Some(mut b) => {
                     if let Some(mac) = self.eth_src {
                         for i in 0..b.len() {
                             // Validation keeps the first segment of such queues in host memory.
@@ -466,7 +516,7 @@ impl TxTask {
                     }
                     b
                 }
-                Err(_) => {
+                None => {
                     self.port.idle();
                     return false;
                 }

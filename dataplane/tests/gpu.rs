@@ -334,3 +334,37 @@ fn without_a_driver_device_configs_fail_with_a_cuda_message() {
         "names the region: {err}"
     );
 }
+
+/// Kernel sockets over 127.0.0.1 into GPU memory (RX through the stage) and out of it
+/// (TX staged to host): every message verified on the GPU by its digest.
+#[test]
+fn sockets_into_and_out_of_gpu_memory_verified_on_the_gpu() {
+    if !have_gpu() {
+        return;
+    }
+    use dataplane::bench::socket::{self, Mode, SocketBenchOptions};
+    for (name, target) in [
+        ("gpu_socket_udp.yaml", Some(2.0)),
+        ("gpu_socket_tcp.yaml", None),
+    ] {
+        let mut cfg = dataplane::config::load_file(&common::config_path(name))
+            .expect("config")
+            .config;
+        cfg.master_core = 0;
+        let opts = SocketBenchOptions {
+            mode: Mode::Both,
+            seconds: 2.0,
+            target_gbps: target,
+            message_size: None,
+            connect_timeout: std::time::Duration::from_secs(10),
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let r = socket::run(&cfg, &opts, &stop).expect("bench runs");
+        eprint!("{name}:\n{}", r.human());
+        assert!(r.lossless, "{name}");
+        assert!(r.messages_received > 1000, "{name}");
+        let server = r.server.as_ref().unwrap();
+        let client = r.client.as_ref().unwrap();
+        assert_eq!(server.bytes_received, client.bytes_sent, "{name}");
+    }
+}

@@ -485,6 +485,64 @@ fn missing_peers_are_reported() {
     plane.shutdown().unwrap();
 }
 
+/// A UDP server queue with header-data split in host memory: the socket receives into
+/// the queue's staging region and the RX stage splits each datagram into its two regions.
+#[test]
+fn udp_header_data_split_through_the_stage() {
+    let e = Ends::new("udp", 17098);
+    let text = e
+        .yaml(true, true)
+        .replace(
+            "    - {name: CLI,",
+            "    - {name: HDR, kind: host, affinity: 0, num_bufs: 4096, buf_size: 64}\n    - {name: CLI,",
+        )
+        .replace(
+            "{name: server_rx0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [SRV]}",
+            "{name: server_rx0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [HDR, SRV]}",
+        );
+    let c = config::load_str(&text, "hds.yaml").unwrap().config;
+    let mut plane = DataPlane::start(&c).expect("starts");
+    assert!(
+        plane
+            .regions()
+            .iter()
+            .any(|r| r.name() == "server.rx0.staging"),
+        "a staging region for the split queue"
+    );
+    let mut tx = plane.take_tx_queue("client", 0).unwrap();
+    let mut rx = plane.take_rx_queue("server", 0).unwrap();
+    let mut sent = 0u32;
+    while sent < 100 {
+        let mut b = tx.alloc(1).unwrap();
+        let buf = b.buffer_mut(0, 0).unwrap();
+        for (k, x) in buf[..1000].iter_mut().enumerate() {
+            *x = (k as u32 + sent) as u8;
+        }
+        b.set_len(0, 0, 1000);
+        if tx.send(b).is_ok() {
+            sent += 1;
+        }
+    }
+    let mut got = 0u32;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got < 100 && Instant::now() < deadline {
+        if let Some(b) = rx.poll().unwrap() {
+            for i in 0..b.len() {
+                let (h, p) = (b.data(i, 0).unwrap(), b.data(i, 1).unwrap());
+                assert_eq!((h.len(), p.len()), (64, 936));
+                let first = h[0];
+                let whole: Vec<u8> = h.iter().chain(p).copied().collect();
+                for (k, &x) in whole.iter().enumerate() {
+                    assert_eq!(x, (k as u8).wrapping_add(first), "byte {k}");
+                }
+                got += 1;
+            }
+        }
+    }
+    assert_eq!(got, 100);
+    plane.shutdown().unwrap();
+}
+
 #[test]
 fn oversized_payload_setting_is_refused() {
     let text = Ends::new("udp", 17095)

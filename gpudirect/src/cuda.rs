@@ -51,6 +51,18 @@ pub unsafe fn read_device(ordinal: u32, addr: u64, out: &mut [u8]) -> Result<(),
     unsafe { result::memcpy_dtoh_sync(out, addr) }.map_err(driver("cuMemcpyDtoH"))
 }
 
+/// Copies `data` from the host to device address `addr` on GPU `ordinal` (synchronous; for
+/// benches and tests, not the packet path).
+///
+/// # Safety
+/// `addr..addr + data.len()` must be device memory the caller may write.
+pub unsafe fn write_device(ordinal: u32, addr: u64, data: &[u8]) -> Result<(), GpuError> {
+    let ctx = context(ordinal)?;
+    ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+    // SAFETY: the caller's promise (above).
+    unsafe { result::memcpy_htod_sync(addr, data) }.map_err(driver("cuMemcpyHtoD"))
+}
+
 /// Device memory, 64 KiB aligned, with `SYNC_MEMOPS` set so that DMA from a NIC and CUDA
 /// copies are ordered.
 #[derive(Debug)]

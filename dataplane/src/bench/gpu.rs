@@ -321,3 +321,78 @@ impl GpuReport {
         s
     }
 }
+
+/// Digests of packets in GPU memory, computed by the GPU where the bytes lie: for segment
+/// 0 of each packet, the sum of its big-endian 16-bit words and its first `head` and last
+/// `tail` bytes. A checker compares them with the same digests of the bytes it expects.
+#[derive(Default)]
+pub(crate) struct DeviceDigest {
+    gpu: Option<gpudirect::Gpu>,
+    /// Per packet: the word sum.
+    pub(crate) sums: Vec<u64>,
+    /// Per packet: `head + tail` bytes.
+    pub(crate) digests: Vec<u8>,
+}
+
+impl DeviceDigest {
+    /// Digests segment 0 of every packet of `burst`, which must be in GPU memory.
+    pub(crate) fn run(
+        &mut self,
+        burst: &Burst,
+        head: u32,
+        tail: u32,
+    ) -> Result<(), gpudirect::GpuError> {
+        let Some(first) = burst.packets().first() else {
+            return Ok(());
+        };
+        let ordinal = burst.regions().get(first.segments()[0].region).affinity();
+        if self.gpu.is_none() {
+            self.gpu = Some(gpudirect::Gpu::new(ordinal)?);
+        }
+        let gpu = self.gpu.as_mut().expect("just set");
+        let per = (head + tail) as usize;
+        let n = burst.len();
+        let packets: Vec<(u64, u32)> = (0..n)
+            .map(|i| (burst.segment_addr(i, 0), burst.packets()[i].segments()[0].len))
+            .collect();
+        self.sums.resize(n, 0);
+        self.digests.resize(n * per, 0);
+        for (k, chunk) in packets.chunks(gpudirect::kernels::MAX_ITEMS).enumerate() {
+            let at = k * gpudirect::kernels::MAX_ITEMS;
+            // SAFETY: the segments belong to `burst`, which lives across the call.
+            unsafe {
+                gpu.frame_digest(
+                    chunk,
+                    0,
+                    (head, tail),
+                    &mut self.sums[at..],
+                    &mut self.digests[at * per..],
+                )
+            }?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `data` into segment 0 of packet `i` of `burst`, which lies in GPU memory, and
+/// sets its length.
+pub(crate) fn write_packet(
+    burst: &mut Burst,
+    i: usize,
+    data: &[u8],
+) -> Result<(), gpudirect::GpuError> {
+    let region = burst.regions().get(burst.packets()[i].segments()[0].region);
+    if data.len() > region.buf_size() {
+        return Err(gpudirect::GpuError::Unsupported(format!(
+            "{} bytes do not fit a {}-byte buffer",
+            data.len(),
+            region.buf_size()
+        )));
+    }
+    let ordinal = region.affinity();
+    // SAFETY: the burst owns the buffer (taken from its pool), which holds buf_size bytes
+    // of device memory.
+    unsafe { gpudirect::write_device(ordinal, burst.segment_addr(i, 0), data) }?;
+    burst.set_len(i, 0, data.len());
+    Ok(())
+}

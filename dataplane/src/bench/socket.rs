@@ -416,6 +416,102 @@ struct Sender {
     ends_sent: u32,
 }
 
+/// Bytes of the digest a GPU check compares: the tail.
+const TAIL: usize = 8;
+
+/// A received message as the checker sees it: its bytes (host memory), or the GPU's
+/// digest of them (GPU memory).
+enum Seen<'a> {
+    Bytes(&'a [u8]),
+    Digest {
+        len: usize,
+        sum: u64,
+        head: [u8; HEADER],
+        tail: [u8; TAIL],
+    },
+}
+
+impl Seen<'_> {
+    /// The first (up to) 16 bytes.
+    fn head(&self) -> [u8; HEADER] {
+        match self {
+            Seen::Bytes(m) => {
+                let mut h = [0u8; HEADER];
+                let n = m.len().min(HEADER);
+                h[..n].copy_from_slice(&m[..n]);
+                h
+            }
+            Seen::Digest { head, .. } => *head,
+        }
+    }
+
+    /// The bytes, or their digest, match `expected` (or its digest).
+    fn matches(&self, expected: &[u8]) -> bool {
+        match self {
+            Seen::Bytes(m) => *m == expected,
+            Seen::Digest {
+                len,
+                sum,
+                head,
+                tail,
+            } => {
+                let n = *len;
+                n == expected.len()
+                    && *sum == super::traffic::word_sum(expected)
+                    && head[..n.min(HEADER)] == expected[..n.min(HEADER)]
+                    && (n < HEADER + TAIL || tail[..] == expected[n - TAIL..])
+            }
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+type Digest = super::gpu::DeviceDigest;
+/// Without CUDA no message lands in GPU memory.
+#[cfg(not(feature = "cuda"))]
+#[derive(Default)]
+struct Digest;
+
+#[cfg(feature = "cuda")]
+fn gpu_digest(d: &mut Digest, b: &Burst) -> Result<(), gpudirect::GpuError> {
+    d.run(b, HEADER as u32, TAIL as u32)
+}
+#[cfg(not(feature = "cuda"))]
+fn gpu_digest(_: &mut Digest, _: &Burst) -> Result<(), String> {
+    Err("this build has no CUDA support".into())
+}
+
+#[cfg(feature = "cuda")]
+fn digest_sum(d: &Digest, i: usize) -> u64 {
+    d.sums[i]
+}
+#[cfg(not(feature = "cuda"))]
+fn digest_sum(_: &Digest, _: usize) -> u64 {
+    0
+}
+
+/// `N` digest bytes of packet `i` from `at` (head at 0, tail after it).
+#[cfg(feature = "cuda")]
+fn digest_bytes<const N: usize>(d: &Digest, i: usize, at: usize) -> [u8; N] {
+    let per = HEADER + TAIL;
+    d.digests[i * per + at..i * per + at + N]
+        .try_into()
+        .expect("N bytes")
+}
+#[cfg(not(feature = "cuda"))]
+fn digest_bytes<const N: usize>(_: &Digest, _: usize, _: usize) -> [u8; N] {
+    [0; N]
+}
+
+#[cfg(feature = "cuda")]
+fn write_gpu_packet(b: &mut Burst, i: usize, data: &[u8]) -> Result<(), gpudirect::GpuError> {
+    super::gpu::write_packet(b, i, data)
+}
+#[cfg(not(feature = "cuda"))]
+fn write_gpu_packet(_: &mut Burst, _: usize, _: &[u8]) -> Result<(), String> {
+    Err("this build has no CUDA support".into())
+}
+
 /// Runs one side to the end.
 #[allow(clippy::too_many_arguments)]
 fn run_side(
@@ -453,6 +549,9 @@ fn run_side(
     let give_up =
         start + connect_timeout + Duration::from_secs_f64(seconds) + Duration::from_secs(30);
     let mut waiting_since = start;
+    // Expected bytes of a message checked by digest, and written into GPU memory.
+    let mut scratch: Vec<u8> = Vec::new();
+    let mut digest = Digest::default();
     let mut last_wait_error = String::new();
     loop {
         let now = Instant::now();
@@ -470,22 +569,27 @@ fn run_side(
                         None => match txq.alloc(batch) {
                             Ok(mut b) => {
                                 for i in 0..b.len() {
-                                    let buf = b.buffer_mut(i, 0).expect("host memory");
-                                    if udp {
-                                        fill_udp(
-                                            &mut buf[..size],
-                                            s.stream,
-                                            s.seq + i as u64,
-                                            KIND_DATA,
-                                        );
-                                    } else {
-                                        fill_stream(
-                                            &mut buf[..size],
-                                            TCP_KEY,
-                                            s.offset + (i * size) as u64,
-                                        );
+                                    let (seq, offset) = (s.seq + i as u64, s.offset + (i * size) as u64);
+                                    let fill = |buf: &mut [u8]| {
+                                        if udp {
+                                            fill_udp(buf, s.stream, seq, KIND_DATA);
+                                        } else {
+                                            fill_stream(buf, TCP_KEY, offset);
+                                        }
+                                    };
+                                    match b.buffer_mut(i, 0) {
+                                        Some(buf) => {
+                                            fill(&mut buf[..size]);
+                                            b.set_len(i, 0, size);
+                                        }
+                                        None => {
+                                            scratch.resize(size, 0);
+                                            fill(&mut scratch[..]);
+                                            if let Err(e) = write_gpu_packet(&mut b, i, &scratch) {
+                                                bad.push(format!("writing a message into GPU memory: {e}"));
+                                            }
+                                        }
                                     }
-                                    b.set_len(i, 0, size);
                                 }
                                 s.seq += b.len() as u64;
                                 s.offset += (b.len() * size) as u64;
@@ -554,60 +658,81 @@ fn run_side(
                 }
             };
             progressed = true;
+            let on_gpu = burst.packets().first().is_some_and(|p| {
+                !burst.regions().get(p.segments()[0].region).host_accessible()
+            });
+            if on_gpu && let Err(e) = gpu_digest(&mut digest, &burst) {
+                bad.push(format!("GPU check: {e}"));
+                continue;
+            }
             for i in 0..burst.len() {
-                let Some(m) = burst.data(i, 0) else {
-                    bad.push("data arrived in memory the CPU cannot read".into());
-                    continue;
+                let len = burst.packets()[i].len();
+                let view = if on_gpu {
+                    Seen::Digest {
+                        len,
+                        sum: digest_sum(&digest, i),
+                        head: digest_bytes(&digest, i, 0),
+                        tail: digest_bytes(&digest, i, HEADER),
+                    }
+                } else {
+                    Seen::Bytes(burst.data(i, 0).expect("host memory"))
                 };
                 if udp {
-                    if m.len() < HEADER {
-                        bad.push(format!(
-                            "a {}-byte datagram, shorter than the header",
-                            m.len()
-                        ));
+                    if len < HEADER {
+                        bad.push(format!("a {len}-byte datagram, shorter than the header"));
                         continue;
                     }
-                    let seq = u64::from_le_bytes(m[..8].try_into().expect("8"));
-                    let stream = u32::from_le_bytes(m[8..12].try_into().expect("4"));
-                    let kind = u32::from_le_bytes(m[12..16].try_into().expect("4"));
+                    let head = view.head();
+                    let seq = u64::from_le_bytes(head[..8].try_into().expect("8"));
+                    let stream = u32::from_le_bytes(head[8..12].try_into().expect("4"));
+                    let kind = u32::from_le_bytes(head[12..16].try_into().expect("4"));
                     let st = rx_streams.entry((0, stream)).or_default();
                     if kind == KIND_END {
                         st.total = Some(seq);
                         continue;
                     }
-                    if m.len() != size || !check_udp_body(m, stream, seq) {
-                        bad.push(format!(
-                            "stream {stream} message {seq} corrupt ({} bytes)",
-                            m.len()
-                        ));
+                    let intact = len == size
+                        && match &view {
+                            Seen::Bytes(m) => check_udp_body(m, stream, seq),
+                            Seen::Digest { .. } => {
+                                scratch.resize(size, 0);
+                                fill_udp(&mut scratch, stream, seq, KIND_DATA);
+                                view.matches(&scratch)
+                            }
+                        };
+                    if !intact {
+                        bad.push(format!("stream {stream} message {seq} corrupt ({len} bytes)"));
                         continue;
                     }
                     if seq < st.next {
-                        bad.push(format!(
-                            "stream {stream} message {seq} duplicated or reordered"
-                        ));
+                        bad.push(format!("stream {stream} message {seq} duplicated or reordered"));
                         continue;
                     }
                     st.next = seq + 1;
                     st.received += 1;
-                    last_rx = now;
-                    first_rx.get_or_insert(now);
                     r.messages_received += 1;
-                    r.bytes_received += m.len() as u64;
                 } else {
                     let st = rx_streams.entry((k, k as u32)).or_default();
-                    if !check_stream(m, TCP_KEY, st.offset) {
+                    let intact = match &view {
+                        Seen::Bytes(m) => check_stream(m, TCP_KEY, st.offset),
+                        Seen::Digest { .. } => {
+                            scratch.resize(len, 0);
+                            fill_stream(&mut scratch, TCP_KEY, st.offset);
+                            view.matches(&scratch)
+                        }
+                    };
+                    if !intact {
                         bad.push(format!(
                             "stream {k}: bytes {}..{} corrupt",
                             st.offset,
-                            st.offset + m.len() as u64
+                            st.offset + len as u64
                         ));
                     }
-                    st.offset += m.len() as u64;
-                    r.bytes_received += m.len() as u64;
-                    last_rx = now;
-                    first_rx.get_or_insert(now);
+                    st.offset += len as u64;
                 }
+                r.bytes_received += len as u64;
+                last_rx = now;
+                first_rx.get_or_insert(now);
             }
         }
         let senders_done = tx_done_at.is_some() || !send;

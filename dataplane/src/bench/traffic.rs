@@ -64,6 +64,12 @@ pub fn shift_sum(sum: u64) -> u64 {
     u64::from(fold(sum).swap_bytes())
 }
 
+/// The plain sum of the big-endian 16-bit words of `data` (an odd last byte counts as a
+/// high byte), as the GPU's `frame_digest` kernel computes it.
+pub fn word_sum(data: &[u8]) -> u64 {
+    sum16(data, false)
+}
+
 /// Internet checksum of `data`.
 pub fn checksum(data: &[u8]) -> u16 {
     !fold(sum16(data, false))

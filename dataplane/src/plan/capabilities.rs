@@ -37,6 +37,10 @@ pub struct Capabilities {
     pub connections: bool,
     /// What an RX worker does when the application's ring is full.
     pub rx_overflow: Overflow,
+    /// The engine reads and writes packet bytes with the CPU from one host buffer per
+    /// packet (kernel sockets): queues laid out elsewhere go through a host staging
+    /// region ([`super::staging`]).
+    pub moves_bytes_with_cpu: bool,
 }
 
 impl Capabilities {
@@ -49,6 +53,7 @@ impl Capabilities {
         tx_buffers_reach_rx: true,
         connections: false,
         rx_overflow: Overflow::Backpressure,
+        moves_bytes_with_cpu: false,
     };
 
     /// DPDK poll-mode drivers.
@@ -62,6 +67,7 @@ impl Capabilities {
         // Holding a full burst stops polling the queue, so packets wait in the device's
         // ring; a NIC then counts what it cannot hold itself.
         rx_overflow: Overflow::Backpressure,
+        moves_bytes_with_cpu: false,
     };
 
     /// RDMA connections (`roce://`): every message lands in a registered region buffer.
@@ -73,6 +79,7 @@ impl Capabilities {
         tx_buffers_reach_rx: false,
         connections: true,
         rx_overflow: Overflow::Backpressure,
+        moves_bytes_with_cpu: false,
     };
 
     /// Kernel UDP/TCP sockets: datagrams and stream reads land in region buffers; a full
@@ -86,6 +93,7 @@ impl Capabilities {
         tx_buffers_reach_rx: false,
         connections: false,
         rx_overflow: Overflow::Backpressure,
+        moves_bytes_with_cpu: true,
     };
 
     /// Engines in the schema that no engine of this project runs yet.
@@ -97,6 +105,7 @@ impl Capabilities {
         tx_buffers_reach_rx: false,
         connections: false,
         rx_overflow: Overflow::Drop,
+        moves_bytes_with_cpu: false,
     };
 
     /// The capabilities of `engine`.

@@ -11,6 +11,7 @@
 pub mod capabilities;
 pub mod dpdk;
 pub mod rdma;
+pub mod staging;
 
 pub use capabilities::{Capabilities, Overflow};
 
@@ -170,8 +171,13 @@ pub struct QueuePlan {
     pub batch: usize,
     /// RX: deliver a partial burst this long after its first packet (0: never).
     pub timeout_us: u64,
-    /// RX: the stage, when bursts arrive outside the queue's layout.
+    /// The stage, when the engine's bursts are outside the queue's layout: RX, it moves
+    /// received bursts into the layout; TX (engines that move bytes with the CPU), it
+    /// moves the application's bursts out of GPU memory into `staging` before sending.
     pub stage: Option<StagePlan>,
+    /// The host region the engine receives into or sends from instead of the layout
+    /// (engines that move bytes with the CPU, see [`staging`]).
+    pub staging: Option<RegionId>,
     /// RX: the reorders on this queue.
     pub reorders: Vec<ReorderPlan>,
     /// TX: the source MAC offload.
@@ -670,8 +676,31 @@ fn queues(
                             (true, false) => EthSrc::Stamp,
                             (true, true) => EthSrc::HeadersOnGpu,
                         };
-                        (None, Vec::new(), eth_src)
+                        let stage = capabilities
+                            .moves_bytes_with_cpu
+                            .then(|| {
+                                segments
+                                    .first()
+                                    .filter(|&&r| kind_of(r) == MemoryKind::Device)
+                            })
+                            .flatten()
+                            .map(|&r| StagePlan {
+                                split_header_bytes: None,
+                                gpu: Some(regions[r as usize].affinity),
+                                mode: config.gpu_stage,
+                            });
+                        (stage, Vec::new(), eth_src)
                     }
+                };
+                let staging = if capabilities.moves_bytes_with_cpu && stage.is_some() {
+                    let name = staging::staging_name(&iface.name, dir, q.id);
+                    Some(region_id(&name).ok_or_else(|| {
+                        bad(format!(
+                            "needs its staging region `{name}` (made by plan::staging::with_staging_regions)"
+                        ))
+                    })?)
+                } else {
+                    None
                 };
                 out.push(QueuePlan {
                     interface: i,
@@ -688,6 +717,7 @@ fn queues(
                         0
                     },
                     stage,
+                    staging,
                     reorders,
                     eth_src,
                     pacing_mbps: (dir == Direction::Tx && q.pacing_mbps > 0)

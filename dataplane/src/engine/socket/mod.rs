@@ -109,8 +109,9 @@ impl SocketEngine {
                     interface: iface.name.clone(),
                     reason: "a socket stream interface needs socket_config".into(),
                 })?;
-            let rx = queue_setups(iface, plan, i, Direction::Rx, regions)?;
-            let tx = queue_setups(iface, plan, i, Direction::Tx, regions)?;
+            let tcp = socket.transport == Transport::Tcp;
+            let rx = queue_setups(tcp, iface, plan, i, Direction::Rx, regions)?;
+            let tx = queue_setups(tcp, iface, plan, i, Direction::Tx, regions)?;
             let limit = |q: &QueueSetup| regions.get(q.region).buf_size();
             if let Some(q) = rx
                 .iter()
@@ -204,6 +205,7 @@ impl SocketEngine {
 
 /// The planned queues of one direction of interface `index`, in configuration order.
 fn queue_setups(
+    tcp: bool,
     iface: &InterfaceConfig,
     plan: &Plan,
     index: usize,
@@ -223,22 +225,39 @@ fn queue_setups(
             queue: q.id,
             reason,
         };
-        let Some(&region) = q.segments.first() else {
-            return Err(bad(
-                "needs memory_regions: the socket engine receives and sends from region buffers"
-                    .into(),
-            ));
+        // Queues laid out elsewhere (GPU memory, header-data split) move bytes through
+        // their staging region; the worker's stage does the rest.
+        let Some(region) = q.staging.or(q.segments.first().copied()) else {
+            return Err(bad("needs memory_regions: the socket engine receives and sends from region buffers".into()));
         };
-        if q.stage.is_some() || q.segments.len() > 1 || !regions.get(region).host_accessible() {
+        if q.staging.is_none() && q.segments.len() > 1 && (tcp || direction == Direction::Rx) {
+            return Err(bad("TCP sends each packet from one buffer; a TX queue with several segments is not supported on tcp:// interfaces".into()));
+        }
+        if !regions.get(region).host_accessible() {
             return Err(bad(format!(
-                "the socket engine reads and writes packets with the CPU from one host-memory region; region `{}` of this queue is {} (GPU memory and header-data split on sockets go through the RX stage, which the socket engine does not use yet)",
-                regions.get(region).name(),
-                if regions.get(region).host_accessible() {
-                    "one of several segments"
-                } else {
-                    "GPU memory"
-                }
+                "the socket engine moves bytes with the CPU, but region `{}` is GPU memory and the queue has no staging region",
+                regions.get(region).name()
             )));
+        }
+        match (direction, q.staging) {
+            (Direction::Rx, Some(r)) => tracing::info!(
+                "interface `{}`: RX queue {} receives into `{}`; the RX stage moves packets into {}",
+                iface.name,
+                q.id,
+                regions.get(r).name(),
+                q.segments
+                    .iter()
+                    .map(|&s| format!("`{}`", regions.get(s).name()))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            ),
+            (Direction::Rx, None) => tracing::info!(
+                "interface `{}`: RX queue {} receives straight into `{}`",
+                iface.name,
+                q.id,
+                regions.get(region).name()
+            ),
+            _ => {}
         }
         out.push(QueueSetup {
             id: q.id,

@@ -1,0 +1,66 @@
+//! Host staging regions for engines that move packet bytes with the CPU (kernel sockets):
+//! a queue whose layout is elsewhere (GPU memory, header-data split) gets a host region
+//! of its own that the engine receives into or sends from, and the worker's stage moves
+//! packets between it and the queue's layout.
+
+use crate::config::{Config, Direction, MemoryKind, MemoryRegionConfig};
+
+/// Name of the staging region of a queue.
+pub fn staging_name(interface: &str, direction: Direction, queue: u16) -> String {
+    format!("{interface}.{}{queue}.staging", direction.name())
+}
+
+/// Staging buffers per queue: bursts in flight through the stage, with room to spare.
+fn staging_buffers(batch: usize) -> usize {
+    (batch * 16).max(1024)
+}
+
+/// `config` with a staging region for every queue that needs one on an engine that moves
+/// bytes with the CPU: RX queues with a `device` region or two segments, TX queues whose
+/// first region is `device`. Pinned host memory when GPU memory is involved (the copies
+/// then go by DMA), plain host memory otherwise.
+pub fn with_staging_regions(config: &Config) -> Config {
+    let mut c = config.clone();
+    if !super::Capabilities::of(config.engine).moves_bytes_with_cpu {
+        return c;
+    }
+    let kind_of = |name: &String| config.memory_region(name).map(|m| (m.kind, m));
+    for iface in &config.interfaces {
+        for (direction, queues) in [
+            (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
+            (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
+        ] {
+            for q in queues.into_iter().flatten() {
+                let regions: Vec<_> = q.memory_regions.iter().filter_map(kind_of).collect();
+                let on_gpu: Vec<_> = regions
+                    .iter()
+                    .filter(|(k, _)| *k == MemoryKind::Device)
+                    .collect();
+                let needs = match direction {
+                    Direction::Rx => !on_gpu.is_empty() || regions.len() == 2,
+                    Direction::Tx => regions.first().is_some_and(|(k, _)| *k == MemoryKind::Device),
+                };
+                if !needs {
+                    continue;
+                }
+                let buf_size = match direction {
+                    Direction::Rx => regions.iter().map(|(_, m)| m.buf_size).sum(),
+                    Direction::Tx => regions[0].1.buf_size,
+                };
+                let (kind, affinity) = match on_gpu.first() {
+                    Some((_, m)) => (MemoryKind::HostPinned, m.affinity),
+                    None => (MemoryKind::Host, regions[0].1.affinity),
+                };
+                let mut m = MemoryRegionConfig::new(
+                    &staging_name(&iface.name, direction, q.id),
+                    kind,
+                    staging_buffers(q.batch_size as usize),
+                    buf_size,
+                );
+                m.affinity = affinity;
+                c.memory_regions.push(m);
+            }
+        }
+    }
+    c
+}
