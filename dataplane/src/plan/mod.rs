@@ -264,6 +264,9 @@ pub struct Plan {
 impl Plan {
     /// Plans `config` (which passed validation). Pure: it reads nothing but `config`.
     pub fn from_config(config: &Config) -> Result<Self, PlanError> {
+        // The staging regions are part of the plan (and of the plane's region set, which
+        // `DataPlane::start` allocates from the same function's output).
+        let config = &staging::with_staging_regions(config);
         let capabilities = Capabilities::of(config.engine);
         let lending = if capabilities.receives_into_lent_regions {
             let decided = dpdk::lending(config);

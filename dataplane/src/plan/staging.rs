@@ -17,7 +17,8 @@ fn staging_buffers(batch: usize) -> usize {
 
 /// `config` with a staging region for every queue that needs one on an engine that moves
 /// bytes with the CPU: RX queues with a `device` region or two segments, TX queues whose
-/// first region is `device`. Pinned host memory when GPU memory is involved (the copies
+/// first region is `device`. Regions already there are kept (so applying it twice is the
+/// same as once). Pinned host memory when GPU memory is involved (the copies
 /// then go by DMA), plain host memory otherwise.
 pub fn with_staging_regions(config: &Config) -> Config {
     let mut c = config.clone();
@@ -51,8 +52,12 @@ pub fn with_staging_regions(config: &Config) -> Config {
                     Some((_, m)) => (MemoryKind::HostPinned, m.affinity),
                     None => (MemoryKind::Host, regions[0].1.affinity),
                 };
+                let name = staging_name(&iface.name, direction, q.id);
+                if c.memory_region(&name).is_some() {
+                    continue;
+                }
                 let mut m = MemoryRegionConfig::new(
-                    &staging_name(&iface.name, direction, q.id),
+                    &name,
                     kind,
                     staging_buffers(q.batch_size as usize),
                     buf_size,
