@@ -282,7 +282,7 @@ fn stream_byte(stream: u64, o: u64) -> u8 {
 /// Fills `buf` with stream bytes from offset `o`.
 fn fill_stream(buf: &mut [u8], stream: u64, mut o: u64) {
     let mut at = 0;
-    while at < buf.len() && o % 8 != 0 {
+    while at < buf.len() && !o.is_multiple_of(8) {
         buf[at] = stream_byte(stream, o);
         at += 1;
         o += 1;
@@ -301,7 +301,7 @@ fn fill_stream(buf: &mut [u8], stream: u64, mut o: u64) {
 /// True when `chunk` is stream `stream`'s bytes from offset `o`.
 fn check_stream(chunk: &[u8], stream: u64, mut o: u64) -> bool {
     let mut at = 0;
-    while at < chunk.len() && o % 8 != 0 {
+    while at < chunk.len() && !o.is_multiple_of(8) {
         if chunk[at] != stream_byte(stream, o) {
             return false;
         }

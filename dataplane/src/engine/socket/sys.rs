@@ -293,7 +293,7 @@ pub fn receive_datagrams(
     if n == 0 {
         return Ok(None);
     }
-    // SAFETY (for the zeroed values): all-zero is a valid value of these plain C structs.
+    // SAFETY: all-zero is a valid sockaddr_in.
     let mut names: [libc::sockaddr_in; MAX_MESSAGES] = unsafe { std::mem::zeroed() };
     let mut control = [[0u64; RX_CONTROL / 8]; MAX_MESSAGES];
     // SAFETY: as above.

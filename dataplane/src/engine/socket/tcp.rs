@@ -556,7 +556,7 @@ impl TcpTx {
                             n = 0;
                         }
                     }
-                    while p.packet < p.burst.len() && p.burst.packets()[p.packet].len() == 0 {
+                    while p.packet < p.burst.len() && p.burst.packets()[p.packet].is_empty() {
                         p.packet += 1;
                     }
                     if p.packet >= p.burst.len() {
