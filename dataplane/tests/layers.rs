@@ -39,6 +39,7 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "reorder",
     "rdma_conn",
     "engine/dpdk",
+    "engine/socket/sys.rs",
     "bench/gpu.rs",
     "bench/raw.rs",
 ];
