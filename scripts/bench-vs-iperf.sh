@@ -8,7 +8,8 @@
 # Paths (PATHS, default "loopback veth"): 127.0.0.1 in one namespace, or a veth pair
 # between two network namespaces (root; server 10.251.0.2, client 10.251.0.1).
 # STREAMS (default "1 4"), CASES (default "udp1472 udp8192 tcp65536"), SECONDS_RUN per
-# probe (default 2), PROBES bisection steps (default 5), DATAPLANE_BIN, IPERF3.
+# probe (default 2), PROBES bisection steps (default 5), QUEUED_BURSTS (ours:
+# --queued-bursts, default the bench's), DATAPLANE_BIN, IPERF3.
 # Both get the same socket buffers: ours asks for its region's bytes (at most 64 MiB), and
 # iperf3 gets the same with -w; as root the script raises net.core.rmem_max/wmem_max to
 # 64 MiB for the run (restored at exit) so that iperf3's request is not capped.
@@ -114,6 +115,7 @@ ours() {
   local buf=$size; [ "$t" = tcp ] && buf=65536
   local f; f=$(config "$t" "$n" "$buf" $sip $cip $port)
   local extra=(--seconds "$secs" --message-size "$size" --json --quiet)
+  [ -n "${QUEUED_BURSTS:-}" ] && extra+=(--queued-bursts "$QUEUED_BURSTS")
   [ -n "$gbps" ] && extra+=(--target-gbps "$gbps")
   local out
   if [ "$path" = veth ]; then

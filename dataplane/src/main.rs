@@ -175,6 +175,10 @@ enum Bench {
         /// How long a sender waits for its peer before it gives up.
         #[arg(long, default_value_t = 10.0)]
         connect_timeout: f64,
+        /// Bursts a sender keeps queued per TX queue at most (data in flight, kept small
+        /// so that it stays in cache).
+        #[arg(long, default_value_t = dataplane::bench::socket::QUEUED_BURSTS)]
+        queued_bursts: usize,
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,
@@ -372,6 +376,7 @@ fn main() -> ExitCode {
             target_gbps,
             message_size,
             connect_timeout,
+            queued_bursts,
             json,
             quiet,
         }) => bench_socket(
@@ -384,6 +389,7 @@ fn main() -> ExitCode {
                 connect_timeout: std::time::Duration::from_secs_f64(
                     connect_timeout.clamp(0.0, 3600.0),
                 ),
+                queued_bursts,
             },
             Output { json, quiet },
             &signals,

@@ -572,12 +572,13 @@ impl DataPlane {
                     );
                     let mut task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
                     if let (Some(stage), Some(staging)) = (&q.stage, q.staging) {
-                        let stage = crate::stage::RxStage::new(&regions, &[staging], q.batch, stage)
-                            .map_err(|source| StartError::Stage {
-                                interface: q.interface_name.clone(),
-                                queue: q.id,
-                                source,
-                            })?;
+                        let stage =
+                            crate::stage::RxStage::new(&regions, &[staging], q.batch, stage)
+                                .map_err(|source| StartError::Stage {
+                                    interface: q.interface_name.clone(),
+                                    queue: q.id,
+                                    source,
+                                })?;
                         tracing::info!(
                             "interface `{}`: TX queue {} is staged out of GPU memory into `{}` before the {} engine sends it",
                             q.interface_name,

@@ -113,6 +113,7 @@ fn opts(seconds: f64, target_gbps: Option<f64>) -> SocketBenchOptions {
         target_gbps,
         message_size: None,
         connect_timeout: Duration::from_secs(10),
+        queued_bursts: socket::QUEUED_BURSTS,
     }
 }
 

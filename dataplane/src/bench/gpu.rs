@@ -353,7 +353,12 @@ impl DeviceDigest {
         let per = (head + tail) as usize;
         let n = burst.len();
         let packets: Vec<(u64, u32)> = (0..n)
-            .map(|i| (burst.segment_addr(i, 0), burst.packets()[i].segments()[0].len))
+            .map(|i| {
+                (
+                    burst.segment_addr(i, 0),
+                    burst.packets()[i].segments()[0].len,
+                )
+            })
             .collect();
         self.sums.resize(n, 0);
         self.digests.resize(n * per, 0);

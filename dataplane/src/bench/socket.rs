@@ -57,6 +57,8 @@ pub struct SocketBenchOptions {
     /// How long a sender waits for its peer (a TCP connection, a UDP server's first
     /// datagram) before it gives up.
     pub connect_timeout: Duration,
+    /// Bursts a sender keeps queued per TX queue at most ([`QUEUED_BURSTS`] by default).
+    pub queued_bursts: usize,
 }
 
 /// One side's numbers.
@@ -226,19 +228,68 @@ const KIND_END: u32 = 1;
 /// End markers per stream, spread over [`END_SPREAD`] (UDP may drop some).
 const END_MARKERS: u32 = 20;
 const END_SPREAD: Duration = Duration::from_millis(200);
+/// Bytes per sent burst at most.
+const BURST_BYTES: usize = 256 << 10;
+/// Bursts a sender keeps queued per TX queue at most, by default.
+pub const QUEUED_BURSTS: usize = 16;
 /// A receiver that heard every end marker stops; otherwise it stops this long after the
 /// senders' time with nothing arriving.
 const QUIET_END: Duration = Duration::from_secs(2);
 
-/// Word `i` of stream `stream`'s message `seq` (UDP), or of byte offset `8 * i` (TCP,
-/// with `seq` = stream).
+/// Words of the base pattern (64 KiB, more than the largest UDP payload).
+const BASE_WORDS: usize = 8192;
+
+/// The base pattern: pseudo-random words, made once. A message's word `i` is
+/// `base[i] ^ key`, with a key per message (UDP) or per 64 KiB block of the stream (TCP):
+/// every message differs, and filling or checking costs a load and an XOR per word.
+fn base() -> &'static [u64; BASE_WORDS] {
+    static BASE: std::sync::OnceLock<Box<[u64; BASE_WORDS]>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut b = Box::new([0u64; BASE_WORDS]);
+        for w in b.iter_mut() {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            *w = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+        b
+    })
+}
+
+/// A key spread over all 64 bits.
 #[inline]
-fn pattern_word(key: u64, i: u64) -> u64 {
-    key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+fn mix(k: u64) -> u64 {
+    let k = (k ^ (k >> 31)).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    k ^ (k >> 29) ^ 0xA5A5_5A5A_0F0F_F0F0
 }
 
 fn message_key(stream: u32, seq: u64) -> u64 {
-    seq ^ (u64::from(stream) << 48)
+    mix(seq ^ (u64::from(stream) << 48))
+}
+
+/// Writes `base[first + i] ^ key` as word `i` of `dst` (whole words only).
+#[inline]
+fn fill_words(dst: &mut [u8], first: usize, key: u64) {
+    for (w, b) in dst.chunks_exact_mut(8).zip(&base()[first..]) {
+        w.copy_from_slice(&(b ^ key).to_le_bytes());
+    }
+}
+
+/// True when the whole words of `src` are `base[first + i] ^ key`.
+#[inline]
+fn words_match(src: &[u8], first: usize, key: u64) -> bool {
+    let mut diff = 0u64;
+    for (w, b) in src.chunks_exact(8).zip(&base()[first..]) {
+        diff |= u64::from_le_bytes(w.try_into().expect("8 bytes")) ^ b ^ key;
+    }
+    diff == 0
+}
+
+/// Word `i` of a UDP message body with `key`.
+#[inline]
+fn body_word(key: u64, i: usize) -> u64 {
+    base()[i % BASE_WORDS] ^ key
 }
 
 fn fill_udp(buf: &mut [u8], stream: u32, seq: u64, kind: u32) {
@@ -247,79 +298,82 @@ fn fill_udp(buf: &mut [u8], stream: u32, seq: u64, kind: u32) {
     buf[12..16].copy_from_slice(&kind.to_le_bytes());
     let key = message_key(stream, seq);
     let body = &mut buf[HEADER..];
-    let mut words = body.chunks_exact_mut(8);
-    let mut i = 0;
-    for w in words.by_ref() {
-        w.copy_from_slice(&pattern_word(key, i).to_le_bytes());
-        i += 1;
-    }
-    let tail = words.into_remainder();
-    let last = pattern_word(key, i).to_le_bytes();
+    let whole = body.len() / 8;
+    fill_words(body, 0, key);
+    let tail = &mut body[whole * 8..];
     let n = tail.len();
-    tail.copy_from_slice(&last[..n]);
+    tail.copy_from_slice(&body_word(key, whole).to_le_bytes()[..n]);
 }
 
 fn check_udp_body(m: &[u8], stream: u32, seq: u64) -> bool {
     let key = message_key(stream, seq);
-    let mut words = m[HEADER..].chunks_exact(8);
-    let mut i = 0;
-    for w in words.by_ref() {
-        if w != pattern_word(key, i).to_le_bytes() {
-            return false;
-        }
-        i += 1;
-    }
-    let tail = words.remainder();
-    tail == &pattern_word(key, i).to_le_bytes()[..tail.len()]
+    let body = &m[HEADER..];
+    let whole = body.len() / 8;
+    let tail = &body[whole * 8..];
+    words_match(body, 0, key) && tail == &body_word(key, whole).to_le_bytes()[..tail.len()]
 }
 
-/// Byte `o` of TCP stream `stream`.
+/// Stream word `w` (bytes `8w..8w+8`) of a TCP stream.
 #[inline]
-fn stream_byte(stream: u64, o: u64) -> u8 {
-    pattern_word(stream, o / 8).to_le_bytes()[(o % 8) as usize]
+fn stream_word(w: u64) -> u64 {
+    base()[(w % BASE_WORDS as u64) as usize] ^ mix(TCP_KEY ^ (w / BASE_WORDS as u64))
+}
+
+/// Byte `o` of a TCP stream.
+#[inline]
+fn stream_byte(o: u64) -> u8 {
+    stream_word(o / 8).to_le_bytes()[(o % 8) as usize]
 }
 
 /// Fills `buf` with stream bytes from offset `o`.
-fn fill_stream(buf: &mut [u8], stream: u64, mut o: u64) {
+fn fill_stream(buf: &mut [u8], mut o: u64) {
     let mut at = 0;
     while at < buf.len() && !o.is_multiple_of(8) {
-        buf[at] = stream_byte(stream, o);
+        buf[at] = stream_byte(o);
         at += 1;
         o += 1;
     }
-    let mut words = buf[at..].chunks_exact_mut(8);
-    for w in words.by_ref() {
-        w.copy_from_slice(&pattern_word(stream, o / 8).to_le_bytes());
-        o += 8;
+    // Whole words, one 64 KiB block (one key) at a time.
+    while buf.len() - at >= 8 {
+        let w = o / 8;
+        let first = (w % BASE_WORDS as u64) as usize;
+        let words = ((buf.len() - at) / 8).min(BASE_WORDS - first);
+        let key = mix(TCP_KEY ^ (w / BASE_WORDS as u64));
+        fill_words(&mut buf[at..at + words * 8], first, key);
+        at += words * 8;
+        o += words as u64 * 8;
     }
-    for b in words.into_remainder() {
-        *b = stream_byte(stream, o);
+    for b in &mut buf[at..] {
+        *b = stream_byte(o);
         o += 1;
     }
 }
 
-/// True when `chunk` is stream `stream`'s bytes from offset `o`.
-fn check_stream(chunk: &[u8], stream: u64, mut o: u64) -> bool {
+/// True when `chunk` is the stream's bytes from offset `o`.
+fn check_stream(chunk: &[u8], mut o: u64) -> bool {
     let mut at = 0;
     while at < chunk.len() && !o.is_multiple_of(8) {
-        if chunk[at] != stream_byte(stream, o) {
+        if chunk[at] != stream_byte(o) {
             return false;
         }
         at += 1;
         o += 1;
     }
-    let mut words = chunk[at..].chunks_exact(8);
-    for w in words.by_ref() {
-        if w != pattern_word(stream, o / 8).to_le_bytes() {
+    while chunk.len() - at >= 8 {
+        let w = o / 8;
+        let first = (w % BASE_WORDS as u64) as usize;
+        let words = ((chunk.len() - at) / 8).min(BASE_WORDS - first);
+        let key = mix(TCP_KEY ^ (w / BASE_WORDS as u64));
+        if !words_match(&chunk[at..at + words * 8], first, key) {
             return false;
         }
-        o += 8;
+        at += words * 8;
+        o += words as u64 * 8;
     }
-    words
-        .remainder()
+    chunk[at..]
         .iter()
         .enumerate()
-        .all(|(k, &b)| b == stream_byte(stream, o + k as u64))
+        .all(|(k, &b)| b == stream_byte(o + k as u64))
 }
 
 /// `config` with only the interfaces of `keep` sides.
@@ -519,10 +573,11 @@ fn run_side(
     cfg: &PeerBenchConfig,
     size: usize,
     transport: Transport,
-    seconds: f64,
-    connect_timeout: Duration,
+    opts: &SocketBenchOptions,
     stop: &AtomicBool,
 ) -> SideReport {
+    let (seconds, connect_timeout) = (opts.seconds, opts.connect_timeout);
+    let queued_bursts = opts.queued_bursts.max(1);
     let mut r = SideReport::default();
     let udp = transport == Transport::Udp;
     let send = cfg.send && !q.tx.is_empty();
@@ -545,7 +600,13 @@ fn run_side(
     let mut tx_done_at = None;
     let mut last_rx = start;
     let mut first_rx: Option<Instant> = None;
-    let batch = q.tx.first().map_or(32, |t| t.batch_size.clamp(1, 64));
+    // Bursts of at most BURST_BYTES, at most QUEUED_BURSTS waiting per queue: a sender
+    // that keeps its data in flight small keeps it in cache (as an application that
+    // produces data as it goes does), instead of running a whole region ahead.
+    let batch =
+        q.tx.first()
+            .map_or(32, |t| t.batch_size.clamp(1, 64))
+            .min((BURST_BYTES / size.max(1)).max(1));
     let give_up =
         start + connect_timeout + Duration::from_secs_f64(seconds) + Duration::from_secs(30);
     let mut waiting_since = start;
@@ -566,15 +627,17 @@ fn run_side(
                     all_ended = false;
                     let burst = match s.unsent.take() {
                         Some(b) => Some(b),
+                        None if txq.pending() >= queued_bursts => None,
                         None => match txq.alloc(batch) {
                             Ok(mut b) => {
                                 for i in 0..b.len() {
-                                    let (seq, offset) = (s.seq + i as u64, s.offset + (i * size) as u64);
+                                    let (seq, offset) =
+                                        (s.seq + i as u64, s.offset + (i * size) as u64);
                                     let fill = |buf: &mut [u8]| {
                                         if udp {
                                             fill_udp(buf, s.stream, seq, KIND_DATA);
                                         } else {
-                                            fill_stream(buf, TCP_KEY, offset);
+                                            fill_stream(buf, offset);
                                         }
                                     };
                                     match b.buffer_mut(i, 0) {
@@ -586,7 +649,9 @@ fn run_side(
                                             scratch.resize(size, 0);
                                             fill(&mut scratch[..]);
                                             if let Err(e) = write_gpu_packet(&mut b, i, &scratch) {
-                                                bad.push(format!("writing a message into GPU memory: {e}"));
+                                                bad.push(format!(
+                                                    "writing a message into GPU memory: {e}"
+                                                ));
                                             }
                                         }
                                     }
@@ -633,10 +698,17 @@ fn run_side(
                     if now >= due
                         && let Ok(mut b) = txq.alloc(1)
                     {
-                        let buf = b.buffer_mut(0, 0).expect("host memory");
-                        fill_udp(&mut buf[..HEADER], s.stream, s.seq, KIND_END);
-                        b.set_len(0, 0, HEADER);
-                        if txq.send(b).is_ok() {
+                        let mut marker = [0u8; HEADER];
+                        fill_udp(&mut marker, s.stream, s.seq, KIND_END);
+                        let written = match b.buffer_mut(0, 0) {
+                            Some(buf) => {
+                                buf[..HEADER].copy_from_slice(&marker);
+                                b.set_len(0, 0, HEADER);
+                                true
+                            }
+                            None => write_gpu_packet(&mut b, 0, &marker).is_ok(),
+                        };
+                        if written && txq.send(b).is_ok() {
                             s.ends_sent += 1;
                         }
                     }
@@ -659,7 +731,10 @@ fn run_side(
             };
             progressed = true;
             let on_gpu = burst.packets().first().is_some_and(|p| {
-                !burst.regions().get(p.segments()[0].region).host_accessible()
+                !burst
+                    .regions()
+                    .get(p.segments()[0].region)
+                    .host_accessible()
             });
             if on_gpu && let Err(e) = gpu_digest(&mut digest, &burst) {
                 bad.push(format!("GPU check: {e}"));
@@ -701,11 +776,15 @@ fn run_side(
                             }
                         };
                     if !intact {
-                        bad.push(format!("stream {stream} message {seq} corrupt ({len} bytes)"));
+                        bad.push(format!(
+                            "stream {stream} message {seq} corrupt ({len} bytes)"
+                        ));
                         continue;
                     }
                     if seq < st.next {
-                        bad.push(format!("stream {stream} message {seq} duplicated or reordered"));
+                        bad.push(format!(
+                            "stream {stream} message {seq} duplicated or reordered"
+                        ));
                         continue;
                     }
                     st.next = seq + 1;
@@ -714,10 +793,10 @@ fn run_side(
                 } else {
                     let st = rx_streams.entry((k, k as u32)).or_default();
                     let intact = match &view {
-                        Seen::Bytes(m) => check_stream(m, TCP_KEY, st.offset),
+                        Seen::Bytes(m) => check_stream(m, st.offset),
                         Seen::Digest { .. } => {
                             scratch.resize(len, 0);
-                            fill_stream(&mut scratch, TCP_KEY, st.offset);
+                            fill_stream(&mut scratch, st.offset);
                             view.matches(&scratch)
                         }
                     };
@@ -885,15 +964,7 @@ pub fn run(
                     }
                     (
                         name,
-                        run_side(
-                            q,
-                            &cfg,
-                            size as usize,
-                            transport,
-                            opts.seconds,
-                            opts.connect_timeout,
-                            stop,
-                        ),
+                        run_side(q, &cfg, size as usize, transport, &opts, stop),
                     )
                 })
             })
@@ -968,4 +1039,60 @@ pub fn run(
     report.attributed = report.lost <= report.drops.total();
     report.lossless = report.lost == 0 && report.errors == 0;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_messages_check_and_corruption_is_found() {
+        for size in [16, 17, 23, 24, 1472, 8192, 65507] {
+            let mut m = vec![0u8; size];
+            fill_udp(&mut m, 3, 77, KIND_DATA);
+            assert!(check_udp_body(&m, 3, 77), "{size}");
+            assert!(
+                size == HEADER || !check_udp_body(&m, 3, 78),
+                "another message: {size}"
+            );
+            if size > HEADER {
+                let last = size - 1;
+                m[last] ^= 1;
+                assert!(!check_udp_body(&m, 3, 77), "flipped last byte: {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_tcp_stream_checks_wherever_it_is_cut() {
+        let total = 3 * BASE_WORDS * 8 + 13;
+        let mut whole = vec![0u8; total];
+        fill_stream(&mut whole, 0);
+        // Filled in odd pieces, it is the same stream.
+        let mut pieces = vec![0u8; total];
+        let mut at = 0;
+        for (k, len) in [1usize, 7, 8, 9, 65535, 65536, 65537, 3]
+            .iter()
+            .cycle()
+            .enumerate()
+        {
+            if at >= total || k > 1000 {
+                break;
+            }
+            let end = (at + len).min(total);
+            fill_stream(&mut pieces[at..end], at as u64);
+            assert!(check_stream(&whole[at..end], at as u64), "piece at {at}");
+            at = end;
+        }
+        assert_eq!(pieces, whole);
+        // A flipped byte, or the right bytes at the wrong offset, fail.
+        let mut bad = whole.clone();
+        bad[70_000] ^= 0x10;
+        assert!(!check_stream(&bad, 0));
+        assert!(!check_stream(&whole[8..100], 16));
+        assert!(
+            !check_stream(&whole[65536..65600], 0),
+            "blocks differ by key"
+        );
+    }
 }

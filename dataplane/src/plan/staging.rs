@@ -39,7 +39,9 @@ pub fn with_staging_regions(config: &Config) -> Config {
                     .collect();
                 let needs = match direction {
                     Direction::Rx => !on_gpu.is_empty() || regions.len() == 2,
-                    Direction::Tx => regions.first().is_some_and(|(k, _)| *k == MemoryKind::Device),
+                    Direction::Tx => regions
+                        .first()
+                        .is_some_and(|(k, _)| *k == MemoryKind::Device),
                 };
                 if !needs {
                     continue;

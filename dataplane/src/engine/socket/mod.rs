@@ -228,7 +228,10 @@ fn queue_setups(
         // Queues laid out elsewhere (GPU memory, header-data split) move bytes through
         // their staging region; the worker's stage does the rest.
         let Some(region) = q.staging.or(q.segments.first().copied()) else {
-            return Err(bad("needs memory_regions: the socket engine receives and sends from region buffers".into()));
+            return Err(bad(
+                "needs memory_regions: the socket engine receives and sends from region buffers"
+                    .into(),
+            ));
         };
         if q.staging.is_none() && q.segments.len() > 1 && (tcp || direction == Direction::Rx) {
             return Err(bad("TCP sends each packet from one buffer; a TX queue with several segments is not supported on tcp:// interfaces".into()));
