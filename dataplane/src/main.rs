@@ -179,6 +179,9 @@ enum Bench {
         /// so that it stays in cache).
         #[arg(long, default_value_t = dataplane::bench::socket::QUEUED_BURSTS)]
         queued_bursts: usize,
+        /// Time each queue's worker: busy nanoseconds per packet and share of the run.
+        #[arg(long)]
+        stages: bool,
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,
@@ -377,6 +380,7 @@ fn main() -> ExitCode {
             message_size,
             connect_timeout,
             queued_bursts,
+            stages,
             json,
             quiet,
         }) => bench_socket(
@@ -390,6 +394,7 @@ fn main() -> ExitCode {
                     connect_timeout.clamp(0.0, 3600.0),
                 ),
                 queued_bursts,
+                time_stages: stages,
             },
             Output { json, quiet },
             &signals,

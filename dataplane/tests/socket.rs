@@ -114,6 +114,7 @@ fn opts(seconds: f64, target_gbps: Option<f64>) -> SocketBenchOptions {
         message_size: None,
         connect_timeout: Duration::from_secs(10),
         queued_bursts: socket::QUEUED_BURSTS,
+        time_stages: false,
     }
 }
 

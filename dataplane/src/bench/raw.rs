@@ -102,7 +102,8 @@ pub struct StageCost {
 }
 
 impl StageCost {
-    fn new(stage: String, packets: u64, busy_ns: u64) -> Self {
+    /// A stage's cost from its packets and busy time.
+    pub(crate) fn new(stage: String, packets: u64, busy_ns: u64) -> Self {
         Self {
             stage,
             packets,

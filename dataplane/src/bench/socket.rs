@@ -59,6 +59,9 @@ pub struct SocketBenchOptions {
     pub connect_timeout: Duration,
     /// Bursts a sender keeps queued per TX queue at most ([`QUEUED_BURSTS`] by default).
     pub queued_bursts: usize,
+    /// Time each queue's worker (busy nanoseconds per packet, and the share of the run it
+    /// was busy).
+    pub time_stages: bool,
 }
 
 /// One side's numbers.
@@ -126,6 +129,11 @@ pub struct SocketReport {
     pub server: Option<SideReport>,
     /// The client side, when this process ran it.
     pub client: Option<SideReport>,
+    /// With `--stages`: each queue's worker time per packet.
+    pub stages: Vec<super::raw::StageCost>,
+    /// With `--stages`: the share of the run each queue's worker was busy with it, in
+    /// the order of `stages`.
+    pub busy_fraction: Vec<f64>,
 }
 
 impl SocketReport {
@@ -157,6 +165,14 @@ impl SocketReport {
                 }
             }
         }
+        for (st, busy) in self.stages.iter().zip(&self.busy_fraction) {
+            s.push_str(&format!(
+                "  stage {}: {:.1} ns per packet, busy {:.0} % of the run\n",
+                st.stage,
+                st.ns_per_packet,
+                busy * 100.0
+            ));
+        }
         let d = &self.drops;
         s.push_str(&format!(
             "  drops: engine_missed (kernel socket) {} ring_full {} pool_empty {} no_flow {} malformed {} disconnected {}\n",
@@ -166,8 +182,9 @@ impl SocketReport {
             s.push_str("LOSSLESS: every message arrived and verified\n");
         } else if self.errors == 0 && self.attributed {
             s.push_str(&format!(
-                "LOSSY: {} lost, all accounted for by the drop counters above\n",
-                self.lost
+                "LOSSY: {} lost, {} dropped at this end; the drop counters above account for every loss\n",
+                self.lost,
+                self.drops.total()
             ));
         } else {
             s.push_str(&format!(
@@ -571,6 +588,7 @@ fn write_gpu_packet(_: &mut Burst, _: usize, _: &[u8]) -> Result<(), String> {
 fn run_side(
     mut q: SideQueues,
     cfg: &PeerBenchConfig,
+    peer_sends: bool,
     size: usize,
     transport: Transport,
     opts: &SocketBenchOptions,
@@ -856,6 +874,9 @@ fn run_side(
             ));
         }
     }
+    if receive && peer_sends && r.bytes_received == 0 && !stop.load(Ordering::Relaxed) {
+        bad.push("nothing arrived from the peer (its section sends)".into());
+    }
     if !bad.is_empty() {
         r.errors += bad.len() as u64;
         r.problems.extend(bad.into_iter().take(5));
@@ -927,16 +948,43 @@ pub fn run(
         }
         c = paced(&c, g, &senders);
     }
+    // Workers read the switch when they start; it stays on for this run only.
+    struct StageTiming;
+    impl Drop for StageTiming {
+        fn drop(&mut self) {
+            crate::stats::time_stages(false);
+        }
+    }
+    let _timing = opts.time_stages.then(|| {
+        crate::stats::time_stages(true);
+        StageTiming
+    });
     let mut plane = DataPlane::start(&c)?;
+    let started = Instant::now();
     let mut sides = Vec::new();
-    for (run, mode, name, cfg) in [
-        (run_server, SocketMode::Server, "server", &server_cfg),
-        (run_client, SocketMode::Client, "client", &client_cfg),
+    for (run, mode, name, cfg, peer) in [
+        (
+            run_server,
+            SocketMode::Server,
+            "server",
+            &server_cfg,
+            &client_cfg,
+        ),
+        (
+            run_client,
+            SocketMode::Client,
+            "client",
+            &client_cfg,
+            &server_cfg,
+        ),
     ] {
         if !run {
             continue;
         }
         let cfg = cfg.clone().expect("checked above");
+        // Whether the peer sends (its section says so): then nothing arriving is an error.
+        let peer_sends = peer.as_ref().is_some_and(|p| p.send);
+
         let q = take_side(&mut plane, &c, mode, name);
         for t in &q.tx {
             let buf = t.segment_sizes().first().copied().unwrap_or(0);
@@ -949,12 +997,12 @@ pub fn run(
                 });
             }
         }
-        sides.push((name, q, cfg));
+        sides.push((name, q, cfg, peer_sends));
     }
     let results: Vec<(&'static str, SideReport)> = std::thread::scope(|s| {
         let handles: Vec<_> = sides
             .into_iter()
-            .map(|(name, q, cfg)| {
+            .map(|(name, q, cfg, peer_sends)| {
                 let opts = opts.clone();
                 s.spawn(move || {
                     if let Some(core) = cfg.cpu_core
@@ -964,7 +1012,7 @@ pub fn run(
                     }
                     (
                         name,
-                        run_side(q, &cfg, size as usize, transport, &opts, stop),
+                        run_side(q, &cfg, peer_sends, size as usize, transport, &opts, stop),
                     )
                 })
             })
@@ -976,8 +1024,21 @@ pub fn run(
     });
     // Let the RX workers read the kernel's drop counters once more.
     std::thread::sleep(Duration::from_millis(50));
-    let drops = plane.snapshot().drops();
+    let snapshot = plane.snapshot();
+    let elapsed = started.elapsed().as_nanos().max(1) as f64;
+    let drops = snapshot.drops();
     let failures = plane.shutdown().err().unwrap_or_default();
+    let (mut stages, mut busy_fraction) = (Vec::new(), Vec::new());
+    if opts.time_stages {
+        for q in snapshot.queues.iter().filter(|q| q.packets > 0) {
+            stages.push(super::raw::StageCost::new(
+                format!("{} {} queue {} (worker)", q.interface, q.direction, q.queue),
+                q.packets,
+                q.busy_ns,
+            ));
+            busy_fraction.push(q.busy_ns as f64 / elapsed);
+        }
+    }
     let mut report = SocketReport {
         mode: opts.mode.name(),
         transport: if transport == Transport::Udp {
@@ -1001,6 +1062,8 @@ pub fn run(
         lossless: false,
         server: None,
         client: None,
+        stages,
+        busy_fraction,
     };
     for (name, mut side) in results {
         for f in &failures {
@@ -1037,7 +1100,9 @@ pub fn run(
         }
     }
     report.attributed = report.lost <= report.drops.total();
-    report.lossless = report.lost == 0 && report.errors == 0;
+    // Drops at this end (a sender's refused datagrams, a receiver's kernel drops) are
+    // losses even where the other end's count is not known here.
+    report.lossless = report.lost == 0 && report.errors == 0 && report.drops.total() == 0;
     Ok(report)
 }
 

@@ -284,6 +284,9 @@ pub struct SocketConfig {
     /// `busy_poll_us` (this project's key): SO_BUSY_POLL microseconds on the queues'
     /// sockets, 0 = off.
     pub busy_poll_us: u32,
+    /// `udp_gso` (this project's key, default true): send runs of equal-sized datagrams
+    /// as one UDP GSO call.
+    pub udp_gso: bool,
 }
 
 /// `roce_config`.

@@ -571,6 +571,7 @@ fn socket_config(
             r::uint_in(d, n, p, 0, 1_000_000)
         })
         .unwrap_or(0) as u32;
+    let udp_gso = m.optional(d, "udp_gso", r::boolean).unwrap_or(true);
     m.not_supported(d, "max_burst_interval_ms");
     m.not_supported(d, "min_ipg_ns");
     m.finish(d);
@@ -622,6 +623,7 @@ fn socket_config(
         max_payload_size,
         retry_connect_s,
         busy_poll_us,
+        udp_gso,
     })
 }
 

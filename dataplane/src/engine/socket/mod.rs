@@ -152,6 +152,7 @@ impl SocketEngine {
                             tx,
                             buffers,
                             busy_poll_us: socket.busy_poll_us,
+                            gso: socket.udp_gso,
                         },
                         regions,
                         steering,

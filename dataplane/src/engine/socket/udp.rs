@@ -64,6 +64,7 @@ pub(super) struct UdpSetup<'a> {
     pub tx: Vec<QueueSetup>,
     pub buffers: (usize, usize),
     pub busy_poll_us: u32,
+    pub gso: bool,
 }
 
 /// A UDP interface: its lanes and the wires from lanes to RX queues.
@@ -73,6 +74,7 @@ pub(super) struct UdpInterface {
     mode: SocketMode,
     remote: Option<SocketAddrV4>,
     lanes: Vec<Lane>,
+    gso: bool,
     rx: Vec<QueueSetup>,
     tx: Vec<QueueSetup>,
     grid: WireGrid,
@@ -185,6 +187,7 @@ impl UdpInterface {
             mode: s.mode,
             remote: s.remote,
             lanes,
+            gso: s.gso,
             rx: s.rx,
             tx: s.tx,
             grid,
@@ -250,7 +253,7 @@ impl UdpInterface {
         Some(Box::new(UdpTx {
             socket: lane.socket.clone(),
             to,
-            gso: true,
+            gso_below: if self.gso { usize::MAX } else { 0 },
             link: lane.link.clone(),
             counters,
             interface: self.name.clone(),
@@ -448,7 +451,9 @@ enum Destination {
 struct UdpTx {
     socket: Arc<UdpSocket>,
     to: Destination,
-    gso: bool,
+    /// Packets shorter than this go out in GSO runs; the kernel refuses GSO for segments
+    /// that do not fit the path's MTU (no fragmenting with GSO), so a refusal lowers it.
+    gso_below: usize,
     link: Arc<Link>,
     counters: Arc<QueueCounters>,
     interface: String,
@@ -480,7 +485,7 @@ impl UdpTx {
             }
             let end = slices.len();
             if let Some(r) = runs.last_mut()
-                && self.gso
+                && r.segment < self.gso_below
                 && r.open
                 && len > 0
                 && len <= r.segment
@@ -565,14 +570,18 @@ impl TxPort for UdpTx {
         }
         drop(slices);
         if let Some(e) = failed {
-            let gso_refused =
-                matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) && runs[k].packets > 1;
-            if gso_refused && self.gso {
+            let gso_refused = matches!(
+                e.raw_os_error(),
+                Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)
+            ) && runs[k].packets > 1;
+            if gso_refused {
+                // Nothing of this run was sent: it goes again, one datagram per packet.
+                self.gso_below = runs[k].segment;
                 tracing::warn!(
-                    "interface `{}`: the kernel refused UDP GSO ({e}); sending one datagram per call from now on",
-                    self.interface
+                    "interface `{}`: the kernel refused UDP GSO for {}-byte datagrams ({e}; larger than the path MTU or no checksum offload); datagrams of that size and above go one by one from now on",
+                    self.interface,
+                    runs[k].segment
                 );
-                self.gso = false;
             } else if e.raw_os_error() == Some(libc::ECONNREFUSED) {
                 // The peer's port answered "unreachable" to an earlier datagram; the
                 // kernel reports it once, on this call, and sent nothing.
