@@ -5,11 +5,13 @@
 #       rate: iperf3 -b against --target-gbps; a probe is lossless when no datagram of it
 #       was lost), and the unpaced rate with its loss;
 #   TCP 64 KiB writes: throughput (iperf3 -l 64K against 64 KiB messages).
-# Paths (PATHS, default "loopback veth"): 127.0.0.1 in one namespace, or a veth pair
-# between two network namespaces (root; server 10.251.0.2, client 10.251.0.1).
+# Paths (PATHS, default "loopback veth"): 127.0.0.1 in one namespace, or a veth pair with
+# a 9000-byte MTU between two network namespaces (root; server 10.251.0.2, client
+# 10.251.0.1).
 # STREAMS (default "1 4"), CASES (default "udp1472 udp8192 tcp65536"), SECONDS_RUN per
 # probe (default 2), PROBES bisection steps (default 5), QUEUED_BURSTS (ours:
-# --queued-bursts, default the bench's), DATAPLANE_BIN, IPERF3.
+# --queued-bursts, default the bench's), UDP_GRO (1, the default: our UDP server reads
+# with udp_gro: true; 0: without), DATAPLANE_BIN, IPERF3.
 # Both get the same socket buffers: ours asks for its region's bytes (at most 64 MiB), and
 # iperf3 gets the same with -w; as root the script raises net.core.rmem_max/wmem_max to
 # 64 MiB for the run (restored at exit) so that iperf3's request is not capped.
@@ -55,7 +57,8 @@ config() { # TRANSPORT STREAMS BUF SERVER_IP CLIENT_IP PORT -> file
       echo "        - {name: $1$i, id: $i, cpu_core: $(core $(($3 + i))), batch_size: 32, memory_regions: [$2]}"
     done
   }
-  local sc=1 cc=$((half + 1))
+  local sc=1 cc=$((half + 1)) gro=""
+  [ "$t" = udp ] && [ "${UDP_GRO:-1}" = 1 ] && gro=", udp_gro: true"
   [ "$ncpu" -le 2 ] && sc=0 && cc=1
   cat >"$f" <<EOF
 daqiri:
@@ -69,7 +72,7 @@ daqiri:
     interfaces:
     - name: server
       address: $sip
-      socket_config: {mode: server, local_addr: "$t://$sip:$port"}
+      socket_config: {mode: server, local_addr: "$t://$sip:$port"$gro}
       rx:
         queues:
 $(queues srx SRV $sc)
@@ -101,8 +104,9 @@ setup_veth() {
   ip -n $ns_c addr add 10.251.0.1/24 dev dpia
   ip -n $ns_s addr add 10.251.0.2/24 dev dpib
   for ns in $ns_c $ns_s; do ip -n $ns link set lo up; done
-  ip -n $ns_c link set dpia up
-  ip -n $ns_s link set dpib up
+  # Jumbo frames, as a path for 8 KiB datagrams would have (no IP fragments).
+  ip -n $ns_c link set dpia mtu 9000 up
+  ip -n $ns_s link set dpib mtu 9000 up
 }
 
 # inns NS COMMAND...: runs in a namespace ("" = here).

@@ -223,10 +223,10 @@ impl Burst {
         })
     }
 
-    /// The whole buffers (buf_size bytes each) of segment `seg` of every packet, in
-    /// order, for an engine that fills them in one call (`recvmmsg`, `readv`); empty when
-    /// a packet's segment lives in GPU memory.
-    pub(crate) fn buffers_mut(&mut self, seg: usize) -> Vec<std::io::IoSliceMut<'_>> {
+    /// The buffers (their first `len` bytes, at most buf_size) of segment `seg` of every
+    /// packet, in order, for an engine that fills them in one call (`recvmmsg`, `readv`);
+    /// empty when a packet's segment lives in GPU memory.
+    pub(crate) fn buffers_mut(&mut self, seg: usize, len: usize) -> Vec<std::io::IoSliceMut<'_>> {
         let mut out = Vec::with_capacity(self.packets.len());
         for p in &self.packets {
             let s = p.segments()[seg];
@@ -241,7 +241,7 @@ impl Burst {
             let buf = unsafe {
                 std::slice::from_raw_parts_mut(
                     region.buffer_addr(s.index) as *mut u8,
-                    region.buf_size(),
+                    region.buf_size().min(len),
                 )
             };
             out.push(std::io::IoSliceMut::new(buf));

@@ -287,6 +287,10 @@ pub struct SocketConfig {
     /// `udp_gso` (this project's key, default true): send runs of equal-sized datagrams
     /// as one UDP GSO call.
     pub udp_gso: bool,
+    /// `udp_gro` (this project's key, default false): let the kernel hand over runs of
+    /// equal-sized datagrams of a flow as one read. Off by default: the kernel then counts
+    /// a dropped coalesced read as one drop, so `engine_missed` undercounts datagrams.
+    pub udp_gro: bool,
 }
 
 /// `roce_config`.

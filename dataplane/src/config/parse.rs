@@ -572,6 +572,7 @@ fn socket_config(
         })
         .unwrap_or(0) as u32;
     let udp_gso = m.optional(d, "udp_gso", r::boolean).unwrap_or(true);
+    let udp_gro = m.optional(d, "udp_gro", r::boolean).unwrap_or(false);
     m.not_supported(d, "max_burst_interval_ms");
     m.not_supported(d, "min_ipg_ns");
     m.finish(d);
@@ -624,6 +625,7 @@ fn socket_config(
         retry_connect_s,
         busy_poll_us,
         udp_gso,
+        udp_gro,
     })
 }
 

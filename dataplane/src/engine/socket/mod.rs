@@ -153,6 +153,7 @@ impl SocketEngine {
                             buffers,
                             busy_poll_us: socket.busy_poll_us,
                             gso: socket.udp_gso,
+                            gro: socket.udp_gro,
                         },
                         regions,
                         steering,

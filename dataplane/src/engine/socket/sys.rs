@@ -16,6 +16,7 @@ const SO_MEMINFO: libc::c_int = 55;
 const SO_PREFER_BUSY_POLL: libc::c_int = 69;
 const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
 const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
 /// `SK_MEMINFO_DROPS`: index of the drop counter in SO_MEMINFO's array.
 const MEMINFO_DROPS: usize = 8;
 const MEMINFO_FIELDS: usize = 9;
@@ -148,6 +149,7 @@ pub fn udp_socket(
 ) -> io::Result<(UdpSocket, BufferSizes)> {
     let fd = socket(libc::SOCK_DGRAM)?;
     let raw = fd.as_raw_fd();
+
     if shared {
         set_int(raw, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
     }
@@ -248,6 +250,12 @@ pub fn busy_poll(fd: &impl AsRawFd, micros: u32, budget: u32) -> Vec<String> {
     refused
 }
 
+/// Asks the kernel to hand over runs of equal-sized datagrams of one flow as one
+/// coalesced read (UDP GRO; [`Received::segment`] then says the datagram size).
+pub fn udp_gro(socket: &UdpSocket) -> io::Result<()> {
+    set_int(socket.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1)
+}
+
 /// Packets the kernel dropped on this socket because its receive buffer was full
 /// (`sk_drops`, from SO_MEMINFO).
 pub fn socket_drops(fd: &impl AsRawFd) -> io::Result<u32> {
@@ -266,30 +274,35 @@ pub fn socket_drops(fd: &impl AsRawFd) -> io::Result<u32> {
     Ok(info[MEMINFO_DROPS])
 }
 
-/// One received datagram.
+/// One received read: a datagram, or with UDP GRO several of one size back to back.
 #[derive(Clone, Copy, Debug)]
 pub struct Received {
-    /// Bytes placed in its buffer.
+    /// Bytes placed in its buffers.
     pub len: usize,
-    /// It was longer than its buffer (the rest is lost).
+    /// It was longer than its buffers (the rest is lost).
     pub truncated: bool,
     /// Its sender.
     pub from: SocketAddrV4,
+    /// UDP GRO: the read holds datagrams of this size (the last may be shorter).
+    pub segment: Option<usize>,
 }
 
-/// Control space per message: one `u32` (SO_RXQ_OVFL) with its header, rounded up.
-const RX_CONTROL: usize = 32;
+/// Control space per message: SO_RXQ_OVFL's `u32` and UDP_GRO's `int`, with headers.
+const RX_CONTROL: usize = 64;
 
-/// Receives up to `buffers.len()` (at most [`MAX_MESSAGES`]) datagrams without blocking,
-/// datagram `i` into `buffers[i]`. Returns what arrived (into `out`, from index 0) and the
-/// socket's drop counter as the last datagram carried it (SO_RXQ_OVFL), if it did.
+/// Receives up to [`MAX_MESSAGES`] reads without blocking; read `i` goes into
+/// `buffers[i * per_read..(i + 1) * per_read]` (filled in order). Returns what arrived
+/// (into `out`, from index 0) and the socket's drop counter as the last read carried it
+/// (SO_RXQ_OVFL), if it did.
 pub fn receive_datagrams(
     socket: &UdpSocket,
     buffers: &mut [IoSliceMut<'_>],
+    per_read: usize,
     out: &mut Vec<Received>,
 ) -> io::Result<Option<u32>> {
     out.clear();
-    let n = buffers.len().min(MAX_MESSAGES);
+    let per_read = per_read.max(1);
+    let n = buffers.len().div_ceil(per_read).min(MAX_MESSAGES);
     if n == 0 {
         return Ok(None);
     }
@@ -303,8 +316,10 @@ pub fn receive_datagrams(
         h.msg_name = (&mut names[i] as *mut libc::sockaddr_in).cast();
         h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
         // IoSliceMut is guaranteed to be ABI-compatible with iovec on Unix.
-        h.msg_iov = (&mut buffers[i] as *mut IoSliceMut<'_>).cast();
-        h.msg_iovlen = 1;
+        let first = i * per_read;
+        let count = per_read.min(buffers.len() - first);
+        h.msg_iov = (&mut buffers[first] as *mut IoSliceMut<'_>).cast();
+        h.msg_iovlen = count as _;
         h.msg_control = control[i].as_mut_ptr().cast();
         h.msg_controllen = RX_CONTROL as _;
     }
@@ -330,26 +345,33 @@ pub fn receive_datagrams(
     let got = got as usize;
     let mut drops = None;
     for i in 0..got {
-        let h = &headers[i];
-        out.push(Received {
-            len: h.msg_len as usize,
-            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
-            from: addr_of(&names[i]),
-        });
-    }
-    if got > 0 {
-        let h = &headers[got - 1].msg_hdr;
-        // SAFETY: `h` is the header the kernel filled; the CMSG macros stay within
+        let h = &headers[i].msg_hdr;
+        let mut segment = None;
+        // SAFETY: `h` is a header the kernel filled; the CMSG macros stay within
         // msg_control..msg_control+msg_controllen, which is this frame's control array.
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_RXQ_OVFL {
-                    drops = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
+                let data = libc::CMSG_DATA(c);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::SOL_SOCKET, SO_RXQ_OVFL) => {
+                        drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+                    }
+                    (libc::SOL_UDP, UDP_GRO) => {
+                        let g = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                        segment = (g > 0).then_some(g as usize);
+                    }
+                    _ => {}
                 }
                 c = libc::CMSG_NXTHDR(h, c);
             }
         }
+        out.push(Received {
+            len: headers[i].msg_len as usize,
+            truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+            from: addr_of(&names[i]),
+            segment,
+        });
     }
     Ok(drops)
 }

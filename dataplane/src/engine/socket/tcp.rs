@@ -454,7 +454,7 @@ impl TcpRx {
             }
         };
         let result = {
-            let mut slices = spare.buffers_mut(0);
+            let mut slices = spare.buffers_mut(0, usize::MAX);
             let take = slices.len().min(want);
             (&conn.stream).read_vectored(&mut slices[..take])
         };

@@ -9,7 +9,7 @@ use crate::engine::{EngineError, Link, RxPort, TxPort};
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::InterfaceSteering;
-use std::io::IoSlice;
+use std::io::{IoSlice, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,10 @@ use std::sync::{Arc, Mutex};
 const DROP_CHECK_EVERY: u32 = 256;
 /// Most packets in one GSO send (the kernel's UDP_MAX_SEGMENTS).
 const GSO_MAX_SEGMENTS: usize = 64;
+/// Most datagrams the kernel coalesces into one GRO read (UDP_GRO_CNT_MAX).
+const GRO_MAX_SEGMENTS: usize = 64;
+/// Most bytes of one GRO read.
+const GRO_MAX_BYTES: usize = 65535;
 
 /// The peer a server lane last heard from, packed as `ip << 16 | port` plus one (0: none).
 #[derive(Default)]
@@ -65,6 +69,7 @@ pub(super) struct UdpSetup<'a> {
     pub buffers: (usize, usize),
     pub busy_poll_us: u32,
     pub gso: bool,
+    pub gro: bool,
 }
 
 /// A UDP interface: its lanes and the wires from lanes to RX queues.
@@ -75,6 +80,7 @@ pub(super) struct UdpInterface {
     remote: Option<SocketAddrV4>,
     lanes: Vec<Lane>,
     gso: bool,
+    gro: bool,
     rx: Vec<QueueSetup>,
     tx: Vec<QueueSetup>,
     grid: WireGrid,
@@ -102,6 +108,7 @@ impl UdpInterface {
             .local
             .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
         let mut lanes = Vec::new();
+        let mut gro = s.gro;
         for k in 0..lanes_wanted {
             let (at, peer, shared) = match s.mode {
                 SocketMode::Server => (local, None, true),
@@ -135,6 +142,15 @@ impl UdpInterface {
                 })?;
             if k == 0 {
                 warn_if_capped(s.name, s.buffers, sizes);
+            }
+            if s.gro
+                && let Err(e) = sys::udp_gro(&socket)
+            {
+                tracing::warn!(
+                    "interface `{}`: UDP GRO not available ({e}); one datagram per read",
+                    s.name
+                );
+                gro = false;
             }
             if s.busy_poll_us > 0 {
                 let refused = sys::busy_poll(&socket, s.busy_poll_us, 64);
@@ -188,6 +204,7 @@ impl UdpInterface {
             remote: s.remote,
             lanes,
             gso: s.gso,
+            gro,
             rx: s.rx,
             tx: s.tx,
             grid,
@@ -233,6 +250,10 @@ impl UdpInterface {
             drops_seen: 0,
             empty_polls: 0,
             interface: self.name.clone(),
+            gro: self.gro,
+            read_size: self.regions.get(q.region).buf_size(),
+            scratch: Vec::new(),
+            overflow: Vec::new(),
             close_when_drained: q.close_when_drained,
             drained: false,
         }))
@@ -298,6 +319,15 @@ struct UdpRx {
     drops_seen: u32,
     empty_polls: u32,
     interface: String,
+    /// UDP GRO is on for this socket.
+    gro: bool,
+    /// Bytes each buffer of a read is cut to: the datagram size last seen with GRO,
+    /// buf_size otherwise.
+    read_size: usize,
+    /// Bytes of a read being laid out again.
+    scratch: Vec<u8>,
+    /// GRO: where each read's bytes past its buffers go (a size change).
+    overflow: Vec<u8>,
     close_when_drained: bool,
     /// The last receive found the socket and the wire empty.
     drained: bool,
@@ -314,25 +344,56 @@ impl UdpRx {
         }
     }
 
-    /// Reads one batch of datagrams from the socket and steers it.
+    /// Reads one batch from the socket into region buffers and steers it. Without GRO each
+    /// read is one datagram in one buffer. With GRO a read may hold several datagrams of
+    /// one size back to back: each read is given `per_read` buffers cut to the datagram
+    /// size last seen (`read_size`), so the kernel writes datagram `j` into buffer `j`; a
+    /// read whose size differs (the first one, or a change) is laid out again by copying.
     fn fill(&mut self) {
-        let mut spare = match self.spare.take() {
-            Some(b) if !b.is_empty() => b,
-            _ => match Burst::allocate_up_to(
-                self.regions.clone(),
-                self.port,
-                self.queue,
-                &[self.region],
-                self.batch,
-            ) {
-                Some(b) => b,
-                // No buffer: the datagrams wait in the kernel (which counts what it drops).
-                None => return,
-            },
+        let buf_size = self.regions.get(self.region).buf_size();
+        let read_size = self.read_size.min(buf_size);
+        let per_read = if self.gro {
+            GRO_MAX_BYTES.div_ceil(read_size).clamp(1, GRO_MAX_SEGMENTS)
+        } else {
+            1
         };
+        let reads = (self.batch / per_read).clamp(1, sys::MAX_MESSAGES);
+        let want = reads * per_read;
+        let mut spare = match self.spare.take() {
+            Some(b) if b.len() >= per_read => b,
+            other => {
+                drop(other);
+                match Burst::allocate_up_to(
+                    self.regions.clone(),
+                    self.port,
+                    self.queue,
+                    &[self.region],
+                    want,
+                ) {
+                    Some(b) if b.len() >= per_read => b,
+                    // Too few buffers for one read: the datagrams wait in the kernel (which
+                    // counts what it drops).
+                    _ => return,
+                }
+            }
+        };
+        let usable = (spare.len() / per_read).min(reads) * per_read;
+        // With GRO every read ends in an overflow area of its own, so a read longer than
+        // its buffers (a size change) is never cut: it is laid out again from there.
+        let overflow_each = if self.gro { GRO_MAX_BYTES } else { 0 };
+        self.overflow.resize(overflow_each * reads, 0);
         let result = {
-            let mut slices = spare.buffers_mut(0);
-            sys::receive_datagrams(&self.socket, &mut slices, &mut self.received)
+            let bufs = spare.buffers_mut(0, read_size);
+            let mut slices = Vec::with_capacity(usable + reads);
+            let mut areas = self.overflow.chunks_mut(overflow_each.max(1));
+            for (i, b) in bufs.into_iter().take(usable).enumerate() {
+                slices.push(b);
+                if self.gro && (i + 1) % per_read == 0 {
+                    slices.push(IoSliceMut::new(areas.next().expect("one area per read")));
+                }
+            }
+            let per = per_read + usize::from(self.gro);
+            sys::receive_datagrams(&self.socket, &mut slices, per, &mut self.received)
         };
         let drops = match result {
             Ok(d) => d,
@@ -349,8 +410,7 @@ impl UdpRx {
                 return;
             }
         };
-        let n = self.received.len();
-        if n == 0 {
+        if self.received.is_empty() {
             self.spare = Some(spare);
             self.empty_polls += 1;
             if self.empty_polls >= DROP_CHECK_EVERY {
@@ -365,30 +425,58 @@ impl UdpRx {
         if let Some(d) = drops {
             self.account_drops(d);
         }
-        let mut got = Burst::empty(self.regions.clone(), self.port, self.queue, n);
-        got.take_from(&mut spare, n);
-        self.spare = Some(spare);
+        let mut got = Burst::empty(self.regions.clone(), self.port, self.queue, usable);
+        let mut left = Burst::empty(self.regions.clone(), self.port, self.queue, usable);
         self.sources.clear();
-        let mut truncated = 0u64;
-        for (i, r) in self.received.iter().enumerate() {
-            got.set_len(i, 0, r.len);
-            truncated += u64::from(r.truncated);
-            self.sources.push(r.from);
+        let mut malformed = 0u64;
+        let received = std::mem::take(&mut self.received);
+        for (m, r) in received.iter().enumerate() {
+            let mut block = Burst::empty(self.regions.clone(), self.port, self.queue, per_read);
+            block.take_from(&mut spare, per_read);
+            let size = r.segment.unwrap_or(r.len);
+            let count = if size == 0 { 1 } else { r.len.div_ceil(size) };
+            if r.truncated || size > buf_size {
+                // Longer than a buffer: the kernel cut it (or it cannot be laid out).
+                malformed += count as u64;
+                left.take_from(&mut block, per_read);
+                continue;
+            }
+            if size > read_size || (count > 1 && size != read_size) {
+                // Not laid out one datagram per buffer: copy the read's bytes out and
+                // write each datagram into a buffer of its own.
+                let overflow = m * overflow_each..(m + 1) * overflow_each;
+                self.relayout(&mut block, r.len, read_size, overflow, size, count);
+                if block.len() < count {
+                    malformed += (count - block.len()) as u64;
+                }
+            }
+            let placed = count.min(block.len());
+            for j in 0..placed {
+                let len = (r.len - j * size).min(size);
+                block.set_len(j, 0, len);
+                self.sources.push(r.from);
+            }
+            got.take_from(&mut block, placed);
+            left.take_from(&mut block, usize::MAX);
         }
-        if truncated > 0 {
-            let flags: Vec<bool> = self.received.iter().map(|r| r.truncated).collect();
-            got.drop_front_where(n, |i| flags[i]);
-            let mut k = 0;
-            self.sources.retain(|_| {
-                k += 1;
-                !flags[k - 1]
-            });
-            self.counters.drop_packets(DropReason::Malformed, truncated);
+        // The next reads are cut to the datagram size last seen (GRO), or to whole buffers
+        // again when a longer single datagram came.
+        if let Some(r) = received.last() {
+            self.read_size = match r.segment {
+                Some(g) if g <= buf_size => g,
+                _ if r.len > self.read_size => buf_size,
+                _ => self.read_size,
+            };
+        }
+        self.received = received;
+        left.take_from(&mut spare, usize::MAX);
+        self.spare = Some(left);
+        if malformed > 0 {
+            self.counters.drop_packets(DropReason::Malformed, malformed);
             tracing::warn!(
-                "interface `{}` RX queue {}: {truncated} datagram(s) longer than the {}-byte buffers, dropped (counted as malformed)",
+                "interface `{}` RX queue {}: {malformed} datagram(s) longer than the {buf_size}-byte buffers, dropped (counted as malformed)",
                 self.interface,
                 self.queue,
-                self.regions.get(self.region).buf_size()
             );
         }
         if self.server
@@ -401,6 +489,53 @@ impl UdpRx {
             self.held = self
                 .ingress
                 .steer_datagrams(got, self.queue, &self.sources, self.local);
+        }
+    }
+
+    /// Rewrites a read of `len` bytes that the kernel wrote across `block`'s buffers in
+    /// pieces of `read_size` bytes as `count` datagrams of `size` bytes, one per buffer
+    /// (taking more buffers from the pool when the block has too few).
+    fn relayout(
+        &mut self,
+        block: &mut Burst,
+        len: usize,
+        read_size: usize,
+        overflow: std::ops::Range<usize>,
+        size: usize,
+        count: usize,
+    ) {
+        self.scratch.clear();
+        let mut at = 0;
+        for j in 0..block.len() {
+            if at >= len {
+                break;
+            }
+            let n = (len - at).min(read_size);
+            let buf = block.buffer_mut(j, 0).expect("host memory");
+            self.scratch.extend_from_slice(&buf[..n]);
+            at += n;
+        }
+        if at < len {
+            let rest = &self.overflow[overflow];
+            self.scratch
+                .extend_from_slice(&rest[..(len - at).min(rest.len())]);
+        }
+        if block.len() < count
+            && let Some(mut more) = Burst::allocate_up_to(
+                self.regions.clone(),
+                self.port,
+                self.queue,
+                &[self.region],
+                count - block.len(),
+            )
+        {
+            block.take_from(&mut more, count);
+        }
+        for j in 0..count.min(block.len()) {
+            let from = j * size;
+            let n = (len - from).min(size);
+            let buf = block.buffer_mut(j, 0).expect("host memory");
+            buf[..n].copy_from_slice(&self.scratch[from..from + n]);
         }
     }
 }
