@@ -8,7 +8,8 @@
 # Paths (PATHS, default "loopback veth"): 127.0.0.1 in one namespace, or a veth pair with
 # a 9000-byte MTU between two network namespaces (root; server 10.251.0.2, client
 # 10.251.0.1).
-# STREAMS (default "1 4"), CASES (default "udp1472 udp8192 tcp65536"), SECONDS_RUN per
+# STREAMS (default "1 4"), CASES (default "udp1472 udp8192 tcp65536"), ROUNDS of each TCP
+# case (default 3, alternating, medians reported), SECONDS_RUN per
 # probe (default 2), PROBES bisection steps (default 5), QUEUED_BURSTS (ours:
 # --queued-bursts, default the bench's), UDP_GRO (1, the default: our UDP server reads
 # with udp_gro: true; 0: without), DATAPLANE_BIN, IPERF3.
@@ -25,6 +26,7 @@ streams_list=${STREAMS:-1 4}
 cases=${CASES:-udp1472 udp8192 tcp65536}
 secs=${SECONDS_RUN:-2}
 probes=${PROBES:-5}
+rounds=${ROUNDS:-3}
 command -v "$iperf" >/dev/null || { echo "bench-vs-iperf: iperf3 missing (apt-get install iperf3)" >&2; exit 1; }
 "$bin" --version >/dev/null
 ncpu=$(nproc)
@@ -194,6 +196,7 @@ highest_lossless() {
   echo "$best $unpaced"
 }
 
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b>0 else 'n/a')"; }
 
 for path in $paths; do
@@ -208,8 +211,14 @@ for path in $paths; do
           "$path" "$size" "$n" "$o_best" "$i_best" "$(ratio "$o_best" "$i_best")" "$o_unp" "$o_unp_lost" "$i_unp" "$i_unp_lost"
         [ -n "${JSON:-}" ] && echo "{\"path\":\"$path\",\"transport\":\"udp\",\"size\":$size,\"streams\":$n,\"ours_lossless_gbps\":$o_best,\"iperf3_lossless_gbps\":$i_best,\"ours_unpaced_gbps\":$o_unp,\"ours_unpaced_lost\":$o_unp_lost,\"iperf3_unpaced_gbps\":$i_unp,\"iperf3_unpaced_lost\":$i_unp_lost}"
       else
-        read -r o_rx _ _ _ < <(ours "$path" tcp "$n" "$size")
-        read -r i_rx _ _ _ < <(theirs "$path" tcp "$n" "$size")
+        # Alternating runs, medians (loopback TCP varies by 10-15 % between runs).
+        o_all=() i_all=()
+        for _ in $(seq "$rounds"); do
+          read -r o _ _ _ < <(ours "$path" tcp "$n" "$size"); o_all+=("$o")
+          read -r i _ _ _ < <(theirs "$path" tcp "$n" "$size"); i_all+=("$i")
+        done
+        o_rx=$(median "${o_all[@]}")
+        i_rx=$(median "${i_all[@]}")
         printf "%-8s tcp %5d B x%d  Gb/s: ours %7.3f iperf3 %7.3f ratio %s\n" "$path" "$size" "$n" "$o_rx" "$i_rx" "$(ratio "$o_rx" "$i_rx")"
         [ -n "${JSON:-}" ] && echo "{\"path\":\"$path\",\"transport\":\"tcp\",\"size\":$size,\"streams\":$n,\"ours_gbps\":$o_rx,\"iperf3_gbps\":$i_rx}"
       fi

@@ -179,7 +179,8 @@ enum Bench {
         /// so that it stays in cache).
         #[arg(long, default_value_t = dataplane::bench::socket::QUEUED_BURSTS)]
         queued_bursts: usize,
-        /// Time each queue's worker: busy nanoseconds per packet and share of the run.
+        /// Time each queue's worker: busy nanoseconds per packet and share of the sending
+        /// time.
         #[arg(long)]
         stages: bool,
         /// Print one JSON object as the last line of stdout.

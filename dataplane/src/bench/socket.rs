@@ -131,8 +131,8 @@ pub struct SocketReport {
     pub client: Option<SideReport>,
     /// With `--stages`: each queue's worker time per packet.
     pub stages: Vec<super::raw::StageCost>,
-    /// With `--stages`: the share of the run each queue's worker was busy with it, in
-    /// the order of `stages`.
+    /// With `--stages`: each queue worker's busy time as a share of the sending time
+    /// (`seconds`), in the order of `stages`.
     pub busy_fraction: Vec<f64>,
 }
 
@@ -167,7 +167,7 @@ impl SocketReport {
         }
         for (st, busy) in self.stages.iter().zip(&self.busy_fraction) {
             s.push_str(&format!(
-                "  stage {}: {:.1} ns per packet, busy {:.0} % of the run\n",
+                "  stage {}: {:.1} ns per packet, busy {:.0} % of the sending time\n",
                 st.stage,
                 st.ns_per_packet,
                 busy * 100.0
@@ -960,7 +960,6 @@ pub fn run(
         StageTiming
     });
     let mut plane = DataPlane::start(&c)?;
-    let started = Instant::now();
     let mut sides = Vec::new();
     for (run, mode, name, cfg, peer) in [
         (
@@ -1025,7 +1024,7 @@ pub fn run(
     // Let the RX workers read the kernel's drop counters once more.
     std::thread::sleep(Duration::from_millis(50));
     let snapshot = plane.snapshot();
-    let elapsed = started.elapsed().as_nanos().max(1) as f64;
+    let elapsed = opts.seconds * 1e9;
     let drops = snapshot.drops();
     let failures = plane.shutdown().err().unwrap_or_default();
     let (mut stages, mut busy_fraction) = (Vec::new(), Vec::new());
