@@ -48,6 +48,25 @@ pub fn time_stages(on: bool) {
     TIME_STAGES.store(on, Ordering::Relaxed);
 }
 
+/// Stage timing on for as long as the returned guard lives (`None` when `on` is false):
+/// workers read the switch when their threads start, which may be after a plane's start
+/// returned, so a bench keeps it on for its whole run.
+pub fn time_stages_while(on: bool) -> Option<StageTimingGuard> {
+    on.then(|| {
+        time_stages(true);
+        StageTimingGuard
+    })
+}
+
+/// Turns stage timing off when dropped.
+pub struct StageTimingGuard;
+
+impl Drop for StageTimingGuard {
+    fn drop(&mut self) {
+        time_stages(false);
+    }
+}
+
 /// True when workers started now time their stages.
 pub fn stages_timed() -> bool {
     TIME_STAGES.load(Ordering::Relaxed)

@@ -11,47 +11,8 @@ use std::time::Duration;
 const NS_TX: &str = "dptest1";
 const NS_RX: &str = "dptest2";
 
-/// The namespaces and the veth pair, removed on drop.
-struct Namespaces;
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for ns in [NS_TX, NS_RX] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn setup() -> Result<Namespaces, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("not root".into());
-    }
-    for ns in [NS_TX, NS_RX] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-        if !ip(&["netns", "add", ns]) {
-            return Err(format!("cannot create network namespace {ns}"));
-        }
-    }
-    let guard = Namespaces;
-    let ok = ip(&[
-        "link", "add", "dpxa", "netns", NS_TX, "type", "veth", "peer", "name", "dpxb", "netns",
-        NS_RX,
-    ]) && ip(&["-n", NS_TX, "link", "set", "dpxa", "up"])
-        && ip(&["-n", NS_RX, "link", "set", "dpxb", "up"]);
-    if !ok {
-        return Err("cannot create the veth pair".into());
-    }
+fn setup() -> Result<common::VethPair, String> {
+    let guard = common::veth_pair([NS_TX, NS_RX], ["dpxa", "dpxb"], [None, None])?;
     // No IPv6 chatter (router solicitations, MLD) on the wire: only our frames.
     for (ns, dev) in [(NS_TX, "dpxa"), (NS_RX, "dpxb")] {
         let _ = Command::new("ip")

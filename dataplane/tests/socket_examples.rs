@@ -121,56 +121,12 @@ fn loopback_examples_run() {
     }
 }
 
-/// The namespaces and the veth pair, removed on drop.
-struct Namespaces;
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for ns in [NS_CLIENT, NS_SERVER] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn namespaces() -> Result<Namespaces, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("not root".into());
-    }
-    for ns in [NS_CLIENT, NS_SERVER] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-        if !ip(&["netns", "add", ns]) {
-            return Err(format!("cannot create network namespace {ns}"));
-        }
-    }
-    let guard = Namespaces;
-    let ok = ip(&[
-        "link", "add", "dpsa", "netns", NS_CLIENT, "type", "veth", "peer", "name", "dpsb", "netns",
-        NS_SERVER,
-    ]) && [
-        (NS_CLIENT, "dpsa", "10.250.0.1/24"),
-        (NS_SERVER, "dpsb", "10.250.0.2/24"),
-    ]
-    .iter()
-    .all(|(ns, dev, addr)| {
-        ip(&["-n", ns, "link", "set", "lo", "up"])
-            && ip(&["-n", ns, "addr", "add", addr, "dev", dev])
-            && ip(&["-n", ns, "link", "set", dev, "up"])
-    });
-    if !ok {
-        return Err("cannot set up the veth pair".into());
-    }
-    Ok(guard)
+fn namespaces() -> Result<common::VethPair, String> {
+    common::veth_pair(
+        [NS_CLIENT, NS_SERVER],
+        ["dpsa", "dpsb"],
+        [Some("10.250.0.1/24"), Some("10.250.0.2/24")],
+    )
 }
 
 #[test]

@@ -322,9 +322,10 @@ impl GpuReport {
     }
 }
 
-/// Digests of packets in GPU memory, computed by the GPU where the bytes lie: for segment
-/// 0 of each packet, the sum of its big-endian 16-bit words and its first `head` and last
-/// `tail` bytes. A checker compares them with the same digests of the bytes it expects.
+/// Digests of packets in GPU memory, computed by the GPU where the bytes lie: for one
+/// segment of each packet, the sum of its big-endian 16-bit words from a byte on, and its
+/// first `head` and last `tail` bytes. A checker compares them with the same digests of
+/// the bytes it expects.
 #[derive(Default)]
 pub(crate) struct DeviceDigest {
     gpu: Option<gpudirect::Gpu>,
@@ -335,17 +336,19 @@ pub(crate) struct DeviceDigest {
 }
 
 impl DeviceDigest {
-    /// Digests segment 0 of every packet of `burst`, which must be in GPU memory.
+    /// Digests segment `seg` of every packet of `burst`, which must be in GPU memory:
+    /// word sums from byte `sum_from`, `head` and `tail` bytes.
     pub(crate) fn run(
         &mut self,
         burst: &Burst,
-        head: u32,
-        tail: u32,
+        seg: usize,
+        sum_from: u32,
+        (head, tail): (u32, u32),
     ) -> Result<(), gpudirect::GpuError> {
         let Some(first) = burst.packets().first() else {
             return Ok(());
         };
-        let ordinal = burst.regions().get(first.segments()[0].region).affinity();
+        let ordinal = burst.regions().get(first.segments()[seg].region).affinity();
         if self.gpu.is_none() {
             self.gpu = Some(gpudirect::Gpu::new(ordinal)?);
         }
@@ -355,8 +358,8 @@ impl DeviceDigest {
         let packets: Vec<(u64, u32)> = (0..n)
             .map(|i| {
                 (
-                    burst.segment_addr(i, 0),
-                    burst.packets()[i].segments()[0].len,
+                    burst.segment_addr(i, seg),
+                    burst.packets()[i].segments()[seg].len,
                 )
             })
             .collect();
@@ -368,7 +371,7 @@ impl DeviceDigest {
             unsafe {
                 gpu.frame_digest(
                     chunk,
-                    0,
+                    sum_from,
                     (head, tail),
                     &mut self.sums[at..],
                     &mut self.digests[at * per..],

@@ -281,11 +281,7 @@ impl ReorderReport {
 struct FrameReader {
     joined: Vec<u8>,
     #[cfg(feature = "cuda")]
-    gpu: Option<gpudirect::Gpu>,
-    #[cfg(feature = "cuda")]
-    sums: Vec<u64>,
-    #[cfg(feature = "cuda")]
-    digests: Vec<u8>,
+    digest: super::gpu::DeviceDigest,
 }
 
 impl FrameReader {
@@ -355,10 +351,6 @@ impl FrameReader {
         let ordinal = regions
             .get(burst.packets()[0].segments()[dev_seg].region)
             .affinity();
-        if self.gpu.is_none() {
-            self.gpu = Some(gpudirect::Gpu::new(ordinal)?);
-        }
-        let gpu = self.gpu.as_mut().expect("just set");
         let whole = dev_seg == 0;
         let (sum_from, head) = if whole {
             (PAYLOAD_SUM_FROM as u32, L2_L4_HEADER as u32)
@@ -367,38 +359,17 @@ impl FrameReader {
         };
         let per = head as usize + TRAILER;
         let n = burst.len();
-        let packets: Vec<(u64, u32)> = (0..n)
-            .map(|i| {
-                (
-                    burst.segment_addr(i, dev_seg),
-                    burst.packets()[i].segments()[dev_seg].len,
-                )
-            })
-            .collect();
-        self.sums.resize(n, 0);
-        self.digests.resize(n * per, 0);
-        for (k, chunk) in packets.chunks(gpudirect::kernels::MAX_ITEMS).enumerate() {
-            let at = k * gpudirect::kernels::MAX_ITEMS;
-            // SAFETY: the device segments belong to `burst`, alive for the call.
-            unsafe {
-                gpu.frame_digest(
-                    chunk,
-                    sum_from,
-                    (head, TRAILER as u32),
-                    &mut self.sums[at..],
-                    &mut self.digests[at * per..],
-                )
-            }?;
-        }
+        self.digest
+            .run(burst, dev_seg, sum_from, (head, TRAILER as u32))?;
         for i in 0..n {
-            let d = &self.digests[i * per..(i + 1) * per];
+            let d = &self.digest.digests[i * per..(i + 1) * per];
             let len = burst.packets()[i].len();
             if whole {
                 checker.check_parts(
                     &d[..L2_L4_HEADER],
                     &d[L2_L4_HEADER..],
                     len,
-                    Some(self.sums[i]),
+                    Some(self.digest.sums[i]),
                 );
                 continue;
             }
@@ -422,9 +393,9 @@ impl FrameReader {
                 continue;
             }
             let dev_sum = if (h.len() - PAYLOAD_SUM_FROM) % 2 == 1 {
-                shift_sum(self.sums[i])
+                shift_sum(self.digest.sums[i])
             } else {
-                self.sums[i]
+                self.digest.sums[i]
             };
             checker.check_parts(
                 &h[..L2_L4_HEADER],
@@ -630,18 +601,7 @@ pub fn run(
     {
         return Err(BenchError::UncheckableWork);
     }
-    // Workers read the switch when their threads start, which may be after `start`
-    // returns: it stays on until this run ends.
-    struct StageTiming;
-    impl Drop for StageTiming {
-        fn drop(&mut self) {
-            crate::stats::time_stages(false);
-        }
-    }
-    let _timing = opts.time_stages.then(|| {
-        crate::stats::time_stages(true);
-        StageTiming
-    });
+    let _timing = crate::stats::time_stages_while(opts.time_stages);
     let mut plane = DataPlane::start(config)?;
     let timed = opts.time_stages;
     let stop_tx = Arc::new(AtomicBool::new(false));

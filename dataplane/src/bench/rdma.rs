@@ -19,27 +19,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Which side(s) this process runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
-pub enum Mode {
-    /// Accept one connection and run `rdma_bench_server`.
-    Server,
-    /// Connect and run `rdma_bench_client`.
-    Client,
-    /// Both, in one process (two threads).
-    Both,
-}
-
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Server => "server",
-            Mode::Client => "client",
-            Mode::Both => "both",
-        }
-    }
-}
+pub use super::Mode;
 
 /// One side's numbers.
 #[derive(Clone, Debug, Default, Serialize)]

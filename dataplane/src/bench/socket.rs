@@ -21,27 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Which side(s) this process runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
-pub enum Mode {
-    /// The server interfaces and `socket_bench_server`.
-    Server,
-    /// The client interfaces and `socket_bench_client`.
-    Client,
-    /// Both, in one process.
-    Both,
-}
-
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Server => "server",
-            Mode::Client => "client",
-            Mode::Both => "both",
-        }
-    }
-}
+pub use super::Mode;
 
 /// Options of a run.
 #[derive(Clone, Debug)]
@@ -545,7 +525,7 @@ struct Digest;
 
 #[cfg(feature = "cuda")]
 fn gpu_digest(d: &mut Digest, b: &Burst) -> Result<(), gpudirect::GpuError> {
-    d.run(b, HEADER as u32, TAIL as u32)
+    d.run(b, 0, 0, (HEADER as u32, TAIL as u32))
 }
 #[cfg(not(feature = "cuda"))]
 fn gpu_digest(_: &mut Digest, _: &Burst) -> Result<(), String> {
@@ -948,17 +928,7 @@ pub fn run(
         }
         c = paced(&c, g, &senders);
     }
-    // Workers read the switch when they start; it stays on for this run only.
-    struct StageTiming;
-    impl Drop for StageTiming {
-        fn drop(&mut self) {
-            crate::stats::time_stages(false);
-        }
-    }
-    let _timing = opts.time_stages.then(|| {
-        crate::stats::time_stages(true);
-        StageTiming
-    });
+    let _timing = crate::stats::time_stages_while(opts.time_stages);
     let mut plane = DataPlane::start(&c)?;
     let mut sides = Vec::new();
     for (run, mode, name, cfg, peer) in [

@@ -87,3 +87,60 @@ pub fn run_bench(
     )
     .expect("bench runs")
 }
+
+/// Two network namespaces joined by a veth pair, removed (with the pair) on drop.
+pub struct VethPair {
+    namespaces: [String; 2],
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .status();
+        }
+    }
+}
+
+/// Runs `ip ARGS`, quietly; true on success.
+pub fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Namespaces `ns[i]`, each with its end `dev[i]` of one veth pair, up, with IPv4 address
+/// `addr[i]` (CIDR) when given. Root only: the error says why not.
+pub fn veth_pair(
+    ns: [&str; 2],
+    dev: [&str; 2],
+    addr: [Option<&str>; 2],
+) -> Result<VethPair, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("not root".into());
+    }
+    for n in ns {
+        let _ = ip(&["netns", "del", n]);
+        if !ip(&["netns", "add", n]) {
+            return Err(format!("cannot create network namespace {n}"));
+        }
+    }
+    let guard = VethPair {
+        namespaces: ns.map(str::to_owned),
+    };
+    let ok = ip(&[
+        "link", "add", dev[0], "netns", ns[0], "type", "veth", "peer", "name", dev[1], "netns",
+        ns[1],
+    ]) && (0..2).all(|i| {
+        ip(&["-n", ns[i], "link", "set", "lo", "up"])
+            && addr[i].is_none_or(|a| ip(&["-n", ns[i], "addr", "add", a, "dev", dev[i]]))
+            && ip(&["-n", ns[i], "link", "set", dev[i], "up"])
+    });
+    if !ok {
+        return Err("cannot set up the veth pair".into());
+    }
+    Ok(guard)
+}
