@@ -521,7 +521,9 @@ type Digest = super::gpu::DeviceDigest;
 /// Without CUDA no message lands in GPU memory.
 #[cfg(not(feature = "cuda"))]
 #[derive(Default)]
-struct Digest;
+struct Digest {
+    _none: (),
+}
 
 #[cfg(feature = "cuda")]
 fn gpu_digest(d: &mut Digest, b: &Burst) -> Result<(), gpudirect::GpuError> {
