@@ -428,6 +428,16 @@ impl Plan {
                         .unwrap_or_default()
                 ));
             }
+            if let Some(r) = q.staging {
+                extra.push(format!(
+                    "the engine {} `{}`",
+                    match q.direction {
+                        Direction::Rx => "receives into",
+                        Direction::Tx => "sends from",
+                    },
+                    self.regions[r as usize].name
+                ));
+            }
             if !q.reorders.is_empty() {
                 let names: Vec<String> = q
                     .reorders
