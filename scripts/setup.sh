@@ -8,6 +8,8 @@ command -v python3 >/dev/null || need+=(python3)
 # Network namespaces for the veth tests; iperf3 for scripts/bench-vs-iperf.sh.
 command -v ip >/dev/null || need+=(iproute2)
 command -v iperf3 >/dev/null || need+=(iperf3)
+# tcpdump reads the capture tests' pcap files back (an independent reader).
+command -v tcpdump >/dev/null || need+=(tcpdump)
 # DPDK 22.11 for the dpdk-sys crate (bindings generated against it with libclang).
 pkg-config --exists libdpdk 2>/dev/null || need+=(dpdk libdpdk-dev)
 command -v dpdk-test >/dev/null || need+=(dpdk-dev)

@@ -37,6 +37,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         memory_regions: vec![],
         tx_eth_src: false,
         pacing_mbps: 0,
+        capture: None,
         location: Default::default(),
     };
     let flows = (0..n)
@@ -76,6 +77,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         })
         .collect();
     RxConfig {
+        timestamps: false,
         flow_isolation: true,
         queues: (0..4).map(queue).collect(),
         flows,

@@ -177,6 +177,18 @@ impl Burst {
         self.packets[i].flow_id = flow_id;
     }
 
+    /// Sets the timestamp (ns since the Unix epoch) of packet `i`.
+    pub fn set_timestamp(&mut self, i: usize, ns: u64) {
+        self.packets[i].timestamp_ns = ns;
+    }
+
+    /// Stamps packets `from..` with `ns` (an RX worker's receive time).
+    pub(crate) fn stamp_from(&mut self, from: usize, ns: u64) {
+        for p in self.packets.iter_mut().skip(from) {
+            p.timestamp_ns = ns;
+        }
+    }
+
     /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
     pub fn set_len(&mut self, i: usize, seg: usize, len: usize) {
         let p = &mut self.packets[i];

@@ -9,6 +9,7 @@
 pub mod affinity;
 pub mod bench;
 pub mod burst;
+pub mod capture;
 pub mod config;
 pub mod descriptor;
 pub mod engine;

@@ -58,6 +58,16 @@ pub enum StartError {
     /// The configuration cannot be run as planned.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// An RX queue's capture file could not be created.
+    #[error("interface `{interface}` RX queue {queue}: {source}")]
+    Capture {
+        /// Interface name.
+        interface: String,
+        /// Queue id.
+        queue: u16,
+        /// Why.
+        source: crate::capture::CaptureError,
+    },
     /// An RX queue's GPU stage could not be set up.
     #[error("interface `{interface}` RX queue {queue}: {source}")]
     Stage {
@@ -83,6 +93,7 @@ pub struct RxQueue {
     reorder_error: Option<String>,
     health: Arc<WorkerHealth>,
     link: Option<Arc<Link>>,
+    capture: Option<crate::capture::CaptureSink>,
 }
 
 impl RxQueue {
@@ -105,6 +116,9 @@ impl RxQueue {
     #[inline]
     fn poll_with(&mut self, now: impl FnOnce() -> Instant) -> Result<Option<Burst>, WorkerFailed> {
         let burst = self.next_burst(now);
+        if let (Some(c), Some(b)) = (&mut self.capture, &burst) {
+            c.submit(b);
+        }
         if burst.is_none()
             && let Some(f) = self.health.failure()
         {
@@ -146,6 +160,18 @@ impl RxQueue {
     /// a server answers); `None` for queues without one.
     pub fn link(&self) -> Option<LinkStatus> {
         self.link.as_ref().map(|l| l.status())
+    }
+
+    /// The counters of the queue's capture sink (`capture`), if it has one.
+    pub fn capture_stats(&self) -> Option<crate::capture::CaptureStats> {
+        self.capture.as_ref().map(|c| c.stats())
+    }
+
+    /// Writes out what the capture sink holds, closes its file and returns its counters.
+    pub fn finish_capture(
+        &mut self,
+    ) -> Option<Result<crate::capture::CaptureStats, crate::capture::CaptureError>> {
+        self.capture.take().map(|c| c.finish())
     }
 }
 
@@ -189,6 +215,29 @@ pub struct SendError {
     pub burst: Burst,
     /// Why.
     pub reason: TxFailure,
+}
+
+/// Opens the capture sink of an RX queue.
+fn open_capture(
+    interface: &str,
+    queue: u16,
+    c: &crate::config::CaptureSpec,
+) -> Result<crate::capture::CaptureSink, StartError> {
+    let format = crate::capture::CaptureFormat::from_name(&c.format)
+        .expect("validated by the configuration parser");
+    let mut cfg = crate::capture::CaptureConfig::new(&c.path, format);
+    cfg.queue_bytes = c.queue_mb as usize * (1 << 20);
+    let sink = crate::capture::CaptureSink::create(&cfg).map_err(|source| StartError::Capture {
+        interface: interface.to_owned(),
+        queue,
+        source,
+    })?;
+    tracing::info!(
+        "interface `{interface}`: RX queue {queue} captured to {} ({}) by a writer thread",
+        c.path,
+        c.format
+    );
+    Ok(sink)
 }
 
 /// The application's end of a TX queue.
@@ -527,9 +576,13 @@ impl DataPlane {
                             reorder_error: None,
                             health: worker_health,
                             link: engine.link(port, Direction::Rx, q.id),
+                            capture: match &q.capture {
+                                None => None,
+                                Some(c) => Some(open_capture(&q.interface_name, q.id, c)?),
+                            },
                         },
                     );
-                    let task = RxTask::new(
+                    let mut task = RxTask::new(
                         engine.rx_port(port, q.id, c.clone())?,
                         producer,
                         regions.clone(),
@@ -540,6 +593,15 @@ impl DataPlane {
                         engine.capabilities().rx_overflow,
                         c,
                     );
+                    if q.timestamps {
+                        tracing::info!(
+                            "interface `{}`: RX queue {} timestamps packets in software as its worker receives them (the {} engine has no NIC clock here)",
+                            q.interface_name,
+                            q.id,
+                            engine.name()
+                        );
+                        task = task.with_timestamps();
+                    }
                     match &q.stage {
                         Some(stage) => {
                             let stage =
@@ -848,6 +910,7 @@ impl DataPlane {
                 reorder_error: None,
                 health: worker.health.clone(),
                 link: None,
+                capture: None,
             }),
             tx: Mutex::new(TxQueue {
                 ring: tx_producer,

@@ -253,6 +253,7 @@ impl RxStage {
                 }
             }
             out.set_flow_id(i, p.flow_id);
+            out.set_timestamp(i, p.timestamp_ns);
         }
         let regions = self.regions.clone();
         let on_gpu = |r| gpu_side(&regions, r);

@@ -178,9 +178,50 @@ pub struct RxTask {
     stage: Option<Box<crate::stage::RxStage>>,
     /// A closed burst waiting for free buffers of the stage's regions.
     unstaged: Option<Burst>,
+    /// `hardware_timestamps` done in software: stamps each received packet.
+    clock: Option<WallClock>,
+}
+
+/// Wall-clock nanoseconds from the monotonic clock: one system-time read at start, then
+/// only `Instant` (vDSO, no system call) per read.
+#[derive(Clone, Copy, Debug)]
+pub struct WallClock {
+    epoch_ns: u64,
+    origin: Instant,
+}
+
+impl WallClock {
+    /// Anchored now.
+    pub fn new() -> Self {
+        let epoch_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Self {
+            epoch_ns,
+            origin: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the Unix epoch now.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.epoch_ns + self.origin.elapsed().as_nanos() as u64
+    }
+}
+
+impl Default for WallClock {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl RxTask {
+    /// Stamps every received packet with the time the worker received it.
+    pub(crate) fn with_timestamps(mut self) -> Self {
+        self.clock = Some(WallClock::new());
+        self
+    }
+
     /// A task for one RX queue.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -209,6 +250,7 @@ impl RxTask {
             ready: None,
             stage: None,
             unstaged: None,
+            clock: None,
         }
     }
 
@@ -247,7 +289,13 @@ impl RxTask {
             )
         });
         let was_empty = burst.is_empty();
+        let before = burst.len();
         let got = self.port.receive(burst, self.batch_size - burst.len());
+        if got > 0
+            && let Some(c) = &self.clock
+        {
+            burst.stamp_from(before, c.now_ns());
+        }
         if got > 0 && was_empty {
             self.first_packet_at = self.timeout.map(|_| clock.now());
         }

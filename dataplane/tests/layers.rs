@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["memory"],
     // Packets and what is done to them between engine and application.
     &["burst"],
-    &["stage", "reorder", "rdma_conn"],
+    &["stage", "reorder", "rdma_conn", "capture"],
     // Engines, the worker loop, the running plane.
     &["engine"],
     &["worker"],

@@ -401,6 +401,10 @@ pub struct RxConfig {
     /// between the static rules and the `exception_queue` catch-all. 0: no limit (and no
     /// run-time flows there when an exception queue is set).
     pub dynamic_flow_capacity: u32,
+    /// `hardware_timestamps`: every received packet carries its receive time
+    /// (`Packet::timestamp_ns`, ns since the Unix epoch). No engine here reads a NIC clock
+    /// yet: the RX worker takes the time in software when it receives.
+    pub timestamps: bool,
 }
 
 impl RxConfig {
@@ -424,6 +428,7 @@ impl RxConfig {
             exception_queue: None,
             reorder: Vec::new(),
             dynamic_flow_capacity: 0,
+            timestamps: false,
         }
     }
 }
@@ -507,8 +512,23 @@ pub struct QueueConfig {
     /// TX `pacing_mbps`: the queue's average rate cap in Mb/s of Ethernet frames (no
     /// preamble, gap or FCS), 0 for none. The TX worker paces in software.
     pub pacing_mbps: u64,
+    /// RX: `capture` (this project's key): where the queue's bursts are written as the
+    /// application polls them.
+    pub capture: Option<crate::config::CaptureSpec>,
     /// Where it is defined.
     pub location: Location,
+}
+
+/// `rx.queues[].capture`: a file sink for what the queue delivers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureSpec {
+    /// `path`: the file (a directory for `raw_per_packet`).
+    pub path: String,
+    /// `format`: `pcap` (default), `pcapng`, `raw`, `raw_per_packet`.
+    pub format: String,
+    /// `queue_mb`: MiB of packet data that may wait for the writer (default 256); more is
+    /// dropped and counted as `writer_full`.
+    pub queue_mb: u32,
 }
 
 /// A UDP port or inclusive port range (`4096` or `"4096-4100"`).

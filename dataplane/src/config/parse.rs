@@ -844,6 +844,11 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
             .optional(d, "pacing_mbps", |d, n, p| r::uint_in(d, n, p, 0, 1 << 40))
             .unwrap_or(0);
     }
+    let capture = if dir == Direction::Rx {
+        m.optional(d, "capture", capture_spec)
+    } else {
+        None
+    };
     m.not_supported(d, "split_boundary");
     m.finish(d);
     Some(QueueConfig {
@@ -855,7 +860,28 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
         memory_regions,
         tx_eth_src,
         pacing_mbps,
+        capture,
         location: node.location,
+    })
+}
+
+/// `capture: {path, format, queue_mb}` of an RX queue.
+fn capture_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<CaptureSpec> {
+    let mut m = MapReader::open(d, node, path)?;
+    let file = m.required(d, "path", r::string);
+    let format = m
+        .optional(d, "format", |d, n, p| {
+            r::choice(d, n, p, &["pcap", "pcapng", "raw", "raw_per_packet"]).map(str::to_owned)
+        })
+        .unwrap_or_else(|| "pcap".into());
+    let queue_mb = m
+        .optional(d, "queue_mb", |d, n, p| r::uint_in(d, n, p, 4, 1 << 20))
+        .unwrap_or(256) as u32;
+    m.finish(d);
+    Some(CaptureSpec {
+        path: file?,
+        format,
+        queue_mb,
     })
 }
 
@@ -886,9 +912,9 @@ fn queues(d: &mut Diagnostics, m: &mut MapReader, dir: Direction) -> Vec<QueueCo
 fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let flow_isolation = m.optional(d, "flow_isolation", r::boolean).unwrap_or(false);
-    m.not_supported_unless(d, "hardware_timestamps", |n| {
-        matches!(n.value, Value::Bool(false))
-    });
+    let timestamps = m
+        .optional(d, "hardware_timestamps", r::boolean)
+        .unwrap_or(false);
     let dynamic_flow_capacity = m
         .optional(d, "dynamic_flow_capacity", |d, n, p| {
             r::uint_in(d, n, p, 0, 0xFF_FFFF)
@@ -903,6 +929,7 @@ fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
     let reorder = list_of(d, &mut m, "reorder_configs", reorder_config);
     m.finish(d);
     Some(RxConfig {
+        timestamps,
         flow_isolation,
         queues,
         flows,

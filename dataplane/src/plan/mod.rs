@@ -184,6 +184,11 @@ pub struct QueuePlan {
     pub eth_src: EthSrc,
     /// TX: the rate cap in Mb/s (`pacing_mbps`), paced in software by the TX worker.
     pub pacing_mbps: Option<u64>,
+    /// RX: `hardware_timestamps`, taken in software by the RX worker at receive.
+    pub timestamps: bool,
+    /// RX: the capture sink (`capture`), fed as the application polls.
+    #[serde(skip)]
+    pub capture: Option<crate::config::CaptureSpec>,
 }
 
 /// One worker core and its queues.
@@ -427,6 +432,12 @@ impl Plan {
                         .map(|h| format!(", split after {h} B"))
                         .unwrap_or_default()
                 ));
+            }
+            if q.timestamps {
+                extra.push("receive timestamps (software)".into());
+            }
+            if let Some(c) = &q.capture {
+                extra.push(format!("captured to {} ({})", c.path, c.format));
             }
             if let Some(r) = q.staging {
                 extra.push(format!(
@@ -735,6 +746,9 @@ fn queues(
                     eth_src,
                     pacing_mbps: (dir == Direction::Tx && q.pacing_mbps > 0)
                         .then_some(q.pacing_mbps),
+                    timestamps: dir == Direction::Rx
+                        && iface.rx.as_ref().is_some_and(|r| r.timestamps),
+                    capture: q.capture.clone(),
                 });
             }
         }

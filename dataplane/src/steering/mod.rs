@@ -348,6 +348,7 @@ mod tests {
             memory_regions: vec!["m".into()],
             tx_eth_src: false,
             pacing_mbps: 0,
+            capture: None,
             location: Default::default(),
         });
         rx.flows = vec![flow("a", 1, 5000), flow("b", 2, 5001)];

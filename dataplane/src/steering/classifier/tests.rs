@@ -20,6 +20,7 @@ fn queue(id: u16) -> QueueConfig {
         memory_regions: vec!["m".into()],
         tx_eth_src: false,
         pacing_mbps: 0,
+        capture: None,
         location: Default::default(),
     }
 }
@@ -27,6 +28,7 @@ fn queue(id: u16) -> QueueConfig {
 fn rx(queues: &[u16], flows: Vec<FlowConfig>, isolation: bool) -> RxConfig {
     RxConfig {
         flow_isolation: isolation,
+        timestamps: false,
         queues: queues.iter().map(|&q| queue(q)).collect(),
         flows,
         flex_items: vec![FlexItemConfig {
