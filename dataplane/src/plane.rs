@@ -651,12 +651,21 @@ impl DataPlane {
                         task = task.with_stage(stage);
                     }
                     if let Some(mbps) = q.pacing_mbps {
-                        tracing::info!(
-                            "interface `{}`: TX queue {} paced in software at {mbps} Mb/s",
-                            q.interface_name,
-                            q.id
-                        );
-                        task = task.with_pacing(mbps);
+                        match engine.pace_tx_queue(port, q.id, mbps) {
+                            Ok(()) => tracing::info!(
+                                "interface `{}`: TX queue {} paced by the device at {mbps} Mb/s",
+                                q.interface_name,
+                                q.id
+                            ),
+                            Err(why) => {
+                                tracing::info!(
+                                    "interface `{}`: TX queue {} paced in software at {mbps} Mb/s ({why})",
+                                    q.interface_name,
+                                    q.id
+                                );
+                                task = task.with_pacing(mbps);
+                            }
+                        }
                     }
                     match q.eth_src {
                         EthSrc::Off => Task::Tx(task),
