@@ -231,6 +231,8 @@ pub struct RawReport {
     pub checker: CheckCounts,
     /// Busy time per packet of each stage (with `time_stages`; empty otherwise).
     pub stages: Vec<StageCost>,
+    /// The RX queues' capture sinks (`capture`), when the configuration has any.
+    pub captures: Vec<CaptureReport>,
     /// With `target_gbps`: the target, and the rate the TX workers sent frames at while
     /// the generators ran (Gb/s of frame bytes).
     pub pacing: Option<PacingReport>,
@@ -572,6 +574,21 @@ struct CheckerResult {
     reorder: Option<ReorderReport>,
     /// Worker failures seen through the queues.
     failures: Vec<String>,
+    /// The queues' capture sinks, closed (`capture` in the configuration).
+    captures: Vec<CaptureReport>,
+}
+
+/// What an RX queue's capture sink wrote during the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaptureReport {
+    /// `IFACE rx queue N`.
+    pub queue: String,
+    /// Its counters once the file was closed.
+    pub stats: crate::capture::CaptureStats,
+    /// Bytes written per second of the run.
+    pub mbytes_per_s: f64,
+    /// Why the writer failed, if it did.
+    pub error: Option<String>,
 }
 
 struct CheckerThread {
@@ -699,6 +716,25 @@ pub fn run(
                         std::thread::yield_now();
                     }
                 }
+                let mut captures = Vec::new();
+                for q in &mut queues {
+                    let queue = format!("{} rx queue {}", q.interface, q.queue);
+                    match q.finish_capture() {
+                        None => {}
+                        Some(Ok(stats)) => captures.push(CaptureReport {
+                            queue,
+                            stats,
+                            mbytes_per_s: 0.0,
+                            error: None,
+                        }),
+                        Some(Err(e)) => captures.push(CaptureReport {
+                            queue,
+                            stats: Default::default(),
+                            mbytes_per_s: 0.0,
+                            error: Some(e.to_string()),
+                        }),
+                    }
+                }
                 let mut reorder = None::<ReorderReport>;
                 for q in &queues {
                     if let Some(c) = q.reorder_counts() {
@@ -728,6 +764,7 @@ pub fn run(
                     marks,
                     reorder,
                     failures,
+                    captures,
                 }
             })
             .map_err(StartError::Spawn)?;
@@ -935,8 +972,16 @@ pub fn run(
     let mut problems = Vec::new();
     let mut flow_ids = BTreeMap::new();
     let mut reorder: Option<ReorderReport> = None;
+    let mut captures = Vec::new();
     for (i, c) in checkers.into_iter().enumerate() {
         let r = c.thread.join().expect("checker thread");
+        for mut cap in r.captures {
+            cap.mbytes_per_s = cap.stats.written_bytes as f64 / seconds.max(1e-9) / 1e6;
+            if let Some(e) = &cap.error {
+                problems.push(format!("capture {}: {e}", cap.queue));
+            }
+            captures.push(cap);
+        }
         if timed {
             stages.push(StageCost::new(format!("checker {i}"), r.packets, r.busy_ns));
         }
@@ -1062,6 +1107,7 @@ pub fn run(
         zero_copy_regions,
         seconds,
         requested_seconds: opts.seconds,
+        captures,
         interrupted: interrupted.load(Ordering::Relaxed),
         tx_packets,
         tx_bytes,
@@ -1212,6 +1258,18 @@ impl RawReport {
                 p.target_gbps,
                 p.sent_gbps,
                 (p.sent_gbps / p.target_gbps - 1.0) * 100.0
+            ));
+        }
+        for c in &self.captures {
+            s.push_str(&format!(
+                "  capture {}: {} of {} packets written ({:.1} MB/s), writer_full {}, not in host memory {}{}\n",
+                c.queue,
+                c.stats.written_packets,
+                c.stats.submitted,
+                c.mbytes_per_s,
+                c.stats.writer_full,
+                c.stats.not_host,
+                c.error.as_deref().map(|e| format!(", failed: {e}")).unwrap_or_default()
             ));
         }
         for st in &self.stages {
