@@ -593,7 +593,13 @@ impl DataPlane {
                         engine.capabilities().rx_overflow,
                         c,
                     );
-                    if q.timestamps {
+                    if q.timestamps && engine.stamps_rx(port) {
+                        tracing::info!(
+                            "interface `{}`: RX queue {} carries the kernel's receive timestamps (SO_TIMESTAMPNS)",
+                            q.interface_name,
+                            q.id
+                        );
+                    } else if q.timestamps {
                         tracing::info!(
                             "interface `{}`: RX queue {} timestamps packets in software as its worker receives them (the {} engine has no NIC clock here)",
                             q.interface_name,

@@ -551,6 +551,53 @@ fn udp_runs_of_changing_sizes_arrive_whole() {
     plane.shutdown().unwrap();
 }
 
+/// With `hardware_timestamps` a UDP server's packets carry the kernel's receive times:
+/// wall-clock times between the send and the poll that returned them, never going back.
+#[test]
+fn udp_packets_carry_kernel_receive_timestamps() {
+    let mut e = Ends::new("udp", 17097);
+    e.server_rx_extra = "        hardware_timestamps: true\n";
+    let mut plane = DataPlane::start(&e.config(true, true)).expect("starts");
+    let mut tx = plane.take_tx_queue("client", 0).unwrap();
+    let mut rx = plane.take_rx_queue("server", 0).unwrap();
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let before = wall();
+    let mut sent = 0;
+    while sent < 200 {
+        let mut b = tx.alloc(1).unwrap();
+        b.set_len(0, 0, 100);
+        if tx.send(b).is_ok() {
+            sent += 1;
+        }
+    }
+    let mut stamps = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stamps.len() < 200 && Instant::now() < deadline {
+        if let Some(b) = rx.poll().unwrap() {
+            let after = wall();
+            for p in b.packets() {
+                assert!(
+                    p.timestamp_ns >= before && p.timestamp_ns <= after,
+                    "{} not between {before} and {after}",
+                    p.timestamp_ns
+                );
+                stamps.push(p.timestamp_ns);
+            }
+        }
+    }
+    assert_eq!(stamps.len(), 200);
+    assert!(
+        stamps.windows(2).all(|w| w[0] <= w[1]),
+        "times never go back"
+    );
+    plane.shutdown().unwrap();
+}
+
 /// A UDP server queue with header-data split in host memory: the socket receives into
 /// the queue's staging region and the RX stage splits each datagram into its two regions.
 #[test]

@@ -103,11 +103,20 @@ pub trait Engine: Send + Sync {
         None
     }
 
+    /// True when the engine stamps the packets interface `port` receives itself (kernel
+    /// timestamps on UDP sockets); the RX worker then leaves `timestamp_ns` alone.
+    fn stamps_rx(&self, _port: u16) -> bool {
+        false
+    }
+
     /// Asks the device to cap TX queue `queue` of interface `port` at `mbps` Mb/s. `Ok`
     /// when the device paces it (the worker then does not); `Err` says why the worker has
     /// to (the default: no device pacing).
     fn pace_tx_queue(&self, _port: u16, _queue: u16, _mbps: u64) -> Result<(), String> {
-        Err(format!("the {} engine has no device rate limit", self.name()))
+        Err(format!(
+            "the {} engine has no device rate limit",
+            self.name()
+        ))
     }
 
     /// The peer state behind queue `queue` of interface `port` (kernel sockets: the TCP

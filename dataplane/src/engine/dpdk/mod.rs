@@ -162,12 +162,12 @@ fn tx_carriers(
 impl Engine for DpdkEngine {
     fn pace_tx_queue(&self, port: u16, queue: u16, mbps: u64) -> Result<(), String> {
         let p = self.port(port).map_err(|e| e.to_string())?;
-        let q = p
-            .tx
-            .iter()
-            .find(|t| t.queue == queue)
-            .ok_or_else(|| format!("no TX queue {queue}"))?;
-        let rate = u32::try_from(mbps).map_err(|_| format!("{mbps} Mb/s is above the API's range"))?;
+        let q =
+            p.tx.iter()
+                .find(|t| t.queue == queue)
+                .ok_or_else(|| format!("no TX queue {queue}"))?;
+        let rate =
+            u32::try_from(mbps).map_err(|_| format!("{mbps} Mb/s is above the API's range"))?;
         // SAFETY: a started port and one of its configured TX queues.
         let ret = unsafe { sys::rte_eth_set_queue_rate_limit(p.id.0, q.index.0, rate) };
         error::check("rte_eth_set_queue_rate_limit", ret)

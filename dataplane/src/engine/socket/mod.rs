@@ -154,6 +154,7 @@ impl SocketEngine {
                             busy_poll_us: socket.busy_poll_us,
                             gso: socket.udp_gso,
                             gro: socket.udp_gro,
+                            timestamps: iface.rx.as_ref().is_some_and(|r| r.timestamps),
                         },
                         regions,
                         steering,
@@ -319,6 +320,10 @@ impl Engine for SocketEngine {
 
     fn steering(&self) -> String {
         "software".into()
+    }
+
+    fn stamps_rx(&self, port: u16) -> bool {
+        matches!(self.interfaces.get(port as usize), Some(Interface::Udp(u)) if u.kernel_timestamps())
     }
 
     fn link(&self, port: u16, direction: Direction, queue: u16) -> Option<Arc<Link>> {

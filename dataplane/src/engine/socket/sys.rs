@@ -17,6 +17,8 @@ const SO_PREFER_BUSY_POLL: libc::c_int = 69;
 const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
+/// SO_TIMESTAMPNS (the "old" one: a `timespec` with the native `time_t`, 64-bit here).
+const SO_TIMESTAMPNS: libc::c_int = 35;
 /// `SK_MEMINFO_DROPS`: index of the drop counter in SO_MEMINFO's array.
 const MEMINFO_DROPS: usize = 8;
 const MEMINFO_FIELDS: usize = 9;
@@ -256,6 +258,12 @@ pub fn udp_gro(socket: &UdpSocket) -> io::Result<()> {
     set_int(socket.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1)
 }
 
+/// Asks the kernel to stamp every datagram with its receive time (SO_TIMESTAMPNS; read
+/// back as [`Received::timestamp_ns`]).
+pub fn rx_timestamps(socket: &UdpSocket) -> io::Result<()> {
+    set_int(socket.as_raw_fd(), libc::SOL_SOCKET, SO_TIMESTAMPNS, 1)
+}
+
 /// Packets the kernel dropped on this socket because its receive buffer was full
 /// (`sk_drops`, from SO_MEMINFO).
 pub fn socket_drops(fd: &impl AsRawFd) -> io::Result<u32> {
@@ -285,10 +293,13 @@ pub struct Received {
     pub from: SocketAddrV4,
     /// UDP GRO: the read holds datagrams of this size (the last may be shorter).
     pub segment: Option<usize>,
+    /// The kernel's receive time (ns since the Unix epoch) with SO_TIMESTAMPNS on, else 0.
+    pub timestamp_ns: u64,
 }
 
-/// Control space per message: SO_RXQ_OVFL's `u32` and UDP_GRO's `int`, with headers.
-const RX_CONTROL: usize = 64;
+/// Control space per message: SO_RXQ_OVFL's `u32`, UDP_GRO's `int` and SO_TIMESTAMPNS's
+/// `timespec`, with headers.
+const RX_CONTROL: usize = 128;
 
 /// Receives up to [`MAX_MESSAGES`] reads without blocking; read `i` goes into
 /// `buffers[i * per_read..(i + 1) * per_read]` (filled in order). Returns what arrived
@@ -347,6 +358,7 @@ pub fn receive_datagrams(
     for i in 0..got {
         let h = &headers[i].msg_hdr;
         let mut segment = None;
+        let mut timestamp_ns = 0;
         // SAFETY: `h` is a header the kernel filled; the CMSG macros stay within
         // msg_control..msg_control+msg_controllen, which is this frame's control array.
         unsafe {
@@ -356,6 +368,10 @@ pub fn receive_datagrams(
                 match ((*c).cmsg_level, (*c).cmsg_type) {
                     (libc::SOL_SOCKET, SO_RXQ_OVFL) => {
                         drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+                    }
+                    (libc::SOL_SOCKET, SO_TIMESTAMPNS) => {
+                        let t = std::ptr::read_unaligned(data.cast::<libc::timespec>());
+                        timestamp_ns = (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64;
                     }
                     (libc::SOL_UDP, UDP_GRO) => {
                         let g = std::ptr::read_unaligned(data.cast::<libc::c_int>());
@@ -371,6 +387,7 @@ pub fn receive_datagrams(
             truncated: h.msg_flags & libc::MSG_TRUNC != 0,
             from: addr_of(&names[i]),
             segment,
+            timestamp_ns,
         });
     }
     Ok(drops)

@@ -70,6 +70,7 @@ pub(super) struct UdpSetup<'a> {
     pub busy_poll_us: u32,
     pub gso: bool,
     pub gro: bool,
+    pub timestamps: bool,
 }
 
 /// A UDP interface: its lanes and the wires from lanes to RX queues.
@@ -81,6 +82,8 @@ pub(super) struct UdpInterface {
     lanes: Vec<Lane>,
     gso: bool,
     gro: bool,
+    /// The kernel stamps received datagrams (SO_TIMESTAMPNS).
+    kernel_timestamps: bool,
     rx: Vec<QueueSetup>,
     tx: Vec<QueueSetup>,
     grid: WireGrid,
@@ -109,6 +112,7 @@ impl UdpInterface {
             .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
         let mut lanes = Vec::new();
         let mut gro = s.gro;
+        let mut kernel_timestamps = s.timestamps;
         for k in 0..lanes_wanted {
             let (at, peer, shared) = match s.mode {
                 SocketMode::Server => (local, None, true),
@@ -151,6 +155,13 @@ impl UdpInterface {
                     s.name
                 );
                 gro = false;
+            }
+            if kernel_timestamps && let Err(e) = sys::rx_timestamps(&socket) {
+                tracing::warn!(
+                    "interface `{}`: no kernel receive timestamps ({e}); the RX worker stamps packets instead",
+                    s.name
+                );
+                kernel_timestamps = false;
             }
             if s.busy_poll_us > 0 {
                 let refused = sys::busy_poll(&socket, s.busy_poll_us, 64);
@@ -205,6 +216,7 @@ impl UdpInterface {
             lanes,
             gso: s.gso,
             gro,
+            kernel_timestamps,
             rx: s.rx,
             tx: s.tx,
             grid,
@@ -279,6 +291,11 @@ impl UdpInterface {
             counters,
             interface: self.name.clone(),
         }))
+    }
+
+    /// True when the kernel stamps what this interface receives.
+    pub(super) fn kernel_timestamps(&self) -> bool {
+        self.kernel_timestamps
     }
 
     pub(super) fn link(&self, direction: Direction, queue: u16) -> Option<Arc<Link>> {
@@ -454,6 +471,7 @@ impl UdpRx {
             for j in 0..placed {
                 let len = (r.len - j * size).min(size);
                 block.set_len(j, 0, len);
+                block.set_timestamp(j, r.timestamp_ns);
                 self.sources.push(r.from);
             }
             got.take_from(&mut block, placed);
