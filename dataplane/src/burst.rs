@@ -177,9 +177,19 @@ impl Burst {
         self.packets[i].flow_id = flow_id;
     }
 
-    /// Sets the timestamp (ns since the Unix epoch) of packet `i`.
+    /// Sets the timestamp (ns since the Unix epoch) of packet `i`: on a TX queue with
+    /// `accurate_send`, the time before which it is not sent.
     pub fn set_timestamp(&mut self, i: usize, ns: u64) {
         self.packets[i].timestamp_ns = ns;
+    }
+
+    /// Moves packets `at..` into a new burst of the same queue, in order.
+    pub(crate) fn split_off(&mut self, at: usize) -> Burst {
+        let mut rest = Burst::empty(self.regions.clone(), self.port, self.queue, 0);
+        rest.epoch = self.epoch;
+        rest.packets
+            .extend(self.packets.drain(at.min(self.packets.len())..));
+        rest
     }
 
     /// Stamps packets `from..` with `ns` (an RX worker's receive time).

@@ -256,6 +256,7 @@ pub struct TxQueue {
     /// Every region of the plane is host memory: forwarded bursts need no per-packet check.
     all_regions_host: bool,
     link: Option<Arc<Link>>,
+    lateness: Option<Arc<crate::worker::SendLateness>>,
 }
 
 impl TxQueue {
@@ -365,6 +366,11 @@ impl TxQueue {
     /// The state of the queue's peer (kernel sockets); `None` for queues without one.
     pub fn link(&self) -> Option<LinkStatus> {
         self.link.as_ref().map(|l| l.status())
+    }
+
+    /// With `accurate_send`: how late packets went against their send times so far.
+    pub fn send_lateness(&self) -> Option<crate::worker::LatenessSummary> {
+        self.lateness.as_ref().map(|l| l.summary())
     }
 
     /// Bursts waiting in the ring for the worker.
@@ -623,6 +629,9 @@ impl DataPlane {
                     }
                 }
                 Direction::Tx => {
+                    let lateness = q
+                        .send_at_time
+                        .then(|| Arc::new(crate::worker::SendLateness::default()));
                     tx_queues.insert(
                         (q.interface, q.id),
                         TxQueue {
@@ -636,9 +645,18 @@ impl DataPlane {
                             health: worker_health,
                             all_regions_host: regions.iter().all(|r| r.host_accessible()),
                             link: engine.link(port, Direction::Tx, q.id),
+                            lateness: lateness.clone(),
                         },
                     );
                     let mut task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
+                    if let Some(l) = lateness {
+                        tracing::info!(
+                            "interface `{}`: TX queue {} sends each packet at its time (accurate_send), in software by its worker (no engine here has send-on-timestamp)",
+                            q.interface_name,
+                            q.id
+                        );
+                        task = task.with_send_times(l);
+                    }
                     if let (Some(stage), Some(staging)) = (&q.stage, q.staging) {
                         let stage =
                             crate::stage::RxStage::new(&regions, &[staging], q.batch, stage)
@@ -938,6 +956,7 @@ impl DataPlane {
                 health: worker.health.clone(),
                 all_regions_host: self.regions.iter().all(|r| r.host_accessible()),
                 link: None,
+                lateness: None,
             }),
             state: e.state,
             worker_failed: std::sync::OnceLock::new(),

@@ -460,6 +460,52 @@ pub struct TxTask {
     stage: Option<Box<crate::stage::RxStage>>,
     /// A burst the stage could not take yet (its staging region had no free buffers).
     unstaged: Option<Burst>,
+    /// `accurate_send`: the clock packets' send times are read against, and how late
+    /// they went.
+    send_at: Option<(WallClock, Arc<SendLateness>)>,
+    /// Packets of a burst whose send time has not come yet (they go before anything
+    /// newer).
+    held_back: Option<Burst>,
+}
+
+/// How late packets with a send time went out (the worker's decision time against the
+/// packet's time), in nanoseconds, for `accurate_send` queues.
+#[derive(Debug)]
+pub struct SendLateness(std::sync::Mutex<hdrhistogram::Histogram<u64>>);
+
+/// Percentiles of [`SendLateness`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LatenessSummary {
+    /// Packets with a send time that went out.
+    pub packets: u64,
+    /// Median lateness, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// Largest, ns.
+    pub max_ns: u64,
+}
+
+impl Default for SendLateness {
+    fn default() -> Self {
+        // Three significant digits up to an hour.
+        let h = hdrhistogram::Histogram::new_with_max(3_600_000_000_000, 3)
+            .expect("valid histogram bounds");
+        Self(std::sync::Mutex::new(h))
+    }
+}
+
+impl SendLateness {
+    /// The percentiles so far.
+    pub fn summary(&self) -> LatenessSummary {
+        let h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        LatenessSummary {
+            packets: h.len(),
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: h.value_at_quantile(0.99),
+            max_ns: h.max(),
+        }
+    }
 }
 
 impl TxTask {
@@ -478,10 +524,47 @@ impl TxTask {
             eth_src: None,
             stage: None,
             unstaged: None,
+            send_at: None,
+            held_back: None,
         }
     }
 
-    /// Stages every burst (out of GPU memory) before sending it.
+    /// Sends no packet before its `timestamp_ns` (`accurate_send`), recording how late
+    /// each went into `lateness`.
+    pub(crate) fn with_send_times(mut self, lateness: Arc<SendLateness>) -> Self {
+        self.send_at = Some((WallClock::new(), lateness));
+        self
+    }
+
+    /// Splits off the packets whose send time has not come; `None` when even the first
+    /// must wait. Records the lateness of those that go.
+    fn due(&mut self, mut burst: Burst) -> Result<Burst, Burst> {
+        let Some((clock, lateness)) = &self.send_at else {
+            return Ok(burst);
+        };
+        let now = clock.now_ns();
+        let k = burst
+            .packets()
+            .iter()
+            .position(|p| p.timestamp_ns > now)
+            .unwrap_or(burst.len());
+        if k == 0 {
+            return Err(burst);
+        }
+        {
+            let mut h = lateness.0.lock().unwrap_or_else(|e| e.into_inner());
+            for p in &burst.packets()[..k] {
+                if p.timestamp_ns > 0 {
+                    let _ = h.record(now - p.timestamp_ns);
+                }
+            }
+        }
+        if k < burst.len() {
+            let rest = burst.split_off(k);
+            self.held_back = Some(rest);
+        }
+        Ok(burst)
+    }
     pub(crate) fn with_stage(mut self, stage: crate::stage::RxStage) -> Self {
         self.stage = Some(Box::new(stage));
         self
@@ -550,25 +633,39 @@ impl TxTask {
         };
         let burst = match self.in_flight.take() {
             Some(b) => b,
-            None => match self.next_burst() {
-                Some(mut b) => {
-                    if let Some(mac) = self.eth_src {
-                        for i in 0..b.len() {
-                            // Validation keeps the first segment of such queues in host memory.
-                            if let Some(frame) = b.buffer_mut(i, 0)
-                                && frame.len() >= 12
-                            {
-                                frame[6..12].copy_from_slice(&mac);
+            None => {
+                let candidate = match self.held_back.take() {
+                    Some(b) => b,
+                    None => match self.next_burst() {
+                        Some(mut b) => {
+                            if let Some(mac) = self.eth_src {
+                                for i in 0..b.len() {
+                                    // Validation keeps the first segment of such queues in
+                                    // host memory.
+                                    if let Some(frame) = b.buffer_mut(i, 0)
+                                        && frame.len() >= 12
+                                    {
+                                        frame[6..12].copy_from_slice(&mac);
+                                    }
+                                }
                             }
+                            b
                         }
+                        None => {
+                            self.port.idle();
+                            return false;
+                        }
+                    },
+                };
+                match self.due(candidate) {
+                    Ok(b) => b,
+                    Err(waiting) => {
+                        self.held_back = Some(waiting);
+                        self.port.idle();
+                        return false;
                     }
-                    b
                 }
-                None => {
-                    self.port.idle();
-                    return false;
-                }
-            },
+            }
         };
         let (n, bytes) = (burst.len() as u64, burst.bytes());
         let (sent, sent_bytes) = match self.port.transmit(burst) {

@@ -452,6 +452,9 @@ pub struct FlexItemConfig {
 /// `tx`.
 #[derive(Clone, Debug)]
 pub struct TxConfig {
+    /// `accurate_send`: each packet's `timestamp_ns` on a TX burst is the time (ns since
+    /// the Unix epoch; 0 = now) before which it must not be sent.
+    pub accurate_send: bool,
     /// Queues.
     pub queues: Vec<QueueConfig>,
     /// Egress flows: header transforms applied to matching sent packets (hardware only).

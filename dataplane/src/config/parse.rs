@@ -1165,13 +1165,15 @@ fn reorder_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Reorde
 
 fn tx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxConfig> {
     let mut m = MapReader::open(d, node, path)?;
-    m.not_supported_unless(d, "accurate_send", |n| {
-        matches!(n.value, Value::Bool(false))
-    });
+    let accurate_send = m.optional(d, "accurate_send", r::boolean).unwrap_or(false);
     let queues = queues(d, &mut m, Direction::Tx);
     let flows = list_of(d, &mut m, "flows", tx_flow);
     m.finish(d);
-    Some(TxConfig { queues, flows })
+    Some(TxConfig {
+        accurate_send,
+        queues,
+        flows,
+    })
 }
 
 /// Parses one `rx.flows[]` entry (public for dynamic flows built from YAML text).

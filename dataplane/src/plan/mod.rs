@@ -186,6 +186,8 @@ pub struct QueuePlan {
     pub pacing_mbps: Option<u64>,
     /// RX: `hardware_timestamps`, taken in software by the RX worker at receive.
     pub timestamps: bool,
+    /// TX: `accurate_send`: the worker sends no packet before its `timestamp_ns`.
+    pub send_at_time: bool,
     /// RX: the capture sink (`capture`), fed as the application polls.
     #[serde(skip)]
     pub capture: Option<crate::config::CaptureSpec>,
@@ -435,6 +437,9 @@ impl Plan {
             }
             if q.timestamps {
                 extra.push("receive timestamps (software)".into());
+            }
+            if q.send_at_time {
+                extra.push("send at each packet's time (software)".into());
             }
             if let Some(c) = &q.capture {
                 extra.push(format!("captured to {} ({})", c.path, c.format));
@@ -749,6 +754,8 @@ fn queues(
                     timestamps: dir == Direction::Rx
                         && iface.rx.as_ref().is_some_and(|r| r.timestamps),
                     capture: q.capture.clone(),
+                    send_at_time: dir == Direction::Tx
+                        && iface.tx.as_ref().is_some_and(|t| t.accurate_send),
                 });
             }
         }
