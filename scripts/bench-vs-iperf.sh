@@ -127,6 +127,12 @@ ours() {
   if [ "$path" = veth ]; then
     inns "$sns" "$bin" bench socket "$f" --mode server "${extra[@]}" >"$tmp/srv.json" 2>/dev/null &
     local pid=$!
+    # A datagram sent before the server's socket is bound would be lost uncounted.
+    local hex; hex=$(printf ':%04X ' "$port")
+    for _ in $(seq 200); do
+      inns "$sns" cat /proc/net/udp /proc/net/tcp | grep -q "$hex" && break
+      sleep 0.02
+    done
     inns "$cns" "$bin" bench socket "$f" --mode client "${extra[@]}" >"$tmp/cli.json" 2>/dev/null || true
     wait $pid || true
     out=$(python3 - "$tmp/srv.json" "$tmp/cli.json" <<'PY'

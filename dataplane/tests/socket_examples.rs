@@ -129,6 +129,23 @@ fn namespaces() -> Result<common::VethPair, String> {
     )
 }
 
+/// Waits (at most 10 s) until a socket in namespace `ns` is bound to `port`.
+fn wait_bound(ns: &str, port: u16) {
+    let needle = format!(":{port:04X} ");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/proc/net/udp", "/proc/net/tcp"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains(&needle) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("nothing in namespace {ns} bound port {port} within 10 s");
+}
+
 #[test]
 fn spark_examples_run_across_a_veth_pair() {
     let Some(dir) = examples_dir() else {
@@ -158,6 +175,10 @@ fn spark_examples_run_across_a_veth_pair() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        // A UDP datagram sent before the server's socket exists is lost without a count
+        // (the kernel answers "port unreachable"): start the client once it is bound.
+        let port = if name.contains("udp") { 5001 } else { 6001 };
+        wait_bound(NS_SERVER, port);
         let (_, client) = report(bench(Some(NS_CLIENT), &f, "client", extra));
         let out = server.wait_with_output().unwrap();
         let code = out.status.code().unwrap_or(-1);
