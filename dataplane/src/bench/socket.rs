@@ -413,17 +413,11 @@ fn paced(config: &Config, gbps: f64, senders: &[SocketMode]) -> Config {
 
 /// One side's queues.
 struct SideQueues {
-    name: &'static str,
     tx: Vec<TxQueue>,
     rx: Vec<RxQueue>,
 }
 
-fn take_side(
-    plane: &mut DataPlane,
-    config: &Config,
-    mode: SocketMode,
-    name: &'static str,
-) -> SideQueues {
+fn take_side(plane: &mut DataPlane, config: &Config, mode: SocketMode) -> SideQueues {
     let mut tx = Vec::new();
     let mut rx = Vec::new();
     for i in config
@@ -443,7 +437,7 @@ fn take_side(
             }
         }
     }
-    SideQueues { name, tx, rx }
+    SideQueues { tx, rx }
 }
 
 /// Per-stream receive state.
@@ -870,7 +864,6 @@ fn run_side(
     let rx_secs = first_rx.map_or(seconds, |a| (last_rx - a).as_secs_f64().max(1e-3));
     r.tx_gbps = r.bytes_sent as f64 * 8.0 / tx_secs / 1e9;
     r.rx_gbps = r.bytes_received as f64 * 8.0 / rx_secs / 1e9;
-    let _ = q.name;
     r
 }
 
@@ -956,7 +949,7 @@ pub fn run(
         // Whether the peer sends (its section says so): then nothing arriving is an error.
         let peer_sends = peer.as_ref().is_some_and(|p| p.send);
 
-        let q = take_side(&mut plane, &c, mode, name);
+        let q = take_side(&mut plane, &c, mode);
         for t in &q.tx {
             let buf = t.segment_sizes().first().copied().unwrap_or(0);
             if cfg.send && (buf as u64) < size {
@@ -1058,7 +1051,7 @@ pub fn run(
     if transport == Transport::Tcp && opts.mode == Mode::Both {
         // Everything one side wrote must have arrived at the other.
         let (s, c) = (report.server.as_ref(), report.client.as_ref());
-        for (from, to, from_name) in [(c, s, "client"), (s, c, "server")] {
+        for (from, to) in [(c, s), (s, c)] {
             if let (Some(f), Some(t)) = (from, to)
                 && f.bytes_sent > 0
                 && t.bytes_received < f.bytes_sent
@@ -1066,7 +1059,6 @@ pub fn run(
                 let missing = (f.bytes_sent - t.bytes_received) / size;
                 report.lost += missing;
                 report.errors += 1;
-                let _ = from_name;
             }
         }
     }

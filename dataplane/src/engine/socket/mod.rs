@@ -293,7 +293,8 @@ impl Engine for SocketEngine {
         };
         match self.interface(port)? {
             Interface::Udp(u) => u.rx_port(queue, counters).ok_or(missing),
-            Interface::Tcp(t) => t.rx_port(queue, counters).ok_or(missing),
+            // TCP drops nothing on receive: the sender waits.
+            Interface::Tcp(t) => t.rx_port(queue).ok_or(missing),
         }
     }
 
@@ -338,6 +339,21 @@ impl Engine for SocketEngine {
 fn lane_of(ids: &[QueueSetup], id: u16, lanes: usize) -> Option<(usize, &QueueSetup)> {
     let k = ids.iter().position(|q| q.id == id)?;
     Some((k % lanes.max(1), &ids[k]))
+}
+
+/// Lane of queue `queue` of `direction`, among the interface's `rx`/`tx` queues.
+fn lane_in(
+    rx: &[QueueSetup],
+    tx: &[QueueSetup],
+    direction: Direction,
+    queue: u16,
+    lanes: usize,
+) -> Option<usize> {
+    let ids = match direction {
+        Direction::Rx => rx,
+        Direction::Tx => tx,
+    };
+    lane_of(ids, queue, lanes).map(|(k, _)| k)
 }
 
 /// The wire grid of a UDP interface: one ingress per lane.

@@ -1,7 +1,7 @@
 //! TCP lanes: one connection per lane, made and remade by a connection thread, read and
 //! written by the queues' workers without blocking.
 
-use super::{QueueSetup, lane_of, side, sys};
+use super::{QueueSetup, lane_in, lane_of, side, sys};
 use crate::burst::Burst;
 use crate::config::{Direction, SocketMode};
 use crate::engine::{Link, RxPort, TxPort};
@@ -202,11 +202,7 @@ impl TcpInterface {
         self.shared.clone()
     }
 
-    pub(super) fn rx_port(
-        &self,
-        queue: u16,
-        counters: Arc<QueueCounters>,
-    ) -> Option<Box<dyn RxPort>> {
+    pub(super) fn rx_port(&self, queue: u16) -> Option<Box<dyn RxPort>> {
         let (k, q) = lane_of(&self.rx, queue, self.shared.lanes.len())?;
         let regions = self.regions.clone()?;
         Some(Box::new(TcpRx {
@@ -216,7 +212,6 @@ impl TcpInterface {
             region: q.region,
             batch: q.batch.min(MAX_SLICES),
             spare: None,
-            counters,
             close_when_drained: q.close_when_drained,
             drained: false,
         }))
@@ -236,11 +231,13 @@ impl TcpInterface {
     }
 
     pub(super) fn link(&self, direction: Direction, queue: u16) -> Option<Arc<Link>> {
-        let ids = match direction {
-            Direction::Rx => &self.rx,
-            Direction::Tx => &self.tx,
-        };
-        let (k, _) = lane_of(ids, queue, self.shared.lanes.len())?;
+        let k = lane_in(
+            &self.rx,
+            &self.tx,
+            direction,
+            queue,
+            self.shared.lanes.len(),
+        )?;
         Some(self.shared.lanes[k].link.clone())
     }
 }
@@ -409,7 +406,6 @@ struct TcpRx {
     buf_size: usize,
     batch: usize,
     spare: Option<Burst>,
-    counters: Arc<QueueCounters>,
     close_when_drained: bool,
     /// The last read found nothing.
     drained: bool,
@@ -429,7 +425,6 @@ impl RxPort for TcpRx {
 
 impl TcpRx {
     fn read(&mut self, into: &mut Burst, max: usize) -> usize {
-        let _ = &self.counters;
         let Some(conn) = self.view.current() else {
             return 0;
         };

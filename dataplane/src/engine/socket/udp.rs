@@ -1,7 +1,7 @@
 //! UDP lanes: batched datagram I/O between kernel sockets and region buffers.
 
 use super::sys::{self, Outgoing, Received};
-use super::{QueueSetup, grid, lane_of, side, udp_uri, warn_if_capped};
+use super::{QueueSetup, grid, lane_in, lane_of, side, udp_uri, warn_if_capped};
 use crate::burst::Burst;
 use crate::config::{Direction, SocketMode};
 use crate::engine::wire::{Ingress, WireGrid, WireReceiver};
@@ -299,11 +299,7 @@ impl UdpInterface {
     }
 
     pub(super) fn link(&self, direction: Direction, queue: u16) -> Option<Arc<Link>> {
-        let ids = match direction {
-            Direction::Rx => &self.rx,
-            Direction::Tx => &self.tx,
-        };
-        let (k, _) = lane_of(ids, queue, self.lanes.len())?;
+        let k = lane_in(&self.rx, &self.tx, direction, queue, self.lanes.len())?;
         Some(self.lanes[k].link.clone())
     }
 }
