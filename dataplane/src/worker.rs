@@ -191,15 +191,17 @@ pub struct WallClock {
 }
 
 impl WallClock {
-    /// Anchored now.
+    /// The process's clock: every `WallClock` shares one anchor, taken at first use, so
+    /// times from different threads compare exactly (no drift between two anchors).
     pub fn new() -> Self {
-        let epoch_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        Self {
-            epoch_ns,
-            origin: Instant::now(),
-        }
+        static ANCHOR: std::sync::OnceLock<(u64, Instant)> = std::sync::OnceLock::new();
+        let &(epoch_ns, origin) = ANCHOR.get_or_init(|| {
+            let epoch_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            (epoch_ns, Instant::now())
+        });
+        Self { epoch_ns, origin }
     }
 
     /// Nanoseconds since the Unix epoch now.

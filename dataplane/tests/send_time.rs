@@ -91,3 +91,64 @@ fn packets_leave_no_earlier_than_their_send_time() {
     assert_eq!(late.packets, 150, "every packet with a send time counted");
     plane.shutdown().unwrap();
 }
+
+const BENCH: &str = r#"
+version: 1
+stream_type: raw
+master_core: 0
+loopback: sw
+memory_regions:
+- {name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 2048}
+interfaces:
+- name: lo
+  address: loopback
+  rx:
+    hardware_timestamps: STAMPED
+    queues:
+    - {name: rx0, id: 0, cpu_core: 1, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}
+  tx:
+    queues:
+    - {name: tx0, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [bufs]}
+bench_tx:
+- {interface_name: lo, queue_id: 0, batch_size: 32, header_size: 64, payload_size: 256,
+   eth_src_addr: "02:00:00:00:00:01", eth_dst_addr: "02:00:00:00:00:02",
+   ip_src_addr: 10.0.0.1, ip_dst_addr: 10.0.0.2, udp_src_port: 4096, udp_dst_port: 4096}
+bench_rx:
+- {interface_name: lo}
+"#;
+
+/// `bench raw` stamps each burst's send time into the frames' trailers and reports one-way
+/// latency percentiles, with receive times from the RX worker's stamps when
+/// `hardware_timestamps` is on and from the checker's poll otherwise.
+#[test]
+fn bench_reports_one_way_latency_from_receive_timestamps() {
+    for (stamped, clock) in [("true", "rx_timestamp"), ("false", "poll")] {
+        let text = BENCH.replace("STAMPED", stamped);
+        let c = config::load_str(&text, "latency.yaml").unwrap().config;
+        let report = dataplane::bench::raw::run(
+            &c,
+            &dataplane::bench::raw::RawOptions {
+                target_gbps: Some(0.5),
+                ..dataplane::bench::raw::RawOptions::new(0.5)
+            },
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .expect("bench runs");
+        assert!(report.lossless, "{:?}", report.problems);
+        assert_eq!(report.latency_clock, clock);
+        let l = report.latency.expect("latency measured");
+        assert_eq!(l.frames, report.rx_packets, "every checked frame is timed");
+        assert_eq!(l.receive_before_send, 0, "one clock in one process");
+        assert!(l.min_ns > 0, "{l:?}");
+        assert!(
+            l.min_ns <= l.p50_ns
+                && l.p50_ns <= l.p99_ns
+                && l.p99_ns <= l.p999_ns
+                && l.p999_ns <= l.max_ns,
+            "{l:?}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json["latency"]["p999_ns"].as_u64().is_some(), "{json}");
+        assert!(report.human().contains("one-way latency"));
+    }
+}

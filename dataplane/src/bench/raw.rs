@@ -2,7 +2,9 @@
 //! plane, checkers from `bench_rx` verify every packet, and the report says whether the run
 //! was lossless.
 
-use super::traffic::{CheckCounts, Checker, FrameBuilder, RxWork, TxWork};
+use super::traffic::{
+    CheckCounts, Checker, FrameBuilder, Latency, LatencySummary, RxWork, TxWork,
+};
 use crate::affinity;
 use crate::config::{Config, Direction};
 use crate::plane::{DataPlane, StartError, TxFailure};
@@ -239,6 +241,16 @@ pub struct RawReport {
     /// Reorder results, when a queue has `reorder_configs`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reorder: Option<ReorderReport>,
+    /// One-way latency of checked frames: from the generator writing the burst (its time
+    /// in the trailer) to the receive time (`Packet::timestamp_ns` with
+    /// `hardware_timestamps`, otherwise when the checker polled the burst). It includes the
+    /// time a burst waits for room in a full TX ring, so at full rate it measures queueing;
+    /// with `--target-gbps` below capacity it measures the path. `None` when no frame was
+    /// checked (`--rx-work count`, `--tx-work headers`).
+    pub latency: Option<LatencySummary>,
+    /// Where the receive times came from: `rx_timestamp` (stamped by the RX worker or the
+    /// kernel), `poll` (the checker's clock), or `mixed`.
+    pub latency_clock: &'static str,
     /// Why the run was not lossless (empty when it was).
     pub problems: Vec<String>,
 }
@@ -282,14 +294,30 @@ impl ReorderReport {
 #[derive(Default)]
 struct FrameReader {
     joined: Vec<u8>,
+    /// Frames with a receive time of their own, and frames timed at the poll.
+    stamped: u64,
+    polled: u64,
     #[cfg(feature = "cuda")]
     digest: super::gpu::DeviceDigest,
 }
 
 impl FrameReader {
-    fn check(&mut self, burst: &crate::Burst, checker: &mut Checker) {
+    /// Checks every frame of `burst`, received at `polled` (epoch ns) unless a packet
+    /// carries its own receive time.
+    fn check(&mut self, burst: &crate::Burst, checker: &mut Checker, polled: u64) {
         let Some(first) = burst.packets().first() else {
             return;
+        };
+        let (stamped, polled_frames) = (&mut self.stamped, &mut self.polled);
+        let mut received = |p: &crate::Packet| match p.timestamp_ns {
+            0 => {
+                *polled_frames += 1;
+                polled
+            }
+            t => {
+                *stamped += 1;
+                t
+            }
         };
         let regions = burst.regions();
         let host = first
@@ -302,6 +330,7 @@ impl FrameReader {
             }
             for i in 0..burst.len() {
                 prefetch_frame(burst, i + PREFETCH_AHEAD, None);
+                checker.receive_time = received(&burst.packets()[i]);
                 let segs = burst.packets()[i].segments().len();
                 if segs == 1 {
                     checker.check(burst.data(i, 0).expect("host memory"));
@@ -316,6 +345,8 @@ impl FrameReader {
             }
             return;
         }
+        // Frames in GPU memory are checked together: one receive time for the burst.
+        checker.receive_time = received(first);
         #[cfg(feature = "cuda")]
         if let Err(e) = self.check_on_gpu(burst, checker) {
             checker
@@ -566,6 +597,8 @@ struct Generator {
 }
 
 struct CheckerResult {
+    stamped: u64,
+    polled: u64,
     busy_ns: u64,
     packets: u64,
     bytes: u64,
@@ -667,6 +700,7 @@ pub fn run(
                 }
                 let mut checker = Checker::new(verify);
                 checker.trailer_only = rx_work == RxWork::Trailer;
+                let clock = crate::worker::WallClock::new();
                 let mut frames = FrameReader::default();
                 let mut reorder_check = reorder_check;
                 let mut marks = FlowMarks::default();
@@ -697,7 +731,7 @@ pub fn run(
                                 bytes += p.len() as u64;
                             }
                             if rx_work != RxWork::Count {
-                                frames.check(&burst, &mut checker);
+                                frames.check(&burst, &mut checker, clock.now_ns());
                             }
                             packets += burst.len() as u64;
                         }
@@ -757,6 +791,8 @@ pub fn run(
                     r.unchecked_batches = reorder_check.report.unchecked_batches;
                 }
                 CheckerResult {
+                    stamped: frames.stamped,
+                    polled: frames.polled,
                     busy_ns,
                     packets,
                     bytes,
@@ -807,6 +843,7 @@ pub fn run(
             b.batch_size as usize,
         );
         let region_bufs = q.segment_sizes()[0];
+        let paced = opts.target_gbps.is_some();
         let thread = std::thread::Builder::new()
             .name("bench-tx".into())
             .spawn(move || {
@@ -820,12 +857,21 @@ pub fn run(
                 let mut pending = None;
                 let mut failure = None;
                 let mut busy_ns = 0u64;
+                let clock = crate::worker::WallClock::new();
                 while !stop.load(Ordering::Relaxed) {
+                    // Paced: a burst is made when the TX ring is empty (the worker holds
+                    // the one its pacer sends), not queued ahead, so its send time
+                    // measures the path rather than the wait in the ring.
+                    if paced && pending.is_none() && q.pending() > 0 {
+                        std::thread::yield_now();
+                        continue;
+                    }
                     let started = timed.then(Instant::now);
                     let burst = match pending.take() {
                         Some(b) => b,
                         None => match q.alloc(batch) {
                             Ok(mut burst) => {
+                                builder.set_send_time(clock.now_ns());
                                 for i in 0..PREFETCH_AHEAD {
                                     prefetch_frame(&burst, i, Some(frame_len));
                                 }
@@ -973,6 +1019,8 @@ pub fn run(
     let mut flow_ids = BTreeMap::new();
     let mut reorder: Option<ReorderReport> = None;
     let mut captures = Vec::new();
+    let mut latency = Latency::default();
+    let (mut stamped, mut polled) = (0, 0);
     for (i, c) in checkers.into_iter().enumerate() {
         let r = c.thread.join().expect("checker thread");
         for mut cap in r.captures {
@@ -992,7 +1040,11 @@ pub fn run(
         rx_packets += r.packets;
         rx_bytes += r.bytes;
         counts.add(&r.checker.counts);
-        if let Some(p) = r.checker.first_problem {
+        let mut checker = r.checker;
+        latency.add(&mut checker.latency);
+        stamped += r.stamped;
+        polled += r.polled;
+        if let Some(p) = checker.first_problem {
             problems.push(p);
         }
         for f in r.failures {
@@ -1132,6 +1184,12 @@ pub fn run(
             sent_gbps,
         }),
         reorder,
+        latency: latency.summary(),
+        latency_clock: match (stamped, polled) {
+            (_, 0) => "rx_timestamp",
+            (0, _) => "poll",
+            _ => "mixed",
+        },
         problems,
     })
 }
@@ -1251,6 +1309,23 @@ impl RawReport {
                 if work == RxWork::Trailer { "trailers only" } else { "headers and trailers" },
                 self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered, self.checker.duplicates
             )),
+        }
+        if let Some(l) = &self.latency {
+            s.push_str(&format!(
+                "  one-way latency ({} frames, receive time from {}): min {} p50 {} p99 {} p99.9 {} max {} ns{}\n",
+                l.frames,
+                self.latency_clock,
+                l.min_ns,
+                l.p50_ns,
+                l.p99_ns,
+                l.p999_ns,
+                l.max_ns,
+                if l.receive_before_send > 0 {
+                    format!(" ({} frames received before their send time: clocks of two processes)", l.receive_before_send)
+                } else {
+                    String::new()
+                }
+            ));
         }
         if let Some(p) = &self.pacing {
             s.push_str(&format!(

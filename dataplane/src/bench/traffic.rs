@@ -1,7 +1,11 @@
 //! Test traffic: Ethernet/IPv4/UDP frames with valid lengths and checksums and a trailer
-//! carrying a stream id, a flow index and a per-flow sequence number; and the checker that
-//! verifies them. The trailer sits at the end of the frame, so the checker needs no
-//! knowledge of the sender's header or payload sizes.
+//! carrying a stream id, a flow index, a per-flow sequence number and the send time; and
+//! the checker that verifies them and measures one-way latency. The trailer sits at the end
+//! of the frame, so the checker needs no knowledge of the sender's header or payload sizes.
+//!
+//! Trailer (20 bytes, big-endian): magic `DPB1` (4), stream (2), flow index (3), sequence
+//! (5), send time (6: the low 48 bits of nanoseconds since the Unix epoch, 0 when not
+//! stamped; it wraps after 78 hours, which a difference of two stamps survives).
 
 #![forbid(unsafe_code)]
 
@@ -13,6 +17,13 @@ pub const L2_L4_HEADER: usize = 42;
 pub const TRAILER: usize = crate::config::BENCH_TRAILER_BYTES;
 const MAGIC: [u8; 4] = *b"DPB1";
 const UDP_OFFSET: usize = 34;
+/// Send times keep this many low bits of the nanosecond clock.
+const TIME_BITS: u32 = 48;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+/// Flow indices fit the trailer's 3 bytes with room to spare.
+const MAX_FLOWS: usize = 1 << 20;
+/// Sequence numbers wrap at 2^40 per flow (hours at 100 Mpps on one flow).
+const SEQUENCE_MASK: u64 = (1 << 40) - 1;
 
 /// Sum of big-endian 16-bit words of `data`, which starts at an even (`odd == false`) or
 /// odd offset from the start of the checksummed area.
@@ -120,6 +131,8 @@ pub struct FrameBuilder {
     /// `sequence_number_offset`: byte position of the 32-bit frame counter and its next
     /// value.
     frame_counter: Option<(usize, u32)>,
+    /// Send time written into the next frames' trailers (low 48 bits of epoch ns).
+    send_time: u64,
 }
 
 impl FrameBuilder {
@@ -174,7 +187,15 @@ impl FrameBuilder {
             frame_counter: cfg
                 .sequence_number
                 .map(|s| ((cfg.header_size + s.offset) as usize, s.start)),
+            send_time: 0,
         }
+    }
+
+    /// Stamps the next frames with `epoch_ns` (nanoseconds since the Unix epoch): a
+    /// generator calls it once per burst, so the clock is read once per burst.
+    #[inline]
+    pub fn set_send_time(&mut self, epoch_ns: u64) {
+        self.send_time = epoch_ns & TIME_MASK;
     }
 
     /// Length of every frame.
@@ -199,9 +220,9 @@ impl FrameBuilder {
         let trailer = &mut buf[f - TRAILER..f];
         trailer[0..4].copy_from_slice(&MAGIC);
         trailer[4..6].copy_from_slice(&self.stream.to_be_bytes());
-        trailer[6..8].copy_from_slice(&[0, 0]);
-        trailer[8..12].copy_from_slice(&(flow as u32).to_be_bytes());
-        trailer[12..20].copy_from_slice(&seq.to_be_bytes());
+        trailer[6..9].copy_from_slice(&(flow as u32).to_be_bytes()[1..]);
+        trailer[9..14].copy_from_slice(&(seq & SEQUENCE_MASK).to_be_bytes()[3..]);
+        trailer[14..20].copy_from_slice(&self.send_time.to_be_bytes()[2..]);
         let trailer_odd = (f - TRAILER - UDP_OFFSET) % 2 == 1;
         let mut counter_sum = 0;
         if let Some((at, next)) = &mut self.frame_counter {
@@ -296,13 +317,108 @@ struct FlowSequence {
     seen: u64,
 }
 
-/// Verifies frames and per-flow sequence continuity.
+/// One-way latency of checked frames: receive time minus the send time in their trailer,
+/// both nanoseconds since the Unix epoch.
+pub struct Latency {
+    histogram: hdrhistogram::Histogram<u64>,
+    /// A run of equal samples not yet recorded (frames of one burst share both times).
+    pending: (u64, u64),
+    /// Frames whose receive time was before their send time (clocks of two processes).
+    pub receive_before_send: u64,
+}
+
+/// Percentiles of [`Latency`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LatencySummary {
+    /// Frames measured.
+    pub frames: u64,
+    /// Smallest, ns.
+    pub min_ns: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Largest, ns.
+    pub max_ns: u64,
+    /// Frames whose receive time was before their send time (not measured).
+    pub receive_before_send: u64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self {
+            // Three significant digits up to an hour.
+            histogram: hdrhistogram::Histogram::new_with_max(3_600_000_000_000, 3)
+                .expect("valid histogram bounds"),
+            pending: (0, 0),
+            receive_before_send: 0,
+        }
+    }
+}
+
+impl Latency {
+    /// Records a frame sent at `sent` (low 48 bits of epoch ns) and received at
+    /// `received` (epoch ns).
+    #[inline]
+    fn record(&mut self, sent: u64, received: u64) {
+        let ns = received.wrapping_sub(sent) & TIME_MASK;
+        if ns >= 1 << (TIME_BITS - 1) {
+            self.receive_before_send += 1;
+            return;
+        }
+        if ns == self.pending.0 {
+            self.pending.1 += 1;
+        } else {
+            self.flush();
+            self.pending = (ns, 1);
+        }
+    }
+
+    fn flush(&mut self) {
+        let (ns, n) = std::mem::take(&mut self.pending);
+        if n > 0 {
+            self.histogram.saturating_record_n(ns, n);
+        }
+    }
+
+    /// Adds another checker's samples.
+    pub fn add(&mut self, o: &mut Latency) {
+        self.flush();
+        o.flush();
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.histogram.add(&o.histogram);
+        self.receive_before_send += o.receive_before_send;
+    }
+
+    /// The percentiles so far, or `None` when no frame was measured.
+    pub fn summary(&mut self) -> Option<LatencySummary> {
+        self.flush();
+        let h = &self.histogram;
+        (!h.is_empty()).then(|| LatencySummary {
+            frames: h.len(),
+            min_ns: h.min(),
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            max_ns: h.max(),
+            receive_before_send: self.receive_before_send,
+        })
+    }
+}
+
+/// Verifies frames and per-flow sequence continuity, and measures one-way latency.
 #[derive(Default)]
 pub struct Checker {
     /// Verify the UDP checksum over the whole frame (touches every byte).
     pub verify_payload: bool,
     /// Read only the trailer ([`RxWork::Trailer`]).
     pub trailer_only: bool,
+    /// Receive time of the next frames (epoch ns); 0 measures no latency.
+    pub receive_time: u64,
+    /// Latency of frames with a send time checked while `receive_time` was set.
+    pub latency: Latency,
     next: Vec<Vec<FlowSequence>>,
     /// Counts so far.
     pub counts: CheckCounts,
@@ -333,6 +449,7 @@ impl Checker {
         if self.trailer_only {
             let tail = &frame[len - TRAILER..];
             let parsed = Self::parse_trailer(tail);
+            self.time(&parsed, tail);
             self.count_sequence(parsed, len);
             return;
         }
@@ -351,7 +468,20 @@ impl Checker {
         payload_sum: Option<u64>,
     ) {
         let parsed = Self::parse(head, tail, frame_len, payload_sum);
+        self.time(&parsed, tail);
         self.count_sequence(parsed, frame_len);
+    }
+
+    /// Records the latency of a frame that parsed, when both times are known.
+    #[inline]
+    fn time(&mut self, parsed: &Result<(u16, usize, u64), &'static str>, tail: &[u8]) {
+        if self.receive_time == 0 || parsed.is_err() {
+            return;
+        }
+        let sent = Self::send_time(tail);
+        if sent != 0 {
+            self.latency.record(sent, self.receive_time);
+        }
     }
 
     /// Counts a parsed frame against its flow's sequence, or as corrupt.
@@ -464,15 +594,18 @@ impl Checker {
             return Err("no trailer");
         }
         let stream = u16::from_be_bytes([t[4], t[5]]);
-        let flow = u32::from_be_bytes(t[8..12].try_into().unwrap()) as usize;
-        if flow >= 1 << 20 {
+        let flow = u32::from_be_bytes([0, t[6], t[7], t[8]]) as usize;
+        if flow >= MAX_FLOWS {
             return Err("flow index out of range");
         }
-        Ok((
-            stream,
-            flow,
-            u64::from_be_bytes(t[12..20].try_into().unwrap()),
-        ))
+        let seq = u64::from_be_bytes([0, 0, 0, t[9], t[10], t[11], t[12], t[13]]);
+        Ok((stream, flow, seq))
+    }
+
+    /// The send time of a trailer (low 48 bits of epoch ns; 0 when not stamped).
+    #[inline]
+    fn send_time(t: &[u8]) -> u64 {
+        u64::from_be_bytes([0, 0, t[14], t[15], t[16], t[17], t[18], t[19]])
     }
 }
 
@@ -568,6 +701,53 @@ mod tests {
             assert_eq!(ports[2], (4098, 5000));
             assert_eq!(ports[6], (4096, 5000), "6 port pairs rotate");
         }
+    }
+
+    #[test]
+    fn send_times_in_the_trailer_give_latency_percentiles() {
+        let mut b = FrameBuilder::new(&cfg(64, 100), 3);
+        // A send time just below the 48-bit wrap, received just after it.
+        let sent = (5u64 << TIME_BITS) + TIME_MASK - 500;
+        let mut frames = Vec::new();
+        for i in 0..100u64 {
+            let mut buf = vec![0u8; b.frame_len()];
+            b.write_constant(&mut buf);
+            b.set_send_time(sent + i);
+            b.write_next(&mut buf);
+            frames.push(buf);
+        }
+        let mut c = Checker::new(true);
+        c.receive_time = sent + 1_000;
+        for f in &frames {
+            c.check(f);
+        }
+        assert_eq!(c.counts.valid, 100, "the send time is inside the UDP checksum");
+        let l = c.latency.summary().expect("frames measured");
+        assert_eq!((l.frames, l.min_ns, l.max_ns), (100, 901, 1000));
+        assert!((940..=960).contains(&l.p50_ns), "{l:?}");
+        assert!(l.p99_ns >= 995, "{l:?}");
+        assert_eq!(l.receive_before_send, 0);
+
+        // A receive time before the send time is counted, not recorded as a huge latency.
+        let mut c = Checker::new(false);
+        c.receive_time = sent - 10;
+        c.check(&frames[0]);
+        assert!(c.latency.summary().is_none());
+        assert_eq!(c.latency.receive_before_send, 1);
+
+        // No receive time, or no send time: nothing measured.
+        let mut c = Checker::new(false);
+        c.check(&frames[0]);
+        assert!(c.latency.summary().is_none());
+        let mut unstamped = FrameBuilder::new(&cfg(64, 100), 3);
+        let mut buf = vec![0u8; unstamped.frame_len()];
+        unstamped.write_constant(&mut buf);
+        unstamped.write_next(&mut buf);
+        let mut c = Checker::new(true);
+        c.receive_time = 1;
+        c.check(&buf);
+        assert_eq!(c.counts.valid, 1);
+        assert!(c.latency.summary().is_none());
     }
 
     #[test]
