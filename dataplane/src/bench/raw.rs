@@ -2,9 +2,7 @@
 //! plane, checkers from `bench_rx` verify every packet, and the report says whether the run
 //! was lossless.
 
-use super::traffic::{
-    CheckCounts, Checker, FrameBuilder, Latency, LatencySummary, RxWork, TxWork,
-};
+use super::traffic::{CheckCounts, Checker, FrameBuilder, Latency, LatencySummary, RxWork, TxWork};
 use crate::affinity;
 use crate::config::{Config, Direction};
 use crate::plane::{DataPlane, StartError, TxFailure};

@@ -721,7 +721,10 @@ mod tests {
         for f in &frames {
             c.check(f);
         }
-        assert_eq!(c.counts.valid, 100, "the send time is inside the UDP checksum");
+        assert_eq!(
+            c.counts.valid, 100,
+            "the send time is inside the UDP checksum"
+        );
         let l = c.latency.summary().expect("frames measured");
         assert_eq!((l.frames, l.min_ns, l.max_ns), (100, 901, 1000));
         assert!((940..=960).contains(&l.p50_ns), "{l:?}");
