@@ -131,6 +131,35 @@ enum Bench {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Flow rules added and removed under traffic in phases (isolated, first queue, second
+    /// queue, RSS over both), every phase's counts checked; exits 0 only when each rule's
+    /// packets reached exactly its queues and nothing went unaccounted.
+    DynamicFlows {
+        /// YAML configuration (bench_tx sends; bench_rx names the interface, isolated,
+        /// with two RX queues and no static flows).
+        file: PathBuf,
+        /// Milliseconds of the isolated phase before the first rule.
+        #[arg(long, default_value_t = 1000)]
+        drop_ms: u64,
+        /// Milliseconds of each phase with a rule.
+        #[arg(long, default_value_t = 1000)]
+        active_ms: u64,
+        /// Milliseconds after the last rule is removed.
+        #[arg(long, default_value_t = 200)]
+        drain_ms: u64,
+        /// Largest accepted |a - b| / (a + b) of the RSS phase's two queues.
+        #[arg(long, default_value_t = 0.35)]
+        tolerance: f64,
+        /// Pace the generator's TX queue to this many Gb/s.
+        #[arg(long)]
+        target_gbps: Option<f64>,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// RDMA SEND/RECV between rdma_bench_server and rdma_bench_client, every message
     /// verified; exits 0 only when every message completed and verified.
     #[cfg(feature = "rdma")]
@@ -353,6 +382,27 @@ fn main() -> ExitCode {
                 tx_interface: tx,
                 tx_first,
                 cores,
+            },
+            Output { json, quiet },
+            &signals,
+        ),
+        Command::Bench(Bench::DynamicFlows {
+            file,
+            drop_ms,
+            active_ms,
+            drain_ms,
+            tolerance,
+            target_gbps,
+            json,
+            quiet,
+        }) => bench_dynamic_flows(
+            &file,
+            dataplane::bench::dynamic::DynamicOptions {
+                drop: std::time::Duration::from_millis(drop_ms),
+                active: std::time::Duration::from_millis(active_ms),
+                drain: std::time::Duration::from_millis(drain_ms),
+                tolerance,
+                target_gbps,
             },
             Output { json, quiet },
             &signals,
@@ -694,10 +744,45 @@ fn bench_fwd(file: &Path, opts: fwd::FwdOptions, output: Output, signals: &Signa
     }
 }
 
+fn bench_dynamic_flows(
+    file: &Path,
+    opts: dataplane::bench::dynamic::DynamicOptions,
+    output: Output,
+    signals: &Signals,
+) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(opts.tolerance >= 0.0 && opts.tolerance.is_finite()) {
+        eprintln!("error: --tolerance must be zero or a positive number");
+        return ExitCode::FAILURE;
+    }
+    if let Some(why) = wrong_bench(file, &c, "raw") {
+        eprintln!("error: {why}");
+        return ExitCode::FAILURE;
+    }
+    match dataplane::bench::dynamic::run(&c, &opts, &signals.any) {
+        Ok(report) => {
+            let status = if report.ok { 0 } else { 2 };
+            print_report(&report.human(), &report, output);
+            bench_exit(signals, status)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Benchmarks that handle SIGINT/SIGTERM themselves (they stop, report and exit 130/143).
 fn bench_with_signals(command: &Command) -> bool {
     match command {
-        Command::Bench(Bench::Raw { .. } | Bench::Fwd { .. } | Bench::Socket { .. }) => true,
+        Command::Bench(
+            Bench::Raw { .. }
+            | Bench::Fwd { .. }
+            | Bench::Socket { .. }
+            | Bench::DynamicFlows { .. },
+        ) => true,
         #[cfg(feature = "rdma")]
         Command::Bench(Bench::Rdma { .. }) => true,
         _ => false,

@@ -1,5 +1,6 @@
 //! Benchmarks behind `dataplane bench`.
 
+pub mod dynamic;
 pub mod fwd;
 #[cfg(feature = "cuda")]
 pub mod gpu;

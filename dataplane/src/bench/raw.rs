@@ -1193,7 +1193,7 @@ pub fn run(
 }
 
 /// `config` with every generator's TX queue paced to its share of `gbps`.
-fn with_target_rate(config: &Config, gbps: f64) -> Config {
+pub(crate) fn with_target_rate(config: &Config, gbps: f64) -> Config {
     let mut c = config.clone();
     let mbps = ((gbps * 1000.0) / c.bench.tx.len() as f64).round().max(1.0) as u64;
     for b in &config.bench.tx {

@@ -18,10 +18,16 @@ use crate::steering::InterfaceSteering;
 use std::sync::Arc;
 
 struct LoopbackInterface {
-    grid: WireGrid,
+    /// The wires of the port this interface names: shared by every interface with the
+    /// same address.
+    grid: Arc<WireGrid>,
+    /// The interface whose RX queues the port's wires feed.
+    rx_port: u16,
     faults: Option<crate::config::FaultInjection>,
     /// TX queue ids in config order.
     tx_ids: Vec<u16>,
+    /// Ingress index of this interface's first TX queue on the shared grid.
+    first_ingress: usize,
 }
 
 /// The software loopback engine.
@@ -31,49 +37,99 @@ pub struct LoopbackEngine {
 }
 
 impl LoopbackEngine {
-    /// Builds the wires of every interface; `steering` has one entry per interface.
+    /// Builds the wires of every port; `steering` has one entry per interface.
+    ///
+    /// Interfaces with the same address are one port seen under several names (as two
+    /// interfaces naming one NIC port): frames sent on any of them arrive at the RX
+    /// queues of the one that has RX queues, steered by its rules.
     pub fn new(
         config: &Config,
         regions: &Arc<RegionSet>,
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
-        let mut interfaces = Vec::new();
-        for (iface, steering) in config.interfaces.iter().zip(steering) {
-            let mut rx_ids: Vec<u16> = iface
+        let mut slots: Vec<Option<LoopbackInterface>> =
+            (0..config.interfaces.len()).map(|_| None).collect();
+        let mut grouped = vec![false; config.interfaces.len()];
+        for first in 0..config.interfaces.len() {
+            if grouped[first] {
+                continue;
+            }
+            let address = &config.interfaces[first].address;
+            let members: Vec<usize> = (first..config.interfaces.len())
+                .filter(|&i| config.interfaces[i].address == *address)
+                .collect();
+            for &m in &members {
+                grouped[m] = true;
+            }
+            let receiving: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|&m| config.interfaces[m].rx.iter().any(|r| !r.queues.is_empty()))
+                .collect();
+            if receiving.len() > 1 {
+                return Err(EngineError::Interface {
+                    interface: config.interfaces[receiving[1]].name.clone(),
+                    reason: format!(
+                        "it names the same address `{address}` as interface `{}`, so both are one port, and only one of them may have RX queues",
+                        config.interfaces[receiving[0]].name
+                    ),
+                });
+            }
+            let rx_port = receiving.first().copied().unwrap_or(first);
+            let rx_iface = &config.interfaces[rx_port];
+            let mut rx_ids: Vec<u16> = rx_iface
                 .rx
                 .iter()
                 .flat_map(|r| &r.queues)
                 .map(|q| q.id)
                 .collect();
             rx_ids.sort_unstable();
-            let tx_queues: Vec<_> = iface.tx.iter().flat_map(|t| &t.queues).collect();
-            if !tx_queues.is_empty() && rx_ids.is_empty() {
-                return Err(EngineError::Interface {
-                    interface: iface.name.clone(),
-                    reason: "the software loopback delivers TX traffic to an RX queue, but the interface has none".into(),
-                });
-            }
-            let must_read_headers = steering.rules().trivial_queue().is_none();
-            for q in &tx_queues {
-                let first = q.memory_regions.first().and_then(|n| regions.id_of(n));
-                if must_read_headers && first.is_some_and(|r| !regions.get(r).host_accessible()) {
-                    return Err(EngineError::Queue {
+            let rules = &steering[rx_port];
+            let must_read_headers = rules.rules().trivial_queue().is_none();
+            let mut ingress_points = 0;
+            let mut senders = Vec::new();
+            for &m in &members {
+                let iface = &config.interfaces[m];
+                let tx_queues: Vec<_> = iface.tx.iter().flat_map(|t| &t.queues).collect();
+                if !tx_queues.is_empty() && rx_ids.is_empty() {
+                    return Err(EngineError::Interface {
                         interface: iface.name.clone(),
-                        direction: Direction::Tx,
-                        queue: q.id,
-                        reason: "software flow steering reads packet headers, but this queue keeps them in GPU memory; put the first segment in host memory".into(),
+                        reason: "the software loopback delivers TX traffic to an RX queue, but neither this interface nor another with its address has one".into(),
                     });
                 }
+                for q in &tx_queues {
+                    let first = q.memory_regions.first().and_then(|n| regions.id_of(n));
+                    if must_read_headers && first.is_some_and(|r| !regions.get(r).host_accessible())
+                    {
+                        return Err(EngineError::Queue {
+                            interface: iface.name.clone(),
+                            direction: Direction::Tx,
+                            queue: q.id,
+                            reason: "software flow steering reads packet headers, but this queue keeps them in GPU memory; put the first segment in host memory".into(),
+                        });
+                    }
+                }
+                let tx_ids: Vec<u16> = tx_queues.iter().map(|q| q.id).collect();
+                senders.push((m, tx_ids, ingress_points));
+                ingress_points += tx_queues.len();
             }
-            interfaces.push(LoopbackInterface {
-                grid: WireGrid::new(steering, &rx_ids, tx_queues.len()),
-                faults: iface.faults.clone(),
-                tx_ids: tx_queues.iter().map(|q| q.id).collect(),
-            });
+            let grid = Arc::new(WireGrid::new(rules, &rx_ids, ingress_points));
+            for (m, tx_ids, first_ingress) in senders {
+                slots[m] = Some(LoopbackInterface {
+                    grid: grid.clone(),
+                    rx_port: rx_port as u16,
+                    faults: config.interfaces[m].faults.clone(),
+                    tx_ids,
+                    first_ingress,
+                });
+            }
         }
         Ok(Self {
             regions: regions.clone(),
-            interfaces,
+            interfaces: slots
+                .into_iter()
+                .map(|s| s.expect("every interface is in a group"))
+                .collect(),
         })
     }
 
@@ -95,10 +151,10 @@ impl Engine for LoopbackEngine {
         queue: u16,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
-        let receiver = self
-            .interface(port)?
-            .grid
-            .receiver(queue)
+        let iface = self.interface(port)?;
+        let receiver = (iface.rx_port == port)
+            .then(|| iface.grid.receiver(queue))
+            .flatten()
             .ok_or(EngineError::NoQueue {
                 port,
                 direction: Direction::Rx,
@@ -128,7 +184,12 @@ impl Engine for LoopbackEngine {
             .clone()
             .map(|f| FaultInjector::new(f, self.regions.clone(), port, queue, counters.clone()));
         Ok(Box::new(LoopbackTx {
-            ingress: iface.grid.ingress(tx, &self.regions, port, counters),
+            ingress: iface.grid.ingress(
+                iface.first_ingress + tx,
+                &self.regions,
+                iface.rx_port,
+                counters,
+            ),
             faults,
             stalled: None,
         }))

@@ -144,3 +144,66 @@ pub fn veth_pair(
     }
     Ok(guard)
 }
+
+/// The folder of the reference's example configurations, if this checkout has it
+/// (`DAQIRI_EXAMPLES` overrides).
+pub fn reference_examples_dir() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    [
+        std::env::var_os("DAQIRI_EXAMPLES").map(PathBuf::from),
+        Some(root.join("shared/daqiri-examples")),
+        Some(root.join("../shared/daqiri-examples")),
+        Some(PathBuf::from("/work/shared/daqiri-examples")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.is_dir())
+}
+
+/// A reference example mapped to this machine, changing only what names the reference's
+/// hardware: NIC addresses become the software loopback (interfaces that named one NIC
+/// port name one loopback port), every worker and bench core becomes `core`, the main
+/// core 0, and with `host_memory` GPU regions become host regions (software steering reads
+/// headers on the CPU); `<...>` placeholders of MAC and IP addresses get local values.
+/// `None` (and a SKIP line) when the reference examples are not in this checkout.
+pub fn mapped_reference_example(name: &str, core: u32, host_memory: bool) -> Option<String> {
+    let Some(dir) = reference_examples_dir() else {
+        eprintln!("SKIP: reference examples not found (set DAQIRI_EXAMPLES to the folder)");
+        return None;
+    };
+    let text = std::fs::read_to_string(dir.join(name)).expect("reference example");
+    let mut out = String::new();
+    for line in text.lines() {
+        let (indent, body) = line.split_at(line.len() - line.trim_start().len());
+        let key = body
+            .trim_start_matches("- ")
+            .split(':')
+            .next()
+            .unwrap_or("");
+        let value = body.split_once(':').map(|(_, v)| v.trim()).unwrap_or("");
+        let dash = if body.starts_with("- ") { "- " } else { "" };
+        let mapped = match key {
+            "loopback" => Some("\"sw\"".to_owned()),
+            "address" if value.starts_with('<') || value.contains(':') => {
+                Some("\"loopback\"".to_owned())
+            }
+            "cpu_core" => Some(core.to_string()),
+            "master_core" => Some("0".to_owned()),
+            "kind" if host_memory && value.contains("device") => Some("\"host\"".to_owned()),
+            "eth_src_addr" if value.starts_with('<') => Some("\"02:00:00:00:00:01\"".to_owned()),
+            "eth_dst_addr" if value.starts_with('<') => Some("\"02:00:00:00:00:02\"".to_owned()),
+            _ if value.starts_with('<') && value.ends_with('>') => {
+                Some(value[1..value.len() - 1].to_owned())
+            }
+            _ => None,
+        };
+        match mapped {
+            Some(v) => out.push_str(&format!("{indent}{dash}{key}: {v}\n")),
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Some(out)
+}
