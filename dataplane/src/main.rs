@@ -46,6 +46,34 @@ enum Command {
     /// Huge pages: status, and cleanup of files dead processes left behind.
     #[command(subcommand)]
     Hugepages(Hugepages),
+    /// Capture what the bench_rx queues receive to files (the reference's pcap and GDS
+    /// writer examples): one file per queue, written by a writer thread (through cuFile
+    /// for queues in GPU memory); with --tx the bench_tx generators send verified traffic.
+    Capture {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Output file (a directory for raw_per_packet); with several queues,
+        /// `_INTERFACE_qID` is added before the extension.
+        output: PathBuf,
+        /// File format (default: from the output's extension, pcap or pcapng, else raw).
+        #[arg(long, value_enum)]
+        format: Option<dataplane::capture::CaptureFormat>,
+        /// Also run the bench_tx generators (demonstration traffic).
+        #[arg(long)]
+        tx: bool,
+        /// With --tx: pace the generators to this many Gb/s in all.
+        #[arg(long, requires = "tx")]
+        target_gbps: Option<f64>,
+        /// Seconds to capture (SIGINT or SIGTERM ends it earlier, with a report).
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -383,6 +411,24 @@ fn main() -> ExitCode {
                 tx_first,
                 cores,
             },
+            Output { json, quiet },
+            &signals,
+        ),
+        Command::Capture {
+            file,
+            output,
+            format,
+            tx,
+            target_gbps,
+            seconds,
+            json,
+            quiet,
+        } => capture(
+            &file,
+            &output,
+            format,
+            (tx, target_gbps),
+            seconds,
             Output { json, quiet },
             &signals,
         ),
@@ -744,6 +790,59 @@ fn bench_fwd(file: &Path, opts: fwd::FwdOptions, output: Output, signals: &Signa
     }
 }
 
+fn capture(
+    file: &Path,
+    output: &Path,
+    format: Option<dataplane::capture::CaptureFormat>,
+    (tx, target_gbps): (bool, Option<f64>),
+    seconds: f64,
+    out: Output,
+    signals: &Signals,
+) -> ExitCode {
+    use dataplane::capture::CaptureFormat;
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    if c.bench.rx.is_empty() {
+        eprintln!(
+            "error: {}: capture reads the queues of bench_rx, and it has none",
+            file.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let format = format.unwrap_or(match output.extension().and_then(|e| e.to_str()) {
+        Some("pcap") => CaptureFormat::Pcap,
+        Some("pcapng") => CaptureFormat::Pcapng,
+        _ => CaptureFormat::Raw,
+    });
+    let c = dataplane::capture::capture_bench_rx(&c, output, format, tx);
+    if target_gbps.is_some_and(|g| !(g > 0.0 && g.is_finite())) {
+        eprintln!("error: --target-gbps must be a positive number");
+        return ExitCode::FAILURE;
+    }
+    let opts = raw::RawOptions {
+        progress: !out.quiet && std::io::stderr().is_terminal(),
+        target_gbps,
+        ..raw::RawOptions::new(seconds)
+    };
+    match raw::run(&c, &opts, &signals.any) {
+        Ok(report) => {
+            print_report(&report.human(), &report, out);
+            let failed = report.captures.iter().any(|k| k.error.is_some())
+                || (tx && report.verdict != raw::Verdict::Lossless);
+            bench_exit(signals, if failed { 2 } else { 0 })
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn bench_dynamic_flows(
     file: &Path,
     opts: dataplane::bench::dynamic::DynamicOptions,
@@ -783,6 +882,7 @@ fn bench_with_signals(command: &Command) -> bool {
             | Bench::Socket { .. }
             | Bench::DynamicFlows { .. },
         ) => true,
+        Command::Capture { .. } => true,
         #[cfg(feature = "rdma")]
         Command::Bench(Bench::Rdma { .. }) => true,
         _ => false,

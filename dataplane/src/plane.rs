@@ -218,20 +218,36 @@ pub struct SendError {
 }
 
 /// Opens the capture sink of an RX queue.
+///
+/// A queue that delivers packets in GPU memory gets a sink that writes through cuFile
+/// (GPUDirect Storage); in a build without CUDA its packets are counted as `not_host`.
 fn open_capture(
     interface: &str,
     queue: u16,
     c: &crate::config::CaptureSpec,
+    gpu: Option<u32>,
 ) -> Result<crate::capture::CaptureSink, StartError> {
     let format = crate::capture::CaptureFormat::from_name(&c.format)
         .expect("validated by the configuration parser");
     let mut cfg = crate::capture::CaptureConfig::new(&c.path, format);
     cfg.queue_bytes = c.queue_mb as usize * (1 << 20);
-    let sink = crate::capture::CaptureSink::create(&cfg).map_err(|source| StartError::Capture {
+    let failed = |source| StartError::Capture {
         interface: interface.to_owned(),
         queue,
         source,
-    })?;
+    };
+    #[cfg(feature = "cuda")]
+    if let Some(ordinal) = gpu {
+        let sink = crate::capture::CaptureSink::create_gpu(&cfg, ordinal).map_err(failed)?;
+        tracing::info!(
+            "interface `{interface}`: RX queue {queue} captured from GPU {ordinal} memory to {} ({}) through cuFile by a writer thread",
+            c.path,
+            c.format
+        );
+        return Ok(sink);
+    }
+    let _ = gpu;
+    let sink = crate::capture::CaptureSink::create(&cfg).map_err(failed)?;
     tracing::info!(
         "interface `{interface}`: RX queue {queue} captured to {} ({}) by a writer thread",
         c.path,
@@ -584,7 +600,15 @@ impl DataPlane {
                             link: engine.link(port, Direction::Rx, q.id),
                             capture: match &q.capture {
                                 None => None,
-                                Some(c) => Some(open_capture(&q.interface_name, q.id, c)?),
+                                Some(c) => {
+                                    let gpu = q
+                                        .segments
+                                        .iter()
+                                        .map(|&r| regions.get(r))
+                                        .find(|r| !r.host_accessible())
+                                        .map(|r| r.affinity());
+                                    Some(open_capture(&q.interface_name, q.id, c, gpu)?)
+                                }
                             },
                         },
                     );

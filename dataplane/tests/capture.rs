@@ -3,6 +3,8 @@
 //! file system for raw) and compared with what was sent, receive timestamps included. A
 //! writer behind its disk drops and counts (`writer_full`) instead of stalling.
 
+mod common;
+
 use dataplane::capture::{CaptureConfig, CaptureFormat, CaptureSink};
 use dataplane::config;
 use dataplane::plane::DataPlane;
@@ -113,49 +115,6 @@ fn check_delivered(got: &[(Vec<u8>, u64)], n: u32) {
     );
 }
 
-/// tcpdump's view of a capture file: (timestamp ns, hex bytes) per packet.
-fn tcpdump(path: &Path) -> Option<Vec<(u64, Vec<u8>)>> {
-    let out = match Command::new("tcpdump")
-        .args(["-r"])
-        .arg(path)
-        .args(["-nn", "-tt", "--nano", "-xx"])
-        .output()
-    {
-        Ok(o) if o.status.success() => o,
-        Ok(o) => panic!("tcpdump: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(_) => {
-            eprintln!("SKIP tcpdump read-back: tcpdump is not installed");
-            return None;
-        }
-    };
-    let mut packets: Vec<(u64, Vec<u8>)> = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if !line.starts_with(char::is_whitespace) {
-            // "SECONDS.NANOS summary...": a new packet.
-            let ts = line.split_whitespace().next().unwrap();
-            let (s, ns) = ts.split_once('.').unwrap();
-            let ts = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
-            packets.push((ts, Vec::new()));
-        } else if let Some((offset, data)) = line
-            .strip_prefix("\t0x")
-            .and_then(|h| h.split_once(':'))
-            .filter(|(o, _)| o.len() == 4 && o.chars().all(|c| c.is_ascii_hexdigit()))
-        {
-            // "\t0x0010:  4500 0034 ...": the packet's bytes from that offset.
-            let last = packets.last_mut().expect("a packet line first");
-            assert_eq!(usize::from_str_radix(offset, 16).unwrap(), last.1.len());
-            for word in data.split_whitespace() {
-                for i in (0..word.len()).step_by(2) {
-                    last.1
-                        .push(u8::from_str_radix(&word[i..i + 2], 16).unwrap());
-                }
-            }
-        }
-        // Other indented lines are tcpdump's decoding of the frame's contents.
-    }
-    Some(packets)
-}
-
 #[test]
 fn pcap_and_pcapng_captures_read_back_with_tcpdump() {
     let dir = tempfile::tempdir().unwrap();
@@ -167,7 +126,9 @@ fn pcap_and_pcapng_captures_read_back_with_tcpdump() {
         assert_eq!(stats.submitted, u64::from(n));
         assert_eq!(stats.written_packets, u64::from(n), "{format}: {stats:?}");
         assert_eq!(stats.writer_full, 0);
-        let Some(read) = tcpdump(&path) else { return };
+        let Some(read) = common::tcpdump(&path) else {
+            return;
+        };
         assert_eq!(read.len(), n as usize, "{format}: packets in the file");
         for (k, ((bytes, ts), (file_ts, file_bytes))) in got.iter().zip(&read).enumerate() {
             assert_eq!(file_bytes, bytes, "{format}: frame {k} bytes");
@@ -267,4 +228,68 @@ fn a_writer_behind_its_disk_drops_and_counts_instead_of_stalling() {
         24 + stats.written_packets * (16 + 1500),
         "the file holds exactly the written packets"
     );
+}
+
+/// `dataplane capture` on a mapped reference example with `--tx`: the JSON report of the
+/// run and of its sink.
+fn capture_cli(example: &str, out: &Path, format: &str) -> Option<serde_json::Value> {
+    let text = common::mapped_reference_example(example, 1, true)?;
+    let dir = out.parent().unwrap();
+    let cfg = dir.join(example);
+    std::fs::write(&cfg, text).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("capture")
+        .arg(&cfg)
+        .arg(out)
+        .args(["--format", format, "--tx", "--target-gbps", "0.5"])
+        .args(["--seconds", "0.4", "--json", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    Some(common::last_json(&run.stdout))
+}
+
+/// The reference's pcap-writer and GDS-writer examples (software loopback versions, GPU
+/// regions mapped to host memory here; `tests/gpu.rs` runs the GDS one from GPU memory)
+/// run as `dataplane capture FILE OUT --tx`: every packet the sink wrote reads back as a
+/// valid generator frame, and what was not written is counted as `writer_full`.
+#[test]
+fn the_reference_writer_examples_capture_verified_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("writer.pcap");
+    let Some(r) = capture_cli("daqiri_example_pcap_writer_sw_loopback.yaml", &out, "pcap") else {
+        return;
+    };
+    let stats = &r["captures"][0]["stats"];
+    let written = stats["written_packets"].as_u64().unwrap();
+    assert!(written > 0, "{r}");
+    assert_eq!(
+        written + stats["writer_full"].as_u64().unwrap(),
+        stats["submitted"].as_u64().unwrap(),
+        "{r}"
+    );
+    assert_eq!(r["verdict"], "lossless", "{r}");
+    if let Some(read) = common::tcpdump(&out) {
+        assert_eq!(read.len() as u64, written);
+        let valid = common::check_captured_frames(read.iter().map(|(_, b)| b.as_slice()));
+        assert_eq!(valid, written);
+        assert!(read.windows(2).all(|w| w[0].0 <= w[1].0), "times in order");
+    }
+
+    // The GDS example's frames: 60 header bytes + 256 payload bytes, appended raw.
+    let out = dir.path().join("gds.raw");
+    let Some(r) = capture_cli("daqiri_example_gds_write_sw_loopback.yaml", &out, "raw") else {
+        return;
+    };
+    let stats = &r["captures"][0]["stats"];
+    let written = stats["written_packets"].as_u64().unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(bytes.len() as u64, stats["written_bytes"].as_u64().unwrap());
+    assert_eq!(bytes.len() % 316, 0);
+    assert_eq!(common::check_captured_frames(bytes.chunks(316)), written);
+    assert!(written > 0, "{r}");
 }

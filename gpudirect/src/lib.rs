@@ -14,6 +14,8 @@
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
+pub mod gds;
+#[cfg(feature = "cuda")]
 pub mod kernels;
 pub mod reorder;
 

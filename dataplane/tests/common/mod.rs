@@ -207,3 +207,62 @@ pub fn mapped_reference_example(name: &str, core: u32, host_memory: bool) -> Opt
     }
     Some(out)
 }
+
+/// tcpdump's view of a capture file: (timestamp ns, hex bytes) per packet.
+pub fn tcpdump(path: &std::path::Path) -> Option<Vec<(u64, Vec<u8>)>> {
+    let out = match std::process::Command::new("tcpdump")
+        .args(["-r"])
+        .arg(path)
+        .args(["-Z", "root", "-nn", "-tt", "--nano", "-xx"])
+        .output()
+    {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => panic!("tcpdump: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(_) => {
+            eprintln!("SKIP tcpdump read-back: tcpdump is not installed");
+            return None;
+        }
+    };
+    let mut packets: Vec<(u64, Vec<u8>)> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if !line.starts_with(char::is_whitespace) {
+            // "SECONDS.NANOS summary...": a new packet.
+            let ts = line.split_whitespace().next().unwrap();
+            let (s, ns) = ts.split_once('.').unwrap();
+            let ts = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+            packets.push((ts, Vec::new()));
+        } else if let Some((offset, data)) = line
+            .strip_prefix("\t0x")
+            .and_then(|h| h.split_once(':'))
+            .filter(|(o, _)| o.len() == 4 && o.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            // "\t0x0010:  4500 0034 ...": the packet's bytes from that offset.
+            let last = packets.last_mut().expect("a packet line first");
+            assert_eq!(usize::from_str_radix(offset, 16).unwrap(), last.1.len());
+            for word in data.split_whitespace() {
+                for i in (0..word.len()).step_by(2) {
+                    last.1
+                        .push(u8::from_str_radix(&word[i..i + 2], 16).unwrap());
+                }
+            }
+        }
+        // Other indented lines are tcpdump's decoding of the frame's contents.
+    }
+    Some(packets)
+}
+
+/// Checks every frame of a capture read back (as `bench raw`'s generators make them):
+/// returns how many passed, panicking on a damaged one.
+pub fn check_captured_frames<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut c = dataplane::bench::traffic::Checker::new(true);
+    for f in frames {
+        c.check(f);
+        assert_eq!(
+            c.counts.corrupt, 0,
+            "a captured frame is damaged: {:?}",
+            c.first_problem
+        );
+    }
+    assert_eq!(c.counts.duplicates, 0, "a frame was captured twice");
+    c.counts.valid
+}

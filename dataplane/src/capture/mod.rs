@@ -10,9 +10,17 @@
 //! Formats: pcap (nanosecond timestamps, Ethernet link type), pcapng (one Ethernet
 //! interface with 1 ns resolution), raw (every packet's bytes appended to one file), and
 //! raw per packet (a directory with one file per packet, numbered in arrival order).
-//! Packets in GPU memory are not captured (counted as `not_host`).
+//!
+//! A sink made with [`CaptureSink::create_gpu`] (the queue's packets are in GPU memory)
+//! gathers packets into 4 MiB device buffers with device-to-device copies and writes each
+//! buffer to the file with one cuFile write (GPUDirect Storage, or cuFile's compatibility
+//! mode where the machine has no GDS driver); the record headers of pcap and pcapng are
+//! written around it from the host. A host sink counts packets in GPU memory as `not_host`.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+#[cfg(feature = "cuda")]
+mod gpu;
 
 use crate::burst::Burst;
 use pcap_file::DataLink;
@@ -26,7 +34,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Bytes of packet data per batch handed to the writer.
-const BATCH_BYTES: usize = 4 << 20;
+pub(crate) const BATCH_BYTES: usize = 4 << 20;
 /// Bytes per `write` of the file writer's buffer.
 const WRITE_BYTES: usize = 1 << 20;
 
@@ -64,6 +72,60 @@ impl CaptureFormat {
     }
 }
 
+/// `config` with a capture sink on every RX queue its `bench_rx` entries read, writing to
+/// `path` in `format` (what `dataplane capture` runs). Several queues get one file each,
+/// `path` with `_INTERFACE_qID` added before the extension. Without `keep_tx` the
+/// `bench_tx` generators are removed, so only traffic from elsewhere is captured.
+pub fn capture_bench_rx(
+    config: &crate::config::Config,
+    path: &Path,
+    format: CaptureFormat,
+    keep_tx: bool,
+) -> crate::config::Config {
+    let mut c = config.clone();
+    if !keep_tx {
+        c.bench.tx.clear();
+    }
+    let mut targets = Vec::new();
+    for b in &config.bench.rx {
+        let Some(i) = config.interface_index(&b.interface_name) else {
+            continue;
+        };
+        for q in config.interfaces[i].rx.iter().flat_map(|r| &r.queues) {
+            if b.queue_id.is_none_or(|id| id == q.id) && !targets.contains(&(i, q.id)) {
+                targets.push((i, q.id));
+            }
+        }
+    }
+    let single = targets.len() == 1;
+    for (i, id) in targets {
+        let name = c.interfaces[i].name.clone();
+        let file = if single {
+            path.to_owned()
+        } else {
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            let ext = path
+                .extension()
+                .map(|e| format!(".{}", e.to_string_lossy()))
+                .unwrap_or_default();
+            path.with_file_name(format!("{stem}_{name}_q{id}{ext}"))
+        };
+        for q in c.interfaces[i]
+            .rx
+            .iter_mut()
+            .flat_map(|r| r.queues.iter_mut())
+            .filter(|q| q.id == id)
+        {
+            q.capture = Some(crate::config::CaptureSpec {
+                path: file.display().to_string(),
+                format: format.name().to_owned(),
+                queue_mb: 256,
+            });
+        }
+    }
+    c
+}
+
 /// Where and how a sink writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CaptureConfig {
@@ -98,8 +160,10 @@ pub struct CaptureStats {
     pub written_bytes: u64,
     /// Packets dropped because the writer was behind (its queue full).
     pub writer_full: u64,
-    /// Packets not captured because they live in GPU memory.
+    /// Packets not captured because they live in GPU memory (a host sink).
     pub not_host: u64,
+    /// Packets not captured because a GPU copy failed (a GPU sink; the error is logged).
+    pub copy_failed: u64,
 }
 
 /// The sink could not be created or the writer failed.
@@ -124,6 +188,14 @@ pub enum CaptureError {
     /// The writer thread panicked.
     #[error("capture to {0}: the writer thread panicked")]
     Panicked(PathBuf),
+    /// GPU memory or cuFile could not be set up or written.
+    #[error("capture to {path}: {reason}")]
+    Gpu {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Packets bound for the writer.
@@ -135,9 +207,9 @@ struct Batch {
 }
 
 #[derive(Default)]
-struct Shared {
-    written_packets: AtomicU64,
-    written_bytes: AtomicU64,
+pub(crate) struct Shared {
+    pub(crate) written_packets: AtomicU64,
+    pub(crate) written_bytes: AtomicU64,
 }
 
 /// A capture sink (see the module documentation).
@@ -150,10 +222,13 @@ pub struct CaptureSink {
     submitted: u64,
     writer_full: u64,
     not_host: u64,
+    /// Set for a sink of packets in GPU memory: it does all the work.
+    #[cfg(feature = "cuda")]
+    gpu: Option<gpu::GpuSink>,
 }
 
 /// Nanoseconds since the Unix epoch now.
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -191,11 +266,36 @@ impl CaptureSink {
             submitted: 0,
             writer_full: 0,
             not_host: 0,
+            #[cfg(feature = "cuda")]
+            gpu: None,
+        })
+    }
+
+    /// A sink for packets in the memory of GPU `ordinal`, written through cuFile (see the
+    /// module documentation). Fails here when the GPU, its memory or cuFile is not there.
+    #[cfg(feature = "cuda")]
+    pub fn create_gpu(cfg: &CaptureConfig, ordinal: u32) -> Result<Self, CaptureError> {
+        let gpu = gpu::GpuSink::create(cfg, ordinal)?;
+        Ok(Self {
+            path: cfg.path.clone(),
+            queue: None,
+            filling: Batch::default(),
+            shared: Arc::new(Shared::default()),
+            writer: None,
+            submitted: 0,
+            writer_full: 0,
+            not_host: 0,
+            gpu: Some(gpu),
         })
     }
 
     /// Copies `burst`'s packets for the writer (never waits for it).
     pub fn submit(&mut self, burst: &Burst) {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &mut self.gpu {
+            g.submit(burst);
+            return;
+        }
         let fallback = std::cell::OnceCell::new();
         for (i, p) in burst.packets().iter().enumerate() {
             self.submitted += 1;
@@ -247,12 +347,17 @@ impl CaptureSink {
 
     /// Counters so far (written ones as of the writer's last batch).
     pub fn stats(&self) -> CaptureStats {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            return g.stats();
+        }
         CaptureStats {
             submitted: self.submitted,
             written_packets: self.shared.written_packets.load(Ordering::Relaxed),
             written_bytes: self.shared.written_bytes.load(Ordering::Relaxed),
             writer_full: self.writer_full,
             not_host: self.not_host,
+            copy_failed: 0,
         }
     }
 
@@ -263,6 +368,10 @@ impl CaptureSink {
     }
 
     fn close(&mut self) -> Result<(), CaptureError> {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &mut self.gpu {
+            return g.close();
+        }
         if let (Some(q), false) = (&self.queue, self.filling.records.is_empty()) {
             // The last batch may wait for room: nothing is lost at the end.
             let batch = std::mem::take(&mut self.filling);

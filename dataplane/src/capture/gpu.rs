@@ -1,0 +1,432 @@
+//! The GPU sink: packets in GPU memory gathered into device staging buffers and written to
+//! the file through cuFile (GPUDirect Storage), one write per 4 MiB buffer.
+//!
+//! A buffer's layout is the file's: for pcap and pcapng each packet's bytes sit where the
+//! file has them, with gaps for the record headers (and pcapng's padding and trailing
+//! length), which the writer thread writes from the host after the buffer's cuFile write.
+//! Raw per packet writes each packet from the buffer into a file of its own.
+//!
+//! The staging buffers circulate between the polling thread and the writer; when none is
+//! free (the disk is behind), packets are counted as `writer_full`, never waited for.
+
+#![allow(unsafe_code)]
+
+use super::{
+    BATCH_BYTES, CaptureConfig, CaptureError, CaptureFormat, CaptureStats, Shared, now_ns,
+};
+use crate::burst::Burst;
+use gpudirect::gds::{DeviceStaging, GdsFile};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread::JoinHandle;
+
+/// pcap record header: seconds, nanoseconds, captured and original length.
+const PCAP_RECORD: usize = 16;
+/// pcapng enhanced packet block before the data: type, length, interface, time (2 words),
+/// captured and original length.
+const PCAPNG_HEAD: usize = 28;
+
+/// One packet in a staging buffer.
+#[derive(Clone, Copy)]
+struct Record {
+    /// Receive time, ns since the Unix epoch.
+    ts: u64,
+    len: u32,
+    /// Offset of its bytes in the buffer.
+    at: u32,
+}
+
+/// A staging buffer being filled or written.
+struct Filled {
+    staging: DeviceStaging,
+    used: usize,
+    records: Vec<Record>,
+}
+
+impl CaptureFormat {
+    /// Bytes the file has before and after a packet of `len` bytes.
+    fn framing(self, len: usize) -> (usize, usize) {
+        match self {
+            CaptureFormat::Pcap => (PCAP_RECORD, 0),
+            CaptureFormat::Pcapng => (PCAPNG_HEAD, len.next_multiple_of(4) - len + 4),
+            CaptureFormat::Raw | CaptureFormat::RawPerPacket => (0, 0),
+        }
+    }
+}
+
+/// The GPU side of a [`super::CaptureSink`].
+pub(super) struct GpuSink {
+    path: PathBuf,
+    format: CaptureFormat,
+    free: Vec<DeviceStaging>,
+    returned: Receiver<DeviceStaging>,
+    filling: Option<Filled>,
+    /// A copy was queued since the last wait.
+    copies_pending: bool,
+    queue: Option<SyncSender<Filled>>,
+    writer: Option<JoinHandle<Result<(), CaptureError>>>,
+    shared: Arc<Shared>,
+    submitted: u64,
+    writer_full: u64,
+    copy_failed: u64,
+}
+
+impl GpuSink {
+    /// Allocates the staging buffers (`queue_bytes` of them, at least two), creates the
+    /// file and registers it with cuFile, and starts the writer thread.
+    pub(super) fn create(cfg: &CaptureConfig, ordinal: u32) -> Result<Self, CaptureError> {
+        let gpu = |e: gpudirect::GpuError| CaptureError::Gpu {
+            path: cfg.path.clone(),
+            reason: e.to_string(),
+        };
+        let io = |source| CaptureError::Io {
+            path: cfg.path.clone(),
+            source,
+        };
+        let out = FileOut::open(&cfg.path, cfg.format).map_err(|e| match e {
+            OpenError::Io(e) => io(e),
+            OpenError::Gpu(e) => gpu(e),
+        })?;
+        let depth = (cfg.queue_bytes / BATCH_BYTES).max(2);
+        let free = (0..depth)
+            .map(|_| DeviceStaging::alloc(ordinal, BATCH_BYTES))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(gpu)?;
+        let (tx, rx) = mpsc::sync_channel(depth);
+        let (give_back, returned) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let (s, path, format) = (shared.clone(), cfg.path.clone(), cfg.format);
+        let writer = std::thread::Builder::new()
+            .name("dp-capture-gds".into())
+            .spawn(move || write_loop(out, format, rx, give_back, &s, &path))
+            .map_err(io)?;
+        tracing::info!(
+            "capture to {}: packets in GPU {ordinal} memory written through cuFile ({} mode)",
+            cfg.path.display(),
+            gpudirect::gds::storage_mode()
+        );
+        Ok(Self {
+            path: cfg.path.clone(),
+            format: cfg.format,
+            free,
+            returned,
+            filling: None,
+            copies_pending: false,
+            queue: Some(tx),
+            writer: Some(writer),
+            shared,
+            submitted: 0,
+            writer_full: 0,
+            copy_failed: 0,
+        })
+    }
+
+    /// Copies `burst`'s packets into staging buffers; returns once the copies are done, so
+    /// the burst's buffers may be reused.
+    pub(super) fn submit(&mut self, burst: &Burst) {
+        let fallback = std::cell::OnceCell::new();
+        for (i, p) in burst.packets().iter().enumerate() {
+            self.submitted += 1;
+            let len = p.len();
+            let (head, tail) = self.format.framing(len);
+            let need = head + len + tail;
+            if need > BATCH_BYTES {
+                self.copy_failed += 1;
+                continue;
+            }
+            if self
+                .filling
+                .as_ref()
+                .is_some_and(|f| f.used + need > BATCH_BYTES)
+            {
+                self.hand_over();
+            }
+            if self.filling.is_none() {
+                self.free.extend(self.returned.try_iter());
+                match self.free.pop() {
+                    Some(staging) => {
+                        self.filling = Some(Filled {
+                            staging,
+                            used: 0,
+                            records: Vec::new(),
+                        })
+                    }
+                    None => {
+                        self.writer_full += 1;
+                        continue;
+                    }
+                }
+            }
+            let f = self.filling.as_mut().expect("just filled");
+            let start = f.used + head;
+            let mut at = start;
+            let mut failed = None;
+            for s in 0..p.segments().len() {
+                let seg_len = p.segments()[s].len as usize;
+                let copied = match burst.data(i, s) {
+                    Some(d) => f.staging.copy_in_host(at, d),
+                    // SAFETY: the segment is `seg_len` bytes of GPU memory owned by
+                    // `burst`, which the caller holds until this function returns, and
+                    // the copies are waited for below before returning.
+                    None => unsafe { f.staging.copy_in(at, burst.segment_addr(i, s), seg_len) },
+                };
+                if let Err(e) = copied {
+                    failed = Some(e);
+                    break;
+                }
+                self.copies_pending = true;
+                at += seg_len;
+            }
+            if let Some(e) = failed {
+                if self.copy_failed == 0 {
+                    tracing::error!("capture to {}: {e}", self.path.display());
+                }
+                self.copy_failed += 1;
+                continue;
+            }
+            let ts = match p.timestamp_ns {
+                0 => *fallback.get_or_init(now_ns),
+                t => t,
+            };
+            f.records.push(Record {
+                ts,
+                len: len as u32,
+                at: start as u32,
+            });
+            f.used += need;
+        }
+        self.wait_copies();
+    }
+
+    /// Waits for the queued copies, so the packets they read may be reused.
+    fn wait_copies(&mut self) {
+        if !std::mem::take(&mut self.copies_pending) {
+            return;
+        }
+        if let Some(f) = &mut self.filling
+            && let Err(e) = f.staging.wait()
+        {
+            // The copies' outcome is unknown: the batch's packets are not written.
+            tracing::error!("capture to {}: {e}", self.path.display());
+            self.copy_failed += f.records.len() as u64;
+            f.records.clear();
+            f.used = 0;
+        }
+    }
+
+    /// Sends the buffer being filled to the writer.
+    fn hand_over(&mut self) {
+        self.wait_copies();
+        let Some(f) = self.filling.take() else {
+            return;
+        };
+        if f.records.is_empty() {
+            self.free.push(f.staging);
+            return;
+        }
+        match &self.queue {
+            // There are no more buffers than queue slots: this never waits.
+            Some(q) => {
+                if let Err(e) = q.send(f) {
+                    self.writer_full += e.0.records.len() as u64;
+                }
+            }
+            None => self.free.push(f.staging),
+        }
+    }
+
+    pub(super) fn stats(&self) -> CaptureStats {
+        CaptureStats {
+            submitted: self.submitted,
+            written_packets: self.shared.written_packets.load(Ordering::Relaxed),
+            written_bytes: self.shared.written_bytes.load(Ordering::Relaxed),
+            writer_full: self.writer_full,
+            not_host: 0,
+            copy_failed: self.copy_failed,
+        }
+    }
+
+    pub(super) fn close(&mut self) -> Result<(), CaptureError> {
+        self.hand_over();
+        self.queue = None;
+        match self.writer.take().map(|w| w.join()) {
+            None => Ok(()),
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(CaptureError::Panicked(self.path.clone())),
+        }
+    }
+}
+
+enum OpenError {
+    Io(std::io::Error),
+    Gpu(gpudirect::GpuError),
+}
+
+/// Where the writer puts bytes.
+enum FileOut {
+    /// One file: its cuFile registration and the offset its next bytes go to.
+    Single { file: GdsFile, offset: u64 },
+    /// A directory of one file per packet.
+    PerPacket { dir: PathBuf, next: u64 },
+}
+
+impl FileOut {
+    fn open(path: &Path, format: CaptureFormat) -> Result<Self, OpenError> {
+        if format == CaptureFormat::RawPerPacket {
+            std::fs::create_dir_all(path).map_err(OpenError::Io)?;
+            // cuFile must work before the first packet, so a bad setup fails at start.
+            let probe = path.join(".cufile-probe");
+            let f = std::fs::File::create(&probe).map_err(OpenError::Io)?;
+            let registered = GdsFile::register(f).map(drop);
+            let _ = std::fs::remove_file(&probe);
+            registered.map_err(OpenError::Gpu)?;
+            return Ok(FileOut::PerPacket {
+                dir: path.to_owned(),
+                next: 0,
+            });
+        }
+        let mut file = std::fs::File::create(path).map_err(OpenError::Io)?;
+        let header = file_header(format);
+        file.write_all(&header).map_err(OpenError::Io)?;
+        Ok(FileOut::Single {
+            file: GdsFile::register(file).map_err(OpenError::Gpu)?,
+            offset: header.len() as u64,
+        })
+    }
+
+    fn write(&mut self, format: CaptureFormat, f: &Filled) -> Result<(), String> {
+        match self {
+            FileOut::Single { file, offset } => {
+                file.write(&f.staging, 0, f.used, *offset)
+                    .map_err(|e| e.to_string())?;
+                let mut framing = Vec::with_capacity(PCAPNG_HEAD);
+                for r in &f.records {
+                    let (head, tail) = format.framing(r.len as usize);
+                    if head > 0 {
+                        framing.clear();
+                        record_head(format, r, &mut framing);
+                        let at = *offset + (r.at as usize - head) as u64;
+                        file.file()
+                            .write_all_at(&framing, at)
+                            .map_err(|e| e.to_string())?;
+                    }
+                    if tail > 0 {
+                        // pcapng: zero padding to 4 bytes, then the block length again.
+                        let mut t = vec![0u8; tail];
+                        let total = (head + r.len as usize + tail) as u32;
+                        t[tail - 4..].copy_from_slice(&total.to_le_bytes());
+                        let at = *offset + (r.at + r.len) as u64;
+                        file.file()
+                            .write_all_at(&t, at)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                *offset += f.used as u64;
+            }
+            FileOut::PerPacket { dir, next } => {
+                for r in &f.records {
+                    let path = dir.join(format!("{next:012}.bin"));
+                    let file = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+                    let file = GdsFile::register(file).map_err(|e| e.to_string())?;
+                    file.write(&f.staging, r.at as usize, r.len as usize, 0)
+                        .map_err(|e| e.to_string())?;
+                    *next += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes a file starts with (little endian; pcap-file writes the pcap and pcapng
+/// headers).
+fn file_header(format: CaptureFormat) -> Vec<u8> {
+    use pcap_file::{DataLink, Endianness};
+    match format {
+        CaptureFormat::Pcap => {
+            let header = pcap_file::pcap::PcapHeader {
+                datalink: DataLink::ETHERNET,
+                ts_resolution: pcap_file::TsResolution::NanoSecond,
+                snaplen: 65535,
+                endianness: Endianness::Little,
+                ..Default::default()
+            };
+            pcap_file::pcap::PcapWriter::with_header(Vec::new(), header)
+                .expect("writing to memory")
+                .into_writer()
+        }
+        CaptureFormat::Pcapng => {
+            use pcap_file::pcapng::blocks::interface_description::{
+                InterfaceDescriptionBlock, InterfaceDescriptionOption,
+            };
+            let mut w =
+                pcap_file::pcapng::PcapNgWriter::with_endianness(Vec::new(), Endianness::Little)
+                    .expect("writing to memory");
+            w.write_pcapng_block(InterfaceDescriptionBlock {
+                linktype: DataLink::ETHERNET,
+                snaplen: 0,
+                options: vec![InterfaceDescriptionOption::IfTsResol(9)],
+            })
+            .expect("writing to memory");
+            w.into_inner()
+        }
+        CaptureFormat::Raw | CaptureFormat::RawPerPacket => Vec::new(),
+    }
+}
+
+/// The record header before a packet (little endian, as the file header).
+fn record_head(format: CaptureFormat, r: &Record, out: &mut Vec<u8>) {
+    let words: &[u32] = match format {
+        CaptureFormat::Pcap => &[
+            (r.ts / 1_000_000_000) as u32,
+            (r.ts % 1_000_000_000) as u32,
+            r.len,
+            r.len,
+        ],
+        CaptureFormat::Pcapng => {
+            let (head, tail) = format.framing(r.len as usize);
+            &[
+                6, // enhanced packet block
+                (head + r.len as usize + tail) as u32,
+                0, // interface
+                (r.ts >> 32) as u32,
+                r.ts as u32,
+                r.len,
+                r.len,
+            ]
+        }
+        CaptureFormat::Raw | CaptureFormat::RawPerPacket => &[],
+    };
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+fn write_loop(
+    mut out: FileOut,
+    format: CaptureFormat,
+    rx: Receiver<Filled>,
+    give_back: mpsc::Sender<DeviceStaging>,
+    shared: &Shared,
+    path: &Path,
+) -> Result<(), CaptureError> {
+    let failed = |reason: String| CaptureError::Gpu {
+        path: path.to_owned(),
+        reason,
+    };
+    // Ends when the sink drops its sender (finish or drop).
+    while let Ok(f) = rx.recv() {
+        out.write(format, &f).map_err(failed)?;
+        shared
+            .written_packets
+            .fetch_add(f.records.len() as u64, Ordering::Relaxed);
+        let bytes: u64 = f.records.iter().map(|r| u64::from(r.len)).sum();
+        shared.written_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let _ = give_back.send(f.staging);
+    }
+    Ok(())
+}
