@@ -2,6 +2,8 @@
 //! no earlier than it (their receive timestamps, taken after sending, are not earlier),
 //! in order, and the TX queue reports how late they went.
 
+mod common;
+
 use dataplane::config;
 use dataplane::plane::DataPlane;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -151,4 +153,36 @@ fn bench_reports_one_way_latency_from_receive_timestamps() {
         assert!(json["latency"]["p999_ns"].as_u64().is_some(), "{json}");
         assert!(report.human().contains("one-way latency"));
     }
+}
+
+/// The reference's pacing example (`pacing_mbps: 10000` on its TX queue) runs on the
+/// loopback with its NIC port mapped there: lossless, paced by the TX worker. The rate it
+/// reaches is a measurement, printed here and recorded in BENCHMARKS.md, not asserted.
+#[test]
+fn the_reference_pacing_example_runs_paced() {
+    let Some(text) =
+        common::mapped_reference_example("daqiri_bench_raw_tx_rx_pacing.yaml", 1, true)
+    else {
+        return;
+    };
+    let c = config::load_str(&text, "daqiri_bench_raw_tx_rx_pacing.yaml")
+        .expect("the mapped example loads")
+        .config;
+    let paced: Vec<u64> = c
+        .interfaces
+        .iter()
+        .flat_map(|i| i.tx.iter().flat_map(|t| &t.queues))
+        .map(|q| q.pacing_mbps)
+        .collect();
+    assert_eq!(paced, [10_000]);
+    let report = common::run_bench(&c, 2.0);
+    print!("{}", report.human());
+    assert!(report.lossless, "{:?}", report.problems);
+    assert!(report.rx_packets > 0);
+    let p = report.pacing.expect("a paced queue is reported");
+    assert_eq!(p.target_gbps, 10.0);
+    println!(
+        "pacing example: target {} Gb/s, TX workers sent {:.3} Gb/s while generating",
+        p.target_gbps, p.sent_gbps
+    );
 }

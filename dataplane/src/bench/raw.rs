@@ -233,8 +233,9 @@ pub struct RawReport {
     pub stages: Vec<StageCost>,
     /// The RX queues' capture sinks (`capture`), when the configuration has any.
     pub captures: Vec<CaptureReport>,
-    /// With `target_gbps`: the target, and the rate the TX workers sent frames at while
-    /// the generators ran (Gb/s of frame bytes).
+    /// When the generators' TX queues are paced (`pacing_mbps`, or `target_gbps`): the
+    /// target, and the rate the TX workers sent frames at while the generators ran (Gb/s
+    /// of frame bytes).
     pub pacing: Option<PacingReport>,
     /// Reorder results, when a queue has `reorder_configs`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1177,7 +1178,7 @@ pub fn run(
         flow_ids,
         checker: counts,
         stages,
-        pacing: opts.target_gbps.map(|target_gbps| PacingReport {
+        pacing: paced_gbps(config).map(|target_gbps| PacingReport {
             target_gbps,
             sent_gbps,
         }),
@@ -1211,6 +1212,25 @@ pub(crate) fn with_target_rate(config: &Config, gbps: f64) -> Config {
         }
     }
     c
+}
+
+/// The rate the generators' TX queues are paced to in all (`pacing_mbps`, which
+/// `--target-gbps` sets), Gb/s; `None` when none is paced.
+fn paced_gbps(config: &Config) -> Option<f64> {
+    let mut mbps = 0u64;
+    for b in &config.bench.tx {
+        let Some(i) = config.interface_index(&b.interface_name) else {
+            continue;
+        };
+        mbps += config.interfaces[i]
+            .tx
+            .iter()
+            .flat_map(|t| &t.queues)
+            .filter(|q| q.id == b.queue_id)
+            .map(|q| q.pacing_mbps)
+            .sum::<u64>();
+    }
+    (mbps > 0).then(|| mbps as f64 / 1000.0)
 }
 
 /// Adds a worker failure once (the generators, checkers and shutdown may all see it).
