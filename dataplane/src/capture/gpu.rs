@@ -12,7 +12,8 @@
 #![allow(unsafe_code)]
 
 use super::{
-    BATCH_BYTES, CaptureConfig, CaptureError, CaptureFormat, CaptureStats, Shared, now_ns,
+    BATCH_BYTES, CaptureConfig, CaptureError, CaptureFormat, CaptureStats, Shared, file_header,
+    now_ns,
 };
 use crate::burst::Burst;
 use gpudirect::gds::{DeviceStaging, GdsFile};
@@ -23,12 +24,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
-
-/// pcap record header: seconds, nanoseconds, captured and original length.
-const PCAP_RECORD: usize = 16;
-/// pcapng enhanced packet block before the data: type, length, interface, time (2 words),
-/// captured and original length.
-const PCAPNG_HEAD: usize = 28;
 
 /// One packet in a staging buffer.
 #[derive(Clone, Copy)]
@@ -45,17 +40,6 @@ struct Filled {
     staging: DeviceStaging,
     used: usize,
     records: Vec<Record>,
-}
-
-impl CaptureFormat {
-    /// Bytes the file has before and after a packet of `len` bytes.
-    fn framing(self, len: usize) -> (usize, usize) {
-        match self {
-            CaptureFormat::Pcap => (PCAP_RECORD, 0),
-            CaptureFormat::Pcapng => (PCAPNG_HEAD, len.next_multiple_of(4) - len + 4),
-            CaptureFormat::Raw | CaptureFormat::RawPerPacket => (0, 0),
-        }
-    }
 }
 
 /// The GPU side of a [`super::CaptureSink`].
@@ -303,25 +287,23 @@ impl FileOut {
             FileOut::Single { file, offset } => {
                 file.write(&f.staging, 0, f.used, *offset)
                     .map_err(|e| e.to_string())?;
-                let mut framing = Vec::with_capacity(PCAPNG_HEAD);
+                let mut framing = Vec::new();
                 for r in &f.records {
                     let (head, tail) = format.framing(r.len as usize);
                     if head > 0 {
                         framing.clear();
-                        record_head(format, r, &mut framing);
+                        format.record_head(r.ts, r.len, &mut framing);
                         let at = *offset + (r.at as usize - head) as u64;
                         file.file()
                             .write_all_at(&framing, at)
                             .map_err(|e| e.to_string())?;
                     }
                     if tail > 0 {
-                        // pcapng: zero padding to 4 bytes, then the block length again.
-                        let mut t = vec![0u8; tail];
-                        let total = (head + r.len as usize + tail) as u32;
-                        t[tail - 4..].copy_from_slice(&total.to_le_bytes());
-                        let at = *offset + (r.at + r.len) as u64;
+                        framing.clear();
+                        format.record_tail(r.len, &mut framing);
+                        let at = *offset + u64::from(r.at + r.len);
                         file.file()
-                            .write_all_at(&t, at)
+                            .write_all_at(&framing, at)
                             .map_err(|e| e.to_string())?;
                     }
                 }
@@ -339,70 +321,6 @@ impl FileOut {
             }
         }
         Ok(())
-    }
-}
-
-/// The bytes a file starts with (little endian; pcap-file writes the pcap and pcapng
-/// headers).
-fn file_header(format: CaptureFormat) -> Vec<u8> {
-    use pcap_file::{DataLink, Endianness};
-    match format {
-        CaptureFormat::Pcap => {
-            let header = pcap_file::pcap::PcapHeader {
-                datalink: DataLink::ETHERNET,
-                ts_resolution: pcap_file::TsResolution::NanoSecond,
-                snaplen: 65535,
-                endianness: Endianness::Little,
-                ..Default::default()
-            };
-            pcap_file::pcap::PcapWriter::with_header(Vec::new(), header)
-                .expect("writing to memory")
-                .into_writer()
-        }
-        CaptureFormat::Pcapng => {
-            use pcap_file::pcapng::blocks::interface_description::{
-                InterfaceDescriptionBlock, InterfaceDescriptionOption,
-            };
-            let mut w =
-                pcap_file::pcapng::PcapNgWriter::with_endianness(Vec::new(), Endianness::Little)
-                    .expect("writing to memory");
-            w.write_pcapng_block(InterfaceDescriptionBlock {
-                linktype: DataLink::ETHERNET,
-                snaplen: 0,
-                options: vec![InterfaceDescriptionOption::IfTsResol(9)],
-            })
-            .expect("writing to memory");
-            w.into_inner()
-        }
-        CaptureFormat::Raw | CaptureFormat::RawPerPacket => Vec::new(),
-    }
-}
-
-/// The record header before a packet (little endian, as the file header).
-fn record_head(format: CaptureFormat, r: &Record, out: &mut Vec<u8>) {
-    let words: &[u32] = match format {
-        CaptureFormat::Pcap => &[
-            (r.ts / 1_000_000_000) as u32,
-            (r.ts % 1_000_000_000) as u32,
-            r.len,
-            r.len,
-        ],
-        CaptureFormat::Pcapng => {
-            let (head, tail) = format.framing(r.len as usize);
-            &[
-                6, // enhanced packet block
-                (head + r.len as usize + tail) as u32,
-                0, // interface
-                (r.ts >> 32) as u32,
-                r.ts as u32,
-                r.len,
-                r.len,
-            ]
-        }
-        CaptureFormat::Raw | CaptureFormat::RawPerPacket => &[],
-    };
-    for w in words {
-        out.extend_from_slice(&w.to_le_bytes());
     }
 }
 

@@ -1,14 +1,16 @@
 //! Capture sinks: an RX queue's bursts written to files by a writer thread, so the thread
 //! that hands them over never waits for the disk.
 //!
-//! [`CaptureSink::submit`] copies each packet's bytes (segments joined) with its receive
-//! timestamp (`Packet::timestamp_ns`, or the capture time when the engine gave none) into
-//! the batch being filled; full batches (4 MiB) go to the writer thread over a bounded
-//! queue. When the queue is full (the disk is slower than the link) the batch is dropped
+//! [`CaptureSink::submit`] copies each packet's bytes (segments joined) into the batch
+//! being filled, framed as the file has them: its record header carries its receive
+//! timestamp (`Packet::timestamp_ns`, or the capture time when the engine gave none). So a
+//! batch is the file's next bytes, and the writer thread does nothing but write it: one
+//! `write` per 4 MiB batch, the one copy `dd` also makes. Full batches go to the writer
+//! over a bounded queue. When the queue is full (the disk is slower than the link) the batch is dropped
 //! and its packets counted as `writer_full`: the RX path never stalls on disk.
 //!
 //! Formats: pcap (nanosecond timestamps, Ethernet link type), pcapng (one Ethernet
-//! interface with 1 ns resolution), raw (every packet's bytes appended to one file), and
+//! interface with 1 ns resolution; the file headers come from `pcap-file`, little endian), raw (every packet's bytes appended to one file), and
 //! raw per packet (a directory with one file per packet, numbered in arrival order).
 //!
 //! A sink made with [`CaptureSink::create_gpu`] (the queue's packets are in GPU memory)
@@ -25,18 +27,16 @@ mod gpu;
 use crate::burst::Burst;
 use pcap_file::DataLink;
 use serde::Serialize;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bytes of packet data per batch handed to the writer.
 pub(crate) const BATCH_BYTES: usize = 4 << 20;
-/// Bytes per `write` of the file writer's buffer.
-const WRITE_BYTES: usize = 1 << 20;
 
 /// A file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -198,12 +198,106 @@ pub enum CaptureError {
     },
 }
 
-/// Packets bound for the writer.
+/// Packets bound for the writer, laid out as the file has them (record headers and
+/// padding included), so the writer only writes.
 #[derive(Default)]
 struct Batch {
     data: Vec<u8>,
-    /// (timestamp in ns since the epoch, length) per packet.
-    records: Vec<(u64, u32)>,
+    /// (offset in `data`, length) per packet.
+    records: Vec<(u32, u32)>,
+    /// Packet bytes (framing excluded).
+    packet_bytes: u64,
+}
+
+/// pcap record header: seconds, nanoseconds, captured and original length.
+const PCAP_RECORD: usize = 16;
+/// pcapng enhanced packet block before the data: type, length, interface, time (2 words),
+/// captured and original length.
+const PCAPNG_HEAD: usize = 28;
+
+impl CaptureFormat {
+    /// Bytes the file has before and after a packet of `len` bytes.
+    pub(crate) fn framing(self, len: usize) -> (usize, usize) {
+        match self {
+            CaptureFormat::Pcap => (PCAP_RECORD, 0),
+            CaptureFormat::Pcapng => (PCAPNG_HEAD, len.next_multiple_of(4) - len + 4),
+            CaptureFormat::Raw | CaptureFormat::RawPerPacket => (0, 0),
+        }
+    }
+
+    /// Appends the record header of a packet of `len` bytes received at `ts` (ns since the
+    /// epoch), little endian as the file header ([`file_header`]).
+    pub(crate) fn record_head(self, ts: u64, len: u32, out: &mut Vec<u8>) {
+        let (head, tail) = self.framing(len as usize);
+        let words: &[u32] = match self {
+            CaptureFormat::Pcap => &[
+                (ts / 1_000_000_000) as u32,
+                (ts % 1_000_000_000) as u32,
+                len,
+                len,
+            ],
+            CaptureFormat::Pcapng => &[
+                6, // enhanced packet block
+                (head + len as usize + tail) as u32,
+                0, // interface
+                (ts >> 32) as u32,
+                ts as u32,
+                len,
+                len,
+            ],
+            CaptureFormat::Raw | CaptureFormat::RawPerPacket => &[],
+        };
+        for w in words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// Appends what follows a packet of `len` bytes (pcapng: zero padding to 4 bytes, then
+    /// the block length again).
+    pub(crate) fn record_tail(self, len: u32, out: &mut Vec<u8>) {
+        let (head, tail) = self.framing(len as usize);
+        if tail > 0 {
+            out.resize(out.len() + tail - 4, 0);
+            out.extend_from_slice(&((head + len as usize + tail) as u32).to_le_bytes());
+        }
+    }
+}
+
+/// The bytes a capture file starts with (little endian; `pcap-file` writes the pcap and
+/// pcapng headers: nanosecond pcap, or a section and one Ethernet interface with
+/// `if_tsresol` 9).
+pub(crate) fn file_header(format: CaptureFormat) -> Vec<u8> {
+    use pcap_file::Endianness;
+    match format {
+        CaptureFormat::Pcap => {
+            let header = pcap_file::pcap::PcapHeader {
+                datalink: DataLink::ETHERNET,
+                ts_resolution: pcap_file::TsResolution::NanoSecond,
+                snaplen: 65535,
+                endianness: Endianness::Little,
+                ..Default::default()
+            };
+            pcap_file::pcap::PcapWriter::with_header(Vec::new(), header)
+                .expect("writing to memory")
+                .into_writer()
+        }
+        CaptureFormat::Pcapng => {
+            use pcap_file::pcapng::blocks::interface_description::{
+                InterfaceDescriptionBlock, InterfaceDescriptionOption,
+            };
+            let mut w =
+                pcap_file::pcapng::PcapNgWriter::with_endianness(Vec::new(), Endianness::Little)
+                    .expect("writing to memory");
+            w.write_pcapng_block(InterfaceDescriptionBlock {
+                linktype: DataLink::ETHERNET,
+                snaplen: 0,
+                options: vec![InterfaceDescriptionOption::IfTsResol(9)],
+            })
+            .expect("writing to memory");
+            w.into_inner()
+        }
+        CaptureFormat::Raw | CaptureFormat::RawPerPacket => Vec::new(),
+    }
 }
 
 #[derive(Default)]
@@ -215,6 +309,7 @@ pub(crate) struct Shared {
 /// A capture sink (see the module documentation).
 pub struct CaptureSink {
     path: PathBuf,
+    format: CaptureFormat,
     queue: Option<SyncSender<Batch>>,
     filling: Batch,
     shared: Arc<Shared>,
@@ -241,13 +336,7 @@ impl CaptureSink {
             path: cfg.path.clone(),
             source,
         };
-        let out = Output::open(&cfg.path, cfg.format).map_err(|e| match e {
-            OpenError::Io(source) => io(source),
-            OpenError::Pcap(reason) => CaptureError::Pcap {
-                path: cfg.path.clone(),
-                reason,
-            },
-        })?;
+        let out = Output::open(&cfg.path, cfg.format).map_err(io)?;
         let depth = (cfg.queue_bytes / BATCH_BYTES).max(1);
         let (tx, rx) = mpsc::sync_channel(depth);
         let shared = Arc::new(Shared::default());
@@ -259,6 +348,7 @@ impl CaptureSink {
             .map_err(io)?;
         Ok(Self {
             path: cfg.path.clone(),
+            format: cfg.format,
             queue: Some(tx),
             filling: Batch::default(),
             shared,
@@ -278,6 +368,7 @@ impl CaptureSink {
         let gpu = gpu::GpuSink::create(cfg, ordinal)?;
         Ok(Self {
             path: cfg.path.clone(),
+            format: cfg.format,
             queue: None,
             filling: Batch::default(),
             shared: Arc::new(Shared::default()),
@@ -297,28 +388,30 @@ impl CaptureSink {
             return;
         }
         let fallback = std::cell::OnceCell::new();
+        let format = self.format;
         for (i, p) in burst.packets().iter().enumerate() {
             self.submitted += 1;
-            let start = self.filling.data.len();
-            let mut host = true;
-            for s in 0..p.segments().len() {
-                match burst.data(i, s) {
-                    Some(d) => self.filling.data.extend_from_slice(d),
-                    None => host = false,
-                }
-            }
-            if !host {
-                self.filling.data.truncate(start);
+            let segments = p.segments().len();
+            if (0..segments).any(|s| burst.data(i, s).is_none()) {
                 self.not_host += 1;
                 continue;
             }
-            let len = (self.filling.data.len() - start) as u32;
+            let len = p.len() as u32;
             let ts = match p.timestamp_ns {
                 0 => *fallback.get_or_init(now_ns),
                 t => t,
             };
-            self.filling.records.push((ts, len));
-            if self.filling.data.len() >= BATCH_BYTES {
+            let b = &mut self.filling;
+            format.record_head(ts, len, &mut b.data);
+            let at = b.data.len() as u32;
+            for s in 0..segments {
+                b.data
+                    .extend_from_slice(burst.data(i, s).expect("checked above"));
+            }
+            format.record_tail(len, &mut b.data);
+            b.records.push((at, len));
+            b.packet_bytes += u64::from(len);
+            if b.data.len() >= BATCH_BYTES {
                 self.hand_over();
             }
         }
@@ -341,6 +434,7 @@ impl CaptureSink {
                 self.filling = b;
                 self.filling.data.clear();
                 self.filling.records.clear();
+                self.filling.packet_bytes = 0;
             }
         }
     }
@@ -399,101 +493,38 @@ impl Drop for CaptureSink {
 
 /// An open output.
 enum Output {
-    Pcap(pcap_file::pcap::PcapWriter<BufWriter<std::fs::File>>),
-    Pcapng(pcap_file::pcapng::PcapNgWriter<BufWriter<std::fs::File>>),
-    Raw(BufWriter<std::fs::File>),
+    /// One file, written a batch at a time.
+    File(std::fs::File),
+    /// A directory of one file per packet.
     PerPacket { dir: PathBuf, next: u64 },
 }
 
-enum OpenError {
-    Io(std::io::Error),
-    Pcap(String),
-}
-
 impl Output {
-    fn open(path: &Path, format: CaptureFormat) -> Result<Self, OpenError> {
-        let file = || {
-            std::fs::File::create(path)
-                .map(|f| BufWriter::with_capacity(WRITE_BYTES, f))
-                .map_err(OpenError::Io)
-        };
-        let pcap = |e: pcap_file::PcapError| OpenError::Pcap(e.to_string());
-        Ok(match format {
-            CaptureFormat::Pcap => {
-                let header = pcap_file::pcap::PcapHeader {
-                    datalink: DataLink::ETHERNET,
-                    ts_resolution: pcap_file::TsResolution::NanoSecond,
-                    snaplen: 65535,
-                    ..Default::default()
-                };
-                Output::Pcap(
-                    pcap_file::pcap::PcapWriter::with_header(file()?, header).map_err(pcap)?,
-                )
-            }
-            CaptureFormat::Pcapng => {
-                use pcap_file::pcapng::blocks::interface_description::{
-                    InterfaceDescriptionBlock, InterfaceDescriptionOption,
-                };
-                let mut w = pcap_file::pcapng::PcapNgWriter::new(file()?).map_err(pcap)?;
-                w.write_pcapng_block(InterfaceDescriptionBlock {
-                    linktype: DataLink::ETHERNET,
-                    snaplen: 0,
-                    options: vec![InterfaceDescriptionOption::IfTsResol(9)],
-                })
-                .map_err(pcap)?;
-                Output::Pcapng(w)
-            }
-            CaptureFormat::Raw => Output::Raw(file()?),
-            CaptureFormat::RawPerPacket => {
-                std::fs::create_dir_all(path).map_err(OpenError::Io)?;
-                Output::PerPacket {
-                    dir: path.to_owned(),
-                    next: 0,
-                }
-            }
-        })
+    fn open(path: &Path, format: CaptureFormat) -> std::io::Result<Self> {
+        if format == CaptureFormat::RawPerPacket {
+            std::fs::create_dir_all(path)?;
+            return Ok(Output::PerPacket {
+                dir: path.to_owned(),
+                next: 0,
+            });
+        }
+        let mut file = std::fs::File::create(path)?;
+        file.write_all(&file_header(format))?;
+        Ok(Output::File(file))
     }
 
-    fn write(&mut self, batch: &Batch) -> Result<(), String> {
-        let mut at = 0usize;
-        for &(ts, len) in &batch.records {
-            let data = &batch.data[at..at + len as usize];
-            at += len as usize;
-            let t = Duration::from_nanos(ts);
-            match self {
-                Output::Pcap(w) => {
-                    w.write_packet(&pcap_file::pcap::PcapPacket::new(t, len, data))
-                        .map_err(|e| e.to_string())?;
-                }
-                Output::Pcapng(w) => {
-                    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
-                    w.write_pcapng_block(EnhancedPacketBlock {
-                        interface_id: 0,
-                        timestamp: t,
-                        original_len: len,
-                        data: std::borrow::Cow::Borrowed(data),
-                        options: Vec::new(),
-                    })
-                    .map_err(|e| e.to_string())?;
-                }
-                Output::Raw(w) => w.write_all(data).map_err(|e| e.to_string())?,
-                Output::PerPacket { dir, next } => {
-                    std::fs::write(dir.join(format!("{next:012}.bin")), data)
-                        .map_err(|e| e.to_string())?;
+    fn write(&mut self, batch: &Batch) -> std::io::Result<()> {
+        match self {
+            // The batch is the file's bytes: one write, no formatting here.
+            Output::File(f) => f.write_all(&batch.data),
+            Output::PerPacket { dir, next } => {
+                for &(at, len) in &batch.records {
+                    let data = &batch.data[at as usize..(at + len) as usize];
+                    std::fs::write(dir.join(format!("{next:012}.bin")), data)?;
                     *next += 1;
                 }
+                Ok(())
             }
-        }
-        Ok(())
-    }
-
-    /// Writes out what is buffered and closes the file.
-    fn close(self) -> std::io::Result<()> {
-        match self {
-            Output::Pcap(w) => w.into_writer().flush(),
-            Output::Pcapng(w) => w.into_inner().flush(),
-            Output::Raw(mut w) => w.flush(),
-            Output::PerPacket { .. } => Ok(()),
         }
     }
 }
@@ -504,22 +535,18 @@ fn write_loop(
     shared: &Shared,
     path: &Path,
 ) -> Result<(), CaptureError> {
-    let failed = |reason: String| CaptureError::Pcap {
-        path: path.to_owned(),
-        reason,
-    };
     // Ends when the sink drops its sender (finish or drop).
     while let Ok(batch) = rx.recv() {
-        out.write(&batch).map_err(failed)?;
+        out.write(&batch).map_err(|source| CaptureError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         shared
             .written_packets
             .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
         shared
             .written_bytes
-            .fetch_add(batch.data.len() as u64, Ordering::Relaxed);
+            .fetch_add(batch.packet_bytes, Ordering::Relaxed);
     }
-    out.close().map_err(|source| CaptureError::Io {
-        path: path.to_owned(),
-        source,
-    })
+    Ok(())
 }
