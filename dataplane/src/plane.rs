@@ -384,7 +384,8 @@ impl TxQueue {
         self.link.as_ref().map(|l| l.status())
     }
 
-    /// With `accurate_send`: how late packets went against their send times so far.
+    /// With `accurate_send` done in software: how late packets went against their send
+    /// times so far (`None` when the device sends at the times itself).
     pub fn send_lateness(&self) -> Option<crate::worker::LatenessSummary> {
         self.lateness.as_ref().map(|l| l.summary())
     }
@@ -625,9 +626,15 @@ impl DataPlane {
                     );
                     if q.timestamps && engine.stamps_rx(port) {
                         tracing::info!(
-                            "interface `{}`: RX queue {} carries the kernel's receive timestamps (SO_TIMESTAMPNS)",
+                            "interface `{}`: RX queue {} carries the {} engine's receive timestamps ({})",
                             q.interface_name,
-                            q.id
+                            q.id,
+                            engine.name(),
+                            if engine.name() == "dpdk" {
+                                "the device clock, converted to ns since the epoch"
+                            } else {
+                                "the kernel's, SO_TIMESTAMPNS"
+                            }
                         );
                     } else if q.timestamps {
                         tracing::info!(
@@ -653,8 +660,15 @@ impl DataPlane {
                     }
                 }
                 Direction::Tx => {
-                    let lateness = q
-                        .send_at_time
+                    let by_device = q.send_at_time && engine.sends_at_time(port);
+                    if by_device {
+                        tracing::info!(
+                            "interface `{}`: TX queue {} sends each packet at its time (accurate_send) through the device's send-on-timestamp",
+                            q.interface_name,
+                            q.id
+                        );
+                    }
+                    let lateness = (q.send_at_time && !by_device)
                         .then(|| Arc::new(crate::worker::SendLateness::default()));
                     tx_queues.insert(
                         (q.interface, q.id),
@@ -675,7 +689,7 @@ impl DataPlane {
                     let mut task = TxTask::new(engine.tx_port(port, q.id, c.clone())?, consumer, c);
                     if let Some(l) = lateness {
                         tracing::info!(
-                            "interface `{}`: TX queue {} sends each packet at its time (accurate_send), in software by its worker (no engine here has send-on-timestamp)",
+                            "interface `{}`: TX queue {} sends each packet at its time (accurate_send), in software by its worker (the engine or device has no send-on-timestamp)",
                             q.interface_name,
                             q.id
                         );

@@ -1,5 +1,6 @@
 #include <stdlib.h>
 #include "shim.h"
+#include <rte_mbuf_dyn.h>
 #include <rte_ethdev.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
@@ -84,6 +85,32 @@ uint16_t shim_rte_pktmbuf_nb_segs(const struct rte_mbuf *m)
 const uint64_t shim_rss_ip_udp = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP;
 const uint64_t shim_rx_offload_buffer_split = RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT;
 const uint16_t shim_mbuf_headroom = RTE_PKTMBUF_HEADROOM;
+const uint64_t shim_rx_offload_timestamp = RTE_ETH_RX_OFFLOAD_TIMESTAMP;
+const uint64_t shim_tx_offload_send_on_timestamp = RTE_ETH_TX_OFFLOAD_SEND_ON_TIMESTAMP;
+
+int shim_rx_timestamp_register(int *offset, uint64_t *flag)
+{
+	return rte_mbuf_dyn_rx_timestamp_register(offset, flag) < 0 ? -rte_errno : 0;
+}
+
+void shim_rx_timestamps(struct rte_mbuf *const *mbufs, uint64_t *ts, unsigned int n,
+	int offset, uint64_t flag)
+{
+	for (unsigned int i = 0; i < n; i++)
+		ts[i] = (mbufs[i]->ol_flags & flag) ?
+			*RTE_MBUF_DYNFIELD(mbufs[i], offset, rte_mbuf_timestamp_t *) : 0;
+}
+
+int shim_tx_timestamp_register(int *offset, uint64_t *flag)
+{
+	return rte_mbuf_dyn_tx_timestamp_register(offset, flag) < 0 ? -rte_errno : 0;
+}
+
+void shim_set_tx_timestamp(struct rte_mbuf *m, int offset, uint64_t flag, uint64_t ts)
+{
+	*RTE_MBUF_DYNFIELD(m, offset, rte_mbuf_timestamp_t *) = ts;
+	m->ol_flags |= flag;
+}
 
 struct rte_mbuf_ext_shared_info *shim_shinfo_table_new(unsigned int n,
 	void (*free_cb)(void *addr, void *opaque), void *opaque)

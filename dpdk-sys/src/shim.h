@@ -56,6 +56,18 @@ void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, void *
 /* Makes an mbuf that carries its own buffer (received into it) a one-segment frame of
  * `len` bytes at the default headroom, for sending. */
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);
+/* Device timestamps. RX: DPDK's timestamp dynamic field and flag (registered once per
+ * process; 0 on success, else -rte_errno). */
+int shim_rx_timestamp_register(int *offset, uint64_t *flag);
+/* ts[i] = the NIC clock value stamped on mbuf i, or 0 where the device set none. */
+void shim_rx_timestamps(struct rte_mbuf *const *mbufs, uint64_t *ts, unsigned int n,
+	int offset, uint64_t flag);
+/* TX: the send-on-timestamp field and flag (0 on success, else -rte_errno). */
+int shim_tx_timestamp_register(int *offset, uint64_t *flag);
+/* Asks the device to send mbuf m no earlier than NIC clock value ts. */
+void shim_set_tx_timestamp(struct rte_mbuf *m, int offset, uint64_t flag, uint64_t ts);
+extern const uint64_t shim_rx_offload_timestamp;
+extern const uint64_t shim_tx_offload_send_on_timestamp;
 int shim_rte_errno(void);
 unsigned int shim_rte_lcore_id(void);
 #endif

@@ -109,6 +109,13 @@ pub trait Engine: Send + Sync {
         false
     }
 
+    /// True when the engine sends each packet of port `port` no earlier than its
+    /// `timestamp_ns` itself (DPDK's send-on-timestamp); the TX worker then holds nothing
+    /// back.
+    fn sends_at_time(&self, _port: u16) -> bool {
+        false
+    }
+
     /// Asks the device to cap TX queue `queue` of interface `port` at `mbps` Mb/s. `Ok`
     /// when the device paces it (the worker then does not); `Err` says why the worker has
     /// to (the default: no device pacing).

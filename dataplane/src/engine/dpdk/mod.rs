@@ -16,6 +16,7 @@
 //! return codes and `rte_errno` become typed errors. Raw bindings are used only here.
 
 mod attach;
+pub mod clock;
 mod eal;
 mod error;
 mod extmem;
@@ -237,6 +238,8 @@ impl Engine for DpdkEngine {
                 ids_after_changes,
                 reserve: [std::ptr::null_mut(); MAX_BURST],
                 reserve_len: 0,
+                rx_time: p.rx_time,
+                stamps: [0; MAX_BURST],
             },
             mode,
         }))
@@ -254,7 +257,7 @@ impl Engine for DpdkEngine {
             direction: Direction::Tx,
             queue,
         })?;
-        Ok(Box::new(DpdkTx::new(
+        let mut tx = DpdkTx::new(
             p.id.0,
             setup.index.0,
             setup.pool,
@@ -262,7 +265,21 @@ impl Engine for DpdkEngine {
             setup.attach,
             self.tx_carriers.clone(),
             counters,
-        )))
+        );
+        tx.send_times = p.tx_time;
+        Ok(Box::new(tx))
+    }
+
+    fn stamps_rx(&self, port: u16) -> bool {
+        self.ports
+            .get(port as usize)
+            .is_some_and(|p| p.rx_time.is_some())
+    }
+
+    fn sends_at_time(&self, port: u16) -> bool {
+        self.ports
+            .get(port as usize)
+            .is_some_and(|p| p.tx_time.is_some())
     }
 
     fn capabilities(&self) -> Capabilities {

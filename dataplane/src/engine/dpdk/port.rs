@@ -111,6 +111,52 @@ impl Drop for OpenDevice {
     }
 }
 
+/// A device clock and the mbuf dynamic field (and flag) that carries its values.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTime {
+    /// The device clock against the wall clock.
+    pub clock: super::clock::NicClock,
+    /// Offset of the timestamp field in an mbuf.
+    pub offset: i32,
+    /// The `ol_flags` bit saying the field is set.
+    pub flag: u64,
+}
+
+impl DeviceTime {
+    /// Registers DPDK's timestamp field (RX or TX) and calibrates port `id`'s clock.
+    fn set_up(id: u16, tx: bool) -> Result<Self, String> {
+        let (mut offset, mut flag) = (0i32, 0u64);
+        // SAFETY: out pointers to locals; registration is idempotent within the process.
+        let rc = unsafe {
+            if tx {
+                sys::shim_tx_timestamp_register(&mut offset, &mut flag)
+            } else {
+                sys::shim_rx_timestamp_register(&mut offset, &mut flag)
+            }
+        };
+        if rc != 0 {
+            return Err(format!(
+                "registering the mbuf timestamp field failed ({rc})"
+            ));
+        }
+        let read = || {
+            let mut t = 0u64;
+            // SAFETY: a started port and an out pointer.
+            match unsafe { sys::rte_eth_read_clock(id, &mut t) } {
+                0 => Ok(t),
+                e => Err(e),
+            }
+        };
+        let wall = || crate::worker::WallClock::new().now_ns();
+        let clock = super::clock::NicClock::calibrate(read, wall)?;
+        Ok(Self {
+            clock,
+            offset,
+            flag,
+        })
+    }
+}
+
 /// A port brought up for one interface. Fields drop in order: flows first (in `Drop`),
 /// then the device (stop, close), then the pools, then the registered memory.
 pub struct Port {
@@ -128,6 +174,10 @@ pub struct Port {
     pub rules: Arc<InterfaceSteering>,
     /// The PCI device, which memory sent without a copy must be DMA-mapped for.
     pub pci_device: Option<Device>,
+    /// RX timestamps from the device (`hardware_timestamps` on a device that offers them).
+    pub rx_time: Option<DeviceTime>,
+    /// Send-on-timestamp by the device (`accurate_send` on a device that offers it).
+    pub tx_time: Option<DeviceTime>,
     device: OpenDevice,
     pools: Vec<Mempool>,
     memory: Vec<ExternalMemory>,
@@ -267,6 +317,25 @@ impl Port {
         } else {
             (rx.len(), tx.len())
         };
+        // Device timestamps where the driver offers them; software otherwise (said at
+        // start by the plane).
+        // SAFETY: reads constants defined in the shim.
+        let (rx_stamp, tx_stamp) = unsafe {
+            (
+                sys::shim_rx_offload_timestamp,
+                sys::shim_tx_offload_send_on_timestamp,
+            )
+        };
+        let device_rx_time =
+            iface.rx.as_ref().is_some_and(|r| r.timestamps) && info.rx_offload_capa & rx_stamp != 0;
+        let device_tx_time = iface.tx.as_ref().is_some_and(|t| t.accurate_send)
+            && info.tx_offload_capa & tx_stamp != 0;
+        if device_rx_time {
+            conf.rxmode.offloads |= rx_stamp;
+        }
+        if device_tx_time {
+            conf.txmode.offloads |= tx_stamp;
+        }
         // SAFETY: a valid port id and configuration.
         super::error::check("rte_eth_dev_configure", unsafe {
             sys::rte_eth_dev_configure(id, hw_rx as u16, hw_tx as u16, &conf)
@@ -285,6 +354,8 @@ impl Port {
             tx: Vec::new(),
             rules: rules.clone(),
             pci_device: planned.pci.then_some(Device(info.device)),
+            rx_time: None,
+            tx_time: None,
             device: OpenDevice {
                 id: PortId(id),
                 started: false,
@@ -508,6 +579,39 @@ impl Port {
             }
         }
         port.device.start().map_err(device_err)?;
+        for (wanted, tx) in [(device_rx_time, false), (device_tx_time, true)] {
+            if !wanted {
+                continue;
+            }
+            match DeviceTime::set_up(id, tx) {
+                Ok(t) => {
+                    tracing::info!(
+                        "interface `{}`: {} device clock at {:.3} MHz",
+                        iface.name,
+                        if tx {
+                            "send-on-timestamp (accurate_send) by the"
+                        } else {
+                            "RX timestamps (hardware_timestamps) from the"
+                        },
+                        t.clock.hz() / 1e6
+                    );
+                    if tx {
+                        port.tx_time = Some(t);
+                    } else {
+                        port.rx_time = Some(t);
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    "interface `{}`: the device offers {} but {e}; done in software instead",
+                    iface.name,
+                    if tx {
+                        "send-on-timestamp"
+                    } else {
+                        "RX timestamps"
+                    }
+                ),
+            }
+        }
         // Promiscuous mode: bench traffic is addressed to made-up MACs. Not every vdev
         // supports it, which is fine.
         // SAFETY: a started port.

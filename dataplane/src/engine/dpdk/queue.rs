@@ -51,6 +51,10 @@ pub struct DeviceQueue {
     /// Zero copy: mbufs of the lent pool kept ready, `reserve[..reserve_len]`.
     pub(super) reserve: [*mut sys::rte_mbuf; MAX_BURST],
     pub(super) reserve_len: usize,
+    /// The device stamps received packets (`hardware_timestamps`).
+    pub(super) rx_time: Option<super::port::DeviceTime>,
+    /// Receive times of the last received mbufs, ns since the epoch (0: none).
+    pub(super) stamps: [u64; MAX_BURST],
 }
 
 /// How an RX queue gets its packets.
@@ -126,7 +130,34 @@ impl DeviceQueue {
                 )
             };
         }
+        if n > 0
+            && let Some(t) = &self.rx_time
+        {
+            // SAFETY: n received mbufs and room for n values.
+            unsafe {
+                sys::shim_rx_timestamps(
+                    self.scratch.as_ptr(),
+                    self.stamps.as_mut_ptr(),
+                    n as u32,
+                    t.offset,
+                    t.flag,
+                )
+            };
+            for s in &mut self.stamps[..n] {
+                if *s != 0 {
+                    *s = t.clock.to_ns(*s);
+                }
+            }
+        }
         n
+    }
+
+    /// Gives packet `slot` of `burst` the device's receive time of received mbuf `i`.
+    #[inline]
+    fn stamp(&self, i: usize, burst: &mut Burst, slot: usize) {
+        if self.rx_time.is_some() && self.stamps[i] != 0 {
+            burst.set_timestamp(slot, self.stamps[i]);
+        }
     }
 
     /// The flow id of received mbuf `i`, now packet `slot` of `burst`.
@@ -231,6 +262,7 @@ impl DeviceQueue {
             }
             let id = self.flow_id(i, fresh, kept, rules.as_deref());
             fresh.set_flow_id(kept, id);
+            self.stamp(i, fresh, kept);
             kept += 1;
         }
         fresh.truncate(kept);
@@ -260,6 +292,7 @@ impl DeviceQueue {
             out.push_owned(region, index, u32::from(self.infos[i].data_len), 0);
             let id = self.flow_id(i, &out, i, rules.as_deref());
             out.set_flow_id(i, id);
+            self.stamp(i, &mut out, i);
         }
         // SAFETY: each mbuf carries an attached buffer the burst now owns; released once.
         unsafe { attach::release_keeping_buffers(&mut self.scratch[..n]) };
@@ -381,6 +414,7 @@ impl DeviceQueue {
             let slot = out.len() - 1;
             let id = self.flow_id(i, &out, slot, rules.as_deref());
             out.set_flow_id(slot, id);
+            self.stamp(i, &mut out, slot);
         }
         if n_done > 0 {
             // SAFETY: mbufs not handed to the burst, each freed once.
@@ -512,6 +546,8 @@ pub struct DpdkTx {
     pub scratch: [*mut sys::rte_mbuf; MAX_BURST],
     /// How each packet of the burst being sent is carried.
     carried: [Carried; MAX_BURST],
+    /// The device sends packets at their `timestamp_ns` (`accurate_send`).
+    pub send_times: Option<super::port::DeviceTime>,
 }
 
 // SAFETY: as for DpdkRx.
@@ -539,6 +575,7 @@ impl DpdkTx {
             counters,
             scratch: [std::ptr::null_mut(); MAX_BURST],
             carried: [Carried::Copied; MAX_BURST],
+            send_times: None,
         }
     }
 
@@ -673,6 +710,22 @@ impl TxPort for DpdkTx {
                     }
                     Carried::TooLarge => unreachable!("dropped above"),
                 };
+            }
+            if let Some(t) = &self.send_times {
+                for i in 0..n {
+                    let at = burst.packets()[i].timestamp_ns;
+                    if at != 0 {
+                        // SAFETY: an mbuf of this burst, not yet handed to the driver.
+                        unsafe {
+                            sys::shim_set_tx_timestamp(
+                                self.scratch[i],
+                                t.offset,
+                                t.flag,
+                                t.clock.to_ticks(at),
+                            )
+                        };
+                    }
+                }
             }
             // SAFETY: a started port; the driver takes the mbufs it accepts.
             let sent = unsafe {
