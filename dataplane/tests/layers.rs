@@ -42,6 +42,8 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "engine/socket/sys.rs",
     "bench/gpu.rs",
     "bench/raw.rs",
+    // GPU capture: device-to-device copies out of a burst's GPU segments.
+    "capture/gpu.rs",
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -94,7 +94,7 @@ impl LoopbackEngine {
                 if !tx_queues.is_empty() && rx_ids.is_empty() {
                     return Err(EngineError::Interface {
                         interface: iface.name.clone(),
-                        reason: "the software loopback delivers TX traffic to an RX queue, but neither this interface nor another with its address has one".into(),
+                        reason: "the software loopback delivers TX traffic to an RX queue, but the interface (and any other naming its address) has none".into(),
                     });
                 }
                 for q in &tx_queues {

@@ -343,21 +343,6 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
     let mut ports = Vec::new();
     let mut pools_bytes = 0u64;
     for (index, iface) in config.interfaces.iter().enumerate() {
-        let ethdev = port_name(&iface.address);
-        if let Some(other) = config.interfaces[..index]
-            .iter()
-            .find(|o| port_name(&o.address) == ethdev)
-        {
-            // The loopback treats such interfaces as one port; here each interface
-            // configures its own port, and a port is configured once.
-            return Err(PlanError::Interface {
-                interface: iface.name.clone(),
-                reason: format!(
-                    "not supported: it names the same DPDK port `{ethdev}` as interface `{}`; on DPDK put both directions in one interface (its tx and rx sections)",
-                    other.name
-                ),
-            });
-        }
         let mut port = PortPlan {
             interface: index,
             ethdev: port_name(&iface.address).to_owned(),

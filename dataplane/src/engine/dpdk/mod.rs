@@ -66,6 +66,20 @@ impl DpdkEngine {
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
         let dpdk = plan.dpdk.as_ref().ok_or(EngineError::Unavailable("dpdk"))?;
+        // The reference's examples may name one NIC port in two interfaces (one for TX,
+        // one for RX); here each interface configures its own port, and a port is
+        // configured once. Refused before EAL starts.
+        for (i, p) in dpdk.ports.iter().enumerate() {
+            if let Some(first) = dpdk.ports[..i].iter().find(|o| o.ethdev == p.ethdev) {
+                return Err(EngineError::Interface {
+                    interface: config.interfaces[p.interface].name.clone(),
+                    reason: format!(
+                        "not supported: it names the same DPDK port `{}` as interface `{}`; on DPDK put both directions in one interface (its tx and rx sections)",
+                        p.ethdev, config.interfaces[first.interface].name
+                    ),
+                });
+            }
+        }
         let eal = Eal::init(eal_args(dpdk, !plan.hugepages.regions.is_empty()))?;
         // Declared after `eal`, so on failure the ports made so far drop first.
         let mut ports = Vec::new();
