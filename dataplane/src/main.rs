@@ -560,6 +560,16 @@ fn load(file: &Path) -> Option<Config> {
     }
 }
 
+/// The configuration, when `--seconds` is a positive number and the file loads (errors
+/// printed).
+fn load_for(file: &Path, seconds: f64) -> Option<Config> {
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        eprintln!("error: --seconds must be a positive number");
+        return None;
+    }
+    load(file)
+}
+
 fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {
     let Some(c) = load(file) else {
         return ExitCode::FAILURE;
@@ -716,13 +726,9 @@ fn bench_raw(
     work: RawWork,
     signals: &Signals,
 ) -> ExitCode {
-    let Some(c) = load(file) else {
+    let Some(c) = load_for(file, seconds) else {
         return ExitCode::FAILURE;
     };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return ExitCode::FAILURE;
-    }
     if work
         .target_gbps
         .is_some_and(|g| !(g > 0.0 && g.is_finite()))
@@ -800,13 +806,9 @@ fn capture(
     signals: &Signals,
 ) -> ExitCode {
     use dataplane::capture::CaptureFormat;
-    let Some(c) = load(file) else {
+    let Some(c) = load_for(file, seconds) else {
         return ExitCode::FAILURE;
     };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return ExitCode::FAILURE;
-    }
     if c.bench.rx.is_empty() {
         eprintln!(
             "error: {}: capture reads the queues of bench_rx, and it has none",
@@ -902,13 +904,9 @@ fn bench_rdma(
         eprintln!("error: --connect-timeout must be zero or a positive number");
         return ExitCode::FAILURE;
     }
-    let Some(c) = load(file) else {
+    let Some(c) = load_for(file, seconds) else {
         return ExitCode::FAILURE;
     };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return ExitCode::FAILURE;
-    }
     if let Some(why) = wrong_bench(file, &c, "rdma") {
         eprintln!("error: {why}");
         return ExitCode::FAILURE;

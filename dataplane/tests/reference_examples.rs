@@ -1,6 +1,8 @@
 //! Every reference example config loads: it validates, or fails only because of keys this
 //! project does not implement yet or `<placeholder>` values left for the user to fill in.
 
+mod common;
+
 use dataplane::config::{self, DiagnosticKind};
 use std::path::PathBuf;
 
@@ -13,14 +15,7 @@ const STILL_UNSUPPORTED: &[&str] = &[
 ];
 
 fn examples_dir() -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let candidates = [
-        std::env::var_os("DAQIRI_EXAMPLES").map(PathBuf::from),
-        Some(root.join("shared/daqiri-examples")),
-        Some(root.join("../shared/daqiri-examples")),
-        Some(PathBuf::from("/work/shared/daqiri-examples")),
-    ];
-    candidates.into_iter().flatten().find(|p| p.is_dir())
+    common::reference_examples_dir()
 }
 
 fn normalise(path: &str) -> String {

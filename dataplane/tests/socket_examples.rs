@@ -13,16 +13,7 @@ const NS_CLIENT: &str = "dpsock1";
 const NS_SERVER: &str = "dpsock2";
 
 fn examples_dir() -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    [
-        std::env::var_os("DAQIRI_EXAMPLES").map(PathBuf::from),
-        Some(root.join("shared/daqiri-examples")),
-        Some(root.join("../shared/daqiri-examples")),
-        Some(PathBuf::from("/work/shared/daqiri-examples")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p| p.is_dir())
+    common::reference_examples_dir()
 }
 
 /// The example with every core moved to 0 or 1 (workers of the two sides apart).
