@@ -498,6 +498,7 @@ mod tests {
             name: name.into(),
             kind: MemoryKind::Host,
             affinity: 0,
+            gpu_uuid: None,
             num_bufs: n,
             buf_size: 256,
             access: vec![Access::Local],

@@ -648,7 +648,7 @@ fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {
             "  memory {} ({}, affinity {}): {} x {} B = {:.1} MiB\n",
             m.name,
             m.kind.name(),
-            m.affinity,
+            m.gpu_uuid.clone().unwrap_or_else(|| m.affinity.to_string()),
             m.num_bufs,
             m.buf_size,
             bytes as f64 / 1048576.0

@@ -545,6 +545,8 @@ impl DataPlane {
     /// Plans the configuration, allocates memory, creates the engine and starts one pinned
     /// worker per core. Nothing stays allocated or running when it fails.
     pub fn start(config: &Config) -> Result<Self, StartError> {
+        // Regions that name their GPU by UUID get its ordinal.
+        let config = &crate::memory::resolve_gpu_uuids(config)?;
         // Engines that move bytes with the CPU get host staging regions for queues laid
         // out in GPU memory (or split); a no-op for the others.
         let config = &crate::plan::staging::with_staging_regions(config);

@@ -482,3 +482,32 @@ fn multi_queue_vdevs_name_the_option_that_opens_more_queues() {
         "{e}"
     );
 }
+
+/// A GPU region may name its GPU by UUID (as `nvidia-smi -L` prints it); a host region
+/// may not, and the error says why, where.
+#[test]
+fn gpu_regions_take_a_gpu_uuid_as_affinity() {
+    let uuid = "GPU-e628b6a2-430e-0ad3-3329-96d309cd2ba7";
+    let text = GOOD.replace(
+        "      kind: host\n      affinity: 0",
+        &format!("      kind: device\n      affinity: {uuid}"),
+    );
+    let c = load(&text).expect("loads").config;
+    assert_eq!(c.memory_regions[0].gpu_uuid.as_deref(), Some(uuid));
+
+    let e = one_error(&GOOD.replace("affinity: 0", &format!("affinity: \"{uuid}\"")));
+    assert!(e.contains("memory_regions[0].affinity"), "{e}");
+    assert!(e.contains("line 11, column 17"), "{e}");
+    assert!(e.contains("only device and host_pinned regions"), "{e}");
+    // Without a GPU (CI) the start says so, naming the region.
+    if !gpudirect::driver_present() {
+        let err = dataplane::DataPlane::start(&c)
+            .err()
+            .expect("no GPU")
+            .to_string();
+        assert!(
+            err.contains("memory region bufs") && err.contains("CUDA"),
+            "{err}"
+        );
+    }
+}

@@ -458,3 +458,54 @@ fn gds_capture_from_gpu_memory_reads_back_in_every_format() {
         );
     }
 }
+
+/// Regions pick their GPU by UUID as well as by ordinal; a UUID or ordinal that is not
+/// there fails at start naming the GPUs present.
+#[test]
+fn gpus_are_chosen_by_uuid_and_missing_ones_name_those_present() {
+    if !have_gpu() {
+        return;
+    }
+    let gpus = gpudirect::gpus().expect("GPU list");
+    eprintln!("GPUs: {}", gpudirect::describe(&gpus));
+    let text = std::fs::read_to_string(common::config_path("gpu_loopback_64.yaml")).unwrap();
+    let with = |affinity: &str| {
+        let t = text.replace(
+            "kind: \"device\", affinity: 0",
+            &format!("kind: \"device\", affinity: \"{affinity}\""),
+        );
+        assert_ne!(t, text, "the config names its device region's GPU");
+        dataplane::config::load_str(&t, "uuid.yaml")
+            .expect("loads")
+            .config
+    };
+    let mut cfg = with(&gpus[0].uuid.to_lowercase());
+    cfg.master_core = 0;
+    let report = common::run_bench(&cfg, 0.5);
+    assert!(report.lossless, "{:?}", report.problems);
+
+    let err = dataplane::DataPlane::start(&with("GPU-00000000-0000-0000-0000-000000000000"))
+        .err()
+        .expect("no such GPU")
+        .to_string();
+    assert!(err.contains("GPUs present: 0: "), "{err}");
+    assert!(err.contains(&gpus[0].uuid), "{err}");
+    eprintln!("{err}");
+
+    let missing = text.replace(
+        "kind: \"device\", affinity: 0",
+        &format!("kind: \"device\", affinity: {}", gpus.len()),
+    );
+    let c = dataplane::config::load_str(&missing, "missing.yaml")
+        .unwrap()
+        .config;
+    let err = dataplane::DataPlane::start(&c)
+        .err()
+        .expect("no such GPU")
+        .to_string();
+    assert!(
+        err.contains("does not exist") && err.contains(&gpus[0].uuid),
+        "{err}"
+    );
+    eprintln!("{err}");
+}

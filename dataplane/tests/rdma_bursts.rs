@@ -16,6 +16,7 @@ fn region(name: &str, num_bufs: usize) -> MemoryRegionConfig {
         name: name.into(),
         kind: MemoryKind::Host,
         affinity: 0,
+        gpu_uuid: None,
         num_bufs,
         buf_size: 2048,
         access: vec![Access::Local],

@@ -29,9 +29,80 @@ pub fn device_count() -> Result<u32, GpuError> {
 pub fn context(ordinal: u32) -> Result<Arc<CudaContext>, GpuError> {
     let count = device_count()?;
     if ordinal >= count {
-        return Err(GpuError::NoSuchDevice { ordinal, count });
+        return Err(GpuError::NoSuchDevice {
+            ordinal,
+            count,
+            present: gpus().map_or_else(|e| e.to_string(), |g| describe(&g)),
+        });
     }
     CudaContext::new(ordinal as usize).map_err(driver("cuDevicePrimaryCtxRetain"))
+}
+
+/// A GPU of this machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// CUDA ordinal.
+    pub ordinal: u32,
+    /// Name, e.g. "NVIDIA H200".
+    pub name: String,
+    /// UUID as `nvidia-smi -L` prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub uuid: String,
+}
+
+/// Formats a CUDA UUID as `nvidia-smi` does.
+pub fn format_uuid(bytes: &[u8; 16]) -> String {
+    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex[0..4].concat(),
+        hex[4..6].concat(),
+        hex[6..8].concat(),
+        hex[8..10].concat(),
+        hex[10..16].concat()
+    )
+}
+
+/// Every GPU of this machine, by ordinal.
+pub fn gpus() -> Result<Vec<GpuInfo>, GpuError> {
+    let count = device_count()?;
+    (0..count)
+        .map(|ordinal| {
+            let ctx =
+                CudaContext::new(ordinal as usize).map_err(driver("cuDevicePrimaryCtxRetain"))?;
+            let uuid = ctx.uuid().map_err(driver("cuDeviceGetUuid"))?;
+            Ok(GpuInfo {
+                ordinal,
+                name: ctx.name().map_err(driver("cuDeviceGetName"))?,
+                uuid: format_uuid(&uuid.bytes.map(|b| b as u8)),
+            })
+        })
+        .collect()
+}
+
+/// The ordinal of the GPU with `uuid` (as `nvidia-smi -L` prints it, any case); the
+/// error names the GPUs present.
+pub fn ordinal_of_uuid(uuid: &str) -> Result<u32, GpuError> {
+    let all = gpus()?;
+    all.iter()
+        .find(|g| g.uuid.eq_ignore_ascii_case(uuid.trim()))
+        .map(|g| g.ordinal)
+        .ok_or_else(|| {
+            GpuError::Unsupported(format!(
+                "no GPU with UUID {uuid}; GPUs present: {}",
+                describe(&all)
+            ))
+        })
+}
+
+/// `0: NAME (UUID), 1: ...`, or `none`.
+pub fn describe(gpus: &[GpuInfo]) -> String {
+    if gpus.is_empty() {
+        return "none".into();
+    }
+    gpus.iter()
+        .map(|g| format!("{}: {} ({})", g.ordinal, g.name, g.uuid))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The GPU's name, e.g. "NVIDIA H200".
@@ -379,5 +450,21 @@ mod tests {
             PinnedBuffer::alloc(0, 4096),
             Err(GpuError::NoDriver)
         ));
+    }
+}
+
+#[cfg(test)]
+mod uuid_tests {
+    #[test]
+    fn uuids_print_as_nvidia_smi_does() {
+        let bytes = [
+            0xe6, 0x28, 0xb6, 0xa2, 0x43, 0x0e, 0x0a, 0xd3, 0x33, 0x29, 0x96, 0xd3, 0x09, 0xcd,
+            0x2b, 0xa7,
+        ];
+        assert_eq!(
+            super::format_uuid(&bytes),
+            "GPU-e628b6a2-430e-0ad3-3329-96d309cd2ba7"
+        );
+        assert_eq!(super::describe(&[]), "none");
     }
 }

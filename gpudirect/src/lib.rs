@@ -39,12 +39,14 @@ pub enum GpuError {
     #[error("no CUDA driver found (libcuda.so.1 could not be loaded)")]
     NoDriver,
     /// The requested GPU does not exist.
-    #[error("GPU {ordinal} does not exist ({count} GPU(s) found)")]
+    #[error("GPU {ordinal} does not exist ({count} GPU(s) found: {present})")]
     NoSuchDevice {
         /// Requested ordinal.
         ordinal: u32,
         /// GPUs found.
         count: u32,
+        /// The GPUs present, with names and UUIDs.
+        present: String,
     },
     /// No NVRTC library (libnvrtc.so) could be loaded, so the kernels cannot be built.
     #[error(

@@ -135,6 +135,9 @@ pub struct MemoryRegionConfig {
     pub kind: MemoryKind,
     /// GPU ordinal for `device`/`host_pinned`, NUMA node otherwise.
     pub affinity: u32,
+    /// `affinity` given as a GPU UUID (`GPU-…`, as `nvidia-smi -L` prints it) for a
+    /// `device`/`host_pinned` region: [`crate::plane::DataPlane::start`] finds its ordinal.
+    pub gpu_uuid: Option<String>,
     /// Number of buffers.
     pub num_bufs: usize,
     /// Bytes per buffer.
@@ -156,6 +159,7 @@ impl MemoryRegionConfig {
             name: name.into(),
             kind,
             affinity: 0,
+            gpu_uuid: None,
             num_bufs,
             buf_size,
             access: vec![Access::Local],

@@ -301,7 +301,25 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
             _ => MemoryKind::Device,
         })
     });
-    let affinity = m.required(d, "affinity", |d, n, p| r::uint_in(d, n, p, 0, 1023));
+    let gpu_kind = matches!(kind, Some(MemoryKind::Device | MemoryKind::HostPinned));
+    let mut gpu_uuid = None;
+    let affinity = m.required(d, "affinity", |d, n, p| match &n.value {
+        Value::Str(s) if s.to_ascii_uppercase().starts_with("GPU-") => {
+            if gpu_kind {
+                gpu_uuid = Some(s.clone());
+                Some(0)
+            } else {
+                d.error(
+                    super::diag::DiagnosticKind::Invalid,
+                    p,
+                    Some(n.location),
+                    format!("`{s}` is a GPU UUID, but only device and host_pinned regions live on a GPU; give this region's NUMA node"),
+                );
+                None
+            }
+        }
+        _ => r::uint_in(d, n, p, 0, 1023),
+    });
     let num_bufs = m.required(d, "num_bufs", |d, n, p| {
         r::uint_in(d, n, p, 1, MAX_NUM_BUFS)
     });
@@ -346,6 +364,7 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
         name: name?,
         kind: kind?,
         affinity: affinity? as u32,
+        gpu_uuid,
         num_bufs: num_bufs? as usize,
         buf_size: buf_size? as usize,
         access,

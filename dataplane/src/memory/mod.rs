@@ -69,6 +69,14 @@ pub enum MemoryError {
         /// What is missing.
         reason: String,
     },
+    /// The GPU the region names by UUID is not on this machine.
+    #[error("memory region {name}: {reason}")]
+    NoSuchGpu {
+        /// Region name.
+        name: String,
+        /// Which UUID, and the GPUs present.
+        reason: String,
+    },
     /// The region would be larger than the address space allows.
     #[error(
         "memory region {name}: {num_bufs} buffers of {buf_size} bytes overflow the address space"
@@ -81,6 +89,41 @@ pub enum MemoryError {
         /// Bytes each.
         buf_size: usize,
     },
+}
+
+/// `config` with every region that names its GPU by UUID (`affinity: GPU-…`) given that
+/// GPU's ordinal; an unknown UUID fails with the GPUs present.
+pub fn resolve_gpu_uuids(
+    config: &crate::config::Config,
+) -> Result<std::borrow::Cow<'_, crate::config::Config>, MemoryError> {
+    if config.memory_regions.iter().all(|m| m.gpu_uuid.is_none()) {
+        return Ok(std::borrow::Cow::Borrowed(config));
+    }
+    let mut c = config.clone();
+    for m in &mut c.memory_regions {
+        let Some(uuid) = &m.gpu_uuid else { continue };
+        #[cfg(feature = "cuda")]
+        {
+            m.affinity = gpudirect::ordinal_of_uuid(uuid).map_err(|e| match e {
+                gpudirect::GpuError::Unsupported(reason) => MemoryError::NoSuchGpu {
+                    name: m.name.clone(),
+                    reason,
+                },
+                other => MemoryError::NeedsCuda {
+                    name: m.name.clone(),
+                    kind: m.kind.name(),
+                    reason: other.to_string(),
+                },
+            })?;
+        }
+        #[cfg(not(feature = "cuda"))]
+        return Err(MemoryError::NeedsCuda {
+            name: m.name.clone(),
+            kind: m.kind.name(),
+            reason: format!("GPU {uuid}: this build has no CUDA support"),
+        });
+    }
+    Ok(std::borrow::Cow::Owned(c))
 }
 
 enum Backing {
