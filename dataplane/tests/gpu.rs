@@ -509,3 +509,26 @@ fn gpus_are_chosen_by_uuid_and_missing_ones_name_those_present() {
     );
     eprintln!("{err}");
 }
+
+/// A DPDK virtual device cannot write GPU memory: its RX queue in a `device` region
+/// receives into a pinned staging region and the worker's stage copies each burst into
+/// GPU memory; every frame is verified on the GPU. (EAL starts once per process: the only
+/// DPDK test of this binary.)
+#[cfg(feature = "dpdk")]
+#[test]
+fn dpdk_virtual_device_into_gpu_memory_through_staging() {
+    if !have_gpu() {
+        return;
+    }
+    let cfg = dataplane::config::load_file(&common::config_path("gpu_dpdk_ring.yaml"))
+        .expect("config")
+        .config;
+    let plan = dataplane::plan::Plan::from_config(&cfg).expect("plan");
+    let q = plan
+        .queues
+        .iter()
+        .find(|q| q.direction == dataplane::config::Direction::Rx)
+        .unwrap();
+    assert!(q.staging.is_some() && q.stage.is_some(), "staged");
+    run_gpu_config("gpu_dpdk_ring.yaml", None);
+}

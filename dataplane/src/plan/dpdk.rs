@@ -290,7 +290,19 @@ pub(super) fn check_lending(
                 reason: why.clone().unwrap_or_default(),
             });
         }
-        if m.kind == MemoryKind::Device && !lent {
+        // Queues on a virtual device receive into and send from their staging region;
+        // the worker's stage moves packets to and from GPU memory.
+        let staged = config.queues().all(|(i, dir, q)| {
+            !q.memory_regions.contains(&m.name)
+                || config
+                    .memory_region(&super::staging::staging_name(
+                        &config.interfaces[i].name,
+                        dir,
+                        q.id,
+                    ))
+                    .is_some()
+        });
+        if m.kind == MemoryKind::Device && !lent && !staged {
             return Err(PlanError::DeviceUnreachable {
                 region: m.name.clone(),
             });

@@ -50,7 +50,7 @@ pub enum PlanError {
     },
     /// A `device` region the DPDK engine cannot fill.
     #[error(
-        "memory region `{region}`: kind device with the DPDK engine needs a PCI NIC that writes GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {}, num_bufs >= 1.5x the {}-descriptor ring); virtual devices move frames with the CPU, which cannot reach GPU memory",
+        "memory region `{region}`: kind device on a PCI NIC with the DPDK engine needs the NIC to write GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {}, num_bufs >= 1.5x the {}-descriptor ring); on a virtual device the queue is staged through host memory instead",
         dpdk::ZERO_COPY_MIN_BUF_SIZE,
         dpdk::RING_DESCRIPTORS
     )]
@@ -705,8 +705,8 @@ fn queues(
                             (true, false) => EthSrc::Stamp,
                             (true, true) => EthSrc::HeadersOnGpu,
                         };
-                        let stage = capabilities
-                            .moves_bytes_with_cpu
+                        let stage = staging::cpu_copies(config, iface)
+                            .is_some()
                             .then(|| {
                                 segments
                                     .first()
@@ -721,15 +721,16 @@ fn queues(
                         (stage, Vec::new(), eth_src)
                     }
                 };
-                let staging = if capabilities.moves_bytes_with_cpu && stage.is_some() {
-                    let name = staging::staging_name(&iface.name, dir, q.id);
-                    Some(region_id(&name).ok_or_else(|| {
+                let name = staging::staging_name(&iface.name, dir, q.id);
+                let staging = match (staging::cpu_copies(config, iface), &stage) {
+                    (Some(true), Some(_)) => Some(region_id(&name).ok_or_else(|| {
                         bad(format!(
                             "needs its staging region `{name}` (made by plan::staging::with_staging_regions)"
                         ))
-                    })?)
-                } else {
-                    None
+                    })?),
+                    // A DPDK virtual device stages only queues in GPU memory.
+                    (Some(false), Some(_)) => region_id(&name),
+                    _ => None,
                 };
                 out.push(QueuePlan {
                     interface: i,

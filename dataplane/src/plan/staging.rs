@@ -1,9 +1,27 @@
-//! Host staging regions for engines that move packet bytes with the CPU (kernel sockets):
-//! a queue whose layout is elsewhere (GPU memory, header-data split) gets a host region
-//! of its own that the engine receives into or sends from, and the worker's stage moves
-//! packets between it and the queue's layout.
+//! Host staging regions for engines that move packet bytes with the CPU (kernel sockets,
+//! and DPDK virtual devices, which copy frames on the CPU and cannot reach GPU memory): a
+//! queue whose layout is elsewhere (GPU memory; for sockets also header-data split) gets a
+//! host region of its own that the engine receives into or sends from, and the worker's
+//! stage moves packets between it and the queue's layout.
 
-use crate::config::{Config, Direction, MemoryKind, MemoryRegionConfig};
+use crate::config::{
+    Config, Direction, EngineKind, InterfaceConfig, MemoryKind, MemoryRegionConfig,
+    validate::is_pci_address,
+};
+
+/// How an interface's engine moves packet bytes: `Some(true)` with the CPU for every layout
+/// (kernel sockets), `Some(false)` with the CPU but only GPU memory needs staging (a DPDK
+/// virtual device: buffer split it does itself), `None` without staging (the engine or NIC
+/// reaches every layout itself).
+pub fn cpu_copies(config: &Config, iface: &InterfaceConfig) -> Option<bool> {
+    if super::Capabilities::of(config.engine).moves_bytes_with_cpu {
+        Some(true)
+    } else if config.engine == EngineKind::Dpdk && !is_pci_address(&iface.address) {
+        Some(false)
+    } else {
+        None
+    }
+}
 
 /// Name of the staging region of a queue.
 pub fn staging_name(interface: &str, direction: Direction, queue: u16) -> String {
@@ -15,18 +33,18 @@ fn staging_buffers(batch: usize) -> usize {
     (batch * 16).max(1024)
 }
 
-/// `config` with a staging region for every queue that needs one on an engine that moves
-/// bytes with the CPU: RX queues with a `device` region or two segments, TX queues whose
-/// first region is `device`. Regions already there are kept (so applying it twice is the
+/// `config` with a staging region for every queue that needs one on an interface whose
+/// engine moves bytes with the CPU ([`cpu_copies`]): RX queues with a `device` region (or,
+/// on sockets, two segments), TX queues whose first region is `device`. Regions already there are kept (so applying it twice is the
 /// same as once). Pinned host memory when GPU memory is involved (the copies
 /// then go by DMA), plain host memory otherwise.
 pub fn with_staging_regions(config: &Config) -> Config {
     let mut c = config.clone();
-    if !super::Capabilities::of(config.engine).moves_bytes_with_cpu {
-        return c;
-    }
     let kind_of = |name: &String| config.memory_region(name).map(|m| (m.kind, m));
     for iface in &config.interfaces {
+        let Some(every_layout) = cpu_copies(config, iface) else {
+            continue;
+        };
         for (direction, queues) in [
             (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
             (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
@@ -38,7 +56,7 @@ pub fn with_staging_regions(config: &Config) -> Config {
                     .filter(|(k, _)| *k == MemoryKind::Device)
                     .collect();
                 let needs = match direction {
-                    Direction::Rx => !on_gpu.is_empty() || regions.len() == 2,
+                    Direction::Rx => !on_gpu.is_empty() || (every_layout && regions.len() == 2),
                     Direction::Tx => regions
                         .first()
                         .is_some_and(|(k, _)| *k == MemoryKind::Device),

@@ -98,7 +98,12 @@ impl DpdkEngine {
             .queues
             .iter()
             .filter(|q| q.direction == Direction::Rx)
-            .map(|q| ((q.interface as u16, q.id), q.segments.clone()))
+            // A queue with a staging region (GPU memory on a virtual device) receives
+            // into it; its stage moves the packets on.
+            .map(|q| {
+                let segs = q.staging.map_or_else(|| q.segments.clone(), |s| vec![s]);
+                ((q.interface as u16, q.id), segs)
+            })
             .collect();
         let tx_carriers = Arc::new(tx_carriers(config, dpdk, regions, &ports, &rx_segments));
         Ok(Self {
