@@ -69,7 +69,7 @@ pub enum MemoryError {
         /// What is missing.
         reason: String,
     },
-    /// The GPU the region names by UUID is not on this machine.
+    /// The GPU the region names (by UUID or ordinal) is not on this machine.
     #[error("memory region {name}: {reason}")]
     NoSuchGpu {
         /// Region name.
@@ -459,10 +459,16 @@ fn no_huge_pages(cfg: &MemoryRegionConfig, pages_needed: usize, page_size: u64) 
 
 #[cfg(feature = "cuda")]
 fn cuda_backing(cfg: &MemoryRegionConfig, bytes: usize) -> Result<Backing, MemoryError> {
-    let needs = |e: gpudirect::GpuError| MemoryError::NeedsCuda {
-        name: cfg.name.clone(),
-        kind: cfg.kind.name(),
-        reason: e.to_string(),
+    let needs = |e: gpudirect::GpuError| match e {
+        gpudirect::GpuError::NoSuchDevice { .. } => MemoryError::NoSuchGpu {
+            name: cfg.name.clone(),
+            reason: e.to_string(),
+        },
+        e => MemoryError::NeedsCuda {
+            name: cfg.name.clone(),
+            kind: cfg.kind.name(),
+            reason: e.to_string(),
+        },
     };
     if cfg.kind == MemoryKind::Device {
         gpudirect::DeviceBuffer::alloc(cfg.affinity, bytes)
