@@ -30,6 +30,11 @@ pub struct StageResult {
     pub gbps: f64,
     /// `gbps` over the pinned host-to-device copy bandwidth.
     pub ratio_to_h2d: f64,
+    /// CPU microseconds per burst spent submitting (building the output burst and the
+    /// copies, queuing them), median round.
+    pub submit_us_per_burst: f64,
+    /// Microseconds per burst spent waiting for the oldest burst's copies.
+    pub wait_us_per_burst: f64,
 }
 
 /// One reorder case.
@@ -118,13 +123,16 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
             ("host_pinned", MemoryKind::HostPinned),
         ] {
             for (mode_name, mode) in [("kernel", StageMode::Kernel), ("copy", StageMode::Copy)] {
-                let gbps = stage_case(payload, kind, mode, round, rounds)?;
+                let (gbps, submit_us_per_burst, wait_us_per_burst) =
+                    stage_case(payload, kind, mode, round, rounds)?;
                 stage.push(StageResult {
                     payload,
                     source,
                     mode: mode_name,
                     gbps,
                     ratio_to_h2d: gbps / h2d_pinned_gbps,
+                    submit_us_per_burst,
+                    wait_us_per_burst,
                 });
             }
         }
@@ -168,14 +176,15 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
 }
 
 /// Payload Gb/s of the RX stage moving bursts of 256 packets from `kind` memory into a
-/// device region.
+/// device region, and the microseconds per burst spent submitting and waiting (medians of
+/// the rounds).
 fn stage_case(
     payload: usize,
     kind: MemoryKind,
     mode: StageMode,
     round: Duration,
     rounds: usize,
-) -> Result<f64, GpuBenchError> {
+) -> Result<(f64, f64, f64), GpuBenchError> {
     const BURST: usize = 256;
     let regions = Arc::new(RegionSet::allocate(&[
         MemoryRegionConfig::new("src", kind, BURST * 8, payload),
@@ -192,9 +201,10 @@ fn stage_case(
         crate::stage::StageError::NoBuffers(_) => GpuBenchError::PoolEmpty("device"),
         crate::stage::StageError::Failed { reason, .. } => GpuBenchError::Stage(reason),
     };
-    let mut results = Vec::new();
+    let (mut results, mut submit_us, mut wait_us) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         let (mut bytes, t) = (0u64, Instant::now());
+        let (mut submitting, mut waiting, mut bursts) = (Duration::ZERO, Duration::ZERO, 0u32);
         while t.elapsed() < round {
             // Keep the stage's pipeline full, as an RX worker under load does.
             while stage.has_room() {
@@ -203,9 +213,15 @@ fn stage_case(
                 for i in 0..BURST {
                     b.set_len(i, 0, payload);
                 }
+                let s = Instant::now();
                 stage.submit(b).map_err(fail)?;
+                submitting += s.elapsed();
+                bursts += 1;
             }
-            if let Some(done) = stage.wait_oldest() {
+            let w = Instant::now();
+            let done = stage.wait_oldest();
+            waiting += w.elapsed();
+            if let Some(done) = done {
                 bytes += done.map_err(fail)?.bytes();
             }
         }
@@ -213,8 +229,11 @@ fn stage_case(
             bytes += done.map_err(fail)?.bytes();
         }
         results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(bursts.max(1));
+        submit_us.push(per(submitting));
+        wait_us.push(per(waiting));
     }
-    Ok(median(results))
+    Ok((median(results), median(submit_us), median(wait_us)))
 }
 
 /// The reorder kernel on one batch in device memory against a device-to-device copy of
@@ -308,8 +327,8 @@ impl GpuReport {
         );
         for r in &self.stage {
             s.push_str(&format!(
-                "  staged ingest {:>5} B from {:<11} ({:<6}): {:>7.1} Gb/s = {:.2} x pinned copy\n",
-                r.payload, r.source, r.mode, r.gbps, r.ratio_to_h2d
+                "  staged ingest {:>5} B from {:<11} ({:<6}): {:>7.1} Gb/s = {:.2} x pinned copy; per 256-packet burst {:.1} us submitting, {:.1} us waiting\n",
+                r.payload, r.source, r.mode, r.gbps, r.ratio_to_h2d, r.submit_us_per_burst, r.wait_us_per_burst
             ));
         }
         for r in &self.reorder {
