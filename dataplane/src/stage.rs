@@ -122,6 +122,11 @@ struct GpuPath {
     next_slot: usize,
     mode: StageMode,
     items: Vec<(u64, u64, u32)>,
+    /// Scratch kept across bursts (no allocation per burst): copy-mode moves from
+    /// GPU-reachable sources, from pageable sources, and the runs found.
+    direct: Vec<Move>,
+    pageable: Vec<Move>,
+    runs: Vec<(u64, u64, usize, bool)>,
 }
 
 fn gpu_side(regions: &RegionSet, r: RegionId) -> bool {
@@ -170,6 +175,9 @@ impl RxStage {
                         next_slot: 0,
                         mode,
                         items: Vec::with_capacity(batch),
+                        direct: Vec::with_capacity(batch * 2),
+                        pageable: Vec::with_capacity(batch * 2),
+                        runs: Vec::with_capacity(batch),
                     })
                 }
             },
@@ -221,6 +229,11 @@ impl RxStage {
             packets: n as u64,
             reason,
         };
+        // The layout has one or two regions (the plan's rule).
+        let mut caps = [0usize; 2];
+        for (cap, &r) in caps.iter_mut().zip(&self.layout) {
+            *cap = self.regions.get(r).buf_size();
+        }
         for i in 0..n {
             let p = burst.packets()[i];
             if p.segments().len() != 1 {
@@ -234,7 +247,7 @@ impl RxStage {
             let first = self.split.unwrap_or(len).min(len);
             let parts = [(0usize, first), (first, len - first)];
             for (seg, &(from, bytes)) in parts.iter().enumerate().take(self.layout.len()) {
-                let cap = self.regions.get(self.layout[seg]).buf_size();
+                let cap = caps[seg];
                 let last = seg + 1 == self.layout.len();
                 if bytes > cap || (last && from + bytes < len) {
                     return Err(failed(format!(
@@ -401,8 +414,12 @@ impl GpuPath {
         let mut used = 0usize;
         let mut finish = Vec::new();
         self.items.clear();
-        let mut copy_mode_moves: Vec<Move> = Vec::new();
-        let mut direct: Vec<Move> = Vec::new();
+        let mut copy_mode_moves = std::mem::take(&mut self.pageable);
+        let mut direct = std::mem::take(&mut self.direct);
+        let mut runs = std::mem::take(&mut self.runs);
+        copy_mode_moves.clear();
+        direct.clear();
+        runs.clear();
         for m in moves
             .iter()
             .filter(|m| dev(m.src_region) || dev(m.dst_region))
@@ -443,7 +460,6 @@ impl GpuPath {
         }
         // Copy mode, GPU-reachable sources: runs of packets adjacent in both source and
         // destination go as one DMA copy each; lone packets join the kernel's items.
-        let mut runs = Vec::new();
         direct.sort_unstable_by_key(|m| m.dst);
         let mut k = 0;
         while k < direct.len() {
@@ -487,9 +503,15 @@ impl GpuPath {
             // completes; the slot's previous launch completed (at most DEPTH in flight).
             unsafe { self.gpu.batched_copy_in(slot, &self.items) }?;
         }
-        if !copy_mode_moves.is_empty() {
-            self.copy_runs(regions, &mut copy_mode_moves, base, used)?;
-        }
+        let pageable_done = if copy_mode_moves.is_empty() {
+            Ok(())
+        } else {
+            self.copy_runs(regions, &mut copy_mode_moves, base, used)
+        };
+        self.pageable = copy_mode_moves;
+        self.direct = direct;
+        self.runs = runs;
+        pageable_done?;
         self.gpu.record_slot(slot)?;
         Ok((slot, finish))
     }
@@ -609,6 +631,9 @@ mod tests {
                     next_slot: 0,
                     mode,
                     items: Vec::new(),
+                    direct: Vec::new(),
+                    pageable: Vec::new(),
+                    runs: Vec::new(),
                 });
                 let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 40).unwrap();
                 for i in 0..40 {
