@@ -754,21 +754,17 @@ fn bench_raw(
         drain_deadline: std::time::Duration::from_secs_f64(drain_seconds),
         ..raw::RawOptions::new(seconds)
     };
-    match raw::run(&c, &opts, &signals.any) {
-        Ok(report) => {
-            print_report(&report.human(), &report, output);
-            let status = match report.verdict {
-                raw::Verdict::Lossless => 0,
-                raw::Verdict::NotLossless => 2,
-                raw::Verdict::Inconclusive => 3,
-            };
-            bench_exit(signals, status)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    finish_bench(
+        raw::run(&c, &opts, &signals.any),
+        raw::RawReport::human,
+        |r| match r.verdict {
+            raw::Verdict::Lossless => 0,
+            raw::Verdict::NotLossless => 2,
+            raw::Verdict::Inconclusive => 3,
+        },
+        output,
+        signals,
+    )
 }
 
 fn bench_fwd(file: &Path, opts: fwd::FwdOptions, output: Output, signals: &Signals) -> ExitCode {
@@ -783,17 +779,13 @@ fn bench_fwd(file: &Path, opts: fwd::FwdOptions, output: Output, signals: &Signa
         eprintln!("error: {why}");
         return ExitCode::FAILURE;
     }
-    match fwd::run(&c, &opts, &signals.any) {
-        Ok(report) => {
-            let status = if report.problems.is_empty() { 0 } else { 2 };
-            print_report(&report.human(), &report, output);
-            bench_exit(signals, status)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    finish_bench(
+        fwd::run(&c, &opts, &signals.any),
+        fwd::FwdReport::human,
+        |r| if r.problems.is_empty() { 0 } else { 2 },
+        output,
+        signals,
+    )
 }
 
 fn capture(
@@ -831,18 +823,17 @@ fn capture(
         target_gbps,
         ..raw::RawOptions::new(seconds)
     };
-    match raw::run(&c, &opts, &signals.any) {
-        Ok(report) => {
-            print_report(&report.human(), &report, out);
-            let failed = report.captures.iter().any(|k| k.error.is_some())
-                || (tx && report.verdict != raw::Verdict::Lossless);
-            bench_exit(signals, if failed { 2 } else { 0 })
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    finish_bench(
+        raw::run(&c, &opts, &signals.any),
+        raw::RawReport::human,
+        |r| {
+            let failed = r.captures.iter().any(|k| k.error.is_some())
+                || (tx && r.verdict != raw::Verdict::Lossless);
+            if failed { 2 } else { 0 }
+        },
+        out,
+        signals,
+    )
 }
 
 fn bench_dynamic_flows(
@@ -862,17 +853,13 @@ fn bench_dynamic_flows(
         eprintln!("error: {why}");
         return ExitCode::FAILURE;
     }
-    match dataplane::bench::dynamic::run(&c, &opts, &signals.any) {
-        Ok(report) => {
-            let status = if report.ok { 0 } else { 2 };
-            print_report(&report.human(), &report, output);
-            bench_exit(signals, status)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    finish_bench(
+        dataplane::bench::dynamic::run(&c, &opts, &signals.any),
+        dataplane::bench::dynamic::DynamicReport::human,
+        |r| if r.ok { 0 } else { 2 },
+        output,
+        signals,
+    )
 }
 
 /// Benchmarks that handle SIGINT/SIGTERM themselves (they stop, report and exit 130/143).
@@ -961,6 +948,27 @@ fn bench_socket(
 }
 
 /// The human report once on stdout (unless quiet), then the JSON line when asked for.
+/// Prints a bench's report and gives its exit status (the `status` it asks for, or
+/// 130/143 after a signal), or prints its error and fails.
+fn finish_bench<R: serde::Serialize, E: std::fmt::Display>(
+    result: Result<R, E>,
+    human: impl Fn(&R) -> String,
+    status: impl Fn(&R) -> u8,
+    output: Output,
+    signals: &Signals,
+) -> ExitCode {
+    match result {
+        Ok(report) => {
+            print_report(&human(&report), &report, output);
+            bench_exit(signals, status(&report))
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn print_report(human: &str, report: &impl serde::Serialize, output: Output) {
     let mut out = String::new();
     if !output.quiet {
