@@ -364,10 +364,13 @@ fn sockets_into_and_out_of_gpu_memory_verified_on_the_gpu() {
         let r = socket::run(&cfg, &opts, &stop).expect("bench runs");
         eprint!("{name}:\n{}", r.human());
         assert!(r.lossless, "{name}");
-        assert!(r.messages_received > 1000, "{name}");
+        assert!(r.total.messages_received > 1000, "{name}");
         let server = r.server.as_ref().unwrap();
         let client = r.client.as_ref().unwrap();
-        assert_eq!(server.bytes_received, client.bytes_sent, "{name}");
+        assert_eq!(
+            server.traffic.bytes_received, client.traffic.bytes_sent,
+            "{name}"
+        );
     }
 }
 

@@ -125,8 +125,8 @@ fn udp_paced_is_lossless_and_every_message_verified() {
     let r = socket::run(&c, &opts(1.0, Some(0.2)), &stop).expect("bench runs");
     println!("{}", r.human());
     assert!(r.lossless, "{}", r.human());
-    assert!(r.messages_received > 1000, "{}", r.human());
-    assert_eq!(r.messages_received, r.messages_sent);
+    assert!(r.total.messages_received > 1000, "{}", r.human());
+    assert_eq!(r.total.messages_received, r.total.messages_sent);
 }
 
 #[test]
@@ -143,8 +143,8 @@ fn tcp_stream_arrives_whole_and_verified() {
     assert!(r.lossless, "{}", r.human());
     let server = r.server.as_ref().unwrap();
     let client = r.client.as_ref().unwrap();
-    assert!(client.bytes_sent > 0);
-    assert_eq!(server.bytes_received, client.bytes_sent);
+    assert!(client.traffic.bytes_sent > 0);
+    assert_eq!(server.traffic.bytes_received, client.traffic.bytes_sent);
 }
 
 /// The application stops reading the server's queue while the client floods it: the

@@ -44,11 +44,9 @@ pub struct SocketBenchOptions {
     pub time_stages: bool,
 }
 
-/// One side's numbers.
+/// Traffic counts of one side, or summed over the sides.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct SideReport {
-    /// Streams (TX queues) this side sent on.
-    pub streams: usize,
+pub struct Traffic {
     /// Messages sent (end markers not counted).
     pub messages_sent: u64,
     /// Messages (UDP) or message-sized byte runs (TCP) received and verified.
@@ -65,6 +63,29 @@ pub struct SideReport {
     pub tx_gbps: f64,
     /// Receive throughput, payload.
     pub rx_gbps: f64,
+}
+
+impl Traffic {
+    fn add(&mut self, o: &Traffic) {
+        self.messages_sent += o.messages_sent;
+        self.messages_received += o.messages_received;
+        self.bytes_sent += o.bytes_sent;
+        self.bytes_received += o.bytes_received;
+        self.lost += o.lost;
+        self.errors += o.errors;
+        self.tx_gbps += o.tx_gbps;
+        self.rx_gbps += o.rx_gbps;
+    }
+}
+
+/// One side's numbers.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SideReport {
+    /// Streams (TX queues) this side sent on.
+    pub streams: usize,
+    /// What it sent and received.
+    #[serde(flatten)]
+    pub traffic: Traffic,
     /// What went wrong.
     pub problems: Vec<String>,
 }
@@ -80,22 +101,9 @@ pub struct SocketReport {
     pub message_size: u64,
     /// Seconds each sender sent for.
     pub seconds: f64,
-    /// Sum over sides.
-    pub messages_sent: u64,
-    /// Sum over sides.
-    pub messages_received: u64,
-    /// Sum over sides.
-    pub bytes_sent: u64,
-    /// Sum over sides.
-    pub bytes_received: u64,
-    /// Sum over sides: messages sent and never received.
-    pub lost: u64,
-    /// Sum over sides.
-    pub errors: u64,
-    /// Sum over sides.
-    pub tx_gbps: f64,
-    /// Sum over sides.
-    pub rx_gbps: f64,
+    /// Summed over the sides (`lost`: messages sent and never received).
+    #[serde(flatten)]
+    pub total: Traffic,
     /// `--target-gbps`, when paced.
     pub target_gbps: Option<f64>,
     /// Drops the plane counted, by reason (the kernel's socket drops are
@@ -138,7 +146,7 @@ impl SocketReport {
             if let Some(r) = side {
                 s.push_str(&format!(
                     "  {name}: sent {} on {} stream(s) ({:.3} Gb/s), received {} verified ({:.3} Gb/s), lost {}, errors {}\n",
-                    r.messages_sent, r.streams, r.tx_gbps, r.messages_received, r.rx_gbps, r.lost, r.errors
+                    r.traffic.messages_sent, r.streams, r.traffic.tx_gbps, r.traffic.messages_received, r.traffic.rx_gbps, r.traffic.lost, r.traffic.errors
                 ));
                 for p in &r.problems {
                     s.push_str(&format!("    - {p}\n"));
@@ -160,17 +168,17 @@ impl SocketReport {
         ));
         if self.lossless {
             s.push_str("LOSSLESS: every message arrived and verified\n");
-        } else if self.errors == 0 && self.attributed {
+        } else if self.total.errors == 0 && self.attributed {
             s.push_str(&format!(
                 "LOSSY: {} lost, {} dropped at this end; the drop counters above account for every loss\n",
-                self.lost,
+                self.total.lost,
                 self.drops.total()
             ));
         } else {
             s.push_str(&format!(
                 "FAILED: {} lost, {} errors{}\n",
-                self.lost,
-                self.errors,
+                self.total.lost,
+                self.total.errors,
                 if self.attributed {
                     ""
                 } else {
@@ -666,15 +674,15 @@ fn run_side(
                                     send_until = now + Duration::from_secs_f64(seconds);
                                 }
                                 progressed = true;
-                                r.messages_sent += n;
-                                r.bytes_sent += bytes;
+                                r.traffic.messages_sent += n;
+                                r.traffic.bytes_sent += bytes;
                             }
                             Err(e) => {
                                 if let TxFailure::NotConnected(why) = &e.reason {
                                     last_wait_error = why.clone();
                                     if send_from.is_none() && now - waiting_since > connect_timeout
                                     {
-                                        r.errors += 1;
+                                        r.traffic.errors += 1;
                                         r.problems.push(format!(
                                             "no peer within {:.1} s: {why}",
                                             connect_timeout.as_secs_f64()
@@ -783,7 +791,7 @@ fn run_side(
                     }
                     st.next = seq + 1;
                     st.received += 1;
-                    r.messages_received += 1;
+                    r.traffic.messages_received += 1;
                 } else {
                     let st = rx_streams.entry((k, k as u32)).or_default();
                     let intact = match &view {
@@ -803,7 +811,7 @@ fn run_side(
                     }
                     st.offset += len as u64;
                 }
-                r.bytes_received += len as u64;
+                r.traffic.bytes_received += len as u64;
                 last_rx = now;
                 first_rx.get_or_insert(now);
             }
@@ -819,7 +827,7 @@ fn run_side(
             break;
         }
         if now > give_up {
-            r.errors += 1;
+            r.traffic.errors += 1;
             r.problems.push(format!(
                 "gave up: still {} after {:.0} s{}",
                 if senders_done { "receiving" } else { "sending" },
@@ -837,24 +845,24 @@ fn run_side(
         }
     }
     if !udp {
-        r.messages_received = r.bytes_received / size as u64;
+        r.traffic.messages_received = r.traffic.bytes_received / size as u64;
     }
     for ((_, stream), st) in &rx_streams {
         if let Some(t) = st.total {
-            r.lost += t.saturating_sub(st.received);
+            r.traffic.lost += t.saturating_sub(st.received);
         } else if udp {
-            r.lost += st.next.saturating_sub(st.received);
+            r.traffic.lost += st.next.saturating_sub(st.received);
             bad.push(format!(
                 "stream {stream}: no end marker arrived; {} messages counted as lost from the sequence numbers seen",
                 st.next.saturating_sub(st.received)
             ));
         }
     }
-    if receive && peer_sends && r.bytes_received == 0 && !stop.load(Ordering::Relaxed) {
+    if receive && peer_sends && r.traffic.bytes_received == 0 && !stop.load(Ordering::Relaxed) {
         bad.push("nothing arrived from the peer (its section sends)".into());
     }
     if !bad.is_empty() {
-        r.errors += bad.len() as u64;
+        r.traffic.errors += bad.len() as u64;
         r.problems.extend(bad.into_iter().take(5));
     }
     let tx_secs = match (send_from, tx_done_at) {
@@ -862,8 +870,8 @@ fn run_side(
         _ => seconds,
     };
     let rx_secs = first_rx.map_or(seconds, |a| (last_rx - a).as_secs_f64().max(1e-3));
-    r.tx_gbps = r.bytes_sent as f64 * 8.0 / tx_secs / 1e9;
-    r.rx_gbps = r.bytes_received as f64 * 8.0 / rx_secs / 1e9;
+    r.traffic.tx_gbps = r.traffic.bytes_sent as f64 * 8.0 / tx_secs / 1e9;
+    r.traffic.rx_gbps = r.traffic.bytes_received as f64 * 8.0 / rx_secs / 1e9;
     r
 }
 
@@ -1012,14 +1020,7 @@ pub fn run(
         },
         message_size: size,
         seconds: opts.seconds,
-        messages_sent: 0,
-        messages_received: 0,
-        bytes_sent: 0,
-        bytes_received: 0,
-        lost: 0,
-        errors: 0,
-        tx_gbps: 0.0,
-        rx_gbps: 0.0,
+        total: Traffic::default(),
         target_gbps: opts.target_gbps,
         drops,
         attributed: false,
@@ -1031,17 +1032,10 @@ pub fn run(
     };
     for (name, mut side) in results {
         for f in &failures {
-            side.errors += 1;
+            side.traffic.errors += 1;
             side.problems.push(f.to_string());
         }
-        report.messages_sent += side.messages_sent;
-        report.messages_received += side.messages_received;
-        report.bytes_sent += side.bytes_sent;
-        report.bytes_received += side.bytes_received;
-        report.lost += side.lost;
-        report.errors += side.errors;
-        report.tx_gbps += side.tx_gbps;
-        report.rx_gbps += side.rx_gbps;
+        report.total.add(&side.traffic);
         if name == "server" {
             report.server = Some(side);
         } else {
@@ -1053,19 +1047,20 @@ pub fn run(
         let (s, c) = (report.server.as_ref(), report.client.as_ref());
         for (from, to) in [(c, s), (s, c)] {
             if let (Some(f), Some(t)) = (from, to)
-                && f.bytes_sent > 0
-                && t.bytes_received < f.bytes_sent
+                && f.traffic.bytes_sent > 0
+                && t.traffic.bytes_received < f.traffic.bytes_sent
             {
-                let missing = (f.bytes_sent - t.bytes_received) / size;
-                report.lost += missing;
-                report.errors += 1;
+                let missing = (f.traffic.bytes_sent - t.traffic.bytes_received) / size;
+                report.total.lost += missing;
+                report.total.errors += 1;
             }
         }
     }
-    report.attributed = report.lost <= report.drops.total();
+    report.attributed = report.total.lost <= report.drops.total();
     // Drops at this end (a sender's refused datagrams, a receiver's kernel drops) are
     // losses even where the other end's count is not known here.
-    report.lossless = report.lost == 0 && report.errors == 0 && report.drops.total() == 0;
+    report.lossless =
+        report.total.lost == 0 && report.total.errors == 0 && report.drops.total() == 0;
     Ok(report)
 }
 
