@@ -10,6 +10,7 @@ pub mod affinity;
 pub mod bench;
 pub mod burst;
 pub mod capture;
+pub mod clock;
 pub mod config;
 pub mod descriptor;
 pub mod engine;

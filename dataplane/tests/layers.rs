@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// of lower layers only. Keep this table and the one in `docs/architecture.md` equal.
 const LAYERS: &[&[&str]] = &[
     // Leaves: they import nothing from the crate.
-    &["descriptor", "sysinfo", "affinity", "ring"],
+    &["descriptor", "sysinfo", "affinity", "ring", "clock"],
     // The configuration schema, parser and validation.
     &["config"],
     // The start-up plan: pure decisions from a configuration.

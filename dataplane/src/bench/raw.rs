@@ -699,7 +699,7 @@ pub fn run(
                 }
                 let mut checker = Checker::new(verify);
                 checker.trailer_only = rx_work == RxWork::Trailer;
-                let clock = crate::worker::WallClock::new();
+                let clock = crate::clock::WallClock::new();
                 let mut frames = FrameReader::default();
                 let mut reorder_check = reorder_check;
                 let mut marks = FlowMarks::default();
@@ -856,7 +856,7 @@ pub fn run(
                 let mut pending = None;
                 let mut failure = None;
                 let mut busy_ns = 0u64;
-                let clock = crate::worker::WallClock::new();
+                let clock = crate::clock::WallClock::new();
                 while !stop.load(Ordering::Relaxed) {
                     // Paced: a burst is made when the TX ring is empty (the worker holds
                     // the one its pacer sends), not queued ahead, so its send time

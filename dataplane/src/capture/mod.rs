@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bytes of packet data per batch handed to the writer.
 pub(crate) const BATCH_BYTES: usize = 4 << 20;
@@ -322,11 +321,9 @@ pub struct CaptureSink {
     gpu: Option<gpu::GpuSink>,
 }
 
-/// Nanoseconds since the Unix epoch now.
+/// Nanoseconds since the Unix epoch now, on the process's clock.
 pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    crate::clock::WallClock::new().now_ns()
 }
 
 impl CaptureSink {

@@ -147,11 +147,8 @@ impl DeviceTime {
                 e => Err(e),
             }
         };
-        let wall = || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        };
+        let clock = crate::clock::WallClock::new();
+        let wall = || clock.now_ns();
         let clock = super::clock::NicClock::calibrate(read, wall)?;
         Ok(Self {
             clock,
