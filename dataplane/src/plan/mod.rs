@@ -723,13 +723,13 @@ fn queues(
                 };
                 let name = staging::staging_name(&iface.name, dir, q.id);
                 let staging = match (staging::cpu_copies(config, iface), &stage) {
-                    (Some(true), Some(_)) => Some(region_id(&name).ok_or_else(|| {
+                    (Some(staging::CpuCopies::EveryLayout), Some(_)) => Some(region_id(&name).ok_or_else(|| {
                         bad(format!(
                             "needs its staging region `{name}` (made by plan::staging::with_staging_regions)"
                         ))
                     })?),
                     // A DPDK virtual device stages only queues in GPU memory.
-                    (Some(false), Some(_)) => region_id(&name),
+                    (Some(staging::CpuCopies::GpuMemoryOnly), Some(_)) => region_id(&name),
                     _ => None,
                 };
                 out.push(QueuePlan {

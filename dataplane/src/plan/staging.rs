@@ -9,15 +9,23 @@ use crate::config::{
     validate::is_pci_address,
 };
 
-/// How an interface's engine moves packet bytes: `Some(true)` with the CPU for every layout
-/// (kernel sockets), `Some(false)` with the CPU but only GPU memory needs staging (a DPDK
-/// virtual device: buffer split it does itself), `None` without staging (the engine or NIC
-/// reaches every layout itself).
-pub fn cpu_copies(config: &Config, iface: &InterfaceConfig) -> Option<bool> {
+/// Which queues of an interface need staging because its engine moves packet bytes with
+/// the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuCopies {
+    /// Every layout it cannot deliver in place: GPU memory and header-data split (kernel
+    /// sockets).
+    EveryLayout,
+    /// Only GPU memory (a DPDK virtual device: it splits buffers itself).
+    GpuMemoryOnly,
+}
+
+/// How `iface`'s engine needs staging, or `None` when it reaches every layout itself.
+pub fn cpu_copies(config: &Config, iface: &InterfaceConfig) -> Option<CpuCopies> {
     if super::Capabilities::of(config.engine).moves_bytes_with_cpu {
-        Some(true)
+        Some(CpuCopies::EveryLayout)
     } else if config.engine == EngineKind::Dpdk && !is_pci_address(&iface.address) {
-        Some(false)
+        Some(CpuCopies::GpuMemoryOnly)
     } else {
         None
     }
@@ -42,9 +50,10 @@ pub fn with_staging_regions(config: &Config) -> Config {
     let mut c = config.clone();
     let kind_of = |name: &String| config.memory_region(name).map(|m| (m.kind, m));
     for iface in &config.interfaces {
-        let Some(every_layout) = cpu_copies(config, iface) else {
+        let Some(copies) = cpu_copies(config, iface) else {
             continue;
         };
+        let every_layout = copies == CpuCopies::EveryLayout;
         for (direction, queues) in [
             (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
             (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
