@@ -14,7 +14,7 @@
 use super::traffic::{CheckCounts, Checker, FrameBuilder};
 use crate::affinity;
 use crate::config::{Config, FlowConfig, FlowMatch, PortRange};
-use crate::plane::{DataPlane, StartError, TxFailure};
+use crate::plane::{DataPlane, StartError};
 use crate::stats::Drops;
 use crate::steering::FlowError;
 use serde::Serialize;
@@ -256,29 +256,14 @@ pub fn run(
                         std::thread::yield_now();
                         continue;
                     };
-                    let b = if vary.load(Ordering::Relaxed) {
-                        &mut spread
+                    if vary.load(Ordering::Relaxed) {
+                        spread.fill(&mut burst);
                     } else {
-                        &mut fixed
-                    };
-                    let len = b.frame_len();
-                    for i in 0..burst.len() {
-                        let buf = burst.buffer_mut(i, 0).expect("host memory");
-                        b.write_constant(buf);
-                        b.write_next(buf);
-                        burst.set_len(i, 0, len);
+                        fixed.fill(&mut burst);
                     }
                     let n = burst.len() as u64;
-                    let mut next = Some(burst);
-                    while let Some(burst) = next.take() {
-                        match tx.send(burst) {
-                            Ok(()) => {}
-                            Err(e) if e.reason == TxFailure::RingFull => {
-                                next = Some(e.burst);
-                                std::thread::yield_now();
-                            }
-                            Err(e) => return Some(e.to_string()),
-                        }
+                    if let Err(e) = super::send_when_room(&mut tx, burst) {
+                        return Some(e.to_string());
                     }
                     packets += n;
                     sent.store(packets, Ordering::Relaxed);

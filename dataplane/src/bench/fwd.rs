@@ -145,25 +145,9 @@ fn seed(tx: &mut TxQueue, builder: &mut FrameBuilder, bursts: usize) -> Result<u
     let mut sent = 0;
     for _ in 0..bursts {
         let mut burst = tx.alloc(tx.batch_size).map_err(|e| e.to_string())?;
-        let len = builder.frame_len();
-        for i in 0..burst.len() {
-            let buf = burst.buffer_mut(i, 0).expect("checked: host memory");
-            builder.write_constant(buf);
-            builder.write_next(buf);
-            burst.set_len(i, 0, len);
-        }
+        builder.fill(&mut burst);
         let n = burst.len() as u64;
-        let mut pending = burst;
-        loop {
-            match tx.send(pending) {
-                Ok(()) => break,
-                Err(e) if e.reason == TxFailure::RingFull => {
-                    pending = e.burst;
-                    std::thread::yield_now();
-                }
-                Err(e) => return Err(e.reason.to_string()),
-            }
-        }
+        super::send_when_room(tx, burst).map_err(|e| e.reason.to_string())?;
         sent += n;
     }
     Ok(sent)

@@ -11,6 +11,23 @@ pub mod ring;
 pub mod socket;
 pub mod traffic;
 
+/// Sends `burst` on `tx`, yielding while its ring is full; any other failure comes back.
+pub(crate) fn send_when_room(
+    tx: &mut crate::TxQueue,
+    mut burst: crate::Burst,
+) -> Result<(), crate::SendError> {
+    loop {
+        match tx.send(burst) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.reason == crate::TxFailure::RingFull => {
+                burst = e.burst;
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Which side(s) of a client/server bench (`bench rdma`, `bench socket`) this process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]

@@ -203,6 +203,20 @@ impl FrameBuilder {
         self.frame_len
     }
 
+    /// Writes a whole frame (constant part and the next frame's fields) into every packet
+    /// of `burst` (first segment, host memory) and sets their lengths.
+    pub fn fill(&mut self, burst: &mut crate::Burst) {
+        let len = self.frame_len;
+        for i in 0..burst.len() {
+            let buf = burst
+                .buffer_mut(i, 0)
+                .expect("frames are built in host memory");
+            self.write_constant(buf);
+            self.write_next(buf);
+            burst.set_len(i, 0, len);
+        }
+    }
+
     /// Writes the constant part of a frame (headers and fill) into `buf`; needed once per
     /// buffer, since only ports, checksum and trailer change between frames.
     pub fn write_constant(&self, buf: &mut [u8]) {
