@@ -301,6 +301,12 @@ impl TxQueue {
             .collect()
     }
 
+    /// The GPU whose memory the first segment's region is (`device` regions), if any.
+    pub fn device_gpu(&self) -> Option<u32> {
+        let r = self.regions.get(*self.segment_regions.first()?);
+        (r.kind() == crate::config::MemoryKind::Device).then(|| r.affinity())
+    }
+
     /// True when the segment regions are CPU-accessible.
     pub fn host_accessible(&self) -> bool {
         self.segment_regions

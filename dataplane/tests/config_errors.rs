@@ -511,3 +511,55 @@ fn gpu_regions_take_a_gpu_uuid_as_affinity() {
         );
     }
 }
+
+/// The reference's bench keys describe what the application expects; where the queues
+/// disagree, the error names the key and says why.
+#[test]
+fn bench_keys_that_disagree_with_the_queues_are_named() {
+    let with = |bench: &str| format!("{GOOD}{bench}");
+    let e = one_error(&with(
+        "bench_tx: {interface_name: loop0, gpu_direct: true}\n",
+    ));
+    assert!(
+        e.contains("bench_tx[0].gpu_direct") && e.contains("sends from host memory"),
+        "{e}"
+    );
+    let e = one_error(&with(
+        "bench_tx: {interface_name: loop0, split_boundary: true}\n",
+    ));
+    assert!(
+        e.contains("not supported yet: bench_tx.split_boundary"),
+        "{e}"
+    );
+    load(&with(
+        "bench_tx: {interface_name: loop0, split_boundary: false, gpu_direct: false}\n",
+    ))
+    .expect("the defaults are accepted");
+    let e = one_error(&with(
+        "bench_rx: {interface_name: loop0, gpu_direct: true}\n",
+    ));
+    assert!(
+        e.contains("bench_rx[0].gpu_direct") && e.contains("host memory only"),
+        "{e}"
+    );
+    let e = one_error(&with("bench_rx: {interface_name: loop0, batch_size: 32}\n"));
+    assert!(
+        e.contains("bench_rx[0].batch_size") && e.contains("up to 64 packets"),
+        "{e}"
+    );
+    let e = one_error(&with(
+        "bench_rx: {interface_name: loop0, split_boundary: true}\n",
+    ));
+    assert!(e.contains("bench_rx[0].split_boundary"), "{e}");
+    load(&with(
+        "bench_rx: {interface_name: loop0, gpu_direct: false, split_boundary: false, batch_size: 64, max_packet_size: 2048, header_size: 64}\n",
+    ))
+    .expect("keys that agree with the queue");
+    let e = one_error(&with(
+        "bench_reorder_quantize: {input_type: int4, output_type: fp32, verify_batches: 3}\n",
+    ));
+    assert!(
+        e.contains("bench_reorder_quantize") && e.contains("no reorder_configs entry converts"),
+        "{e}"
+    );
+}

@@ -7,12 +7,7 @@ use dataplane::config::{self, DiagnosticKind};
 use std::path::PathBuf;
 
 /// Keys still rejected with "not supported yet". Remove entries as features land.
-const STILL_UNSUPPORTED: &[&str] = &[
-    "bench_tx.gpu_direct",
-    "bench_tx.split_boundary",
-    "bench_rx.batch_size / header_size / gpu_direct / max_packet_size / split_boundary",
-    "bench_reorder_quantize",
-];
+const STILL_UNSUPPORTED: &[&str] = &[];
 
 fn examples_dir() -> Option<PathBuf> {
     common::reference_examples_dir()
@@ -69,14 +64,9 @@ fn every_reference_example_loads() {
                         DiagnosticKind::Placeholder => {}
                         DiagnosticKind::NotSupported => {
                             let key = normalise(&d.path);
-                            let listed = STILL_UNSUPPORTED.iter().any(|k| {
-                                let k = k.split(' ').next().unwrap();
-                                key == k
-                                    || key.ends_with(k)
-                                    || (k.starts_with("rx.flows[].actions[]")
-                                        && key.starts_with("rx.flows[].actions[]"))
-                                    || (k.starts_with("bench_rx.") && key.starts_with("bench_rx."))
-                            });
+                            let listed = STILL_UNSUPPORTED
+                                .iter()
+                                .any(|k| key == *k || key.ends_with(k));
                             assert!(
                                 listed,
                                 "{}: {key} rejected but not in STILL_UNSUPPORTED: {d}",

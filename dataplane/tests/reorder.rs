@@ -285,3 +285,27 @@ impl Drop for Pages {
         let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.0.to_string());
     }
 }
+
+/// The reference's int4 -> fp32 reorder-quantize example, on the software loopback with its
+/// GPU memory mapped to host memory (so its GPU reorder runs as the CPU reorder, which
+/// converts the same way, and its `gpu_direct` generator as the CPU one): frames carry the
+/// 10-bit sequence and 2-bit batch numbers where the example reads them (inside the IPv4
+/// header), every batch of 256 is reordered and converted, and every slot is turned back
+/// into the bytes of the frame sent. The GPU test runs the example unmapped.
+#[test]
+fn the_reference_quantize_example_verifies_every_batch_on_the_cpu() {
+    let Some(text) = common::mapped_reference_example(
+        "daqiri_bench_raw_tx_rx_reorder_quantize_seq_batch.yaml",
+        1,
+        true,
+    ) else {
+        return;
+    };
+    let cfg = config::load_with(&text, "quantize example", &|_| true)
+        .expect("the mapped example validates")
+        .config;
+    let q = cfg.bench.reorder_quantize.expect("bench_reorder_quantize");
+    assert_eq!((q.verify_batches, q.chunk_elements), (3, 16));
+    let report = common::run_bench(&cfg, 1.0);
+    common::assert_quantize_verified(&report);
+}

@@ -4,11 +4,15 @@
 //! - `batched_copy`: one block per item copies `len` bytes from `src` to `dst` (device
 //!   memory, or pinned host memory mapped into the GPU's address space). Staged ingest,
 //!   header-data split and arrival-order gather are all made of it.
-//! - `reorder`: one block per packet reads the packet's sequence number, and copies (or
-//!   converts) its payload into slot `seq % packets_per_batch` of one output buffer.
+//! - `reorder`: one warp per packet reads the packet's sequence number, and copies (or
+//!   converts, 16 input bytes per lane at a time) its payload into slot
+//!   `seq % packets_per_batch` of one output buffer. The packets' addresses travel in the
+//!   kernel's parameters, and the last block to finish zeroes slots no packet filled, so a
+//!   batch is one launch.
 //!
 //! [`crate::reorder`] is the CPU implementation of the same arithmetic.
 
+use crate::frames::{FrameFields, FrameTemplate};
 use crate::reorder::{Method, ReorderSpec};
 use crate::{GpuError, PinnedBuffer, context, driver};
 use cudarc::driver::{
@@ -143,52 +147,250 @@ extern "C" __global__ void frame_digest(const u64* src, const u32* len, u32 n, u
     for (u32 k = threadIdx.x; k < tail; k += blockDim.x) d[head + k] = l >= tail ? p[l - tail + k] : 0;
 }
 
-// Writes packet `i`'s payload (copied or converted) into its slot and zeroes the slot's
-// tail. Too-short packets (no sequence number) write nothing.
-__device__ void place(const u8* p, u32 l, u32 seq, u32 ppb, u32 payload_off, u32 in_slot,
-        u32 out_slot, int in_type, int out_type, int network, u8* out) {
-    u32 slot = seq % ppb;
+// Warp-wide copy, 16 bytes per lane and eight loads in flight before any store, and zero
+// fill (the reorder's per-packet work; a warp per packet keeps small packets cheap).
+__device__ void warp_copy(u8* d, const u8* s, u32 n, u32 lane) {
+    u32 start = 0;
+    if ((((u64)s | (u64)d) & 15) == 0) {
+        u32 v = n / 16;
+        const uint4* s4 = (const uint4*)s;
+        uint4* d4 = (uint4*)d;
+        for (u32 base = lane; base < v; base += 8 * 32) {
+            uint4 x[8];
+#pragma unroll
+            for (u32 j = 0; j < 8; j++)
+                if (base + j * 32 < v) x[j] = s4[base + j * 32];
+#pragma unroll
+            for (u32 j = 0; j < 8; j++)
+                if (base + j * 32 < v) d4[base + j * 32] = x[j];
+        }
+        start = v * 16;
+    }
+    for (u32 k = start + lane; k < n; k += 32) d[k] = s[k];
+}
+
+__device__ void warp_zero(u8* d, u32 n, u32 lane) {
+    u32 head = (u32)((16 - ((u64)d & 15)) & 15);
+    if (head > n) head = n;
+    for (u32 k = lane; k < head; k += 32) d[k] = 0;
+    u8* a = d + head;
+    u32 rest = n - head, v = rest / 16;
+    for (u32 k = lane; k < v; k += 32) ((uint4*)a)[k] = make_uint4(0, 0, 0, 0);
+    for (u32 k = v * 16 + lane; k < rest; k += 32) a[k] = 0;
+}
+
+// Sample `j` of a 16-byte chunk held as four little-endian words (indices are constants
+// once unrolled, so the chunk stays in registers).
+template <int IN, bool NET>
+__device__ __forceinline__ int chunk_sample(const u32* w, u32 j) {
+#define BYTE(k) ((w[(k) >> 2] >> (((k) & 3) * 8)) & 0xff)
+    if (IN == 0) { u32 b = BYTE(j / 2); u32 nib = (j % 2 == 0) ? (b >> 4) : (b & 15); return (int)(nib ^ 8) - 8; }
+    if (IN == 1) return (int)(signed char)BYTE(j);
+    if (IN == 2) { u32 a = BYTE(2 * j), b = BYTE(2 * j + 1); return (int)(short)(NET ? ((a << 8) | b) : ((b << 8) | a)); }
+    u32 a = BYTE(4 * j), b = BYTE(4 * j + 1), c = BYTE(4 * j + 2), e = BYTE(4 * j + 3);
+    return (int)(NET ? (a << 24 | b << 16 | c << 8 | e) : (e << 24 | c << 16 | b << 8 | a));
+#undef BYTE
+}
+
+__device__ __forceinline__ u32 out_bits(float v, int out) {
+    return out == 0 ? (u32)f32_to_f16(v) : out == 1 ? (u32)f32_to_bf16(v) : __float_as_uint(v);
+}
+
+// Converts `avail` input bytes at `s` into `d`, a 16-byte chunk per lane: one vector load,
+// the samples converted in registers, the output stored in 8- or 16-byte words. The last
+// partial chunk goes sample by sample. Returns the output bytes written.
+template <int IN, int OUT, bool NET>
+__device__ u32 warp_convert(const u8* s, u8* d, u32 avail, u32 lane) {
+    const u32 BITS = IN == 0 ? 4 : IN == 1 ? 8 : IN == 2 ? 16 : 32;
+    const u32 PER = 128 / BITS;
+    const u32 OB = OUT == 2 ? 4 : 2;
+    const u32 WORDS = PER * OB / 4;
+    u32 elems = avail * 8 / BITS;
+    u32 chunks = ((((u64)s | (u64)d) & 15) == 0) ? avail / 16 : 0;
+    for (u32 c = lane; c < chunks; c += 32) {
+        uint4 v = ((const uint4*)s)[c];
+        u32 w[4] = {v.x, v.y, v.z, v.w};
+        u32 o[WORDS];
+#pragma unroll
+        for (u32 k = 0; k < WORDS; k++) o[k] = 0;
+#pragma unroll
+        for (u32 j = 0; j < PER; j++) {
+            u32 bits = out_bits((float)chunk_sample<IN, NET>(w, j), OUT);
+            if (OB == 4) o[j] = bits;
+            else o[j / 2] |= bits << (16 * (j % 2));
+        }
+        u8* at = d + (u64)c * PER * OB;
+        if (WORDS % 4 == 0) {
+#pragma unroll
+            for (u32 k = 0; k < WORDS; k += 4) ((uint4*)at)[k / 4] = make_uint4(o[k], o[k + 1], o[k + 2], o[k + 3]);
+        } else {
+#pragma unroll
+            for (u32 k = 0; k < WORDS; k += 2) ((uint2*)at)[k / 2] = make_uint2(o[k], o[k + 1]);
+        }
+    }
+    for (u32 e = chunks * PER + lane; e < elems; e += 32) {
+        u32 bits = out_bits((float)load_sample(s, e, IN, NET), OUT);
+        if (OB == 4) ((u32*)d)[e] = bits; else ((u16*)d)[e] = (u16)bits;
+    }
+    return elems * OB;
+}
+
+template <int IN, bool NET>
+__device__ u32 convert_out(const u8* s, u8* d, u32 avail, int out, u32 lane) {
+    if (out == 0) return warp_convert<IN, 0, NET>(s, d, avail, lane);
+    if (out == 1) return warp_convert<IN, 1, NET>(s, d, avail, lane);
+    return warp_convert<IN, 2, NET>(s, d, avail, lane);
+}
+
+template <bool NET>
+__device__ u32 convert_in(const u8* s, u8* d, u32 avail, int in, int out, u32 lane) {
+    if (in == 0) return convert_out<0, NET>(s, d, avail, out, lane);
+    if (in == 1) return convert_out<1, NET>(s, d, avail, out, lane);
+    if (in == 2) return convert_out<2, NET>(s, d, avail, out, lane);
+    return convert_out<3, NET>(s, d, avail, out, lane);
+}
+
+// One warp writes a packet's payload (copied or converted) into its slot and zeroes the
+// slot's tail.
+__device__ void place(const u8* p, u32 l, u32 slot, u32 payload_off, u32 in_slot,
+        u32 out_slot, int in_type, int out_type, int network, u8* out, u32 lane) {
     u32 start = payload_off < l ? payload_off : l;
     u32 avail = l - start;
     if (avail > in_slot) avail = in_slot;
     const u8* s = p + start;
     u8* d = out + (u64)slot * out_slot;
+    u32 written;
     if (in_type < 0) {
-        copy_bytes(d, s, avail);
-        zero_bytes(d + avail, out_slot - avail);
-        return;
+        warp_copy(d, s, avail, lane);
+        written = avail;
+    } else if (network) {
+        written = convert_in<true>(s, d, avail, in_type, out_type, lane);
+    } else {
+        written = convert_in<false>(s, d, avail, in_type, out_type, lane);
     }
-    u32 bits = in_type == 0 ? 4 : in_type == 1 ? 8 : in_type == 2 ? 16 : 32;
-    u32 elems = avail * 8 / bits;
-    for (u32 e = threadIdx.x; e < elems; e += blockDim.x) {
-        float v = (float)load_sample(s, e, in_type, network);
-        if (out_type == 0) ((u16*)d)[e] = f32_to_f16(v);
-        else if (out_type == 1) ((u16*)d)[e] = f32_to_bf16(v);
-        else ((float*)d)[e] = v;
-    }
-    u32 written = elems * (out_type == 2 ? 4 : 2);
-    zero_bytes(d + written, out_slot - written);
+    warp_zero(d + written, out_slot - written, lane);
 }
 
-// One block per packet: tags its slot with this call's generation `gen` and places the
-// payload. `zero_missing` then clears the slots this call did not tag.
-extern "C" __global__ void reorder(const u64* src, const u32* len, u32 n,
+// Packets per reorder launch whose addresses and lengths travel in the kernel's parameter
+// space (12 KiB of the 32 KiB CUDA 12.1+ allows), so no block waits on a table read.
+#define PARAM_ITEMS 1024
+struct Items { u64 src[PARAM_ITEMS]; u32 len[PARAM_ITEMS]; };
+
+// One warp per packet (`first + i` of the batch): tags its slot with generation `gen` and
+// places the payload. With `clean` (the whole batch in this launch), the last block to
+// finish zeroes the slots nobody tagged (duplicates left them empty); otherwise
+// `zero_missing` runs after the batch's launches.
+extern "C" __global__ void reorder(const Items items, u32 n, u32 first,
         u32 seq_off, u32 seq_width, u32 batch_off, u32 batch_width, u32 ppb,
         u32 payload_off, u32 in_slot, u32 out_slot, int in_type, int out_type, int network,
-        u8* out, u32* meta, u32* filled, u32 gen) {
-    u32 i = blockIdx.x;
-    const u8* p = (const u8*)src[i];
-    u32 l = len[i], seq;
-    if (!read_field(p, l, seq_off, seq_width, &seq)) return;
-    if (i == 0 && threadIdx.x == 0) {
-        u32 batch = seq / ppb;
-        if (!batch_width || read_field(p, l, batch_off, batch_width, &batch)) {
-            meta[0] = batch;
-            meta[1] = 1;
+        u8* out, u32* meta, u32* filled, u32 gen, u32 clean, u32* done) {
+    u32 lane = threadIdx.x % 32;
+    u32 i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (i < n) {
+        const u8* p = (const u8*)items.src[i];
+        u32 l = items.len[i], seq;
+        if (read_field(p, l, seq_off, seq_width, &seq)) {
+            if (first + i == 0 && lane == 0) {
+                u32 batch = seq / ppb;
+                if (!batch_width || read_field(p, l, batch_off, batch_width, &batch)) {
+                    meta[0] = batch;
+                    meta[1] = 1;
+                }
+            }
+            u32 slot = seq % ppb;
+            if (lane == 0) {
+                filled[slot] = gen;
+                __threadfence();
+            }
+            place(p, l, slot, payload_off, in_slot, out_slot, in_type, out_type, network, out, lane);
         }
     }
-    if (threadIdx.x == 0) filled[seq % ppb] = gen;
-    place(p, l, seq, ppb, payload_off, in_slot, out_slot, in_type, out_type, network, out);
+    if (!clean) return;
+    __shared__ u32 last;
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    volatile u32* tags = filled;
+    for (u32 slot = threadIdx.x / 32; slot < ppb; slot += blockDim.x / 32)
+        if (tags[slot] != gen) warp_zero(out + (u64)slot * out_slot, out_slot, lane);
+    if (threadIdx.x == 0) *done = 0;
+}
+
+// Test frames (see `frames.rs`, whose `write_frame` is the CPU version): one warp per
+// frame lays out header, fill, counter and trailer in 4-byte words, then lane 0 writes the
+// reorder bit fields and the IPv4 checksum, and the warp sums the UDP checksum.
+struct FrameFields { unsigned short sport, dport; u32 counter, sequence, batch; u8 trailer[20]; u8 pad[4]; };
+struct FrameTemplate { u8 head[64]; u32 frame_len, header_size, counter_at, seq_off, seq_width, batch_off, batch_width; };
+#define GEN_ITEMS 512
+struct GenItems { u64 dst[GEN_ITEMS]; FrameFields f[GEN_ITEMS]; };
+
+__device__ u8 frame_byte(const FrameTemplate& t, const FrameFields& f, u32 k) {
+    switch (k) {
+    case 34: return f.sport >> 8;
+    case 35: return f.sport & 255;
+    case 36: return f.dport >> 8;
+    case 37: return f.dport & 255;
+    case 24: case 25: case 40: case 41: return 0;
+    }
+    if (k < 42) return t.head[k];
+    if (k >= t.frame_len - 20) return f.trailer[k - (t.frame_len - 20)];
+    if (t.counter_at != 0xffffffffu && k >= t.counter_at && k < t.counter_at + 4)
+        return (f.counter >> (8 * (3 - (k - t.counter_at)))) & 255;
+    if (k < t.header_size) return 0;
+    return (u8)k;
+}
+
+__device__ void write_field(u8* p, u32 off, u32 width, u32 value) {
+    for (u32 b = 0; b < width; b++) {
+        u32 pos = off + b;
+        u8 mask = 0x80 >> (pos % 8);
+        if ((value >> (width - 1 - b)) & 1) p[pos / 8] |= mask; else p[pos / 8] &= ~mask;
+    }
+}
+
+__device__ u32 fold16(u64 s) {
+    while (s > 0xffff) s = (s & 0xffff) + (s >> 16);
+    return (u32)s;
+}
+
+extern "C" __global__ void write_frames(const GenItems items, u32 n, const FrameTemplate t) {
+    u32 lane = threadIdx.x % 32;
+    u32 i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (i >= n) return;
+    u8* d = (u8*)items.dst[i];
+    const FrameFields f = items.f[i];
+    u32 len = t.frame_len;
+    u32 words = ((u64)d & 3) ? 0 : len / 4;
+    for (u32 w = lane; w < words; w += 32) {
+        u32 k = 4 * w;
+        ((u32*)d)[w] = (u32)frame_byte(t, f, k) | (u32)frame_byte(t, f, k + 1) << 8
+            | (u32)frame_byte(t, f, k + 2) << 16 | (u32)frame_byte(t, f, k + 3) << 24;
+    }
+    for (u32 k = 4 * words + lane; k < len; k += 32) d[k] = frame_byte(t, f, k);
+    __syncwarp();
+    if (lane == 0) {
+        if (t.seq_width) write_field(d, t.seq_off, t.seq_width, f.sequence);
+        if (t.batch_width) write_field(d, t.batch_off, t.batch_width, f.batch);
+        u64 s = 0;
+        for (u32 k = 14; k < 34; k += 2) s += ((u32)d[k] << 8) | d[k + 1];
+        u32 ip = ~fold16(s) & 0xffff;
+        d[24] = ip >> 8;
+        d[25] = ip & 255;
+    }
+    __syncwarp();
+    u64 s = 0;
+    u32 pairs = (len - 26) / 2;
+    for (u32 k = lane; k < pairs; k += 32) s += ((u32)d[26 + 2 * k] << 8) | d[27 + 2 * k];
+    if (lane == 0 && ((len - 26) & 1)) s += (u32)d[len - 1] << 8;
+    for (u32 o = 16; o > 0; o /= 2) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0) {
+        u32 udp = ~fold16(s + 17 + (len - 34)) & 0xffff;
+        if (udp == 0) udp = 0xffff;
+        d[40] = udp >> 8;
+        d[41] = udp & 255;
+    }
 }
 
 // One block per slot: zeroes the slots `reorder` did not tag with `gen`. Tags of older
@@ -213,6 +415,36 @@ fn per_block(items: u32) -> LaunchConfig {
 }
 
 pub use crate::MAX_ITEMS;
+
+/// Packets per `reorder` launch, passed in its parameters (`PARAM_ITEMS` in the source).
+const PARAM_ITEMS: usize = 1024;
+/// Warps (packets) per `reorder` block.
+const REORDER_WARPS: u32 = 4;
+/// Frames per `write_frames` launch, passed in its parameters (`GEN_ITEMS` in the source).
+const GEN_ITEMS: usize = 512;
+
+/// The `GenItems` parameter of the `write_frames` kernel: 24 KiB.
+#[repr(C)]
+struct FrameItems {
+    dst: [u64; GEN_ITEMS],
+    fields: [FrameFields; GEN_ITEMS],
+}
+
+// SAFETY: plain old data with the C layout of the kernel's `struct GenItems`.
+unsafe impl cudarc::driver::DeviceRepr for FrameItems {}
+// SAFETY: plain old data with the C layout of the kernel's `struct FrameTemplate`.
+unsafe impl cudarc::driver::DeviceRepr for FrameTemplate {}
+
+/// The `Items` parameter of the `reorder` kernel: 12 KiB, within the 32 KiB of parameters
+/// CUDA 12.1 and later pass to a kernel.
+#[repr(C)]
+struct ReorderItems {
+    src: [u64; PARAM_ITEMS],
+    len: [u32; PARAM_ITEMS],
+}
+
+// SAFETY: plain old data with the C layout of the kernel's `struct Items`.
+unsafe impl cudarc::driver::DeviceRepr for ReorderItems {}
 
 fn modules() -> &'static Mutex<HashMap<usize, Arc<CudaModule>>> {
     static CACHE: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
@@ -269,10 +501,17 @@ pub struct Gpu {
     reorder: CudaFunction,
     zero_missing: CudaFunction,
     frame_digest: CudaFunction,
+    write_frames: CudaFunction,
+    /// The frames of one `write_frames` launch (its parameters).
+    frame_items: Box<FrameItems>,
     /// One event per argument-table slot, recorded after that slot's work.
     slot_events: Vec<cudarc::driver::CudaEvent>,
     /// Device memory for `reorder`: the generation that last filled each slot.
     filled: crate::DeviceBuffer,
+    /// Device memory for `reorder`: blocks of the current launch that finished.
+    done: crate::DeviceBuffer,
+    /// The packets of one `reorder` launch (its parameters).
+    items: Box<ReorderItems>,
     /// Generation of the next `reorder` call (never 0, the initial tag).
     generation: u32,
     /// Output of `frame_digest` (grown on demand).
@@ -305,6 +544,11 @@ impl Gpu {
             zero_missing: f("zero_missing")?,
 
             frame_digest: f("frame_digest")?,
+            write_frames: f("write_frames")?,
+            frame_items: Box::new(FrameItems {
+                dst: [0; GEN_ITEMS],
+                fields: [FrameFields::default(); GEN_ITEMS],
+            }),
             slot_events: (0..TABLE_SLOTS)
                 .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))
                 .collect::<Result<_, _>>()?,
@@ -313,6 +557,15 @@ impl Gpu {
                 b.write(0, &vec![0u8; MAX_ITEMS * 4])?;
                 b
             },
+            done: {
+                let b = crate::DeviceBuffer::alloc(ordinal, 4)?;
+                b.write(0, &[0u8; 4])?;
+                b
+            },
+            items: Box::new(ReorderItems {
+                src: [0; PARAM_ITEMS],
+                len: [0; PARAM_ITEMS],
+            }),
             generation: 1,
             digest_out: None,
             ordinal,
@@ -455,14 +708,10 @@ impl Gpu {
             spec.packets_per_batch() as usize <= MAX_ITEMS,
             "more than MAX_ITEMS slots"
         );
-        let (src, _, len, meta) = self.table_parts_in(slot);
-        for (k, &(a, l)) in packets.iter().enumerate() {
-            src[k] = a;
-            len[k] = l;
-        }
+        let (_, _, _, meta) = self.table_parts_in(slot);
         meta[0] = 0;
         meta[1] = 0;
-        let (s, _, l, m) = self.table_addrs_in(slot);
+        let (_, _, _, m) = self.table_addrs_in(slot);
         let seq = spec.sequence();
         let (batch_off, batch_width) = match spec.method {
             Method::SeqBatchNumber { batch, .. } => (batch.bit_offset, batch.bit_width),
@@ -474,17 +723,31 @@ impl Gpu {
             Some(c) => (c.input.code(), c.output.code(), c.network_order as i32),
         };
         let (in_slot, out_slot) = (spec.in_slot_bytes, spec.out_slot_bytes());
-        let n = packets.len() as u32;
         self.bind()?;
         let filled = self.filled.device_ptr();
+        let done = self.done.device_ptr();
         let generation = self.generation;
         self.generation = self.generation.wrapping_add(1).max(1);
-        if n > 0 {
-            let cfg = per_block(n);
+        // A batch of at least `ppb` packets in one launch cleans up after itself; otherwise
+        // (missing packets, or more than one launch) a second pass zeroes the empty slots.
+        let whole = packets.len() <= PARAM_ITEMS && packets.len() >= ppb as usize;
+        for (c, chunk) in packets.chunks(PARAM_ITEMS).enumerate() {
+            for (k, &(a, l)) in chunk.iter().enumerate() {
+                self.items.src[k] = a;
+                self.items.len[k] = l;
+            }
+            let n = chunk.len() as u32;
+            let first = (c * PARAM_ITEMS) as u32;
+            let clean = whole as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(REORDER_WARPS), 1, 1),
+                block_dim: (REORDER_WARPS * 32, 1, 1),
+                shared_mem_bytes: 0,
+            };
             let mut b = self.stream.launch_builder(&self.reorder);
-            b.arg(&s)
-                .arg(&l)
+            b.arg(&*self.items)
                 .arg(&n)
+                .arg(&first)
                 .arg(&seq.bit_offset)
                 .arg(&seq.bit_width)
                 .arg(&batch_off)
@@ -499,20 +762,25 @@ impl Gpu {
                 .arg(&out)
                 .arg(&m)
                 .arg(&filled)
-                .arg(&generation);
-            // SAFETY: the signature matches; the table, `out` and the slot tags stay valid
-            // until the work completes (the caller's promise).
+                .arg(&generation)
+                .arg(&clean)
+                .arg(&done);
+            // SAFETY: the signature matches (the item table by value, copied at launch);
+            // `out`, the slot tags and the completion counter stay valid until the work
+            // completes (the caller's promise and `self`).
             unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(reorder)"))?;
         }
-        let cfg = per_block(ppb);
-        let mut b = self.stream.launch_builder(&self.zero_missing);
-        b.arg(&out)
-            .arg(&out_slot)
-            .arg(&ppb)
-            .arg(&filled)
-            .arg(&generation);
-        // SAFETY: the signature matches; `out` holds ppb slots of out_slot bytes.
-        unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(zero_missing)"))?;
+        if !whole {
+            let cfg = per_block(ppb);
+            let mut b = self.stream.launch_builder(&self.zero_missing);
+            b.arg(&out)
+                .arg(&out_slot)
+                .arg(&ppb)
+                .arg(&filled)
+                .arg(&generation);
+            // SAFETY: the signature matches; `out` holds ppb slots of out_slot bytes.
+            unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(zero_missing)"))?;
+        }
         Ok(())
     }
 
@@ -578,6 +846,43 @@ impl Gpu {
         Ok(())
     }
 
+    /// Queues the writing of test frames: frame `fields` of template `t` at each address
+    /// (device memory, or pinned host memory mapped for the GPU), one warp per frame, as
+    /// [`crate::frames::write_frame`] does on the CPU. [`Gpu::sync`] waits for it.
+    ///
+    /// # Safety
+    /// Every address must be writable by the GPU for `t.frame_len` bytes until the next
+    /// sync.
+    pub unsafe fn write_frames(
+        &mut self,
+        t: &FrameTemplate,
+        frames: &[(u64, FrameFields)],
+    ) -> Result<(), GpuError> {
+        assert!(
+            t.frame_len as usize >= crate::frames::HEADER + crate::frames::TRAILER,
+            "frames shorter than header and trailer"
+        );
+        self.bind()?;
+        for chunk in frames.chunks(GEN_ITEMS) {
+            for (k, &(a, f)) in chunk.iter().enumerate() {
+                self.frame_items.dst[k] = a;
+                self.frame_items.fields[k] = f;
+            }
+            let n = chunk.len() as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(REORDER_WARPS), 1, 1),
+                block_dim: (REORDER_WARPS * 32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&self.write_frames);
+            b.arg(&*self.frame_items).arg(&n).arg(t);
+            // SAFETY: the signature matches (both structs by value, copied at launch); the
+            // destinations are the caller's promise.
+            unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(write_frames)"))?;
+        }
+        Ok(())
+    }
+
     /// Queues a host-to-device copy.
     ///
     /// # Safety
@@ -638,5 +943,30 @@ impl Gpu {
         self.stream
             .synchronize()
             .map_err(driver("cuStreamSynchronize"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The kernel source compiles for every architecture `module` names (NVRTC is enough;
+    /// no GPU needed). Skipped, visibly, where libnvrtc cannot be loaded.
+    #[test]
+    fn kernel_source_compiles_for_every_known_architecture() {
+        if !super::nvrtc_present() {
+            eprintln!("SKIP: libnvrtc not found (no CUDA toolkit); the GPU tests compile it");
+            return;
+        }
+        for arch in ["compute_80", "compute_90", "compute_100", "compute_121"] {
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+                super::SOURCE,
+                cudarc::nvrtc::CompileOptions {
+                    arch: Some(arch),
+                    ..Default::default()
+                },
+            );
+            if let Err(e) = ptx {
+                panic!("{arch}: {e}");
+            }
+        }
     }
 }

@@ -13,6 +13,7 @@
 
 #[cfg(feature = "cuda")]
 mod cuda;
+pub mod frames;
 #[cfg(feature = "cuda")]
 pub mod gds;
 #[cfg(feature = "cuda")]

@@ -116,6 +116,25 @@ impl BitField {
         v >>= bytes as u32 * 8 - shift - self.bit_width;
         Some((v & ((1u64 << self.bit_width) - 1)) as u32)
     }
+
+    /// Writes the low `bit_width` bits of `value` into the field; returns false (writing
+    /// nothing) when the packet is too short.
+    pub fn write(&self, packet: &mut [u8], value: u32) -> bool {
+        if packet.len() < self.end_byte() {
+            return false;
+        }
+        for b in 0..self.bit_width {
+            let bit = (value >> (self.bit_width - 1 - b)) & 1;
+            let pos = (self.bit_offset + b) as usize;
+            let mask = 0x80u8 >> (pos % 8);
+            if bit == 1 {
+                packet[pos / 8] |= mask;
+            } else {
+                packet[pos / 8] &= !mask;
+            }
+        }
+        true
+    }
 }
 
 /// How packets map to batches and slots.

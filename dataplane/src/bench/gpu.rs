@@ -341,66 +341,6 @@ impl GpuReport {
     }
 }
 
-/// Digests of packets in GPU memory, computed by the GPU where the bytes lie: for one
-/// segment of each packet, the sum of its big-endian 16-bit words from a byte on, and its
-/// first `head` and last `tail` bytes. A checker compares them with the same digests of
-/// the bytes it expects.
-#[derive(Default)]
-pub(crate) struct DeviceDigest {
-    gpu: Option<gpudirect::Gpu>,
-    /// Per packet: the word sum.
-    pub(crate) sums: Vec<u64>,
-    /// Per packet: `head + tail` bytes.
-    pub(crate) digests: Vec<u8>,
-}
-
-impl DeviceDigest {
-    /// Digests segment `seg` of every packet of `burst`, which must be in GPU memory:
-    /// word sums from byte `sum_from`, `head` and `tail` bytes.
-    pub(crate) fn run(
-        &mut self,
-        burst: &Burst,
-        seg: usize,
-        sum_from: u32,
-        (head, tail): (u32, u32),
-    ) -> Result<(), gpudirect::GpuError> {
-        let Some(first) = burst.packets().first() else {
-            return Ok(());
-        };
-        let ordinal = burst.regions().get(first.segments()[seg].region).affinity();
-        if self.gpu.is_none() {
-            self.gpu = Some(gpudirect::Gpu::new(ordinal)?);
-        }
-        let gpu = self.gpu.as_mut().expect("just set");
-        let per = (head + tail) as usize;
-        let n = burst.len();
-        let packets: Vec<(u64, u32)> = (0..n)
-            .map(|i| {
-                (
-                    burst.segment_addr(i, seg),
-                    burst.packets()[i].segments()[seg].len,
-                )
-            })
-            .collect();
-        self.sums.resize(n, 0);
-        self.digests.resize(n * per, 0);
-        for (k, chunk) in packets.chunks(gpudirect::kernels::MAX_ITEMS).enumerate() {
-            let at = k * gpudirect::kernels::MAX_ITEMS;
-            // SAFETY: the segments belong to `burst`, which lives across the call.
-            unsafe {
-                gpu.frame_digest(
-                    chunk,
-                    sum_from,
-                    (head, tail),
-                    &mut self.sums[at..],
-                    &mut self.digests[at * per..],
-                )
-            }?;
-        }
-        Ok(())
-    }
-}
-
 /// Writes `data` into segment 0 of packet `i` of `burst`, which lies in GPU memory, and
 /// sets its length.
 pub(crate) fn write_packet(

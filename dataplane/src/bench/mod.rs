@@ -4,6 +4,7 @@ pub mod dynamic;
 pub mod fwd;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+mod quantize;
 pub mod raw;
 #[cfg(feature = "rdma")]
 pub mod rdma;

@@ -269,9 +269,15 @@ pub struct ReorderReport {
     pub verified_batches: u64,
     /// Batches with a slot holding the wrong packet, or fewer filled slots than packets.
     pub bad_batches: u64,
-    /// Batches that could not be checked (converted samples, or a sequence number outside
-    /// the copied payload).
+    /// Batches that could not be checked (a conversion that loses bits, or a sequence
+    /// number outside the copied payload).
     pub unchecked_batches: u64,
+    /// Converted batches: chunks of `chunk_elements` output samples compared with the
+    /// samples of the frames sent (`bench_reorder_quantize`).
+    pub verified_chunks: u64,
+    /// The first wrong slot, described.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_problem: Option<String>,
 }
 
 impl ReorderReport {
@@ -283,6 +289,10 @@ impl ReorderReport {
         self.verified_batches += o.verified_batches;
         self.bad_batches += o.bad_batches;
         self.unchecked_batches += o.unchecked_batches;
+        self.verified_chunks += o.verified_chunks;
+        if self.first_problem.is_none() {
+            self.first_problem.clone_from(&o.first_problem);
+        }
     }
 }
 
@@ -297,7 +307,7 @@ struct FrameReader {
     stamped: u64,
     polled: u64,
     #[cfg(feature = "cuda")]
-    digest: super::gpu::DeviceDigest,
+    digest: crate::stage::DeviceDigest,
 }
 
 impl FrameReader {
@@ -445,6 +455,8 @@ impl FrameReader {
 struct ReorderChecker {
     /// Per reorder name: the spec, and the GPU of the output region when it is device memory.
     plans: BTreeMap<String, (gpudirect::reorder::ReorderSpec, Option<u32>)>,
+    /// Per converting reorder whose conversion can be undone: its slot check.
+    converted: BTreeMap<String, super::quantize::ConvertedCheck>,
     report: ReorderReport,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     scratch: Vec<u8>,
@@ -453,6 +465,7 @@ struct ReorderChecker {
 impl ReorderChecker {
     fn new(config: &Config) -> Self {
         let mut plans = BTreeMap::new();
+        let mut converted = BTreeMap::new();
         for iface in &config.interfaces {
             let Some(rx) = &iface.rx else { continue };
             for r in &rx.reorder {
@@ -469,12 +482,30 @@ impl ReorderChecker {
                 if let (Some(src), Some(out)) = (src, out) {
                     let gpu =
                         (out.kind == crate::config::MemoryKind::Device).then_some(out.affinity);
-                    plans.insert(r.name.clone(), (r.spec(src.buf_size), gpu));
+                    let spec = r.spec(src.buf_size);
+                    plans.insert(r.name.clone(), (spec, gpu));
+                    let models = config
+                        .bench
+                        .tx
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| {
+                            super::quantize::StreamModel::of(&generator_frames(config, b, i))
+                        })
+                        .collect();
+                    let chunk = config
+                        .bench
+                        .reorder_quantize
+                        .map_or(16, |q| q.chunk_elements);
+                    if let Some(c) = super::quantize::ConvertedCheck::new(spec, models, chunk) {
+                        converted.insert(r.name.clone(), c);
+                    }
                 }
             }
         }
         Self {
             plans,
+            converted,
             report: ReorderReport::default(),
             scratch: Vec::new(),
         }
@@ -487,12 +518,15 @@ impl ReorderChecker {
         };
         let seq = spec.sequence();
         let skip = spec.payload_byte_offset * 8;
-        if spec.conversion.is_some() || seq.bit_offset < skip {
+        let converted = spec.conversion.is_some();
+        if converted && !self.converted.contains_key(&info.name)
+            || !converted && seq.bit_offset < skip
+        {
             self.report.unchecked_batches += 1;
             return;
         }
         let in_slot = gpudirect::reorder::BitField {
-            bit_offset: seq.bit_offset - skip,
+            bit_offset: seq.bit_offset.saturating_sub(skip),
             bit_width: seq.bit_width,
         };
         let data: &[u8] = match (burst.data(0, 0), gpu) {
@@ -522,6 +556,40 @@ impl ReorderChecker {
         let stride = info.slot_bytes as usize;
         let mut filled = 0u32;
         let mut wrong = false;
+        if let Some(check) = self.converted.get_mut(&info.name) {
+            let mut chunks = 0;
+            for s in 0..ppb {
+                let slot = &data[s as usize * stride..(s as usize + 1) * stride];
+                match check.slot(s, slot, info.batch_id) {
+                    super::quantize::SlotVerdict::Empty => {}
+                    super::quantize::SlotVerdict::Good { chunks: c } => {
+                        filled += 1;
+                        chunks += c;
+                    }
+                    super::quantize::SlotVerdict::Bad(why) => {
+                        wrong = true;
+                        if self.report.first_problem.is_none() {
+                            self.report.first_problem = Some(format!(
+                                "reorder `{}` batch {:?}: {why}",
+                                info.name, info.batch_id
+                            ));
+                        }
+                    }
+                }
+            }
+            let expected = if info.timed_out {
+                info.source_packets
+            } else {
+                ppb
+            };
+            if wrong || filled != expected {
+                self.report.bad_batches += 1;
+            } else {
+                self.report.verified_batches += 1;
+                self.report.verified_chunks += chunks;
+            }
+            return;
+        }
         for s in 0..ppb {
             let slot = &data[s as usize * stride..(s as usize + 1) * stride];
             if slot.iter().all(|&b| b == 0) {
@@ -550,6 +618,85 @@ impl ReorderChecker {
         } else {
             self.report.verified_batches += 1;
         }
+    }
+}
+
+/// The frames the generator of `bench_tx` entry `b` (stream `stream`) sends: with
+/// `bench_reorder_quantize`, they carry the sequence (and batch) fields of the reorder it
+/// verifies, so that reorder sorts them.
+fn generator_frames(
+    config: &Config,
+    b: &crate::config::BenchTxConfig,
+    stream: usize,
+) -> FrameBuilder {
+    let builder = FrameBuilder::new(b, stream as u16);
+    let fields = config.bench.reorder_quantize.and_then(|q| {
+        config
+            .interfaces
+            .iter()
+            .filter_map(|i| i.rx.as_ref())
+            .flat_map(|r| &r.reorder)
+            .find(|r| r.conversion == Some(q.conversion))
+            .map(|r| super::traffic::ReorderFields::of(&r.spec(0)))
+    });
+    match fields {
+        Some(f) => builder.with_reorder_fields(f),
+        None => builder,
+    }
+}
+
+/// Writes a generator's frames into GPU memory with the `write_frames` kernel: the CPU
+/// makes only each frame's changing fields.
+#[cfg(feature = "cuda")]
+struct GpuFrames {
+    gpu: gpudirect::Gpu,
+    template: gpudirect::frames::FrameTemplate,
+    frames: Vec<(u64, gpudirect::frames::FrameFields)>,
+}
+
+#[cfg(feature = "cuda")]
+impl GpuFrames {
+    fn new(ordinal: u32, builder: &FrameBuilder) -> Result<Self, gpudirect::GpuError> {
+        Ok(Self {
+            gpu: gpudirect::Gpu::new(ordinal)?,
+            template: builder.template(),
+            frames: Vec::new(),
+        })
+    }
+
+    /// Writes the next frames into every packet of `burst` and waits until they are there.
+    fn write(
+        &mut self,
+        builder: &mut FrameBuilder,
+        burst: &mut crate::Burst,
+    ) -> Result<(), gpudirect::GpuError> {
+        self.frames.clear();
+        let len = self.template.frame_len as usize;
+        for i in 0..burst.len() {
+            self.frames
+                .push((burst.segment_addr(i, 0), builder.next_fields()));
+            burst.set_len(i, 0, len);
+        }
+        // SAFETY: every address is a buffer this burst owns (device memory of the queue's
+        // region, at least `len` bytes: checked before the generator started), and the
+        // burst lives until after the sync below.
+        unsafe { self.gpu.write_frames(&self.template, &self.frames) }?;
+        self.gpu.sync()
+    }
+}
+
+/// Without CUDA there is no device memory, so no GPU writer is ever made.
+#[cfg(not(feature = "cuda"))]
+struct GpuFrames;
+
+#[cfg(not(feature = "cuda"))]
+impl GpuFrames {
+    fn new(_: u32, _: &FrameBuilder) -> Result<Self, String> {
+        Err("built without CUDA".into())
+    }
+
+    fn write(&mut self, _: &mut FrameBuilder, _: &mut crate::Burst) -> Result<(), String> {
+        Err("built without CUDA".into())
     }
 }
 
@@ -690,6 +837,7 @@ pub fn run(
             opts.verify_payload,
             opts.rx_work,
         );
+        let max_packet = b.max_packet_size.map(|m| m as usize);
         let reorder_check = ReorderChecker::new(config);
         let thread = std::thread::Builder::new()
             .name("bench-rx".into())
@@ -728,6 +876,17 @@ pub fn run(
                             for p in burst.packets() {
                                 marks.count(p.flow_id);
                                 bytes += p.len() as u64;
+                                if let Some(max) = max_packet
+                                    && p.len() > max
+                                {
+                                    checker.counts.corrupt += 1;
+                                    checker.first_problem.get_or_insert_with(|| {
+                                        format!(
+                                            "a {}-byte packet, longer than bench_rx max_packet_size {max}",
+                                            p.len()
+                                        )
+                                    });
+                                }
                             }
                             if rx_work != RxWork::Count {
                                 frames.check(&burst, &mut checker, clock.now_ns());
@@ -788,6 +947,8 @@ pub fn run(
                     r.verified_batches = reorder_check.report.verified_batches;
                     r.bad_batches = reorder_check.report.bad_batches;
                     r.unchecked_batches = reorder_check.report.unchecked_batches;
+                    r.verified_chunks = reorder_check.report.verified_chunks;
+                    r.first_problem = reorder_check.report.first_problem.take();
                 }
                 CheckerResult {
                     stamped: frames.stamped,
@@ -821,19 +982,33 @@ pub fn run(
             queue: b.queue_id,
             reason,
         };
-        if !q.host_accessible() {
-            return Err(unusable(
-                "uses GPU memory; the CPU traffic generator needs host, huge or host_pinned memory"
-                    .into(),
-            ));
-        }
         if q.segment_sizes().len() != 1 {
             return Err(unusable(format!(
                 "has {} segments; the traffic generator writes single-segment packets",
                 q.segment_sizes().len()
             )));
         }
-        let mut builder = FrameBuilder::new(b, stream as u16);
+        let mut builder = generator_frames(config, b, stream);
+        if builder.frame_len() > q.segment_sizes()[0] {
+            return Err(unusable(format!(
+                "has {}-byte buffers, shorter than the {}-byte frames",
+                q.segment_sizes()[0],
+                builder.frame_len()
+            )));
+        }
+        // Frames in GPU memory are written there by a kernel (`gpu_direct`).
+        let gpu_frames = if q.host_accessible() {
+            None
+        } else if opts.tx_work == TxWork::Headers {
+            return Err(unusable(
+                "is in GPU memory, where the generator writes whole frames: --tx-work headers needs host memory".into(),
+            ));
+        } else {
+            match q.device_gpu() {
+                Some(gpu) => Some(gpu),
+                None => return Err(unusable("is neither host nor device memory".into())),
+            }
+        };
         let tx_work = opts.tx_work;
         let (stop, sent, core, batch) = (
             stop_tx.clone(),
@@ -841,7 +1016,6 @@ pub fn run(
             b.cpu_core,
             b.batch_size as usize,
         );
-        let region_bufs = q.segment_sizes()[0];
         let paced = opts.target_gbps.is_some();
         let thread = std::thread::Builder::new()
             .name("bench-tx".into())
@@ -850,7 +1024,11 @@ pub fn run(
                     let _ = affinity::pin_current_thread(c);
                 }
                 let frame_len = builder.frame_len();
-                debug_assert!(frame_len <= region_bufs);
+                let mut gpu_writer = match gpu_frames.map(|gpu| GpuFrames::new(gpu, &builder)) {
+                    None => None,
+                    Some(Ok(w)) => Some(w),
+                    Some(Err(e)) => return (0, 0, Some(format!("GPU frame writer: {e}")), 0),
+                };
                 let mut initialised: Vec<u64> = Vec::new();
                 let (mut packets, mut bytes) = (0u64, 0u64);
                 let mut pending = None;
@@ -869,6 +1047,15 @@ pub fn run(
                     let burst = match pending.take() {
                         Some(b) => b,
                         None => match q.alloc(batch) {
+                            Ok(mut burst) if gpu_writer.is_some() => {
+                                builder.set_send_time(clock.now_ns());
+                                let w = gpu_writer.as_mut().expect("checked");
+                                if let Err(e) = w.write(&mut builder, &mut burst) {
+                                    failure = Some(format!("GPU frame writer: {e}"));
+                                    break;
+                                }
+                                burst
+                            }
                             Ok(mut burst) => {
                                 builder.set_send_time(clock.now_ns());
                                 for i in 0..PREFETCH_AHEAD {
@@ -1124,10 +1311,34 @@ pub fn run(
         && r.bad_batches > 0
     {
         problems.push(format!(
-            "reorder: {} of {} batches held a packet in the wrong slot or missed one that arrived",
+            "reorder: {} of {} batches held a packet in the wrong slot or missed one that arrived{}",
             r.bad_batches,
-            r.batches + r.timeout_batches
+            r.batches + r.timeout_batches,
+            r.first_problem
+                .as_ref()
+                .map(|p| format!(" (first: {p})"))
+                .unwrap_or_default()
         ));
+    }
+    if let Some(q) = &config.bench.reorder_quantize {
+        let r = reorder.clone().unwrap_or_default();
+        let verifiable = super::quantize::lossless(q.conversion);
+        if !verifiable {
+            problems.push(format!(
+                "bench_reorder_quantize: {:?} to {:?} loses bits, so the output cannot be turned back into the frames sent; verification needs int4 or int8 input, or int16 to fp32",
+                q.conversion.input, q.conversion.output
+            ));
+        } else if r.verified_batches < q.verify_batches {
+            problems.push(format!(
+                "bench_reorder_quantize: {} batches verified, verify_batches asks for {}",
+                r.verified_batches, q.verify_batches
+            ));
+        } else if r.verified_chunks < q.verify_chunks * r.verified_batches {
+            problems.push(format!(
+                "bench_reorder_quantize: {} chunks of {} samples verified in {} batches, fewer than verify_chunks {} per batch",
+                r.verified_chunks, q.chunk_elements, r.verified_batches, q.verify_chunks
+            ));
+        }
     }
     if both_sides && unique_rx > tx_packets {
         problems.push(format!(
@@ -1379,6 +1590,12 @@ impl RawReport {
                 "  reorder: {} batches, {} flushed by timeout, {} packets aggregated, {} passed through; {} batches verified, {} bad, {} unchecked (RX bytes count their payload bytes)\n",
                 r.batches, r.timeout_batches, r.aggregated_packets, r.passthrough_packets, r.verified_batches, r.bad_batches, r.unchecked_batches
             ));
+            if r.verified_chunks > 0 {
+                s.push_str(&format!(
+                    "  converted samples: {} chunks verified against the frames sent\n",
+                    r.verified_chunks
+                ));
+            }
         }
         for q in &self.queues {
             s.push_str(&format!(

@@ -519,7 +519,7 @@ impl Seen<'_> {
 }
 
 #[cfg(feature = "cuda")]
-type Digest = super::gpu::DeviceDigest;
+type Digest = crate::stage::DeviceDigest;
 /// Without CUDA no message lands in GPU memory.
 #[cfg(not(feature = "cuda"))]
 #[derive(Default)]

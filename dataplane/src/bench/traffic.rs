@@ -10,6 +10,8 @@
 #![forbid(unsafe_code)]
 
 use crate::config::{BenchTxConfig, PortRange};
+use gpudirect::frames::{FrameFields, FrameTemplate, NO_COUNTER};
+use gpudirect::reorder::{BitField, Method, ReorderSpec};
 
 /// Ethernet + IPv4 + UDP header bytes.
 pub const L2_L4_HEADER: usize = 42;
@@ -133,6 +135,52 @@ pub struct FrameBuilder {
     frame_counter: Option<(usize, u32)>,
     /// Send time written into the next frames' trailers (low 48 bits of epoch ns).
     send_time: u64,
+    /// Header area bytes (zeros after the 42-byte header up to here).
+    header_size: usize,
+    /// A reorder's fields written into every frame, from the frame's index.
+    reorder: Option<ReorderFields>,
+}
+
+/// The sequence (and batch) fields of a reorder, written by a generator so that its
+/// frames are reordered by them: frame `c` of the generator carries sequence
+/// `c mod 2^width` and, for `seq_batch_number`, batch `(c / packets_per_batch) mod
+/// 2^batch_width`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReorderFields {
+    /// Sequence number field (bits from the frame's first byte).
+    pub sequence: BitField,
+    /// Batch number field (`seq_batch_number` only).
+    pub batch: Option<BitField>,
+    /// Packets per batch.
+    pub packets_per_batch: u32,
+}
+
+fn low_bits(v: u64, width: u32) -> u32 {
+    (v & ((1u64 << width) - 1)) as u32
+}
+
+impl ReorderFields {
+    /// The fields `spec` reads.
+    pub fn of(spec: &ReorderSpec) -> Self {
+        let (sequence, batch) = match spec.method {
+            Method::SeqBatchNumber { sequence, batch } => (sequence, Some(batch)),
+            Method::SeqPacketsPerBatch { sequence, .. } => (sequence, None),
+        };
+        Self {
+            sequence,
+            batch,
+            packets_per_batch: spec.packets_per_batch(),
+        }
+    }
+
+    /// Sequence and batch field values of frame `c`.
+    pub fn values(&self, c: u64) -> (u32, u32) {
+        let seq = low_bits(c, self.sequence.bit_width);
+        let batch = self.batch.map_or(0, |b| {
+            low_bits(c / u64::from(self.packets_per_batch), b.bit_width)
+        });
+        (seq, batch)
+    }
 }
 
 impl FrameBuilder {
@@ -188,6 +236,111 @@ impl FrameBuilder {
                 .sequence_number
                 .map(|s| ((cfg.header_size + s.offset) as usize, s.start)),
             send_time: 0,
+            header_size: cfg.header_size as usize,
+            reorder: None,
+        }
+    }
+
+    /// Writes `fields`' sequence (and batch) numbers into every frame from now on. The
+    /// checksums are then computed over the whole frame, since the fields may sit
+    /// anywhere (the reference's examples put them in the IPv4 header).
+    pub fn with_reorder_fields(mut self, fields: ReorderFields) -> Self {
+        self.reorder = Some(fields);
+        self
+    }
+
+    /// The reorder fields written into the frames, if any.
+    pub fn reorder_fields(&self) -> Option<ReorderFields> {
+        self.reorder
+    }
+
+    /// What every frame shares, for the GPU's frame writer.
+    pub fn template(&self) -> FrameTemplate {
+        let mut head = [0u8; 64];
+        head[..L2_L4_HEADER].copy_from_slice(&self.template);
+        let (sequence_offset, sequence_width, batch_offset, batch_width) = match self.reorder {
+            Some(r) => {
+                let b = r.batch.unwrap_or(BitField {
+                    bit_offset: 0,
+                    bit_width: 0,
+                });
+                (
+                    r.sequence.bit_offset,
+                    r.sequence.bit_width,
+                    b.bit_offset,
+                    b.bit_width,
+                )
+            }
+            None => (0, 0, 0, 0),
+        };
+        FrameTemplate {
+            head,
+            frame_len: self.frame_len as u32,
+            header_size: self.header_size as u32,
+            counter_at: self.frame_counter.map_or(NO_COUNTER, |(at, _)| at as u32),
+            sequence_offset,
+            sequence_width,
+            batch_offset,
+            batch_width,
+        }
+    }
+
+    /// The bytes every frame has in common: `Some(byte)` where no frame differs, `None`
+    /// for per-frame bytes (ports, checksums, counter, reorder fields, trailer).
+    pub fn common_bytes(&self) -> Vec<Option<u8>> {
+        let t = self.template();
+        let f = FrameFields::default();
+        let mut out: Vec<Option<u8>> = (0..self.frame_len as u32)
+            .map(|k| Some(t.byte(&f, k)))
+            .collect();
+        let mut unknown = |from: usize, to: usize| {
+            for b in &mut out[from.min(self.frame_len)..to.min(self.frame_len)] {
+                *b = None;
+            }
+        };
+        unknown(24, 26);
+        unknown(34, 38);
+        unknown(40, 42);
+        unknown(self.frame_len - TRAILER, self.frame_len);
+        if let Some((at, _)) = self.frame_counter {
+            unknown(at, at + 4);
+        }
+        for field in [t.sequence_field(), t.batch_field()].into_iter().flatten() {
+            unknown(field.bit_offset as usize / 8, field.end_byte());
+        }
+        out
+    }
+
+    /// The next frame's per-frame fields (what [`FrameBuilder::write_next`] writes), for
+    /// the GPU's frame writer; advances the generator as writing a frame does.
+    pub fn next_fields(&mut self) -> FrameFields {
+        let index = self.counter;
+        let (flow, sport, dport) = self.next_ports();
+        let seq = self.sequence[flow];
+        self.sequence[flow] = seq + 1;
+        let mut trailer = [0u8; TRAILER];
+        trailer[0..4].copy_from_slice(&MAGIC);
+        trailer[4..6].copy_from_slice(&self.stream.to_be_bytes());
+        trailer[6..9].copy_from_slice(&(flow as u32).to_be_bytes()[1..]);
+        trailer[9..14].copy_from_slice(&(seq & SEQUENCE_MASK).to_be_bytes()[3..]);
+        trailer[14..20].copy_from_slice(&self.send_time.to_be_bytes()[2..]);
+        let counter = match &mut self.frame_counter {
+            Some((_, next)) => {
+                let v = *next;
+                *next = next.wrapping_add(1);
+                v
+            }
+            None => 0,
+        };
+        let (sequence, batch) = self.reorder.map_or((0, 0), |r| r.values(index));
+        FrameFields {
+            sport,
+            dport,
+            counter,
+            sequence,
+            batch,
+            trailer,
+            pad: [0; 4],
         }
     }
 
@@ -227,6 +380,12 @@ impl FrameBuilder {
     /// Writes the next frame's changing fields into `buf` (which holds the constant part).
     #[inline]
     pub fn write_next(&mut self, buf: &mut [u8]) {
+        if self.reorder.is_some() {
+            let t = self.template();
+            let f = self.next_fields();
+            gpudirect::frames::write_frame(&t, &f, buf);
+            return;
+        }
         let (flow, sport, dport) = self.next_ports();
         let seq = self.sequence[flow];
         self.sequence[flow] = seq + 1;
@@ -281,6 +440,16 @@ impl FrameBuilder {
             self.src.first + si as u16,
             self.dst.first + di as u16,
         )
+    }
+
+    /// UDP port pairs the generator rotates through (its flows).
+    pub fn flows(&self) -> usize {
+        self.sequence.len()
+    }
+
+    /// The stream id in the trailers.
+    pub fn stream(&self) -> u16 {
+        self.stream
     }
 
     /// Frames generated so far.
@@ -603,7 +772,7 @@ impl Checker {
 
     /// Stream, flow and sequence number from a frame's trailer.
     #[inline]
-    fn parse_trailer(t: &[u8]) -> Result<(u16, usize, u64), &'static str> {
+    pub(crate) fn parse_trailer(t: &[u8]) -> Result<(u16, usize, u64), &'static str> {
         if t.len() < TRAILER || t[0..4] != MAGIC {
             return Err("no trailer");
         }
@@ -649,8 +818,88 @@ mod tests {
             eth_src_addr: [2, 0, 0, 0, 0, 1],
             eth_dst_addr: [2, 0, 0, 0, 0, 2],
             sequence_number: None,
+            gpu_direct: false,
             location: Default::default(),
         }
+    }
+
+    /// What the GPU's frame writer writes (its CPU model, which the GPU test compares the
+    /// kernel with) is what the CPU generator writes, frame for frame.
+    #[test]
+    fn the_gpu_frame_writer_writes_the_cpu_generators_frames() {
+        let counted = BenchTxConfig {
+            sequence_number: Some(crate::config::SequenceField {
+                offset: 3,
+                start: 7,
+            }),
+            ..cfg(43, 101)
+        };
+        for c in [cfg(64, 64), cfg(64, 1000), cfg(42, 21), counted] {
+            let mut cpu = FrameBuilder::new(&c, 5);
+            let mut gpu = FrameBuilder::new(&c, 5);
+            let t = gpu.template();
+            let len = cpu.frame_len();
+            let mut want = vec![0u8; len];
+            cpu.write_constant(&mut want);
+            for i in 0..20u64 {
+                cpu.set_send_time(1000 + i);
+                gpu.set_send_time(1000 + i);
+                cpu.write_next(&mut want);
+                let mut got = vec![0xeeu8; len];
+                gpudirect::frames::write_frame(&t, &gpu.next_fields(), &mut got);
+                assert_eq!(
+                    got, want,
+                    "frame {i} of {}+{}",
+                    c.header_size, c.payload_size
+                );
+                let common = cpu.common_bytes();
+                for (k, b) in common.iter().enumerate() {
+                    if let Some(b) = b {
+                        assert_eq!(*b, want[k], "common byte {k}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reorder fields in the IPv4 header (where the reference's quantize example puts
+    /// them): the frames carry them, both checksums stay right, and the checker still
+    /// reads them.
+    #[test]
+    fn reorder_fields_are_written_with_valid_checksums() {
+        let fields = ReorderFields {
+            sequence: BitField {
+                bit_offset: 128,
+                bit_width: 10,
+            },
+            batch: Some(BitField {
+                bit_offset: 144,
+                bit_width: 2,
+            }),
+            packets_per_batch: 256,
+        };
+        let mut b = FrameBuilder::new(&cfg(64, 256), 1).with_reorder_fields(fields);
+        let mut buf = vec![0u8; b.frame_len()];
+        b.write_constant(&mut buf);
+        let mut checker = Checker::new(false);
+        checker.trailer_only = true;
+        for c in 0..2000u64 {
+            b.write_next(&mut buf);
+            assert_eq!(fields.sequence.read(&buf), Some((c % 1024) as u32));
+            assert_eq!(
+                fields.batch.unwrap().read(&buf),
+                Some(((c / 256) % 4) as u32)
+            );
+            assert_eq!(checksum(&buf[14..34]), 0, "IPv4 header checksum");
+            let udp_len = (buf.len() - 34) as u64;
+            assert_eq!(
+                !fold(sum16(&buf[26..], false) + 17 + udp_len),
+                0,
+                "UDP checksum"
+            );
+            checker.check(&buf);
+        }
+        assert_eq!(checker.counts.valid, 2000);
     }
 
     #[test]

@@ -811,6 +811,27 @@ pub struct BenchConfig {
     pub socket_server: Option<PeerBenchConfig>,
     /// `socket_bench_client`.
     pub socket_client: Option<PeerBenchConfig>,
+    /// `bench_reorder_quantize`: verify a converting reorder's output.
+    pub reorder_quantize: Option<ReorderQuantizeConfig>,
+}
+
+/// `bench_reorder_quantize`: which converting reorder the bench verifies and how much it
+/// must verify. The generators write that reorder's sequence (and batch) fields; every
+/// output batch is checked sample by sample against the frames sent.
+#[derive(Clone, Copy, Debug)]
+pub struct ReorderQuantizeConfig {
+    /// The conversion (`input_type`, `output_type`, `endianness`); a reorder with exactly
+    /// this conversion must exist.
+    pub conversion: gpudirect::reorder::Conversion,
+    /// Batches that must be verified for the run to pass.
+    pub verify_batches: u64,
+    /// Chunks of `chunk_elements` output samples that must be verified per batch (every
+    /// chunk of every batch is checked; fewer filled chunks fail the batch).
+    pub verify_chunks: u64,
+    /// Output samples per chunk.
+    pub chunk_elements: u64,
+    /// Where it is defined.
+    pub location: Location,
 }
 
 /// `bench_rx[]`: a checker of received traffic.
@@ -822,6 +843,19 @@ pub struct BenchRxConfig {
     pub queue_id: Option<u16>,
     /// Core to pin the checker thread to; `None` for unpinned.
     pub cpu_core: Option<u32>,
+    /// `gpu_direct`: whether the queues' payloads must arrive in GPU memory (checked when
+    /// the bench starts); `None` when not given.
+    pub gpu_direct: Option<bool>,
+    /// `split_boundary`: whether the queues must split headers from payloads (two
+    /// segments); `None` when not given.
+    pub split_boundary: Option<bool>,
+    /// `batch_size`: the most packets the application takes at once; the queues' bursts
+    /// must not be larger.
+    pub batch_size: Option<u32>,
+    /// `max_packet_size`: longer packets are counted as oversize and fail the run.
+    pub max_packet_size: Option<u32>,
+    /// `header_size`: with `split_boundary`, the header segment's buffers must hold it.
+    pub header_size: Option<u32>,
     /// Where it is defined.
     pub location: Location,
 }
@@ -857,6 +891,9 @@ pub struct BenchTxConfig {
     /// this offset from the payload start (after `header_size`), counting from `start`, one
     /// per frame of the generator (what a reorder sorts by).
     pub sequence_number: Option<SequenceField>,
+    /// `gpu_direct`: frames are written into GPU memory by a kernel (the queue's region
+    /// must be `device`). Queues in `device` memory get the GPU writer either way.
+    pub gpu_direct: bool,
     /// Where it is defined.
     pub location: Location,
 }

@@ -1045,6 +1045,18 @@ fn reorder_method(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Method
 
 fn data_types(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Conversion> {
     let mut m = MapReader::open(d, node, path)?;
+    let c = conversion_keys(d, &mut m, node, path);
+    m.finish(d);
+    c
+}
+
+/// `input_type`, `output_type` and `endianness` (or their aliases) of map `m`.
+fn conversion_keys(
+    d: &mut Diagnostics,
+    m: &mut MapReader,
+    node: &Node,
+    path: &str,
+) -> Option<Conversion> {
     // The reference accepts short aliases; a map with both spellings is an error.
     let pick = |d: &mut Diagnostics,
                 m: &mut MapReader,
@@ -1064,26 +1076,19 @@ fn data_types(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Conversion
     };
     let input = pick(
         d,
-        &mut m,
+        m,
         "input_type",
         "input",
         &["int4", "int8", "int16", "int32"],
     );
     let output = pick(
         d,
-        &mut m,
+        m,
         "output_type",
         "output",
         &["fp16", "bf16", "fp32", "fp64", "int32"],
     );
-    let order = pick(
-        d,
-        &mut m,
-        "endianness",
-        "input_endianness",
-        &["host", "network"],
-    );
-    m.finish(d);
+    let order = pick(d, m, "endianness", "input_endianness", &["host", "network"]);
     let input = match input {
         Some("int4") => InputType::Int4,
         Some("int8") => InputType::Int8,
@@ -1676,7 +1681,7 @@ fn bench_sections(d: &mut Diagnostics, top: &mut MapReader) -> BenchConfig {
     let socket_client = top.optional(d, "socket_bench_client", |d, n, p| {
         peer_bench(d, n, p, false)
     });
-    top.not_supported(d, "bench_reorder_quantize");
+    let reorder_quantize = top.optional(d, "bench_reorder_quantize", reorder_quantize);
     BenchConfig {
         rx,
         tx,
@@ -1684,7 +1689,28 @@ fn bench_sections(d: &mut Diagnostics, top: &mut MapReader) -> BenchConfig {
         rdma_client,
         socket_server,
         socket_client,
+        reorder_quantize,
     }
+}
+
+fn reorder_quantize(d: &mut Diagnostics, node: &Node, path: &str) -> Option<ReorderQuantizeConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let conversion = conversion_keys(d, &mut m, node, path);
+    let count = |key: &'static str, default: u64, m: &mut MapReader, d: &mut Diagnostics| {
+        m.optional(d, key, |d, n, p| r::uint_in(d, n, p, 1, 1 << 40))
+            .unwrap_or(default)
+    };
+    let verify_batches = count("verify_batches", 1, &mut m, d);
+    let verify_chunks = count("verify_chunks", 1, &mut m, d);
+    let chunk_elements = count("chunk_elements", 16, &mut m, d);
+    m.finish(d);
+    Some(ReorderQuantizeConfig {
+        conversion: conversion?,
+        verify_batches,
+        verify_chunks,
+        chunk_elements,
+        location: node.location,
+    })
 }
 
 fn seq_path(node: &Node, path: &str, i: usize) -> String {
@@ -1709,20 +1735,25 @@ fn bench_rx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchRxConfi
         .optional(d, "queue_id", |d, n, p| r::int_in(d, n, p, -1, 63))
         .unwrap_or(-1);
     let cpu_core = m.optional(d, "cpu_core", core_or_unpinned).flatten();
-    for key in [
-        "batch_size",
-        "header_size",
-        "gpu_direct",
-        "max_packet_size",
-        "split_boundary",
-    ] {
-        m.not_supported(d, key);
-    }
+    let gpu_direct = m.optional(d, "gpu_direct", r::boolean);
+    let split_boundary = m.optional(d, "split_boundary", r::boolean);
+    let size = |key: &'static str, m: &mut MapReader, d: &mut Diagnostics| {
+        m.optional(d, key, |d, n, p| r::uint_in(d, n, p, 1, 1 << 20))
+            .map(|v| v as u32)
+    };
+    let batch_size = size("batch_size", &mut m, d);
+    let max_packet_size = size("max_packet_size", &mut m, d);
+    let header_size = size("header_size", &mut m, d);
     m.finish(d);
     Some(BenchRxConfig {
         interface_name,
         queue_id: (queue_id >= 0).then_some(queue_id as u16),
         cpu_core,
+        gpu_direct,
+        split_boundary,
+        batch_size,
+        max_packet_size,
+        header_size,
         location: node.location,
     })
 }
@@ -1787,9 +1818,10 @@ fn bench_tx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchTxConfi
             );
         }
     }
-    for key in ["gpu_direct", "split_boundary"] {
-        m.not_supported(d, key);
-    }
+    let gpu_direct = m.optional(d, "gpu_direct", r::boolean).unwrap_or(false);
+    m.not_supported_unless(d, "split_boundary", |n| {
+        matches!(n.value, Value::Bool(false))
+    });
     m.finish(d);
     Some(BenchTxConfig {
         interface_name,
@@ -1805,6 +1837,7 @@ fn bench_tx(d: &mut Diagnostics, node: &Node, path: &str) -> Option<BenchTxConfi
         eth_src_addr,
         eth_dst_addr,
         sequence_number,
+        gpu_direct,
         location: node.location,
     })
 }

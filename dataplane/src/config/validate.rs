@@ -610,6 +610,23 @@ fn bench_refs(d: &mut Diagnostics, c: &Config) {
         if q.memory_regions.len() == 1 && room < frame && room > 0 {
             d.error(Kind::Range, &format!("{path}.payload_size"), Some(b.location), format!("packets of {frame} bytes (header_size {} + payload_size {}) do not fit the {room}-byte buffers of queue `{}`", b.header_size, b.payload_size, q.name));
         }
+        let first_kind = q
+            .memory_regions
+            .first()
+            .and_then(|n| c.memory_region(n))
+            .map(|m| m.kind);
+        if b.gpu_direct && first_kind.is_some_and(|k| k != MemoryKind::Device) {
+            d.error(
+                Kind::Invalid,
+                &format!("{path}.gpu_direct"),
+                Some(b.location),
+                format!(
+                    "gpu_direct: true writes frames into GPU memory, but queue `{}` sends from {} memory; give it a `device` region or set gpu_direct: false",
+                    q.name,
+                    first_kind.map_or("no", |k| k.name())
+                ),
+            );
+        }
         let flows = u64::from(b.udp_src_port.len()) * u64::from(b.udp_dst_port.len());
         if flows > 1 << 20 {
             d.error(
@@ -647,6 +664,109 @@ fn bench_refs(d: &mut Diagnostics, c: &Config) {
             ),
             _ => {}
         }
+        for q in iface
+            .rx
+            .iter()
+            .flat_map(|r| &r.queues)
+            .filter(|q| b.queue_id.is_none_or(|id| id == q.id))
+        {
+            bench_rx_layout(d, c, &path, b, q);
+        }
+    }
+    if let Some(rq) = &c.bench.reorder_quantize {
+        let found = c
+            .interfaces
+            .iter()
+            .filter_map(|i| i.rx.as_ref())
+            .flat_map(|r| &r.reorder)
+            .any(|r| r.conversion == Some(rq.conversion));
+        if !found {
+            d.error(
+                Kind::UnknownReference,
+                "bench_reorder_quantize",
+                Some(rq.location),
+                format!(
+                    "no reorder_configs entry converts {:?} to {:?} ({} order): the quantize bench verifies such a reorder's output",
+                    rq.conversion.input,
+                    rq.conversion.output,
+                    if rq.conversion.network_order { "network" } else { "host" }
+                ),
+            );
+        }
+    }
+}
+
+/// `bench_rx` keys that describe the layout the application expects, against queue `q`.
+fn bench_rx_layout(
+    d: &mut Diagnostics,
+    c: &Config,
+    path: &str,
+    b: &super::model::BenchRxConfig,
+    q: &super::model::QueueConfig,
+) {
+    let regions: Vec<_> = q
+        .memory_regions
+        .iter()
+        .filter_map(|n| c.memory_region(n))
+        .collect();
+    let on_gpu = regions.iter().any(|m| m.kind == MemoryKind::Device);
+    let mut conflict = |key: &str, msg: String| {
+        d.error(
+            Kind::Invalid,
+            &format!("{path}.{key}"),
+            Some(b.location),
+            msg,
+        )
+    };
+    if let Some(g) = b.gpu_direct
+        && g != on_gpu
+    {
+        conflict(
+            "gpu_direct",
+            format!(
+                "gpu_direct: {g}, but RX queue `{}` delivers into {}",
+                q.name,
+                if on_gpu {
+                    "GPU memory"
+                } else {
+                    "host memory only"
+                }
+            ),
+        );
+    }
+    if let Some(split) = b.split_boundary
+        && split != (regions.len() == 2)
+    {
+        conflict(
+            "split_boundary",
+            format!(
+                "split_boundary: {split}, but RX queue `{}` has {} segment(s)",
+                q.name,
+                regions.len()
+            ),
+        );
+    }
+    if let Some(batch) = b.batch_size
+        && q.batch_size > batch
+    {
+        conflict(
+            "batch_size",
+            format!(
+                "RX queue `{}` delivers bursts of up to {} packets, more than batch_size {batch}",
+                q.name, q.batch_size
+            ),
+        );
+    }
+    if let (Some(true), Some(h), Some(first)) = (b.split_boundary, b.header_size, regions.first())
+        && (first.buf_size as u64) < u64::from(h)
+    {
+        conflict(
+            "header_size",
+            format!(
+                "header_size {h} does not fit the {}-byte header buffers of RX queue `{}`",
+                first.buf_size, q.name
+            ),
+        );
     }
 }
 

@@ -8,6 +8,10 @@
 //! grow along a wire. An ingress classifies each frame with the interface's current rules
 //! and pushes one piece per RX queue; an RX queue pulls pieces from all of its wires in
 //! turn and never mixes two epochs in one burst.
+//!
+//! Frames in GPU memory (a generator writing them there) are classified by their first
+//! [`DEVICE_HEAD_BYTES`] bytes, which one GPU launch per burst copies out, as a NIC reads
+//! the headers it steers by.
 
 #![forbid(unsafe_code)]
 
@@ -25,6 +29,9 @@ const WIRE_BURSTS: usize = 32;
 /// Queue ids are below 64 (config limit), so a table maps id to RX index.
 const MAX_QUEUE_IDS: usize = 64;
 const NO_QUEUE: u8 = u8::MAX;
+/// Bytes of a GPU-memory frame the rules see: Ethernet, two VLAN tags, IPv4 with options,
+/// UDP and 18 bytes of payload.
+pub const DEVICE_HEAD_BYTES: u32 = 128;
 
 type Wire = Arc<ArrayQueue<Burst>>;
 
@@ -82,6 +89,8 @@ impl WireGrid {
             acked: 0,
             counters,
             pieces: Vec::with_capacity(self.rx_ids.len()),
+            #[cfg(feature = "cuda")]
+            heads: Default::default(),
         }
     }
 
@@ -122,6 +131,9 @@ pub struct Ingress {
     counters: Arc<QueueCounters>,
     /// Per-RX-queue pieces of the burst being steered (kept to reuse the allocation).
     pieces: Vec<Burst>,
+    /// The first bytes of frames in GPU memory, read by the GPU for the rules.
+    #[cfg(feature = "cuda")]
+    heads: crate::stage::DeviceDigest,
 }
 
 impl Ingress {
@@ -141,10 +153,45 @@ impl Ingress {
     /// Classifies every frame of `burst` and hands it to its RX queue. Returns the burst
     /// untouched when a wire is full.
     pub fn steer(&mut self, burst: Burst) -> Option<Burst> {
+        #[cfg(feature = "cuda")]
+        if !burst.is_empty() && burst.data(0, 0).is_none() {
+            return self.steer_device_frames(burst);
+        }
         self.steer_by(burst, None, |rules, b, i| match b.data(i, 0) {
             Some(frame) => rules.classify(frame),
             None => Verdict::NoFlow,
         })
+    }
+
+    /// [`Ingress::steer`] for frames in GPU memory: their heads are copied out first,
+    /// unless the rules send everything to one queue anyway.
+    #[cfg(feature = "cuda")]
+    fn steer_device_frames(&mut self, burst: Burst) -> Option<Burst> {
+        if !self.has_room() {
+            return Some(burst);
+        }
+        if self.steering.rules().trivial_queue().is_some() {
+            return self.steer_by(burst, None, |_, _, _| Verdict::NoFlow);
+        }
+        let mut heads = std::mem::take(&mut self.heads);
+        let read = heads.run(&burst, 0, u32::MAX, (DEVICE_HEAD_BYTES, 0));
+        let per = DEVICE_HEAD_BYTES as usize;
+        let out = match read {
+            Ok(()) => self.steer_by(burst, None, |rules, b, i| {
+                let len = b.packets()[i].len().min(per);
+                rules.classify(&heads.digests[i * per..i * per + len])
+            }),
+            Err(e) => {
+                // Counted as frames with no flow; the reason goes to the log once per burst.
+                tracing::warn!(
+                    "reading the headers of {} GPU frames failed: {e}",
+                    burst.len()
+                );
+                self.steer_by(burst, None, |_, _, _| Verdict::NoFlow)
+            }
+        };
+        self.heads = heads;
+        out
     }
 
     /// As [`Ingress::steer`] for datagrams a kernel socket of RX queue `own` received

@@ -1,5 +1,11 @@
 //! The header fields flow rules match on, read from a frame without copying or allocating.
 //! Frames the classifier cannot read safely are reported as malformed, with the reason.
+//!
+//! An IPv4 total length that disagrees with the frame (past its end, or too short for the
+//! headers the frame has) does not make a frame malformed: like a NIC's flow engine, the
+//! classifier steers by the header fields, and takes the packet to end where the frame
+//! does. Senders that keep other data in those bytes (the reference's reorder examples put
+//! sequence numbers there) are steered like any other.
 
 /// EtherType of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -21,10 +27,8 @@ pub enum Malformed {
     BadVlan,
     /// Shorter than an IPv4 header, or not version 4.
     ShortIpv4,
-    /// IPv4 header length below 5 words or past the total length.
+    /// IPv4 header length below 5 words or past the end of the frame.
     BadIhl,
-    /// IPv4 total length past the end of the frame.
-    BadTotalLength,
     /// A fragment other than the first: it has no UDP header.
     Fragment,
     /// A UDP header cut short.
@@ -41,7 +45,6 @@ impl Malformed {
             Malformed::BadVlan => "VLAN tag cut short or more than two tags",
             Malformed::ShortIpv4 => "IPv4 header cut short or wrong version",
             Malformed::BadIhl => "IPv4 header length out of range",
-            Malformed::BadTotalLength => "IPv4 total length past the end of the frame",
             Malformed::Fragment => "non-first IPv4 fragment",
             Malformed::ShortUdp => "UDP header cut short",
             Malformed::ShortEcpri => "eCPRI header cut short",
@@ -114,8 +117,6 @@ pub fn parse(f: &[u8]) -> Result<Headers, Malformed> {
         if b[12] == 0x08
             && b[13] == 0x00
             && b[14] == 0x45
-            && total_len >= 28
-            && usize::from(total_len) + 14 <= f.len()
             && u16::from_be_bytes([b[20], b[21]]) & 0x1fff == 0
         {
             let ipv4 = Some(Ipv4Fields {
@@ -127,7 +128,7 @@ pub fn parse(f: &[u8]) -> Result<Headers, Malformed> {
                 src: u16::from_be_bytes([b[34], b[35]]),
                 dst: u16::from_be_bytes([b[36], b[37]]),
                 payload_offset: 42,
-                packet_end: 14 + total_len,
+                packet_end: packet_end(f.len(), 14, 20, total_len) as u16,
             });
             return Ok(Headers {
                 vlan: None,
@@ -184,13 +185,10 @@ fn parse_ipv4(f: &[u8], at: usize, h: &mut Headers) -> Result<(), Malformed> {
     }
     let ihl = usize::from(f[at] & 0x0f) * 4;
     let total_len = be16(f, at + 2);
-    if ihl < 20 || ihl > usize::from(total_len) {
+    if ihl < 20 || at + ihl > f.len() {
         return Err(Malformed::BadIhl);
     }
-    let end = at + usize::from(total_len);
-    if end > f.len() {
-        return Err(Malformed::BadTotalLength);
-    }
+    let end = packet_end(f.len(), at, ihl, total_len);
     if be16(f, at + 6) & 0x1fff != 0 {
         return Err(Malformed::Fragment);
     }
@@ -212,6 +210,19 @@ fn parse_ipv4(f: &[u8], at: usize, h: &mut Headers) -> Result<(), Malformed> {
         });
     }
     Ok(())
+}
+
+/// Where the IPv4 packet starting at `at` (header `ihl` bytes) ends in a frame of
+/// `frame_len` bytes: at its total length when that covers the IPv4 and UDP headers and
+/// lies inside the frame (the rest is Ethernet padding), else at the frame's end.
+#[inline]
+fn packet_end(frame_len: usize, at: usize, ihl: usize, total_len: u16) -> usize {
+    let end = at + usize::from(total_len);
+    if usize::from(total_len) >= ihl + 8 && end <= frame_len {
+        end
+    } else {
+        frame_len
+    }
 }
 
 /// The 32-bit big-endian word `offset` bytes into the UDP payload, if the packet has it.
@@ -261,6 +272,39 @@ mod tests {
     }
 
     #[test]
+    fn a_total_length_the_frame_disagrees_with_still_steers_by_ports() {
+        let good = udp_frame(None, &[9, 8, 7, 6, 5, 4, 3, 2]);
+        for total_len in [1000u16, 0, 24, 0xffff] {
+            let mut f = good.clone();
+            f[16..18].copy_from_slice(&total_len.to_be_bytes());
+            let h = parse(&f).unwrap();
+            let u = h.udp.unwrap();
+            assert_eq!((u.src, u.dst), (4096, 5000));
+            assert_eq!(
+                usize::from(u.packet_end),
+                f.len(),
+                "total length {total_len}"
+            );
+            // The general path (a VLAN tag in front) reads the same.
+            let mut tagged = f[..12].to_vec();
+            tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+            tagged.extend_from_slice(&f[12..]);
+            let u = parse(&tagged).unwrap().udp.unwrap();
+            assert_eq!(
+                (u.src, u.dst, usize::from(u.packet_end)),
+                (4096, 5000, tagged.len())
+            );
+        }
+        // A consistent total length below the frame's end: the rest is padding.
+        let mut padded = good.clone();
+        padded.extend_from_slice(&[0; 10]);
+        assert_eq!(
+            usize::from(parse(&padded).unwrap().udp.unwrap().packet_end),
+            good.len()
+        );
+    }
+
+    #[test]
     fn malformed_frames_are_named() {
         let good = udp_frame(None, &[0; 8]);
         assert_eq!(parse(&good[..10]), Err(Malformed::ShortEthernet));
@@ -269,14 +313,11 @@ mod tests {
         f[14] = 0x44; // IHL 4
         assert_eq!(parse(&f), Err(Malformed::BadIhl));
         let mut f = good.clone();
-        f[16..18].copy_from_slice(&1000u16.to_be_bytes());
-        assert_eq!(parse(&f), Err(Malformed::BadTotalLength));
-        let mut f = good.clone();
         f[20..22].copy_from_slice(&0x0010u16.to_be_bytes()); // fragment offset 16
         assert_eq!(parse(&f), Err(Malformed::Fragment));
-        let mut f = good.clone();
-        f[16..18].copy_from_slice(&24u16.to_be_bytes()); // UDP header cut at 4 bytes
-        assert_eq!(parse(&f), Err(Malformed::ShortUdp));
+        let mut short = good[..38].to_vec(); // UDP header cut at 4 bytes
+        short[16..18].copy_from_slice(&24u16.to_be_bytes());
+        assert_eq!(parse(&short), Err(Malformed::ShortUdp));
         let mut tagged = good[..12].to_vec();
         tagged.extend_from_slice(&[0x81, 0x00, 0x00]);
         assert_eq!(parse(&tagged), Err(Malformed::BadVlan));

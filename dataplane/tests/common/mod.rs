@@ -163,8 +163,8 @@ pub fn reference_examples_dir() -> Option<PathBuf> {
 /// A reference example mapped to this machine, changing only what names the reference's
 /// hardware: NIC addresses become the software loopback (interfaces that named one NIC
 /// port name one loopback port), every worker and bench core becomes `core`, the main
-/// core 0, and with `host_memory` GPU regions become host regions (software steering reads
-/// headers on the CPU); `<...>` placeholders of MAC and IP addresses get local values.
+/// core 0, and with `host_memory` GPU regions become host regions, GPU reorders CPU ones
+/// and `gpu_direct` generators CPU ones; `<...>` placeholders of MAC and IP addresses get local values.
 /// `None` (and a SKIP line) when the reference examples are not in this checkout.
 pub fn mapped_reference_example(name: &str, core: u32, host_memory: bool) -> Option<String> {
     let Some(dir) = reference_examples_dir() else {
@@ -190,6 +190,9 @@ pub fn mapped_reference_example(name: &str, core: u32, host_memory: bool) -> Opt
             "cpu_core" => Some(core.to_string()),
             "master_core" => Some("0".to_owned()),
             "kind" if host_memory && value.contains("device") => Some("\"host\"".to_owned()),
+            // GPU-only work has a CPU counterpart where memory is mapped to the host.
+            "reorder_type" if host_memory && value.contains("gpu") => Some("\"cpu\"".to_owned()),
+            "gpu_direct" if host_memory && value == "true" => Some("false".to_owned()),
             "eth_src_addr" if value.starts_with('<') => Some("\"02:00:00:00:00:01\"".to_owned()),
             "eth_dst_addr" if value.starts_with('<') => Some("\"02:00:00:00:00:02\"".to_owned()),
             _ if value.starts_with('<') && value.ends_with('>') => {
@@ -265,4 +268,22 @@ pub fn check_captured_frames<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> 
     }
     assert_eq!(c.counts.duplicates, 0, "a frame was captured twice");
     c.counts.valid
+}
+
+/// Asserts a quantize run: lossless, and every batch turned back into the frames sent.
+pub fn assert_quantize_verified(report: &dataplane::bench::raw::RawReport) {
+    eprint!("{}", report.human());
+    assert!(report.lossless, "{:?}", report.problems);
+    let r = report.reorder.as_ref().expect("reorder report");
+    assert_eq!(r.bad_batches, 0, "{:?}", r.first_problem);
+    assert_eq!(r.unchecked_batches, 0, "int4 -> fp32 is verifiable");
+    assert!(r.verified_batches >= 3, "the example's verify_batches");
+    assert_eq!(
+        r.verified_batches,
+        r.batches + r.timeout_batches,
+        "every batch checked sample by sample"
+    );
+    // 256 payload bytes per frame = 512 int4 samples = 32 chunks of 16.
+    assert_eq!(r.verified_chunks, r.aggregated_packets * 32);
+    assert_eq!(r.aggregated_packets, report.tx_packets);
 }
