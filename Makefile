@@ -21,6 +21,8 @@ test: setup
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --release $(FEATURES)
+	# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
+	LD_LIBRARY_PATH=$$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 $(CARGO) test --release -p gpudirect kernels::tests
 	./scripts/embed-check.sh
 	./scripts/loom.sh
 	./scripts/smoke.sh

@@ -99,7 +99,10 @@ impl LoopbackEngine {
                 }
                 for q in &tx_queues {
                     let first = q.memory_regions.first().and_then(|n| regions.id_of(n));
-                    if must_read_headers && first.is_some_and(|r| !regions.get(r).host_accessible())
+                    // With CUDA, the wire has the GPU copy out the heads of such frames.
+                    if !cfg!(feature = "cuda")
+                        && must_read_headers
+                        && first.is_some_and(|r| !regions.get(r).host_accessible())
                     {
                         return Err(EngineError::Queue {
                             interface: iface.name.clone(),

@@ -85,7 +85,7 @@ pub fn run_bench(
         },
         &std::sync::atomic::AtomicBool::new(false),
     )
-    .expect("bench runs")
+    .unwrap_or_else(|e| panic!("bench runs: {e}"))
 }
 
 /// Two network namespaces joined by a veth pair, removed (with the pair) on drop.
