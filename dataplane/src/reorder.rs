@@ -282,7 +282,7 @@ fn gpu_reorder(
     // the GPU reaches at these addresses; this burst and `out` own the buffers until the
     // call returns (it waits for the kernel).
     let batch_id = unsafe { gpu.reorder(&plan.spec, &packets, out) }.map_err(err)?;
-    let stream = gpu.stream().cu_stream() as u64;
+    let stream = gpu.slot_stream(0).cu_stream() as u64;
     Ok((batch_id, stream))
 }
 

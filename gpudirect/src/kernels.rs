@@ -208,25 +208,34 @@ __device__ u32 warp_convert(const u8* s, u8* d, u32 avail, u32 lane) {
     const u32 WORDS = PER * OB / 4;
     u32 elems = avail * 8 / BITS;
     u32 chunks = ((((u64)s | (u64)d) & 15) == 0) ? avail / 16 : 0;
-    for (u32 c = lane; c < chunks; c += 32) {
-        uint4 v = ((const uint4*)s)[c];
-        u32 w[4] = {v.x, v.y, v.z, v.w};
-        u32 o[WORDS];
+    // Four chunks' loads in flight per lane before any conversion.
+    for (u32 base = lane; base < chunks; base += 4 * 32) {
+        uint4 in[4];
 #pragma unroll
-        for (u32 k = 0; k < WORDS; k++) o[k] = 0;
+        for (u32 u = 0; u < 4; u++)
+            if (base + u * 32 < chunks) in[u] = ((const uint4*)s)[base + u * 32];
 #pragma unroll
-        for (u32 j = 0; j < PER; j++) {
-            u32 bits = out_bits((float)chunk_sample<IN, NET>(w, j), OUT);
-            if (OB == 4) o[j] = bits;
-            else o[j / 2] |= bits << (16 * (j % 2));
-        }
-        u8* at = d + (u64)c * PER * OB;
-        if (WORDS % 4 == 0) {
+        for (u32 u = 0; u < 4; u++) {
+            u32 c = base + u * 32;
+            if (c >= chunks) break;
+            u32 w[4] = {in[u].x, in[u].y, in[u].z, in[u].w};
+            u32 o[WORDS];
 #pragma unroll
-            for (u32 k = 0; k < WORDS; k += 4) ((uint4*)at)[k / 4] = make_uint4(o[k], o[k + 1], o[k + 2], o[k + 3]);
-        } else {
+            for (u32 k = 0; k < WORDS; k++) o[k] = 0;
 #pragma unroll
-            for (u32 k = 0; k < WORDS; k += 2) ((uint2*)at)[k / 2] = make_uint2(o[k], o[k + 1]);
+            for (u32 j = 0; j < PER; j++) {
+                u32 bits = out_bits((float)chunk_sample<IN, NET>(w, j), OUT);
+                if (OB == 4) o[j] = bits;
+                else o[j / 2] |= bits << (16 * (j % 2));
+            }
+            u8* at = d + (u64)c * PER * OB;
+            if (WORDS % 4 == 0) {
+#pragma unroll
+                for (u32 k = 0; k < WORDS; k += 4) ((uint4*)at)[k / 4] = make_uint4(o[k], o[k + 1], o[k + 2], o[k + 3]);
+            } else {
+#pragma unroll
+                for (u32 k = 0; k < WORDS; k += 2) ((uint2*)at)[k / 2] = make_uint2(o[k], o[k + 1]);
+            }
         }
     }
     for (u32 e = chunks * PER + lane; e < elems; e += 32) {
@@ -332,7 +341,17 @@ extern "C" __global__ void reorder(const u64* src, const u32* lens, u32 n,
     if (threadIdx.x == 0) {
         done[0] = 0;
         done[1] = 0;
+        // Every block's writes are visible (each fenced before counting itself): tell the
+        // host, through its pinned memory, that this batch is complete.
+        __threadfence_system();
+        ((volatile u32*)meta)[2] = gen;
     }
+}
+
+// Marks batch `gen` complete in pinned memory, after the launches before it on the stream.
+extern "C" __global__ void signal_done(u32* meta, u32 gen) {
+    __threadfence_system();
+    ((volatile u32*)meta)[2] = gen;
 }
 
 // Test frames (see `frames.rs`, whose `write_frame` is the CPU version): one warp per
@@ -433,10 +452,11 @@ fn per_block(items: u32) -> LaunchConfig {
 pub use crate::MAX_ITEMS;
 
 /// The kernels of [`SOURCE`] that [`Gpu`] loads.
-const KERNELS: [&str; 5] = [
+const KERNELS: [&str; 6] = [
     "batched_copy",
     "reorder",
     "zero_missing",
+    "signal_done",
     "frame_digest",
     "write_frames",
 ];
@@ -446,7 +466,6 @@ const REORDER_WARPS: u32 = 4;
 
 // SAFETY: plain old data with the C layout of the kernel's `struct FrameTemplate`.
 unsafe impl cudarc::driver::DeviceRepr for FrameTemplate {}
-
 
 fn modules() -> &'static Mutex<HashMap<usize, Arc<CudaModule>>> {
     static CACHE: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
@@ -502,19 +521,26 @@ pub struct Gpu {
     batched_copy: CudaFunction,
     reorder: CudaFunction,
     zero_missing: CudaFunction,
+    signal_done: CudaFunction,
     frame_digest: CudaFunction,
     write_frames: CudaFunction,
     /// Pinned, GPU-mapped: destinations then fields of `write_frames` (grown on demand).
     frame_table: Option<PinnedBuffer>,
     /// One event per argument-table slot, recorded after that slot's work.
     slot_events: Vec<cudarc::driver::CudaEvent>,
-    /// Device memory for `reorder`: the generation that last filled each slot.
+    /// One stream per table slot for reorders, so batches in different slots overlap.
+    slot_streams: Vec<Arc<CudaStream>>,
+    /// Device memory for `reorder`, per table slot: the generation that last filled each
+    /// output slot.
     filled: crate::DeviceBuffer,
-    /// Device memory for `reorder`: blocks of the current launch that finished, and slots
-    /// it tagged for the first time.
+    /// Device memory for `reorder`, per table slot: blocks of the current launch that
+    /// finished, and output slots it tagged for the first time.
     done: crate::DeviceBuffer,
     /// Generation of the next `reorder` call (never 0, the initial tag).
     generation: u32,
+    /// Per table slot: the generation of its last reorder, which the kernels write into
+    /// the slot's pinned metadata when the batch is complete.
+    slot_generation: [u32; TABLE_SLOTS],
     /// Output of `frame_digest` (grown on demand).
     digest_out: Option<PinnedBuffer>,
     ordinal: u32,
@@ -546,7 +572,7 @@ impl Gpu {
             batched_copy: f("batched_copy")?,
             reorder: f("reorder")?,
             zero_missing: f("zero_missing")?,
-
+            signal_done: f("signal_done")?,
             frame_digest: f("frame_digest")?,
             write_frames: f("write_frames")?,
             frame_table: None,
@@ -554,16 +580,20 @@ impl Gpu {
                 .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))
                 .collect::<Result<_, _>>()?,
             filled: {
-                let b = crate::DeviceBuffer::alloc(ordinal, MAX_ITEMS * 4)?;
-                b.write(0, &vec![0u8; MAX_ITEMS * 4])?;
+                let b = crate::DeviceBuffer::alloc(ordinal, TABLE_SLOTS * MAX_ITEMS * 4)?;
+                b.write(0, &vec![0u8; TABLE_SLOTS * MAX_ITEMS * 4])?;
                 b
             },
             done: {
-                let b = crate::DeviceBuffer::alloc(ordinal, 8)?;
-                b.write(0, &[0u8; 8])?;
+                let b = crate::DeviceBuffer::alloc(ordinal, TABLE_SLOTS * 8)?;
+                b.write(0, &[0u8; TABLE_SLOTS * 8])?;
                 b
             },
+            slot_streams: (0..TABLE_SLOTS)
+                .map(|_| ctx.new_stream().map_err(driver("cuStreamCreate")))
+                .collect::<Result<_, _>>()?,
             generation: 1,
+            slot_generation: [0; TABLE_SLOTS],
             digest_out: None,
             ordinal,
             table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
@@ -575,6 +605,11 @@ impl Gpu {
     /// The stream the work runs on (GPU consumers order their work after it).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// The stream reorders in table `slot` run on.
+    pub fn slot_stream(&self, slot: usize) -> &Arc<CudaStream> {
+        &self.slot_streams[slot]
     }
 
     /// The context.
@@ -679,16 +714,17 @@ impl Gpu {
         packets: &[(u64, u32)],
         out: u64,
     ) -> Result<Option<u32>, GpuError> {
-        // SAFETY: the caller's promise; the sync below ends the use of table slot 0.
+        // SAFETY: the caller's promise; the wait below ends the use of table slot 0.
         unsafe { self.reorder_in(0, spec, packets, out) }?;
-        self.sync()?;
+        self.wait_reorder(0)?;
         Ok(self.reorder_batch_id(0))
     }
 
     /// Queues a reorder (as [`Gpu::reorder`]) with its arguments in table `slot`, without
-    /// waiting: batches go back to back on the stream. Once it completed (a sync, or the
-    /// slot's event after [`Gpu::record_slot`]), [`Gpu::reorder_batch_id`] gives the batch
-    /// id.
+    /// waiting. It runs on the slot's own stream ([`Gpu::slot_stream`]), so batches in
+    /// different slots overlap on the GPU, and marks itself complete in the slot's pinned
+    /// metadata, so no event is needed: [`Gpu::reorder_done`] and [`Gpu::wait_reorder`]
+    /// read it. Once complete, [`Gpu::reorder_batch_id`] gives the batch id.
     ///
     /// # Safety
     /// The packets must stay readable and `out` writable by the GPU until it completed;
@@ -712,6 +748,9 @@ impl Gpu {
         }
         meta[0] = 0;
         meta[1] = 0;
+        // SAFETY: the word is in pinned memory the GPU also writes; volatile keeps the
+        // store from being merged with the kernel's later one.
+        unsafe { std::ptr::write_volatile(&mut meta[2], 0) };
         let (s, _, l, m) = self.table_addrs_in(slot);
         let seq = spec.sequence();
         let (batch_off, batch_width) = match spec.method {
@@ -725,10 +764,14 @@ impl Gpu {
         };
         let (in_slot, out_slot) = (spec.in_slot_bytes, spec.out_slot_bytes());
         self.bind()?;
-        let filled = self.filled.device_ptr();
-        let done = self.done.device_ptr();
+        // Slot tags and counters of this table slot: launches in other slots may run at the
+        // same time.
+        let filled = self.filled.device_ptr() + (slot * MAX_ITEMS * 4) as u64;
+        let done = self.done.device_ptr() + (slot * 8) as u64;
+        let stream = self.slot_streams[slot].clone();
         let generation = self.generation;
         self.generation = self.generation.wrapping_add(1).max(1);
+        self.slot_generation[slot] = generation;
         // A batch of at least `ppb` packets cleans up after itself in its one launch;
         // with fewer, a second pass zeroes the empty slots.
         let whole = packets.len() >= ppb as usize;
@@ -740,7 +783,7 @@ impl Gpu {
                 block_dim: (REORDER_WARPS * 32, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = self.stream.launch_builder(&self.reorder);
+            let mut b = stream.launch_builder(&self.reorder);
             b.arg(&s)
                 .arg(&l)
                 .arg(&n)
@@ -768,7 +811,7 @@ impl Gpu {
         }
         if !whole {
             let cfg = per_block(ppb);
-            let mut b = self.stream.launch_builder(&self.zero_missing);
+            let mut b = stream.launch_builder(&self.zero_missing);
             b.arg(&out)
                 .arg(&out_slot)
                 .arg(&ppb)
@@ -776,6 +819,59 @@ impl Gpu {
                 .arg(&generation);
             // SAFETY: the signature matches; `out` holds ppb slots of out_slot bytes.
             unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(zero_missing)"))?;
+            let one = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = stream.launch_builder(&self.signal_done);
+            b.arg(&m).arg(&generation);
+            // SAFETY: the signature matches; `m` is this slot's pinned metadata.
+            unsafe { b.launch(one) }.map_err(driver("cuLaunchKernel(signal_done)"))?;
+        }
+        Ok(())
+    }
+
+    /// True once the reorder queued in table `slot` completed.
+    pub fn reorder_done(&mut self, slot: usize) -> bool {
+        let want = self.slot_generation[slot];
+        let (_, _, _, meta) = self.table_parts_in(slot);
+        // SAFETY: a word of this slot's pinned metadata, written by the GPU.
+        unsafe { std::ptr::read_volatile(&meta[2]) == want }
+    }
+
+    /// Waits until the reorder queued in table `slot` completed: spins on the flag its
+    /// kernel writes, yielding now and then, and asks the driver whether the slot's
+    /// stream failed (a failed kernel never writes the flag).
+    pub fn wait_reorder(&mut self, slot: usize) -> Result<(), GpuError> {
+        let mut spins = 0u32;
+        while !self.reorder_done(slot) {
+            spins += 1;
+            if spins % 256 == 0 {
+                // SAFETY: a stream of this context.
+                let r = unsafe {
+                    cudarc::driver::sys::cuStreamQuery(self.slot_streams[slot].cu_stream())
+                };
+                match r {
+                    cudarc::driver::sys::CUresult::CUDA_SUCCESS => {
+                        // Idle: the flag is there now unless the batch never signalled.
+                        if !self.reorder_done(slot) {
+                            return Err(GpuError::Unsupported(format!(
+                                "reorder in slot {slot} finished without marking itself complete"
+                            )));
+                        }
+                    }
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY => std::thread::yield_now(),
+                    e => {
+                        return Err(GpuError::Driver {
+                            call: "cuStreamQuery",
+                            source: cudarc::driver::result::DriverError(e),
+                        });
+                    }
+                }
+            } else {
+                std::hint::spin_loop();
+            }
         }
         Ok(())
     }
@@ -954,11 +1050,12 @@ impl Gpu {
             .map_err(driver("cuEventSynchronize"))
     }
 
-    /// Waits until everything queued on the stream is done.
+    /// Waits until everything queued on the stream and the slot streams is done.
     pub fn sync(&self) -> Result<(), GpuError> {
-        self.stream
-            .synchronize()
-            .map_err(driver("cuStreamSynchronize"))
+        for s in std::iter::once(&self.stream).chain(&self.slot_streams) {
+            s.synchronize().map_err(driver("cuStreamSynchronize"))?;
+        }
+        Ok(())
     }
 }
 

@@ -52,6 +52,12 @@ pub struct ReorderResult {
     pub d2d_gbyte_s: f64,
     /// `reorder_gbyte_s / d2d_gbyte_s`.
     pub ratio: f64,
+    /// CPU microseconds per batch spent queueing the reorder (table, launch, event) and
+    /// waiting for a table slot to come free (medians of the rounds): a wait near zero
+    /// means the CPU, not the GPU, sets the pace.
+    pub submit_us_per_batch: f64,
+    /// See `submit_us_per_batch`.
+    pub wait_us_per_batch: f64,
 }
 
 /// The whole report (`--json`).
@@ -268,23 +274,30 @@ fn reorder_case(
         .collect();
     let bytes = payload as f64 * ppb as f64;
     let (mut r, mut c) = (Vec::new(), Vec::new());
+    let (mut submit_us, mut wait_us) = (Vec::new(), Vec::new());
     const REPS: usize = 64;
     let slots = gpudirect::kernels::TABLE_SLOTS;
     for _ in 0..rounds {
         // Batches back to back, as a stream of them arrives; one wait at the end.
         let t = Instant::now();
+        let (mut submitting, mut waiting) = (Duration::ZERO, Duration::ZERO);
         for k in 0..REPS {
             let slot = k % slots;
             if k >= slots {
-                gpu.wait_slot(slot)?;
+                let w = Instant::now();
+                gpu.wait_reorder(slot)?;
+                waiting += w.elapsed();
             }
+            let s = Instant::now();
             // SAFETY: packets and output are device buffers alive until the sync below;
             // the slot's previous batch completed (waited for above).
             unsafe { gpu.reorder_in(slot, spec, &packets, output.device_ptr()) }?;
-            gpu.record_slot(slot)?;
+            submitting += s.elapsed();
         }
         gpu.sync()?;
         r.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
+        submit_us.push(submitting.as_secs_f64() * 1e6 / REPS as f64);
+        wait_us.push(waiting.as_secs_f64() * 1e6 / REPS as f64);
         let t = Instant::now();
         for _ in 0..REPS {
             // SAFETY: both ranges lie in device buffers of at least `bytes` bytes.
@@ -315,6 +328,8 @@ fn reorder_case(
         reorder_gbyte_s,
         d2d_gbyte_s,
         ratio: reorder_gbyte_s / d2d_gbyte_s,
+        submit_us_per_batch: median(submit_us),
+        wait_us_per_batch: median(wait_us),
     })
 }
 
@@ -333,8 +348,8 @@ impl GpuReport {
         }
         for r in &self.reorder {
             s.push_str(&format!(
-                "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2}\n",
-                r.case, r.reorder_gbyte_s, r.d2d_gbyte_s, r.ratio
+                "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2}; per batch {:.1} us submitting, {:.1} us waiting\n",
+                r.case, r.reorder_gbyte_s, r.d2d_gbyte_s, r.ratio, r.submit_us_per_batch, r.wait_us_per_batch
             ));
         }
         s
