@@ -847,7 +847,7 @@ impl Gpu {
         let mut spins = 0u32;
         while !self.reorder_done(slot) {
             spins += 1;
-            if spins % 256 == 0 {
+            if spins.is_multiple_of(256) {
                 // SAFETY: a stream of this context.
                 let r = unsafe {
                     cudarc::driver::sys::cuStreamQuery(self.slot_streams[slot].cu_stream())
