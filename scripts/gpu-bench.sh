@@ -10,7 +10,10 @@ bin=${DATAPLANE_BIN:-target/release/dataplane}
 out=${OUT:-$(mktemp -d)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$bin" bench gpu --json > "$out/bench_gpu.json" || exit 1
+# The human report to the terminal, the JSON (its last line) to the reports folder.
+"$bin" bench gpu --json > "$tmp/gpu.txt" || exit 1
+grep -v '^{' "$tmp/gpu.txt"
+grep '^{' "$tmp/gpu.txt" > "$out/bench_gpu.json"
 summary() { # label json-line
   python3 -c "import json,sys; r=json.loads(sys.argv[2]); print(sys.argv[1], 'lossless' if r['lossless'] else 'NOT LOSSLESS', round(r['rx_mpps'],2), 'Mpps', round(r['rx_gbps'],1), 'Gb/s', r.get('reorder',''))" "$1" "$2"
 }

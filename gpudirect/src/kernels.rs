@@ -180,8 +180,8 @@ __device__ void warp_zero(u8* d, u32 n, u32 lane) {
     for (u32 k = v * 16 + lane; k < rest; k += 32) a[k] = 0;
 }
 
-// Sample `j` of a 16-byte chunk held as four little-endian words (indices are constants
-// once unrolled, so the chunk stays in registers).
+// Sample `j` of a chunk held as little-endian words (indices are constants once
+// unrolled, so the chunk stays in registers).
 template <int IN, bool NET>
 __device__ __forceinline__ int chunk_sample(const u32* w, u32 j) {
 #define BYTE(k) ((w[(k) >> 2] >> (((k) & 3) * 8)) & 0xff)
@@ -197,34 +197,49 @@ __device__ __forceinline__ u32 out_bits(float v, int out) {
     return out == 0 ? (u32)f32_to_f16(v) : out == 1 ? (u32)f32_to_bf16(v) : __float_as_uint(v);
 }
 
-// Converts `avail` input bytes at `s` into `d`, a 16-byte chunk per lane: one vector load,
-// the samples converted in registers, the output stored in 8- or 16-byte words. The last
-// partial chunk goes sample by sample. Returns the output bytes written.
+// Converts `avail` input bytes at `s` into `d`, a chunk per lane: one vector load, the
+// samples converted in registers, the output stored in 8- or 16-byte words. Chunks are 16
+// input bytes, or fewer where the output grows (int4 to fp32 is 8 times the input), so a
+// lane writes at most 32 bytes per chunk and a warp's stores stay close together. The
+// last partial chunk goes sample by sample. Returns the output bytes written.
 template <int IN, int OUT, bool NET>
 __device__ u32 warp_convert(const u8* s, u8* d, u32 avail, u32 lane) {
     const u32 BITS = IN == 0 ? 4 : IN == 1 ? 8 : IN == 2 ? 16 : 32;
-    const u32 PER = 128 / BITS;
     const u32 OB = OUT == 2 ? 4 : 2;
+    const u32 GROWTH2 = 2 * OB * 8 / BITS;  // output bytes per input byte, times 2
+    const u32 CH = GROWTH2 >= 16 ? 4 : GROWTH2 >= 8 ? 8 : 16;
+    const u32 NW = CH / 4;
+    const u32 PER = CH * 8 / BITS;
     const u32 WORDS = PER * OB / 4;
     u32 elems = avail * 8 / BITS;
-    u32 chunks = ((((u64)s | (u64)d) & 15) == 0) ? avail / 16 : 0;
+    u32 chunks = ((((u64)s & (CH - 1)) | ((u64)d & 15)) == 0) ? avail / CH : 0;
     // Four chunks' loads in flight per lane before any conversion.
     for (u32 base = lane; base < chunks; base += 4 * 32) {
-        uint4 in[4];
-#pragma unroll
-        for (u32 u = 0; u < 4; u++)
-            if (base + u * 32 < chunks) in[u] = ((const uint4*)s)[base + u * 32];
+        u32 in[4][4];
 #pragma unroll
         for (u32 u = 0; u < 4; u++) {
             u32 c = base + u * 32;
             if (c >= chunks) break;
-            u32 w[4] = {in[u].x, in[u].y, in[u].z, in[u].w};
+            if (NW == 4) {
+                uint4 v = ((const uint4*)s)[c];
+                in[u][0] = v.x; in[u][1] = v.y; in[u][2] = v.z; in[u][3] = v.w;
+            } else if (NW == 2) {
+                uint2 v = ((const uint2*)s)[c];
+                in[u][0] = v.x; in[u][1] = v.y;
+            } else {
+                in[u][0] = ((const u32*)s)[c];
+            }
+        }
+#pragma unroll
+        for (u32 u = 0; u < 4; u++) {
+            u32 c = base + u * 32;
+            if (c >= chunks) break;
             u32 o[WORDS];
 #pragma unroll
             for (u32 k = 0; k < WORDS; k++) o[k] = 0;
 #pragma unroll
             for (u32 j = 0; j < PER; j++) {
-                u32 bits = out_bits((float)chunk_sample<IN, NET>(w, j), OUT);
+                u32 bits = out_bits((float)chunk_sample<IN, NET>(in[u], j), OUT);
                 if (OB == 4) o[j] = bits;
                 else o[j / 2] |= bits << (16 * (j % 2));
             }
@@ -541,6 +556,12 @@ pub struct Gpu {
     /// Per table slot: the generation of its last reorder, which the kernels write into
     /// the slot's pinned metadata when the batch is complete.
     slot_generation: [u32; TABLE_SLOTS],
+    /// The device runs stream memory operations: [`Gpu::record_slot`] has the stream write
+    /// an increasing mark into the slot's pinned metadata, which the CPU reads without a
+    /// driver call, instead of recording an event.
+    stream_mem_ops: bool,
+    /// Per table slot: the last mark [`Gpu::record_slot`] queued.
+    slot_marks: [u32; TABLE_SLOTS],
     /// Output of `frame_digest` (grown on demand).
     digest_out: Option<PinnedBuffer>,
     ordinal: u32,
@@ -594,12 +615,33 @@ impl Gpu {
                 .collect::<Result<_, _>>()?,
             generation: 1,
             slot_generation: [0; TABLE_SLOTS],
+            stream_mem_ops: false,
+            slot_marks: [0; TABLE_SLOTS],
             digest_out: None,
             ordinal,
             table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
             stream,
             ctx,
-        })
+        }
+        .with_stream_mem_ops_probed())
+    }
+
+    /// Turns on stream-written slot marks when the driver runs stream memory operations
+    /// (one write to a slot's flag, waited for; CUDA 12 and later have them by default).
+    fn with_stream_mem_ops_probed(mut self) -> Self {
+        // SAFETY: slot 0's flag is pinned, GPU-mapped memory owned by `self`; the sync
+        // below ends the write before anything else uses the slot.
+        let r = unsafe {
+            cudarc::driver::sys::cuStreamWriteValue32_v2(
+                self.stream.cu_stream(),
+                self.slot_flag(0) as u64,
+                0,
+                0,
+            )
+        };
+        self.stream_mem_ops =
+            r == cudarc::driver::sys::CUresult::CUDA_SUCCESS && self.stream.synchronize().is_ok();
+        self
     }
 
     /// The stream the work runs on (GPU consumers order their work after it).
@@ -929,7 +971,9 @@ impl Gpu {
             .arg(&sums_at);
         // SAFETY: the signature matches; table and output stay valid until the sync.
         unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(frame_digest)"))?;
-        self.sync()?;
+        // A mark in pinned memory rather than a stream sync: no driver call while waiting.
+        self.record_slot(0)?;
+        self.wait_slot(0)?;
         // SAFETY: the output holds n sums then n digests, written by the finished kernel.
         unsafe {
             std::ptr::copy_nonoverlapping(out.cast::<u64>(), sums.as_mut_ptr(), n);
@@ -1029,25 +1073,88 @@ impl Gpu {
             .map_err(driver("cuMemcpyDtoDAsync"))
     }
 
-    /// Records table `slot`'s event: it completes when everything queued so far has.
-    pub fn record_slot(&self, slot: usize) -> Result<(), GpuError> {
-        self.slot_events[slot]
-            .record(&self.stream)
-            .map_err(driver("cuEventRecord"))
+    /// Marks table `slot`: it completes when everything queued on the stream so far has.
+    /// With stream memory operations the stream itself writes the mark into pinned memory
+    /// (the CPU then checks it without a driver call), otherwise an event is recorded.
+    pub fn record_slot(&mut self, slot: usize) -> Result<(), GpuError> {
+        if !self.stream_mem_ops {
+            return self.slot_events[slot]
+                .record(&self.stream)
+                .map_err(driver("cuEventRecord"));
+        }
+        let mark = self.slot_marks[slot].wrapping_add(1);
+        self.slot_marks[slot] = mark;
+        // SAFETY: the flag is a word of this slot's pinned, GPU-mapped metadata, owned by
+        // `self`; the write happens after the stream's earlier work (default flags keep
+        // the memory barrier).
+        let r = unsafe {
+            cudarc::driver::sys::cuStreamWriteValue32_v2(
+                self.stream.cu_stream(),
+                self.slot_flag(slot) as u64,
+                mark,
+                0,
+            )
+        };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(GpuError::Driver {
+                call: "cuStreamWriteValue32",
+                source: cudarc::driver::result::DriverError(r),
+            });
+        }
+        Ok(())
     }
 
-    /// True once the work before table `slot`'s last recorded event finished.
+    /// The word of table `slot`'s metadata the stream writes its marks into.
+    fn slot_flag(&self, slot: usize) -> *const u32 {
+        let (_, _, _, meta) = self.table_addrs_in(slot);
+        (meta + 12) as *const u32
+    }
+
+    /// True once the work before table `slot`'s last mark finished.
     pub fn slot_done(&self, slot: usize) -> Result<bool, GpuError> {
-        self.slot_events[slot]
-            .try_is_complete()
-            .map_err(driver("cuEventQuery"))
+        if !self.stream_mem_ops {
+            return self.slot_events[slot]
+                .try_is_complete()
+                .map_err(driver("cuEventQuery"));
+        }
+        // SAFETY: a word of this slot's pinned metadata, which the GPU writes.
+        Ok(unsafe { std::ptr::read_volatile(self.slot_flag(slot)) } == self.slot_marks[slot])
     }
 
-    /// Blocks until table `slot`'s last recorded event completed.
+    /// Waits until the work before table `slot`'s last mark finished (spinning on the
+    /// mark, and asking the driver now and then whether the stream failed).
     pub fn wait_slot(&self, slot: usize) -> Result<(), GpuError> {
-        self.slot_events[slot]
-            .synchronize()
-            .map_err(driver("cuEventSynchronize"))
+        if !self.stream_mem_ops {
+            return self.slot_events[slot]
+                .synchronize()
+                .map_err(driver("cuEventSynchronize"));
+        }
+        let mut spins = 0u32;
+        while !self.slot_done(slot)? {
+            spins += 1;
+            if !spins.is_multiple_of(256) {
+                std::hint::spin_loop();
+                continue;
+            }
+            // SAFETY: this context's stream.
+            match unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) } {
+                cudarc::driver::sys::CUresult::CUDA_SUCCESS => {
+                    if !self.slot_done(slot)? {
+                        return Err(GpuError::Unsupported(format!(
+                            "the stream is idle but table slot {slot} was never marked done"
+                        )));
+                    }
+                }
+                cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY => std::thread::yield_now(),
+                e => {
+                    return Err(GpuError::Driver {
+                        call: "cuStreamQuery",
+                        source: cudarc::driver::result::DriverError(e),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Waits until everything queued on the stream and the slot streams is done.

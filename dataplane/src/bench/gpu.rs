@@ -52,6 +52,11 @@ pub struct ReorderResult {
     pub d2d_gbyte_s: f64,
     /// `reorder_gbyte_s / d2d_gbyte_s`.
     pub ratio: f64,
+    /// The highest ratio memory traffic allows: the copy reads and writes the input bytes
+    /// once, a conversion reads them and writes its (larger or smaller) output, so at equal
+    /// bandwidth the ratio is at most `2 * input / (input + output)` (1 without a
+    /// conversion).
+    pub traffic_bound: f64,
     /// CPU microseconds per batch spent queueing the reorder (table, launch, event) and
     /// waiting for a table slot to come free (medians of the rounds): a wait near zero
     /// means the CPU, not the GPU, sets the pace.
@@ -157,6 +162,33 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
             8192,
             Some(Conversion {
                 input: InputType::Int16,
+                output: OutputType::Fp32,
+                network_order: true,
+            }),
+        ),
+        (
+            "reorder 1024 x 8 KiB, int16 -> fp16",
+            8192,
+            Some(Conversion {
+                input: InputType::Int16,
+                output: OutputType::Fp16,
+                network_order: true,
+            }),
+        ),
+        (
+            "reorder 1024 x 8 KiB, int8 -> bf16",
+            8192,
+            Some(Conversion {
+                input: InputType::Int8,
+                output: OutputType::Bf16,
+                network_order: true,
+            }),
+        ),
+        (
+            "reorder 1024 x 8 KiB, int4 -> fp32",
+            8192,
+            Some(Conversion {
+                input: InputType::Int4,
                 output: OutputType::Fp32,
                 network_order: true,
             }),
@@ -328,6 +360,13 @@ fn reorder_case(
         reorder_gbyte_s,
         d2d_gbyte_s,
         ratio: reorder_gbyte_s / d2d_gbyte_s,
+        traffic_bound: {
+            let (input, output) = (
+                f64::from(spec.in_slot_bytes),
+                f64::from(spec.out_slot_bytes()),
+            );
+            (2.0 * input / (input + output)).min(1.0)
+        },
         submit_us_per_batch: median(submit_us),
         wait_us_per_batch: median(wait_us),
     })
@@ -348,8 +387,8 @@ impl GpuReport {
         }
         for r in &self.reorder {
             s.push_str(&format!(
-                "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2}; per batch {:.1} us submitting, {:.1} us waiting\n",
-                r.case, r.reorder_gbyte_s, r.d2d_gbyte_s, r.ratio, r.submit_us_per_batch, r.wait_us_per_batch
+                "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2} (traffic allows {:.2}); per batch {:.1} us submitting, {:.1} us waiting\n",
+                r.case, r.reorder_gbyte_s, r.d2d_gbyte_s, r.ratio, r.traffic_bound, r.submit_us_per_batch, r.wait_us_per_batch
             ));
         }
         s
