@@ -21,6 +21,9 @@ test: setup
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --release $(FEATURES)
+	# The embedding examples (dataplane/examples) run and check themselves.
+	for e in receive_loop transmit_loop steering gpu_region; do \
+		$(CARGO) run --release -q $(FEATURES) -p dataplane --example $$e || exit 1; done
 	# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
 	LD_LIBRARY_PATH=$$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 $(CARGO) test --release -p gpudirect kernels::tests
 	./scripts/embed-check.sh

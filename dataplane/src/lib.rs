@@ -16,6 +16,7 @@ pub mod descriptor;
 pub mod engine;
 pub mod hugepages;
 pub mod memory;
+pub mod packet;
 pub mod plan;
 pub mod plane;
 #[cfg(feature = "rdma")]
@@ -31,4 +32,4 @@ pub mod worker;
 pub use dataplane_ring as ring;
 
 pub use burst::{Burst, Packet, Segment};
-pub use plane::{DataPlane, RxQueue, SendError, StartError, Stream, TxFailure, TxQueue};
+pub use plane::{DataPlane, RecvError, RxQueue, SendError, StartError, Stream, TxFailure, TxQueue};

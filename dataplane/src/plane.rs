@@ -146,6 +146,30 @@ impl RxQueue {
         }
     }
 
+    /// The next burst, waiting up to `timeout` for one (spinning, then yielding, then
+    /// sleeping in growing steps): `Ok(None)` when none came in time. Once the plane is
+    /// shut down, the bursts it delivered still come out, then [`RecvError::Stopped`], so
+    /// a receive loop ends instead of waiting on a plane that is gone.
+    pub fn recv(&mut self, timeout: Duration) -> Result<Option<Burst>, RecvError> {
+        let mut wait = Backoff::new(timeout);
+        loop {
+            match self.poll() {
+                Ok(Some(b)) => return Ok(Some(b)),
+                Err(f) => return Err(RecvError::WorkerFailed(f)),
+                Ok(None) if self.health.is_stopped() => {
+                    // Anything the worker pushed before it stopped is in the ring now.
+                    return match self.poll() {
+                        Ok(Some(b)) => Ok(Some(b)),
+                        Ok(None) => Err(RecvError::Stopped),
+                        Err(f) => Err(RecvError::WorkerFailed(f)),
+                    };
+                }
+                Ok(None) if wait.expired() => return Ok(None),
+                Ok(None) => wait.pause(),
+            }
+        }
+    }
+
     /// Counters of the queue's reorders, when it has any.
     pub fn reorder_counts(&self) -> Option<crate::reorder::ReorderCounts> {
         self.reorder.as_ref().map(|r| r.counts())
@@ -194,6 +218,10 @@ pub enum TxFailure {
     /// The queue's worker died; nothing sent on this queue goes anywhere.
     #[error(transparent)]
     WorkerFailed(WorkerFailed),
+    /// The data plane was shut down (or dropped); nothing sent on this queue goes
+    /// anywhere.
+    #[error("the data plane was shut down")]
+    Stopped,
     /// A forwarded burst has a segment in GPU memory, which TX engines read with the CPU.
     #[error("a forwarded burst has a segment in GPU memory; forward host-memory bursts only")]
     GpuMemory,
@@ -283,6 +311,9 @@ impl TxQueue {
         if let Some(f) = self.health.failure() {
             return Err(TxFailure::WorkerFailed(f.clone()));
         }
+        if self.health.is_stopped() {
+            return Err(TxFailure::Stopped);
+        }
         Burst::allocate(
             self.regions.clone(),
             self.port,
@@ -327,6 +358,12 @@ impl TxQueue {
             return Err(SendError {
                 burst,
                 reason: TxFailure::WorkerFailed(f.clone()),
+            });
+        }
+        if self.health.is_stopped() {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::Stopped,
             });
         }
         if burst.port() != self.port || burst.queue() != self.queue {
@@ -400,6 +437,68 @@ impl TxQueue {
     pub fn pending(&self) -> usize {
         self.ring.buffer().capacity() - self.ring.slots()
     }
+
+    /// As [`TxQueue::send`], waiting up to `timeout` for room in a full ring (spinning,
+    /// then yielding, then sleeping in growing steps). Fails at once for every other
+    /// reason, with [`TxFailure::Stopped`] once the plane is shut down, so a sender never
+    /// waits on a plane that is gone.
+    pub fn send_within(&mut self, burst: Burst, timeout: Duration) -> Result<(), SendError> {
+        let mut wait = Backoff::new(timeout);
+        let mut burst = burst;
+        loop {
+            match self.send(burst) {
+                Err(e) if e.reason == TxFailure::RingFull && !wait.expired() => {
+                    burst = e.burst;
+                    wait.pause();
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Waiting without burning a core for long: spin first (the next burst is usually
+/// microseconds away), then yield, then sleep in steps growing to a millisecond.
+struct Backoff {
+    deadline: Instant,
+    rounds: u32,
+}
+
+impl Backoff {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            deadline: Instant::now() + timeout,
+            rounds: 0,
+        }
+    }
+
+    fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    fn pause(&mut self) {
+        self.rounds = self.rounds.saturating_add(1);
+        match self.rounds {
+            0..64 => std::hint::spin_loop(),
+            64..128 => std::thread::yield_now(),
+            r => {
+                let step = Duration::from_micros(10u64 << (r - 128).min(7));
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                std::thread::sleep(step.min(left));
+            }
+        }
+    }
+}
+
+/// Why [`RxQueue::recv`] returned no burst.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    /// The queue's worker died (after the bursts it delivered came out).
+    #[error(transparent)]
+    WorkerFailed(WorkerFailed),
+    /// The data plane was shut down and every burst it delivered came out.
+    #[error("the data plane was shut down")]
+    Stopped,
 }
 
 /// Packets per burst of a connection's queues.
@@ -523,6 +622,45 @@ struct WorkerHandle {
 }
 
 /// A running data plane. Dropping it shuts it down.
+///
+/// ```
+/// use dataplane::{DataPlane, RecvError, packet::UdpFrame};
+/// use std::time::Duration;
+///
+/// let yaml = r#"
+/// dataplane:
+///   cfg:
+///     version: 1
+///     stream_type: raw
+///     master_core: 0
+///     loopback: "sw"
+///     memory_regions:
+///     - {name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
+///     interfaces:
+///     - name: loop0
+///       address: loopback
+///       tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]}
+///       rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}]}
+/// "#;
+/// let config = dataplane::config::load_str(yaml, "example").unwrap().config;
+/// let mut plane = DataPlane::start(&config).unwrap();
+/// let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
+/// let mut rx = plane.take_rx_queue("loop0", 0).unwrap();
+///
+/// let frame = UdpFrame::new("10.0.0.1:4096".parse().unwrap(), "10.0.0.2:5000".parse().unwrap());
+/// let mut burst = tx.alloc(1).unwrap();
+/// let len = frame.write(b"hello", burst.buffer_mut(0, 0).unwrap()).unwrap();
+/// burst.set_len(0, 0, len);
+/// tx.send_within(burst, Duration::from_secs(1)).unwrap();
+///
+/// let burst = rx.recv(Duration::from_secs(5)).unwrap().expect("the frame");
+/// let view = dataplane::packet::parse(burst.data(0, 0).unwrap()).unwrap();
+/// assert_eq!(view.payload, b"hello");
+/// drop(burst);
+///
+/// plane.shutdown().unwrap();
+/// assert_eq!(rx.recv(Duration::from_secs(1)).err(), Some(RecvError::Stopped));
+/// ```
 pub struct DataPlane {
     config: Config,
     engine: Arc<dyn Engine>,
@@ -1101,6 +1239,9 @@ impl DataPlane {
             if let Some(t) = w.thread.take() {
                 let _ = t.join();
             }
+            // After the join: what the worker delivered is in the rings before queues
+            // see the stop.
+            w.health.stop();
         }
     }
 }

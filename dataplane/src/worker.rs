@@ -71,9 +71,22 @@ pub struct WorkerFailed {
 pub struct WorkerHealth {
     failed: AtomicBool,
     failure: std::sync::OnceLock<WorkerFailed>,
+    /// The plane was shut down: the worker is gone on purpose.
+    stopped: AtomicBool,
 }
 
 impl WorkerHealth {
+    /// Records that the plane stopped the worker (queues then report `Stopped`).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    /// True once the plane stopped the worker.
+    #[inline]
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
     /// Records that the worker died; the first failure wins.
     pub fn fail(&self, failure: WorkerFailed) {
         let _ = self.failure.set(failure);

@@ -10,7 +10,14 @@ use std::path::{Path, PathBuf};
 /// of lower layers only. Keep this table and the one in `docs/architecture.md` equal.
 const LAYERS: &[&[&str]] = &[
     // Leaves: they import nothing from the crate.
-    &["descriptor", "sysinfo", "affinity", "ring", "clock"],
+    &[
+        "descriptor",
+        "sysinfo",
+        "affinity",
+        "ring",
+        "clock",
+        "packet",
+    ],
     // The configuration schema, parser and validation.
     &["config"],
     // The start-up plan: pure decisions from a configuration.
