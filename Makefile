@@ -24,6 +24,11 @@ test: setup
 	# The embedding examples (dataplane/examples) run and check themselves.
 	for e in receive_loop transmit_loop steering gpu_region; do \
 		$(CARGO) run --release -q $(FEATURES) -p dataplane --example $$e || exit 1; done
+	# The C API: the header is current (a test above), the C example builds and runs.
+	$(CARGO) build --release $(FEATURES) -p dataplane-c
+	$(CC) -O2 -Wall -Wextra -Werror -I capi/include capi/examples/loopback.c \
+		-L target/release -ldataplane_c -Wl,-rpath,$(CURDIR)/target/release -o target/c-loopback
+	./target/c-loopback
 	# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
 	LD_LIBRARY_PATH=$$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 $(CARGO) test --release -p gpudirect kernels::tests
 	./scripts/embed-check.sh
