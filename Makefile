@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # builds without it (for hosts without DPDK's shared libraries).
 FEATURES ?= --features dataplane/dpdk
 
-.PHONY: setup build run test bench lint clean
+.PHONY: setup build run test python-test bench lint clean
 
 setup:
 	./scripts/setup.sh
@@ -31,11 +31,24 @@ test: setup
 	./target/c-loopback
 	# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
 	LD_LIBRARY_PATH=$$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 $(CARGO) test --release -p gpudirect kernels::tests
+	$(MAKE) python-test
 	./scripts/embed-check.sh
 	./scripts/loom.sh
 	./scripts/smoke.sh
 	./scripts/tapflow-vm.sh
 	./scripts/rdma-vm-tests.sh
+
+# The Python package: a wheel built with maturin in a venv made from PyPI, its tests, and
+# the Python benchmark for a second.
+PYENV := target/pyenv
+python-test: setup
+	[ -x $(PYENV)/bin/pip ] || python3 -m venv $(PYENV)
+	$(PYENV)/bin/pip install -q maturin numpy pytest
+	rm -rf target/wheels
+	cd python && ../$(PYENV)/bin/maturin build --release -q -o ../target/wheels
+	$(PYENV)/bin/pip install -q --force-reinstall target/wheels/dataplane-*.whl
+	$(PYENV)/bin/python -m pytest -q python/tests
+	$(PYENV)/bin/python examples/python/bench_raw.py configs/sw_loopback.yaml --seconds 1
 
 bench: build
 	./scripts/bench.sh

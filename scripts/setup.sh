@@ -5,6 +5,8 @@ need=()
 command -v cc >/dev/null || need+=(build-essential)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
+# venv with pip for the Python package's tests (make python-test).
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 # Network namespaces for the veth tests; iperf3 for scripts/bench-vs-iperf.sh.
 command -v ip >/dev/null || need+=(iproute2)
 command -v iperf3 >/dev/null || need+=(iperf3)

@@ -1,0 +1,536 @@
+//! Python bindings (`import dataplane`): start a plane from YAML, take queues, receive and
+//! send bursts, read and write packets without copying, steer flows, read counters.
+//!
+//! Packet bytes in host memory are exported through the buffer protocol (`memoryview`,
+//! `numpy.frombuffer`; writable for TX buffers); packets in GPU memory through
+//! `__cuda_array_interface__` (CuPy, Numba, PyTorch). A burst refuses to be sent while any
+//! such view of it is alive, so no view ever points at memory the plane reuses. Waits
+//! release the GIL.
+
+use dataplane::config::{FlowConfig, FlowMatch, PortRange};
+use pyo3::exceptions::{PyBufferError, PyException, PyIndexError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3::{create_exception, ffi};
+use std::ffi::c_int;
+use std::sync::Mutex;
+use std::time::Duration;
+
+create_exception!(dataplane, Error, PyException, "A data plane error.");
+create_exception!(
+    dataplane,
+    Stopped,
+    Error,
+    "The data plane was shut down; nothing more comes or goes on this queue."
+);
+
+fn err(e: impl std::fmt::Display) -> PyErr {
+    Error::new_err(e.to_string())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An interface's name, RX queue ids and TX queue ids.
+type InterfaceQueues = (String, Vec<u16>, Vec<u16>);
+
+/// A running data plane; a context manager that shuts it down on exit.
+#[pyclass(module = "dataplane")]
+struct DataPlane {
+    plane: Mutex<Option<dataplane::DataPlane>>,
+}
+
+impl DataPlane {
+    fn with<T>(&self, f: impl FnOnce(&mut dataplane::DataPlane) -> PyResult<T>) -> PyResult<T> {
+        match lock(&self.plane).as_mut() {
+            Some(p) => f(p),
+            None => Err(Stopped::new_err("the data plane was shut down")),
+        }
+    }
+}
+
+#[pymethods]
+impl DataPlane {
+    /// Starts a plane from configuration text (the reference's YAML schema); `name` names
+    /// it in error messages.
+    #[new]
+    #[pyo3(signature = (yaml, name = "<string>"))]
+    fn new(py: Python<'_>, yaml: &str, name: &str) -> PyResult<Self> {
+        let config = dataplane::config::load_str(yaml, name).map_err(err)?.config;
+        let plane = py
+            .detach(|| dataplane::DataPlane::start(&config))
+            .map_err(err)?;
+        Ok(Self {
+            plane: Mutex::new(Some(plane)),
+        })
+    }
+
+    /// Starts a plane from a configuration file.
+    #[staticmethod]
+    fn from_file(py: Python<'_>, path: &str) -> PyResult<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("{path}: {e}")))?;
+        Self::new(py, &text, path)
+    }
+
+    /// `(interface, [RX queue ids], [TX queue ids])` for every interface.
+    fn interfaces(&self) -> PyResult<Vec<InterfaceQueues>> {
+        self.with(|p| {
+            Ok(p.config()
+                .interfaces
+                .iter()
+                .map(|i| {
+                    let ids = |qs: Option<&Vec<dataplane::config::QueueConfig>>| {
+                        qs.map(|q| q.iter().map(|q| q.id).collect())
+                            .unwrap_or_default()
+                    };
+                    (
+                        i.name.clone(),
+                        ids(i.rx.as_ref().map(|r| &r.queues)),
+                        ids(i.tx.as_ref().map(|t| &t.queues)),
+                    )
+                })
+                .collect())
+        })
+    }
+
+    /// Takes RX queue `queue` of `interface` (each queue once).
+    fn rx_queue(&self, interface: &str, queue: u16) -> PyResult<RxQueue> {
+        self.with(|p| {
+            p.take_rx_queue(interface, queue)
+                .map(|q| RxQueue { q: Mutex::new(q) })
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "`{interface}` has no RX queue {queue}, or it was taken"
+                    ))
+                })
+        })
+    }
+
+    /// Takes TX queue `queue` of `interface` (each queue once).
+    fn tx_queue(&self, interface: &str, queue: u16) -> PyResult<TxQueue> {
+        self.with(|p| {
+            p.take_tx_queue(interface, queue)
+                .map(|q| TxQueue { q: Mutex::new(q) })
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "`{interface}` has no TX queue {queue}, or it was taken"
+                    ))
+                })
+        })
+    }
+
+    /// Adds a flow rule at run time (lowest priority): UDP source/destination port and
+    /// target queue; returns a handle for `remove_flow`.
+    #[pyo3(signature = (interface, queue, flow_id = 0, udp_src = None, udp_dst = None))]
+    fn add_flow(
+        &self,
+        interface: &str,
+        queue: u16,
+        flow_id: u32,
+        udp_src: Option<u16>,
+        udp_dst: Option<u16>,
+    ) -> PyResult<FlowHandle> {
+        let port = |p: Option<u16>| p.map(|p| PortRange { first: p, last: p });
+        let flow = FlowConfig {
+            name: format!("python_{flow_id}"),
+            id: flow_id,
+            queue_ids: vec![queue],
+            matches: FlowMatch {
+                udp_src: port(udp_src),
+                udp_dst: port(udp_dst),
+                ..Default::default()
+            },
+            transforms: Vec::new(),
+            location: Default::default(),
+        };
+        self.with(|p| {
+            p.add_flow(interface, flow)
+                .map(|h| FlowHandle { h: Some(h) })
+                .map_err(err)
+        })
+    }
+
+    /// Removes a flow added with `add_flow`.
+    fn remove_flow(&self, handle: &mut FlowHandle) -> PyResult<()> {
+        let h = handle
+            .h
+            .take()
+            .ok_or_else(|| PyValueError::new_err("this flow was removed already"))?;
+        self.with(|p| p.remove_flow(h).map_err(err))
+    }
+
+    /// Counters: totals (`rx_packets`, `rx_bytes`, `tx_packets`, `tx_bytes`, `drops` by
+    /// reason) and `queues`, one dict per queue.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.with(|p| Ok(p.snapshot()))?;
+        let d = PyDict::new(py);
+        let (rx_packets, rx_bytes) = s.total(dataplane::config::Direction::Rx);
+        let (tx_packets, tx_bytes) = s.total(dataplane::config::Direction::Tx);
+        d.set_item("rx_packets", rx_packets)?;
+        d.set_item("rx_bytes", rx_bytes)?;
+        d.set_item("tx_packets", tx_packets)?;
+        d.set_item("tx_bytes", tx_bytes)?;
+        let drops = s.drops();
+        let dd = PyDict::new(py);
+        dd.set_item("ring_full", drops.ring_full)?;
+        dd.set_item("pool_empty", drops.pool_empty)?;
+        dd.set_item("no_flow", drops.no_flow)?;
+        dd.set_item("malformed", drops.malformed)?;
+        dd.set_item("engine_missed", drops.engine_missed)?;
+        dd.set_item("gpu_copy", drops.gpu_copy)?;
+        d.set_item("drops", dd)?;
+        let mut queues = Vec::new();
+        for q in &s.queues {
+            let qd = PyDict::new(py);
+            qd.set_item("interface", &q.interface)?;
+            qd.set_item("direction", q.direction)?;
+            qd.set_item("queue", q.queue)?;
+            qd.set_item("packets", q.packets)?;
+            qd.set_item("bytes", q.bytes)?;
+            queues.push(qd);
+        }
+        d.set_item("queues", queues)?;
+        Ok(d)
+    }
+
+    /// Stops the workers. Queues stay usable and raise `Stopped`; calling it again does
+    /// nothing.
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        let plane = lock(&self.plane).take();
+        match plane {
+            None => Ok(()),
+            Some(p) => py.detach(|| p.shutdown()).map_err(|failed| {
+                err(failed
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "))
+            }),
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.shutdown(py)?;
+        Ok(false)
+    }
+}
+
+/// A flow added at run time.
+#[pyclass(module = "dataplane")]
+struct FlowHandle {
+    h: Option<dataplane::steering::FlowHandle>,
+}
+
+/// The application's end of an RX queue.
+#[pyclass(module = "dataplane")]
+struct RxQueue {
+    q: Mutex<dataplane::RxQueue>,
+}
+
+#[pymethods]
+impl RxQueue {
+    /// The next burst if one is ready, else None (never waits).
+    fn poll(&self) -> PyResult<Option<Burst>> {
+        match lock(&self.q).poll() {
+            Ok(b) => Ok(b.map(Burst::new)),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// The next burst, waiting up to `timeout` seconds with the GIL released; None when
+    /// none came. Raises `Stopped` once the plane is shut down and drained.
+    #[pyo3(signature = (timeout = 1.0))]
+    fn recv(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<Burst>> {
+        let wait = Duration::try_from_secs_f64(timeout.max(0.0))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let q = &self.q;
+        match py.detach(|| lock(q).recv(wait)) {
+            Ok(b) => Ok(b.map(Burst::new)),
+            Err(dataplane::RecvError::Stopped) => {
+                Err(Stopped::new_err("the data plane was shut down"))
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+}
+
+/// The application's end of a TX queue.
+#[pyclass(module = "dataplane")]
+struct TxQueue {
+    q: Mutex<dataplane::TxQueue>,
+}
+
+fn tx_error(e: dataplane::TxFailure) -> PyErr {
+    match e {
+        dataplane::TxFailure::Stopped => Stopped::new_err("the data plane was shut down"),
+        other => err(other),
+    }
+}
+
+#[pymethods]
+impl TxQueue {
+    /// A burst of `count` packets from the queue's memory (raises when the pool is short).
+    fn alloc(&self, count: usize) -> PyResult<Burst> {
+        lock(&self.q).alloc(count).map(Burst::new).map_err(tx_error)
+    }
+
+    /// Sends `burst`, waiting up to `timeout` seconds for room (GIL released). Afterwards
+    /// the burst is empty. Raises `BufferError` while views of its packets are alive.
+    #[pyo3(signature = (burst, timeout = 1.0))]
+    fn send(&self, py: Python<'_>, burst: &mut Burst, timeout: f64) -> PyResult<()> {
+        if burst.exports > 0 || burst.views > 0 {
+            return Err(PyBufferError::new_err(
+                "views of this burst's packets are alive (memoryview, numpy arrays): release them before sending",
+            ));
+        }
+        let b = burst
+            .inner
+            .take()
+            .ok_or_else(|| PyValueError::new_err("this burst was sent already"))?;
+        let wait = Duration::try_from_secs_f64(timeout.max(0.0))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let q = &self.q;
+        match py.detach(|| lock(q).send_within(b, wait)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                burst.inner = Some(e.burst);
+                Err(tx_error(e.reason))
+            }
+        }
+    }
+}
+
+/// A burst of packets. `len(burst)`; `burst.packet(i)` views a received frame,
+/// `burst.buffer(i)` a TX buffer to fill (both zero-copy).
+#[pyclass(module = "dataplane")]
+struct Burst {
+    inner: Option<dataplane::Burst>,
+    /// Buffer-protocol exports alive (memoryviews, numpy arrays).
+    exports: usize,
+    /// `Packet` objects alive.
+    views: usize,
+}
+
+impl Burst {
+    fn new(b: dataplane::Burst) -> Self {
+        Self {
+            inner: Some(b),
+            exports: 0,
+            views: 0,
+        }
+    }
+
+    fn get(&self) -> PyResult<&dataplane::Burst> {
+        self.inner
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("this burst was sent"))
+    }
+
+    fn check_index(&self, i: usize) -> PyResult<()> {
+        let n = self.get()?.len();
+        if i >= n {
+            return Err(PyIndexError::new_err(format!(
+                "packet {i} of a {n}-packet burst"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Burst {
+    fn __len__(&self) -> usize {
+        self.inner.as_ref().map_or(0, |b| b.len())
+    }
+
+    /// Packet `i`'s frame, read-only (its length).
+    fn packet(slf: Bound<'_, Self>, i: usize) -> PyResult<Packet> {
+        slf.borrow().check_index(i)?;
+        slf.borrow_mut().views += 1;
+        Ok(Packet {
+            burst: slf.unbind(),
+            index: i,
+            writable: false,
+        })
+    }
+
+    /// Packet `i`'s whole buffer, writable (its capacity); set the frame's length with
+    /// `set_len`.
+    fn buffer(slf: Bound<'_, Self>, i: usize) -> PyResult<Packet> {
+        slf.borrow().check_index(i)?;
+        slf.borrow_mut().views += 1;
+        Ok(Packet {
+            burst: slf.unbind(),
+            index: i,
+            writable: true,
+        })
+    }
+
+    /// Sets packet `i`'s length (at most its buffer's capacity).
+    fn set_len(&mut self, i: usize, length: usize) -> PyResult<()> {
+        self.check_index(i)?;
+        let b = self.inner.as_mut().expect("checked");
+        let cap = b
+            .regions()
+            .get(b.packets()[i].segments()[0].region)
+            .buf_size();
+        if length > cap {
+            return Err(PyValueError::new_err(format!(
+                "length {length} is past the {cap}-byte buffer"
+            )));
+        }
+        b.set_len(i, 0, length);
+        Ok(())
+    }
+
+    /// Packet `i`'s flow id (0: no rule marked it).
+    fn flow_id(&self, i: usize) -> PyResult<u32> {
+        self.check_index(i)?;
+        Ok(self.get()?.packets()[i].flow_id)
+    }
+
+    /// Packet `i`'s receive time in ns (0 when not stamped).
+    fn timestamp_ns(&self, i: usize) -> PyResult<u64> {
+        self.check_index(i)?;
+        Ok(self.get()?.packets()[i].timestamp_ns)
+    }
+}
+
+/// A zero-copy view of one packet: the buffer protocol for host memory
+/// (`memoryview(p)`, `numpy.frombuffer(p, dtype)`), `__cuda_array_interface__` for GPU
+/// memory. Keeps its burst alive and unsendable while it exists.
+#[pyclass(module = "dataplane")]
+struct Packet {
+    burst: Py<Burst>,
+    index: usize,
+    writable: bool,
+}
+
+impl Packet {
+    /// Address and length of the viewed bytes, and whether they are host memory.
+    fn span(&self, b: &Burst) -> PyResult<(u64, usize, bool)> {
+        let inner = b.get()?;
+        let seg = inner.packets()[self.index].segments()[0];
+        let region = inner.regions().get(seg.region);
+        let len = if self.writable {
+            region.buf_size()
+        } else {
+            seg.len as usize
+        };
+        Ok((
+            inner.segment_addr(self.index, 0),
+            len,
+            region.host_accessible(),
+        ))
+    }
+}
+
+impl Drop for Packet {
+    fn drop(&mut self) {
+        Python::attach(|py| self.burst.borrow_mut(py).views -= 1);
+    }
+}
+
+#[pymethods]
+impl Packet {
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.span(&self.burst.borrow(py))?.1)
+    }
+
+    /// The packet's bytes, copied.
+    fn tobytes(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
+        let b = self.burst.borrow(py);
+        let (_, _, host) = self.span(&b)?;
+        if !host {
+            return Err(PyBufferError::new_err(
+                "the packet is in GPU memory: use __cuda_array_interface__",
+            ));
+        }
+        let inner = b.get()?;
+        Ok(inner.data(self.index, 0).unwrap_or_default().to_vec())
+    }
+
+    /// CUDA array interface (version 3) of a packet in GPU memory: one-dimensional bytes.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let b = self.burst.borrow(py);
+        let (addr, len, host) = self.span(&b)?;
+        if host {
+            return Err(pyo3::exceptions::PyAttributeError::new_err(
+                "the packet is in host memory: use the buffer protocol",
+            ));
+        }
+        let d = PyDict::new(py);
+        d.set_item("shape", (len,))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (addr, !self.writable))?;
+        d.set_item("version", 3)?;
+        d.set_item("strides", py.None())?;
+        // The bytes are in place when the burst is delivered: no stream to wait on.
+        d.set_item("stream", py.None())?;
+        Ok(d)
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.borrow();
+        let (addr, len, host) = this.span(&this.burst.borrow(py))?;
+        if !host {
+            return Err(PyBufferError::new_err(
+                "the packet is in GPU memory: use __cuda_array_interface__",
+            ));
+        }
+        if flags & ffi::PyBUF_WRITABLE != 0 && !this.writable {
+            return Err(PyBufferError::new_err(
+                "a received packet is read-only; TX buffers (burst.buffer(i)) are writable",
+            ));
+        }
+        // SAFETY: `addr` is `len` bytes of host memory owned by the burst, which this view
+        // keeps alive (PyBuffer_FillInfo takes a reference to it) and which cannot be sent
+        // while the export count is above zero; `view` is the interpreter's to fill.
+        let r = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                addr as *mut std::ffi::c_void,
+                len as ffi::Py_ssize_t,
+                c_int::from(!this.writable),
+                flags,
+            )
+        };
+        if r != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        this.burst.borrow_mut(py).exports += 1;
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        Python::attach(|py| self.burst.borrow_mut(py).exports -= 1);
+    }
+}
+
+/// The data plane: `DataPlane(yaml)`, queues, bursts, zero-copy packet views.
+#[pymodule]
+#[pyo3(name = "dataplane")]
+fn dataplane_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<DataPlane>()?;
+    m.add_class::<RxQueue>()?;
+    m.add_class::<TxQueue>()?;
+    m.add_class::<Burst>()?;
+    m.add_class::<Packet>()?;
+    m.add_class::<FlowHandle>()?;
+    m.add("Error", m.py().get_type::<Error>())?;
+    m.add("Stopped", m.py().get_type::<Stopped>())?;
+    Ok(())
+}
