@@ -47,7 +47,7 @@ python-test: setup
 	rm -rf target/wheels
 	cd python && ../$(PYENV)/bin/maturin build --release -q -o ../target/wheels
 	$(PYENV)/bin/pip install -q --force-reinstall target/wheels/dataplane-*.whl
-	$(PYENV)/bin/python -m pytest -q python/tests
+	$(PYENV)/bin/python -m pytest -q -rs python/tests
 	$(PYENV)/bin/python examples/python/bench_raw.py configs/sw_loopback.yaml --seconds 1
 
 bench: build

@@ -1,0 +1,94 @@
+"""A `device` RX queue read from Python through `__cuda_array_interface__`: a small consumer
+(the CUDA driver through ctypes, so nothing beyond the standard library) copies each packet
+out of GPU memory and compares it with what was sent. Skipped, visibly, without a CUDA
+driver. On the GPU machine: `python3 python/tests/test_gpu.py`."""
+
+import ctypes
+import ctypes.util
+
+import pytest
+
+import dataplane
+
+CONFIG = """
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: "sw"
+    memory_regions:
+    - {name: tx_host, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}
+    - {name: rx_gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 1024}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 64, memory_regions: [tx_host]}]}
+      rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 64, timeout_us: 100, memory_regions: [rx_gpu]}]}
+"""
+
+
+def cuda():
+    """The CUDA driver with a current context on this thread, or None."""
+    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError:
+        return None
+    if lib.cuInit(0) != 0:
+        return None
+    ctx = ctypes.c_void_p()
+    if lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) != 0 or lib.cuCtxSetCurrent(ctx) != 0:
+        return None
+    return lib
+
+
+def frame_bytes(k: int, length: int) -> bytes:
+    return bytes((k * 13 + i) & 0xFF for i in range(length))
+
+
+def run_check():
+    lib = cuda()
+    if lib is None:
+        return None
+    lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+    frames = 256
+    with dataplane.DataPlane(CONFIG, "gpu.yaml") as plane:
+        tx, rx = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        for start in range(0, frames, 64):
+            burst = tx.alloc(64)
+            for i in range(64):
+                data = frame_bytes(start + i, 100 + (start + i) % 800)
+                memoryview(burst.buffer(i))[: len(data)] = data
+                burst.set_len(i, len(data))
+            tx.send(burst, timeout=5.0)
+        checked = 0
+        while checked < frames:
+            burst = rx.recv(timeout=5.0)
+            assert burst is not None, f"{checked} of {frames} arrived"
+            for i in range(len(burst)):
+                p = burst.packet(i)
+                cai = p.__cuda_array_interface__
+                length = cai["shape"][0]
+                host = ctypes.create_string_buffer(length)
+                assert lib.cuMemcpyDtoH_v2(host, cai["data"][0], length) == 0
+                assert host.raw == frame_bytes(checked, 100 + checked % 800), f"frame {checked}"
+                try:
+                    memoryview(p)
+                    raise AssertionError("GPU memory must have no host view")
+                except BufferError:
+                    pass
+                checked += 1
+    return checked
+
+
+def test_gpu_region_through_cuda_array_interface():
+    checked = run_check()
+    if checked is None:
+        pytest.skip("no CUDA driver found: the GPU check runs on the GPU machine")
+    assert checked == 256
+
+
+if __name__ == "__main__":
+    n = run_check()
+    print("SKIP: no CUDA driver" if n is None else f"GPU check: {n} frames read from GPU memory through __cuda_array_interface__, every byte equal")
