@@ -149,6 +149,38 @@ pub unsafe extern "C" fn dp_start_yaml(
     })
 }
 
+/// Takes a queue with `take` (each queue once); NULL when there is none or it was taken.
+///
+/// # Safety
+/// `plane` is NULL or a live plane; `interface` NULL or a NUL-terminated string.
+unsafe fn take_queue<Q>(
+    plane: *mut DpPlane,
+    interface: *const c_char,
+    queue: u16,
+    direction: &str,
+    take: impl FnOnce(&mut DataPlane, &str) -> Option<Q>,
+) -> *mut Q {
+    let mut got = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: the caller's promise.
+        let (Some(p), Ok(name)) = (unsafe { plane.as_mut() }, unsafe {
+            text(interface, "interface")
+        }) else {
+            return invalid("plane or interface is NULL");
+        };
+        match take(&mut p.0, name) {
+            Some(q) => {
+                got = Box::into_raw(Box::new(q));
+                DpStatus::Ok
+            }
+            None => invalid(&format!(
+                "`{name}` has no {direction} queue {queue}, or it was taken"
+            )),
+        }
+    });
+    got
+}
+
 /// Takes RX queue `queue` of `interface` (each queue once); NULL when there is none or it
 /// was taken (see `dp_last_error`).
 ///
@@ -160,25 +192,12 @@ pub unsafe extern "C" fn dp_rx_queue(
     interface: *const c_char,
     queue: u16,
 ) -> *mut DpRxQueue {
-    let mut got = std::ptr::null_mut();
-    guard(|| {
-        // SAFETY: the caller's promise.
-        let (Some(p), Ok(name)) = (unsafe { plane.as_mut() }, unsafe {
-            text(interface, "interface")
-        }) else {
-            return invalid("plane or interface is NULL");
-        };
-        match p.0.take_rx_queue(name, queue) {
-            Some(q) => {
-                got = Box::into_raw(Box::new(DpRxQueue(q)));
-                DpStatus::Ok
-            }
-            None => invalid(&format!(
-                "`{name}` has no RX queue {queue}, or it was taken"
-            )),
-        }
-    });
-    got
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        take_queue(plane, interface, queue, "RX", |p, name| {
+            p.take_rx_queue(name, queue).map(DpRxQueue)
+        })
+    }
 }
 
 /// Takes TX queue `queue` of `interface`, as [`dp_rx_queue`].
@@ -191,25 +210,12 @@ pub unsafe extern "C" fn dp_tx_queue(
     interface: *const c_char,
     queue: u16,
 ) -> *mut DpTxQueue {
-    let mut got = std::ptr::null_mut();
-    guard(|| {
-        // SAFETY: the caller's promise.
-        let (Some(p), Ok(name)) = (unsafe { plane.as_mut() }, unsafe {
-            text(interface, "interface")
-        }) else {
-            return invalid("plane or interface is NULL");
-        };
-        match p.0.take_tx_queue(name, queue) {
-            Some(q) => {
-                got = Box::into_raw(Box::new(DpTxQueue(q)));
-                DpStatus::Ok
-            }
-            None => invalid(&format!(
-                "`{name}` has no TX queue {queue}, or it was taken"
-            )),
-        }
-    });
-    got
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        take_queue(plane, interface, queue, "TX", |p, name| {
+            p.take_tx_queue(name, queue).map(DpTxQueue)
+        })
+    }
 }
 
 /// Waits up to `timeout_us` for the next burst of `queue`: `DP_STATUS_OK` with `*out` set,
