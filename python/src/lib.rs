@@ -3,7 +3,8 @@
 //!
 //! Packet bytes in host memory are exported through the buffer protocol (`memoryview`,
 //! `numpy.frombuffer`; writable for TX buffers); packets in GPU memory through
-//! `__cuda_array_interface__` (CuPy, Numba, PyTorch). A burst refuses to be sent while any
+//! `__cuda_array_interface__` (CuPy, Numba, PyTorch); both through DLPack (`__dlpack__`,
+//! `numpy.from_dlpack`, `torch.from_dlpack`, `cupy.from_dlpack`). A burst refuses to be sent while any
 //! such view of it is alive, so no view ever points at memory the plane reuses. Waits
 //! release the GIL.
 
@@ -477,6 +478,87 @@ impl Packet {
         Ok(d)
     }
 
+    /// DLPack device: `(1, 0)` for host memory, `(2, gpu)` for GPU memory.
+    fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
+        let b = self.burst.borrow(py);
+        let (_, _, host) = self.span(&b)?;
+        if host {
+            return Ok((dlpack::CPU, 0));
+        }
+        let inner = b.get()?;
+        let gpu = inner
+            .regions()
+            .get(inner.packets()[self.index].segments()[0].region)
+            .affinity();
+        Ok((dlpack::CUDA, gpu as i32))
+    }
+
+    /// The packet's bytes as a one-dimensional uint8 DLPack tensor (no copy). The bytes
+    /// are in place when a burst is delivered, so no stream needs to be waited on.
+    #[pyo3(signature = (stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        slf: Bound<'py, Self>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<Bound<'py, PyAny>>,
+        dl_device: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = (stream, max_version, dl_device);
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "a packet view exports its bytes in place; copy it with tobytes()",
+            ));
+        }
+        let py = slf.py();
+        let (device_type, device_id) = slf.borrow().__dlpack_device__(py)?;
+        let (addr, len, _) = {
+            let this = slf.borrow();
+            let b = this.burst.borrow(py);
+            this.span(&b)?
+        };
+        let ctx = Box::into_raw(Box::new(dlpack::Context {
+            shape: [len as i64],
+            _owner: slf.clone().into_any().unbind(),
+        }));
+        let tensor = Box::into_raw(Box::new(dlpack::ManagedTensor {
+            dl_tensor: dlpack::Tensor {
+                data: addr as *mut std::ffi::c_void,
+                device: dlpack::Device {
+                    device_type,
+                    device_id,
+                },
+                ndim: 1,
+                dtype: dlpack::DataType {
+                    code: 1, // kDLUInt
+                    bits: 8,
+                    lanes: 1,
+                },
+                // SAFETY: `ctx` was just allocated and lives until the deleter runs.
+                shape: unsafe { (*ctx).shape.as_mut_ptr() },
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+            manager_ctx: ctx.cast(),
+            deleter: Some(dl_deleter),
+        }));
+        // SAFETY: the capsule owns `tensor` until a consumer renames it and calls the
+        // deleter, or its destructor deletes it; the name is a static C string.
+        let capsule = unsafe {
+            ffi::PyCapsule_New(
+                tensor.cast(),
+                DLTENSOR.as_ptr(),
+                Some(dl_capsule_destructor),
+            )
+        };
+        if capsule.is_null() {
+            // SAFETY: not handed to anyone: free it here.
+            unsafe { dl_deleter(tensor) };
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: a new reference the interpreter just returned.
+        Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
+    }
+
     unsafe fn __getbuffer__(
         slf: Bound<'_, Self>,
         view: *mut ffi::Py_buffer,
@@ -517,6 +599,86 @@ impl Packet {
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
         Python::attach(|py| self.burst.borrow_mut(py).exports -= 1);
+    }
+}
+
+/// DLPack's C structures (dlpack.h, version 0.8 layout, the unversioned capsule every
+/// consumer accepts).
+mod dlpack {
+    use std::ffi::c_void;
+
+    /// `kDLCPU`.
+    pub const CPU: i32 = 1;
+    /// `kDLCUDA`.
+    pub const CUDA: i32 = 2;
+
+    #[repr(C)]
+    pub struct Device {
+        pub device_type: i32,
+        pub device_id: i32,
+    }
+
+    #[repr(C)]
+    pub struct DataType {
+        pub code: u8,
+        pub bits: u8,
+        pub lanes: u16,
+    }
+
+    #[repr(C)]
+    pub struct Tensor {
+        pub data: *mut c_void,
+        pub device: Device,
+        pub ndim: i32,
+        pub dtype: DataType,
+        pub shape: *mut i64,
+        pub strides: *mut i64,
+        pub byte_offset: u64,
+    }
+
+    #[repr(C)]
+    pub struct ManagedTensor {
+        pub dl_tensor: Tensor,
+        pub manager_ctx: *mut c_void,
+        pub deleter: Option<unsafe extern "C" fn(*mut ManagedTensor)>,
+    }
+
+    /// What a managed tensor owns: its shape, and a reference to the packet view (which
+    /// keeps the burst alive and unsendable).
+    pub struct Context {
+        pub shape: [i64; 1],
+        pub _owner: pyo3::Py<pyo3::PyAny>,
+    }
+}
+
+const DLTENSOR: &std::ffi::CStr = c"dltensor";
+
+/// The consumer is done with the tensor (or nobody took it): drop the shape and the
+/// reference to the packet view.
+unsafe extern "C" fn dl_deleter(t: *mut dlpack::ManagedTensor) {
+    if t.is_null() {
+        return;
+    }
+    Python::attach(|_| {
+        // SAFETY: made by `Packet::__dlpack__` with Box::into_raw, deleted once (the
+        // consumer, or the capsule's destructor when nobody consumed it).
+        let t = unsafe { Box::from_raw(t) };
+        // SAFETY: as above, the context's own allocation.
+        drop(unsafe { Box::from_raw(t.manager_ctx.cast::<dlpack::Context>()) });
+    });
+}
+
+/// The capsule is being freed: if no consumer took the tensor (its name is still
+/// "dltensor"), delete it here.
+unsafe extern "C" fn dl_capsule_destructor(capsule: *mut ffi::PyObject) {
+    // SAFETY: `capsule` is the capsule being destroyed; the checks read only its name.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
+            let t = ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr());
+            dl_deleter(t.cast());
+        } else {
+            ffi::PyErr_Clear();
+        }
     }
 }
 

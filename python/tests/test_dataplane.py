@@ -1,6 +1,8 @@
 """The Python package against a real data plane (software loopback): every byte through
 NumPy, flow steering, TX bursts filled from NumPy arrays, errors as exceptions."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -113,6 +115,30 @@ def test_views_are_zero_copy_and_block_sending():
         with pytest.raises(IndexError):
             burst.packet(1)
         tx.send(burst)
+
+
+def test_dlpack_views_without_copying():
+    with dataplane.DataPlane(CONFIG) as plane:
+        tx, rx = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        frame = udp_frame(5000, np.arange(200, dtype=np.uint8))
+        send(tx, [frame])
+        burst = rx.recv(timeout=5.0)
+        assert burst is not None and len(burst) == 1
+        p = burst.packet(0)
+        assert p.__dlpack_device__() == (1, 0)
+        arr = np.from_dlpack(p)
+        assert arr.dtype == np.uint8 and np.array_equal(arr, frame)
+        # The array is the packet's memory, not a copy.
+        assert arr.__array_interface__["data"][0] == np.frombuffer(p, np.uint8).__array_interface__["data"][0]
+        # A TX burst cannot go while a DLPack array of it lives.
+        out = tx.alloc(1)
+        held = np.from_dlpack(out.buffer(0))
+        out.set_len(0, 60)
+        with pytest.raises(BufferError):
+            tx.send(out)
+        del held
+        gc.collect()
+        tx.send(out)
 
 
 def test_errors_are_exceptions_with_the_loaders_messages():

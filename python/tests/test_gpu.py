@@ -1,6 +1,6 @@
-"""A `device` RX queue read from Python through `__cuda_array_interface__`: a small consumer
-(the CUDA driver through ctypes, so nothing beyond the standard library) copies each packet
-out of GPU memory and compares it with what was sent. Skipped, visibly, without a CUDA
+"""A `device` RX queue read from Python through DLPack and `__cuda_array_interface__`: a
+small consumer (the CUDA driver and the DLPack capsule through ctypes, so nothing beyond the
+standard library) copies each packet out of GPU memory and compares it with what was sent. Skipped, visibly, without a CUDA
 driver. On the GPU machine: `python3 python/tests/test_gpu.py`."""
 
 import ctypes
@@ -43,6 +43,54 @@ def cuda():
     return lib
 
 
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))),
+]
+
+
+def dlpack_take(obj):
+    """Consumes `obj.__dlpack__()` as a DLPack consumer does: (device address, length,
+    device), then renames the capsule and calls the tensor's deleter."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    capsule = obj.__dlpack__()
+    t = ctypes.cast(api.PyCapsule_GetPointer(capsule, b"dltensor"), ctypes.POINTER(DLManagedTensor))
+    tensor = t.contents.dl_tensor
+    got = (tensor.data, tensor.shape[0], (tensor.device.device_type, tensor.device.device_id))
+    assert (tensor.ndim, tensor.dtype.code, tensor.dtype.bits) == (1, 1, 8)
+    api.PyCapsule_SetName(capsule, b"used_dltensor")
+    t.contents.deleter(t)
+    return got
+
+
 def frame_bytes(k: int, length: int) -> bytes:
     return bytes((k * 13 + i) & 0xFF for i in range(length))
 
@@ -68,10 +116,15 @@ def run_check():
             assert burst is not None, f"{checked} of {frames} arrived"
             for i in range(len(burst)):
                 p = burst.packet(i)
-                cai = p.__cuda_array_interface__
-                length = cai["shape"][0]
+                # Every other packet through DLPack, the rest through the CUDA interface.
+                if checked % 2 == 0:
+                    address, length, device = dlpack_take(p)
+                    assert device == (2, 0), device
+                else:
+                    cai = p.__cuda_array_interface__
+                    address, length = cai["data"][0], cai["shape"][0]
                 host = ctypes.create_string_buffer(length)
-                assert lib.cuMemcpyDtoH_v2(host, cai["data"][0], length) == 0
+                assert lib.cuMemcpyDtoH_v2(host, address, length) == 0
                 assert host.raw == frame_bytes(checked, 100 + checked % 800), f"frame {checked}"
                 try:
                     memoryview(p)
@@ -91,4 +144,4 @@ def test_gpu_region_through_cuda_array_interface():
 
 if __name__ == "__main__":
     n = run_check()
-    print("SKIP: no CUDA driver" if n is None else f"GPU check: {n} frames read from GPU memory through __cuda_array_interface__, every byte equal")
+    print("SKIP: no CUDA driver" if n is None else f"GPU check: {n} frames read from GPU memory (half through DLPack, half through __cuda_array_interface__), every byte equal")
