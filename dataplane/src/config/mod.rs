@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod builder;
 pub mod diag;
 pub mod model;
 mod parse;
@@ -10,6 +11,7 @@ pub mod reader;
 pub mod validate;
 pub mod yaml;
 
+pub use builder::{ConfigBuilder, InterfaceBuilder};
 pub use diag::{ConfigError, Diagnostic, DiagnosticKind, Severity};
 pub use model::*;
 
