@@ -97,7 +97,9 @@ int main(void) {
   if ((s = dp_shutdown(plane)) != DP_STATUS_OK) return fail("dp_shutdown", s);
   DpBurst *none = NULL;
   if ((s = dp_rx_recv(rx, 60000000, &none)) != DP_STATUS_STOPPED) return fail("recv after shutdown", s);
-  if ((s = dp_tx_alloc(tx, 1, &none)) != DP_STATUS_STOPPED) return fail("alloc after shutdown", s);
+  if ((s = dp_tx_alloc(tx, 1, &none)) != DP_STATUS_OK) return fail("alloc after shutdown", s);
+  if ((s = dp_tx_send(tx, none, 60000000)) != DP_STATUS_STOPPED) return fail("send after shutdown", s);
+  dp_burst_free(none); /* a failed send leaves the burst with the caller */
   dp_rx_queue_free(rx);
   dp_tx_queue_free(tx);
   printf("C API: %u frames sent, received and checked byte by byte; STOPPED after shutdown\n", received);

@@ -39,7 +39,8 @@ typedef enum {
 } DpStatus;
 
 /**
- * A burst of packets, owned by the caller until freed or sent.
+ * A burst of packets, owned by the caller until freed or sent. (Empty only if a send
+ * panicked midway; it is then reported invalid, never used.)
  */
 typedef struct DpBurst DpBurst;
 

@@ -38,8 +38,19 @@ pub struct DpPlane(DataPlane);
 pub struct DpRxQueue(RxQueue);
 /// The application's end of a TX queue.
 pub struct DpTxQueue(TxQueue);
-/// A burst of packets, owned by the caller until freed or sent.
-pub struct DpBurst(Burst);
+/// A burst of packets, owned by the caller until freed or sent. (Empty only if a send
+/// panicked midway; it is then reported invalid, never used.)
+pub struct DpBurst(Option<Burst>);
+
+impl DpBurst {
+    fn get(&self) -> Result<&Burst, DpStatus> {
+        self.0.as_ref().ok_or_else(|| invalid("the burst is empty"))
+    }
+
+    fn get_mut(&mut self) -> Result<&mut Burst, DpStatus> {
+        self.0.as_mut().ok_or_else(|| invalid("the burst is empty"))
+    }
+}
 
 /// Totals over every queue of a plane.
 #[repr(C)]
@@ -241,7 +252,7 @@ pub unsafe extern "C" fn dp_rx_recv(
         match q.0.recv(micros(timeout_us)) {
             Ok(Some(b)) => {
                 // SAFETY: checked non-NULL; the caller's promise.
-                unsafe { *out = Box::into_raw(Box::new(DpBurst(b))) };
+                unsafe { *out = Box::into_raw(Box::new(DpBurst(Some(b)))) };
                 DpStatus::Ok
             }
             Ok(None) => DpStatus::Timeout,
@@ -276,7 +287,7 @@ pub unsafe extern "C" fn dp_tx_alloc(
         match q.0.alloc(count) {
             Ok(b) => {
                 // SAFETY: checked non-NULL; the caller's promise.
-                unsafe { *out = Box::into_raw(Box::new(DpBurst(b))) };
+                unsafe { *out = Box::into_raw(Box::new(DpBurst(Some(b)))) };
                 DpStatus::Ok
             }
             Err(e) => tx_status(e),
@@ -315,13 +326,21 @@ pub unsafe extern "C" fn dp_tx_send(
         if burst.is_null() {
             return invalid("burst is NULL");
         }
-        // SAFETY: a live burst made by this library; ownership comes back on failure.
-        let b = unsafe { Box::from_raw(burst) };
-        match q.0.send_within(b.0, micros(timeout_us)) {
-            Ok(()) => DpStatus::Ok,
+        // SAFETY: a live burst made by this library, the caller's until this succeeds.
+        let slot = unsafe { &mut *burst };
+        let Some(inner) = slot.0.take() else {
+            return invalid("the burst is empty");
+        };
+        match q.0.send_within(inner, micros(timeout_us)) {
+            Ok(()) => {
+                // SAFETY: the allocation made for this burst, now empty; the caller
+                // does not use it again (the contract of DP_STATUS_OK).
+                drop(unsafe { Box::from_raw(burst) });
+                DpStatus::Ok
+            }
             Err(e) => {
-                // SAFETY: the same allocation, given back to the caller unchanged.
-                unsafe { std::ptr::write(burst, DpBurst(e.burst)) };
+                // Back to the caller, unchanged.
+                slot.0 = Some(e.burst);
                 tx_status(e.reason)
             }
         }
@@ -335,7 +354,9 @@ pub unsafe extern "C" fn dp_tx_send(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_burst_len(burst: *const DpBurst) -> usize {
     // SAFETY: the caller's promise.
-    unsafe { burst.as_ref() }.map_or(0, |b| b.0.len())
+    unsafe { burst.as_ref() }
+        .and_then(|b| b.0.as_ref())
+        .map_or(0, |b| b.len())
 }
 
 /// Packet `index`'s first segment: its bytes (`*data`, host memory) and length (`*len`).
@@ -357,17 +378,21 @@ pub unsafe extern "C" fn dp_burst_packet(
         let Some(b) = (unsafe { burst.as_ref() }) else {
             return invalid("burst is NULL");
         };
-        if index >= b.0.len() || data.is_null() || len.is_null() {
+        let b = match b.get() {
+            Ok(b) => b,
+            Err(s) => return s,
+        };
+        if index >= b.len() || data.is_null() || len.is_null() {
             return invalid("index out of range, or data or len is NULL");
         }
-        let bytes = b.0.data(index, 0);
+        let bytes = b.data(index, 0);
         // SAFETY: checked non-NULL; the caller's promise that they are writable.
         unsafe {
-            *len = b.0.packets()[index].segments()[0].len as usize;
+            *len = b.packets()[index].segments()[0].len as usize;
             *data = bytes.map_or(std::ptr::null(), |d| d.as_ptr());
             if !device_address.is_null() {
                 *device_address = if bytes.is_none() {
-                    b.0.segment_addr(index, 0)
+                    b.segment_addr(index, 0)
                 } else {
                     0
                 };
@@ -394,10 +419,14 @@ pub unsafe extern "C" fn dp_burst_buffer(
         let Some(b) = (unsafe { burst.as_mut() }) else {
             return invalid("burst is NULL");
         };
-        if index >= b.0.len() || data.is_null() || capacity.is_null() {
+        let b = match b.get_mut() {
+            Ok(b) => b,
+            Err(s) => return s,
+        };
+        if index >= b.len() || data.is_null() || capacity.is_null() {
             return invalid("index out of range, or data or capacity is NULL");
         }
-        match b.0.buffer_mut(index, 0) {
+        match b.buffer_mut(index, 0) {
             Some(buf) => {
                 // SAFETY: checked non-NULL; the caller's promise.
                 unsafe {
@@ -426,17 +455,21 @@ pub unsafe extern "C" fn dp_burst_set_len(
         let Some(b) = (unsafe { burst.as_mut() }) else {
             return invalid("burst is NULL");
         };
-        if index >= b.0.len() {
+        let b = match b.get_mut() {
+            Ok(b) => b,
+            Err(s) => return s,
+        };
+        if index >= b.len() {
             return invalid("index out of range");
         }
-        let cap =
-            b.0.regions()
-                .get(b.0.packets()[index].segments()[0].region)
-                .buf_size();
+        let cap = b
+            .regions()
+            .get(b.packets()[index].segments()[0].region)
+            .buf_size();
         if len > cap {
             return invalid(&format!("length {len} is past the {cap}-byte buffer"));
         }
-        b.0.set_len(index, 0, len);
+        b.set_len(index, 0, len);
         DpStatus::Ok
     })
 }

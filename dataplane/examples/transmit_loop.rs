@@ -85,8 +85,14 @@ fn main() {
         "the TX queue counted them all"
     );
     plane.shutdown().expect("no worker failed");
-    let burst = tx.alloc(1);
-    assert!(matches!(burst, Err(TxFailure::Stopped)), "{burst:?}");
+    // Buffers can still be taken (the pool outlives the plane), but nothing is sent.
+    let burst = tx.alloc(1).expect("the pool is still there");
+    let sent_after = tx.send_within(burst, Duration::from_secs(60));
+    assert_eq!(
+        sent_after.map_err(|e| e.reason),
+        Err(TxFailure::Stopped),
+        "a send after shutdown fails at once"
+    );
     println!(
         "transmit_loop: {sent} frames of {} bytes sent and counted",
         h + PAYLOAD

@@ -306,13 +306,11 @@ pub struct TxQueue {
 impl TxQueue {
     /// Allocates a burst of `count` packets with one buffer per segment region. Fails
     /// with [`TxFailure::WorkerFailed`] once the queue's worker died (its buffers may be
-    /// stranded in the queue's ring, so the pool would only ever look empty).
+    /// stranded in the queue's ring, so the pool would only ever look empty), and with
+    /// [`TxFailure::Stopped`] instead of `PoolEmpty` once the plane is shut down.
     pub fn alloc(&self, count: usize) -> Result<Burst, TxFailure> {
         if let Some(f) = self.health.failure() {
             return Err(TxFailure::WorkerFailed(f.clone()));
-        }
-        if self.health.is_stopped() {
-            return Err(TxFailure::Stopped);
         }
         Burst::allocate(
             self.regions.clone(),
@@ -321,7 +319,14 @@ impl TxQueue {
             &self.segment_regions,
             count,
         )
-        .ok_or(TxFailure::PoolEmpty)
+        .ok_or_else(|| {
+            // After shutdown no worker returns buffers: waiting for them would be in vain.
+            if self.health.is_stopped() {
+                TxFailure::Stopped
+            } else {
+                TxFailure::PoolEmpty
+            }
+        })
     }
 
     /// Byte capacity of each segment's buffers.

@@ -153,7 +153,8 @@ def test_errors_are_exceptions_with_the_loaders_messages():
     plane.shutdown()  # twice is fine
     with pytest.raises(dataplane.Stopped):
         rx.recv(timeout=60.0)  # ends at once: the plane is gone
+    burst = tx.alloc(1)  # the pool outlives the plane; sending does not
     with pytest.raises(dataplane.Stopped):
-        tx.alloc(1)
+        tx.send(burst, timeout=60.0)
     with pytest.raises(dataplane.Stopped):
         plane.stats()
