@@ -206,66 +206,6 @@ impl FlowConfig {
 mod tests {
     use super::*;
 
-    fn port(p: u16) -> Option<PortRange> {
-        Some(PortRange { first: p, last: p })
-    }
-
-    /// The builder's configuration is the loader's for the same YAML, field for field
-    /// where it matters to the plan.
-    #[test]
-    fn builds_what_the_loader_reads() {
-        let yaml = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]
-      rx:
-        flow_isolation: true
-        queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}]
-        flows: [{name: f, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 5000}}]
-"#;
-        let read = super::super::load_with(yaml, "t", &|_| true)
-            .unwrap()
-            .config;
-        let built = ConfigBuilder::loopback()
-            .region(MemoryRegionConfig::new(
-                "bufs",
-                MemoryKind::Host,
-                1024,
-                2048,
-            ))
-            .interface(
-                InterfaceBuilder::new("loop0", "loopback")
-                    .tx_queue(QueueConfig::new("tq", 0, 0, 32, &["bufs"]))
-                    .rx_queue(QueueConfig::new("rq", 0, 0, 32, &["bufs"]).with_timeout_us(100))
-                    .flow_isolation(true)
-                    .flow(FlowConfig::to_queue(
-                        "f",
-                        7,
-                        0,
-                        FlowMatch {
-                            udp_dst: port(5000),
-                            ..Default::default()
-                        },
-                    )),
-            )
-            .build()
-            .unwrap()
-            .config;
-        let a = crate::plan::Plan::from_config(&read).unwrap();
-        let b = crate::plan::Plan::from_config(&built).unwrap();
-        assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    }
-
     #[test]
     fn errors_name_the_key_path() {
         let e = ConfigBuilder::loopback()
