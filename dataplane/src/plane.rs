@@ -465,20 +465,21 @@ impl TxQueue {
 /// Waiting without burning a core for long: spin first (the next burst is usually
 /// microseconds away), then yield, then sleep in steps growing to a millisecond.
 struct Backoff {
-    deadline: Instant,
+    /// `None`: a timeout too long to add to the clock, so never.
+    deadline: Option<Instant>,
     rounds: u32,
 }
 
 impl Backoff {
     fn new(timeout: Duration) -> Self {
         Self {
-            deadline: Instant::now() + timeout,
+            deadline: Instant::now().checked_add(timeout),
             rounds: 0,
         }
     }
 
     fn expired(&self) -> bool {
-        Instant::now() >= self.deadline
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     fn pause(&mut self) {
@@ -488,7 +489,9 @@ impl Backoff {
             64..128 => std::thread::yield_now(),
             r => {
                 let step = Duration::from_micros(10u64 << (r - 128).min(7));
-                let left = self.deadline.saturating_duration_since(Instant::now());
+                let left = self
+                    .deadline
+                    .map_or(step, |d| d.saturating_duration_since(Instant::now()));
                 std::thread::sleep(step.min(left));
             }
         }
