@@ -207,7 +207,7 @@ __device__ u32 warp_convert(const u8* s, u8* d, u32 avail, u32 lane) {
     const u32 BITS = IN == 0 ? 4 : IN == 1 ? 8 : IN == 2 ? 16 : 32;
     const u32 OB = OUT == 2 ? 4 : 2;
     const u32 GROWTH2 = 2 * OB * 8 / BITS;  // output bytes per input byte, times 2
-    const u32 CH = GROWTH2 >= 16 ? 4 : GROWTH2 >= 8 ? 8 : 16;
+    const u32 CH = GROWTH2 >= 16 ? 4 : GROWTH2 >= 4 ? 8 : 16;
     const u32 NW = CH / 4;
     const u32 PER = CH * 8 / BITS;
     const u32 WORDS = PER * OB / 4;
