@@ -701,31 +701,49 @@ impl DeviceDigest {
         burst: &Burst,
         seg: usize,
         sum_from: u32,
+        head_tail: (u32, u32),
+    ) -> Result<(), gpudirect::GpuError> {
+        self.run_many(&[burst], seg, sum_from, head_tail)
+    }
+
+    /// As [`DeviceDigest::run`] for the packets of several bursts (of one GPU) in one
+    /// launch, in order: one launch and one wait for all of them.
+    pub fn run_many(
+        &mut self,
+        bursts: &[&Burst],
+        seg: usize,
+        sum_from: u32,
         (head, tail): (u32, u32),
     ) -> Result<(), gpudirect::GpuError> {
-        let Some(first) = burst.packets().first() else {
+        let Some(first) = bursts
+            .iter()
+            .find_map(|b| b.packets().first().map(|p| (b, p)))
+        else {
             return Ok(());
         };
-        let ordinal = burst.regions().get(first.segments()[seg].region).affinity();
+        let ordinal = first
+            .0
+            .regions()
+            .get(first.1.segments()[seg].region)
+            .affinity();
         if self.gpu.is_none() {
             self.gpu = Some(gpudirect::Gpu::new(ordinal)?);
         }
         let gpu = self.gpu.as_mut().expect("just set");
         let per = (head + tail) as usize;
-        let n = burst.len();
-        let packets: Vec<(u64, u32)> = (0..n)
-            .map(|i| {
-                (
-                    burst.segment_addr(i, seg),
-                    burst.packets()[i].segments()[seg].len,
-                )
+        let packets: Vec<(u64, u32)> = bursts
+            .iter()
+            .flat_map(|b| {
+                (0..b.len())
+                    .map(move |i| (b.segment_addr(i, seg), b.packets()[i].segments()[seg].len))
             })
             .collect();
+        let n = packets.len();
         self.sums.resize(n, 0);
         self.digests.resize(n * per, 0);
         for (k, chunk) in packets.chunks(gpudirect::kernels::MAX_ITEMS).enumerate() {
             let at = k * gpudirect::kernels::MAX_ITEMS;
-            // SAFETY: the segments belong to `burst`, which lives across the call.
+            // SAFETY: the segments belong to `bursts`, which live across the call.
             unsafe {
                 gpu.frame_digest(
                     chunk,

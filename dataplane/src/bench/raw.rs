@@ -308,9 +308,88 @@ struct FrameReader {
     polled: u64,
     #[cfg(feature = "cuda")]
     digest: crate::stage::DeviceDigest,
+    /// Bursts wholly in GPU memory waiting to be digested together, with their receive
+    /// times: one launch and one wait per [`GPU_CHECK_PACKETS`] packets, not per burst.
+    #[cfg(feature = "cuda")]
+    pending: Vec<(crate::Burst, u64)>,
+    #[cfg(feature = "cuda")]
+    pending_packets: usize,
 }
 
+/// Packets of GPU-resident bursts the checker digests in one launch (the queue going idle
+/// digests what is there sooner).
+#[cfg(feature = "cuda")]
+const GPU_CHECK_PACKETS: usize = 2048;
+
 impl FrameReader {
+    /// Checks `burst`: frames in host memory at once; bursts wholly in GPU memory are held
+    /// and digested together by [`FrameReader::flush`] (the caller flushes when the queue
+    /// is idle and at the end).
+    fn take(&mut self, burst: crate::Burst, checker: &mut Checker, polled: u64) {
+        #[cfg(feature = "cuda")]
+        {
+            let regions = burst.regions();
+            let whole_gpu = burst.packets().first().is_some_and(|p| {
+                p.segments().len() == 1 && !regions.get(p.segments()[0].region).host_accessible()
+            });
+            if whole_gpu {
+                self.pending_packets += burst.len();
+                self.pending.push((burst, polled));
+                if self.pending_packets >= GPU_CHECK_PACKETS {
+                    self.flush(checker);
+                }
+                return;
+            }
+        }
+        self.check(&burst, checker, polled);
+    }
+
+    /// Digests the held GPU bursts in one launch and checks their frames.
+    fn flush(&mut self, checker: &mut Checker) {
+        #[cfg(feature = "cuda")]
+        {
+            use super::traffic::{L2_L4_HEADER, PAYLOAD_SUM_FROM, TRAILER};
+            if self.pending.is_empty() {
+                return;
+            }
+            let bursts: Vec<&crate::Burst> = self.pending.iter().map(|(b, _)| b).collect();
+            let run = self.digest.run_many(
+                &bursts,
+                0,
+                PAYLOAD_SUM_FROM as u32,
+                (L2_L4_HEADER as u32, TRAILER as u32),
+            );
+            let per = L2_L4_HEADER + TRAILER;
+            let mut k = 0;
+            for (burst, polled) in &self.pending {
+                checker.receive_time = *polled;
+                self.polled += burst.len() as u64;
+                if let Err(e) = &run {
+                    checker
+                        .first_problem
+                        .get_or_insert(format!("GPU check: {e}"));
+                    checker.counts.corrupt += burst.len() as u64;
+                    continue;
+                }
+                for p in burst.packets() {
+                    let d = &self.digest.digests[k * per..(k + 1) * per];
+                    checker.check_parts(
+                        &d[..L2_L4_HEADER],
+                        &d[L2_L4_HEADER..],
+                        p.len(),
+                        Some(self.digest.sums[k]),
+                    );
+                    k += 1;
+                }
+            }
+            // The bursts go back to their pools here.
+            self.pending.clear();
+            self.pending_packets = 0;
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = checker;
+    }
+
     /// Checks every frame of `burst`, received at `polled` (epoch ns) unless a packet
     /// carries its own receive time.
     fn check(&mut self, burst: &crate::Burst, checker: &mut Checker, polled: u64) {
@@ -888,10 +967,10 @@ pub fn run(
                                     });
                                 }
                             }
-                            if rx_work != RxWork::Count {
-                                frames.check(&burst, &mut checker, clock.now_ns());
-                            }
                             packets += burst.len() as u64;
+                            if rx_work != RxWork::Count {
+                                frames.take(burst, &mut checker, clock.now_ns());
+                            }
                         }
                         if let Some(t) = started {
                             busy_ns += t.elapsed().as_nanos() as u64;
@@ -902,12 +981,17 @@ pub fn run(
                             Ordering::Relaxed,
                         );
                     }
+                    if !got {
+                        // Nothing new: check the GPU frames held so far now.
+                        frames.flush(&mut checker);
+                    }
                     idle = if got { 0 } else { idle + 1 };
                     if idle > 1024 {
                         idle = 0;
                         std::thread::yield_now();
                     }
                 }
+                frames.flush(&mut checker);
                 let mut captures = Vec::new();
                 for q in &mut queues {
                     let queue = format!("{} rx queue {}", q.interface, q.queue);
