@@ -462,10 +462,7 @@ pub unsafe extern "C" fn dp_burst_set_len(
         if index >= b.len() {
             return invalid("index out of range");
         }
-        let cap = b
-            .regions()
-            .get(b.packets()[index].segments()[0].region)
-            .buf_size();
+        let cap = b.capacity(index, 0);
         if len > cap {
             return invalid(&format!("length {len} is past the {cap}-byte buffer"));
         }
@@ -474,16 +471,25 @@ pub unsafe extern "C" fn dp_burst_set_len(
     })
 }
 
+/// Frees an object this library handed out with `Box::into_raw`; NULL is ignored.
+///
+/// # Safety
+/// `p` is NULL or such an object, not used afterwards.
+unsafe fn free_boxed<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: the caller's promise.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
 /// Frees a burst (its buffers go back to their pool). NULL is ignored.
 ///
 /// # Safety
 /// `burst` is NULL or a live burst, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_burst_free(burst: *mut DpBurst) {
-    if !burst.is_null() {
-        // SAFETY: the caller's promise.
-        drop(unsafe { Box::from_raw(burst) });
-    }
+    // SAFETY: the caller's promise.
+    unsafe { free_boxed(burst) }
 }
 
 /// Totals of every queue of the plane.
@@ -544,10 +550,8 @@ pub unsafe extern "C" fn dp_shutdown(plane: *mut DpPlane) -> DpStatus {
 /// `queue` is NULL or a live RX queue, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_rx_queue_free(queue: *mut DpRxQueue) {
-    if !queue.is_null() {
-        // SAFETY: the caller's promise.
-        drop(unsafe { Box::from_raw(queue) });
-    }
+    // SAFETY: the caller's promise.
+    unsafe { free_boxed(queue) }
 }
 
 /// Frees a TX queue. NULL is ignored.
@@ -556,10 +560,8 @@ pub unsafe extern "C" fn dp_rx_queue_free(queue: *mut DpRxQueue) {
 /// `queue` is NULL or a live TX queue, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_tx_queue_free(queue: *mut DpTxQueue) {
-    if !queue.is_null() {
-        // SAFETY: the caller's promise.
-        drop(unsafe { Box::from_raw(queue) });
-    }
+    // SAFETY: the caller's promise.
+    unsafe { free_boxed(queue) }
 }
 
 #[cfg(test)]

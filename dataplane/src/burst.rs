@@ -199,11 +199,18 @@ impl Burst {
         }
     }
 
+    /// Bytes segment `seg` of packet `i` can hold (its region's buf_size).
+    pub fn capacity(&self, i: usize, seg: usize) -> usize {
+        let p = &self.packets[i];
+        let s = p.segments[..p.num_segments as usize][seg];
+        self.regions.get(s.region).buf_size()
+    }
+
     /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
     pub fn set_len(&mut self, i: usize, seg: usize, len: usize) {
+        let cap = self.capacity(i, seg);
         let p = &mut self.packets[i];
         let s = &mut p.segments[..p.num_segments as usize][seg];
-        let cap = self.regions.get(s.region).buf_size();
         assert!(
             len <= cap,
             "segment length {len} exceeds the {cap}-byte buffer"

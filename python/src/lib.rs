@@ -377,10 +377,7 @@ impl Burst {
     fn set_len(&mut self, i: usize, length: usize) -> PyResult<()> {
         self.check_index(i)?;
         let b = self.inner.as_mut().expect("checked");
-        let cap = b
-            .regions()
-            .get(b.packets()[i].segments()[0].region)
-            .buf_size();
+        let cap = b.capacity(i, 0);
         if length > cap {
             return Err(PyValueError::new_err(format!(
                 "length {length} is past the {cap}-byte buffer"
@@ -418,16 +415,15 @@ impl Packet {
     fn span(&self, b: &Burst) -> PyResult<(u64, usize, bool)> {
         let inner = b.get()?;
         let seg = inner.packets()[self.index].segments()[0];
-        let region = inner.regions().get(seg.region);
         let len = if self.writable {
-            region.buf_size()
+            inner.capacity(self.index, 0)
         } else {
             seg.len as usize
         };
         Ok((
             inner.segment_addr(self.index, 0),
             len,
-            region.host_accessible(),
+            inner.regions().get(seg.region).host_accessible(),
         ))
     }
 }

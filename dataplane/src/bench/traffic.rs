@@ -137,8 +137,9 @@ pub struct FrameBuilder {
     send_time: u64,
     /// Header area bytes (zeros after the 42-byte header up to here).
     header_size: usize,
-    /// A reorder's fields written into every frame, from the frame's index.
-    reorder: Option<ReorderFields>,
+    /// A reorder's fields written into every frame, from the frame's index, and the
+    /// template those frames are then written from (made once).
+    reorder: Option<(ReorderFields, FrameTemplate)>,
 }
 
 /// The sequence (and batch) fields of a reorder, written by a generator so that its
@@ -245,20 +246,28 @@ impl FrameBuilder {
     /// checksums are then computed over the whole frame, since the fields may sit
     /// anywhere (the reference's examples put them in the IPv4 header).
     pub fn with_reorder_fields(mut self, fields: ReorderFields) -> Self {
-        self.reorder = Some(fields);
+        let template = self.template_with(Some(fields));
+        self.reorder = Some((fields, template));
         self
     }
 
     /// The reorder fields written into the frames, if any.
     pub fn reorder_fields(&self) -> Option<ReorderFields> {
-        self.reorder
+        self.reorder.map(|(f, _)| f)
     }
 
     /// What every frame shares, for the GPU's frame writer.
     pub fn template(&self) -> FrameTemplate {
+        match self.reorder {
+            Some((_, t)) => t,
+            None => self.template_with(None),
+        }
+    }
+
+    fn template_with(&self, reorder: Option<ReorderFields>) -> FrameTemplate {
         let mut head = [0u8; 64];
         head[..L2_L4_HEADER].copy_from_slice(&self.template);
-        let (sequence_offset, sequence_width, batch_offset, batch_width) = match self.reorder {
+        let (sequence_offset, sequence_width, batch_offset, batch_width) = match reorder {
             Some(r) => {
                 let b = r.batch.unwrap_or(BitField {
                     bit_offset: 0,
@@ -332,7 +341,7 @@ impl FrameBuilder {
             }
             None => 0,
         };
-        let (sequence, batch) = self.reorder.map_or((0, 0), |r| r.values(index));
+        let (sequence, batch) = self.reorder.map_or((0, 0), |(r, _)| r.values(index));
         FrameFields {
             sport,
             dport,
@@ -380,8 +389,7 @@ impl FrameBuilder {
     /// Writes the next frame's changing fields into `buf` (which holds the constant part).
     #[inline]
     pub fn write_next(&mut self, buf: &mut [u8]) {
-        if self.reorder.is_some() {
-            let t = self.template();
+        if let Some((_, t)) = self.reorder {
             let f = self.next_fields();
             gpudirect::frames::write_frame(&t, &f, buf);
             return;
