@@ -23,6 +23,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log line format on stderr: `text`, or `json` (one object per line, for log
+    /// collectors).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Serve Prometheus / OpenMetrics metrics at http://ADDR/metrics while the plane runs
+    /// (as the configuration's `metrics.listen`, which it overrides).
+    #[arg(long, global = true, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+}
+
+/// `--metrics`, applied to every configuration loaded.
+static METRICS_LISTEN: std::sync::OnceLock<std::net::SocketAddr> = std::sync::OnceLock::new();
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable; colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -127,6 +147,9 @@ enum Bench {
         /// Longest wait, after sending stopped, for packets still in the pipeline.
         #[arg(long, default_value_t = 10.0)]
         drain_seconds: f64,
+        /// Also write the per-second series (rates, drops by reason, per queue) as CSV.
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
     },
     /// Forward what one interface receives out of another (or the same) interface, as
     /// testpmd's io and macswap modes: descriptors move from RX to TX, nothing is copied.
@@ -274,6 +297,63 @@ enum Bench {
     },
 }
 
+/// The log subscriber: its level comes from `DATAPLANE_LOG` when set (an `EnvFilter`
+/// directive such as `info` or `dataplane=debug`), else from the loaded configuration's
+/// `log_level` (and `debug: true`), else `warn`.
+mod logging {
+    use super::LogFormat;
+    use std::io::IsTerminal;
+    use std::sync::OnceLock;
+    use tracing_subscriber::{EnvFilter, Layer, Registry, layer::SubscriberExt, reload};
+
+    /// The environment variable that overrides the configuration's level.
+    pub const ENV: &str = "DATAPLANE_LOG";
+
+    static LEVEL: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
+    fn from_env() -> Option<EnvFilter> {
+        std::env::var_os(ENV)?;
+        match EnvFilter::try_from_env(ENV) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("warning: {ENV} is not a valid filter ({e}); using the default");
+                None
+            }
+        }
+    }
+
+    /// Installs the subscriber on stderr in `format`.
+    pub fn init(format: LogFormat) {
+        let (filter, handle) =
+            reload::Layer::new(from_env().unwrap_or_else(|| EnvFilter::new("warn")));
+        let output = match format {
+            LogFormat::Json => tracing_subscriber::fmt::layer()
+                .json()
+                .with_writer(std::io::stderr)
+                .boxed(),
+            LogFormat::Text => tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .boxed(),
+        };
+        let subscriber = tracing_subscriber::registry().with(filter).with(output);
+        if tracing::subscriber::set_global_default(subscriber).is_ok() {
+            let _ = LEVEL.set(handle);
+        }
+    }
+
+    /// Applies `config`'s `log_level` unless the environment variable set the level.
+    pub fn apply_config(config: &dataplane::config::Config) {
+        if std::env::var_os(ENV).is_some() {
+            return;
+        }
+        let level = dataplane::config::tracing_level(&config.log_level, config.debug);
+        if let Some(h) = LEVEL.get() {
+            let _ = h.reload(EnvFilter::new(level));
+        }
+    }
+}
+
 /// SIGINT and SIGTERM, as flags the benches poll.
 struct Signals {
     /// Set by either signal.
@@ -347,15 +427,11 @@ fn emit(text: &str) {
 
 fn main() -> ExitCode {
     let signals = Signals::install();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DATAPLANE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    logging::init(cli.log_format);
+    if let Some(addr) = cli.metrics {
+        let _ = METRICS_LISTEN.set(addr);
+    }
     if !bench_with_signals(&cli.command) {
         signals.default_behaviour();
     }
@@ -377,10 +453,12 @@ fn main() -> ExitCode {
             target_gbps,
             quiet,
             drain_seconds,
+            csv,
         }) => bench_raw(
             &file,
             seconds,
             drain_seconds,
+            csv.as_deref(),
             Output { json, quiet },
             RawWork {
                 verify_payload,
@@ -551,7 +629,14 @@ fn load(file: &Path) -> Option<Config> {
             for w in &loaded.warnings {
                 eprintln!("{w}");
             }
-            Some(loaded.config)
+            logging::apply_config(&loaded.config);
+            let mut config = loaded.config;
+            if let Some(addr) = METRICS_LISTEN.get() {
+                config.metrics = Some(config::MetricsConfig {
+                    listen: addr.to_string(),
+                });
+            }
+            Some(config)
         }
         Err(e) => {
             eprint!("{e}");
@@ -722,6 +807,7 @@ fn bench_raw(
     file: &Path,
     seconds: f64,
     drain_seconds: f64,
+    csv: Option<&Path>,
     output: Output,
     work: RawWork,
     signals: &Signals,
@@ -754,8 +840,15 @@ fn bench_raw(
         drain_deadline: std::time::Duration::from_secs_f64(drain_seconds),
         ..raw::RawOptions::new(seconds)
     };
+    let result = raw::run(&c, &opts, &signals.any);
+    if let (Some(path), Ok(report)) = (csv, &result)
+        && let Err(e) = std::fs::write(path, dataplane::stats::series_csv(&report.series))
+    {
+        eprintln!("error: writing {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
     finish_bench(
-        raw::run(&c, &opts, &signals.any),
+        result,
         raw::RawReport::human,
         |r| match r.verdict {
             raw::Verdict::Lossless => 0,

@@ -55,6 +55,9 @@ pub enum StartError {
     /// A thread could not be spawned.
     #[error("cannot start thread: {0}")]
     Spawn(std::io::Error),
+    /// The metrics endpoint could not listen (`metrics.listen`).
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
     /// The configuration cannot be run as planned.
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -676,6 +679,7 @@ pub struct DataPlane {
     workers: Vec<WorkerHandle>,
     counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
     stats: Option<StatsThread>,
+    metrics: Option<crate::metrics::MetricsServer>,
     // Behind locks so the plane is `Sync` (accept and connect from several threads);
     // taking a queue needs `&mut self`, so they are never contended.
     rx_queues: Mutex<BTreeMap<(usize, u16), RxQueue>>,
@@ -940,6 +944,7 @@ impl DataPlane {
             workers: Vec::new(),
             counters: Arc::new(counters),
             stats: None,
+            metrics: None,
             rx_queues: Mutex::new(rx_queues),
             tx_queues: Mutex::new(tx_queues),
             regions: regions.clone(),
@@ -955,6 +960,12 @@ impl DataPlane {
             config.master_core,
             plane.counters.clone(),
         )?);
+        if let Some(m) = &config.metrics {
+            plane.metrics = Some(crate::metrics::MetricsServer::start(
+                &m.listen,
+                plane.metrics_sources(),
+            )?);
+        }
         Ok(plane)
     }
 
@@ -965,6 +976,9 @@ impl DataPlane {
         health: Arc<WorkerHealth>,
     ) -> Result<(), StartError> {
         let control = Arc::new(WorkerControl::default());
+        control
+            .time_busy_passes
+            .store(self.config.metrics.is_some(), Ordering::Relaxed);
         let (ready_tx, ready_rx) = mpsc::channel();
         let ctl = control.clone();
         let engine = self.engine.clone();
@@ -1208,6 +1222,94 @@ impl DataPlane {
         }
     }
 
+    /// Starts recording a point per second (rates and drops, in all and per queue) for
+    /// [`DataPlane::take_series`]; restarts it when already recording.
+    pub fn record_series(&self) {
+        if let Some(s) = &self.stats {
+            *s.control.series.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((Instant::now(), Vec::new()));
+        }
+    }
+
+    /// The points recorded since [`DataPlane::record_series`]; recording stops.
+    pub fn take_series(&self) -> Vec<crate::stats::SeriesPoint> {
+        self.stats
+            .as_ref()
+            .and_then(|s| {
+                s.control
+                    .series
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+            })
+            .map(|(_, points)| points)
+            .unwrap_or_default()
+    }
+
+    /// Per worker: its core and what it did so far (passes, busy passes, thread id).
+    pub fn worker_activity(&self) -> Vec<(u32, &crate::worker::WorkerActivity)> {
+        self.workers
+            .iter()
+            .map(|w| (w.core, &w.control.activity))
+            .collect()
+    }
+
+    /// Per worker: its core and a reading of its CPU use now (see
+    /// [`crate::worker::WorkerUse::between`]).
+    pub fn worker_readings(&self) -> Vec<crate::worker::WorkerReading> {
+        self.worker_activity()
+            .into_iter()
+            .map(|(core, a)| crate::worker::WorkerReading::now(core, a))
+            .collect()
+    }
+
+    /// Where the metrics endpoint listens, when it runs (`metrics.listen`).
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.address())
+    }
+
+    /// What the metrics endpoint reads: every queue with its worker's core and link, the
+    /// regions, the workers.
+    fn metrics_sources(&self) -> crate::metrics::Sources {
+        let core_of = |interface: &str, direction: Direction, queue: u16| {
+            let i = self.config.interface_index(interface);
+            self.plan
+                .queues
+                .iter()
+                .find(|q| Some(q.interface) == i && q.direction == direction && q.id == queue)
+                .map(|q| q.core)
+                .or_else(|| {
+                    let r = self.plan.rdma.iter().find(|r| Some(r.interface) == i)?;
+                    Some(r.slots.get(queue as usize)?.core)
+                })
+                .unwrap_or(self.config.master_core)
+        };
+        crate::metrics::Sources {
+            engine: self.engine.clone(),
+            queues: self
+                .counters
+                .iter()
+                .map(|(l, c)| {
+                    let port = self.config.interface_index(&l.interface).unwrap_or(0) as u16;
+                    crate::metrics::QueueSource {
+                        interface: l.interface.clone(),
+                        direction: l.direction,
+                        queue: l.queue,
+                        core: core_of(&l.interface, l.direction, l.queue),
+                        counters: c.clone(),
+                        link: self.engine.link(port, l.direction, l.queue),
+                    }
+                })
+                .collect(),
+            regions: self.regions.clone(),
+            workers: self
+                .workers
+                .iter()
+                .map(|w| (w.core, w.control.clone()))
+                .collect(),
+        }
+    }
+
     /// Asks RX workers to deliver partial bursts as soon as their queue is idle.
     pub fn flush(&self) {
         for w in &self.workers {
@@ -1236,6 +1338,7 @@ impl DataPlane {
     }
 
     fn stop_workers(&mut self) {
+        drop(self.metrics.take());
         if let Some(mut s) = self.stats.take() {
             s.stop();
         }
@@ -1285,6 +1388,8 @@ fn snapshot(counters: &[(QueueLabel, Arc<QueueCounters>)]) -> Snapshot {
 struct StatsControl {
     stop: AtomicBool,
     progress_total_s: AtomicU64,
+    /// While recording: when it started, and a point per second since.
+    series: Mutex<Option<(Instant, Vec<crate::stats::SeriesPoint>)>>,
 }
 
 /// Samples the counters once per second on `master_core`, logs drops as they appear and,
@@ -1352,6 +1457,19 @@ fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)])
         let now = snapshot(counters);
         let dt = last_at.elapsed().as_secs_f64().max(1e-9);
         last_at = Instant::now();
+        if let Some((t0, points)) = ctl
+            .series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            points.push(crate::stats::SeriesPoint::between(
+                t0.elapsed().as_secs_f64(),
+                dt,
+                &last,
+                &now,
+            ));
+        }
         let (d_now, d_last) = (now.drops(), last.drops());
         if d_now.total() > d_last.total() {
             tracing::warn!(

@@ -37,6 +37,7 @@ pub struct QueueCounters {
     drops: [AtomicU64; 8],
     copied: AtomicU64,
     busy_ns: AtomicU64,
+    stage_in_flight: AtomicU64,
 }
 
 /// Set to make workers time their productive polls ([`QueueCounters::add_busy_ns`]);
@@ -103,6 +104,19 @@ impl QueueCounters {
     #[inline]
     pub fn add_busy_ns(&self, ns: u64) {
         bump(&self.busy_ns, ns);
+    }
+
+    /// Sets the bursts its GPU stage has in flight (a gauge; written only on change).
+    #[inline]
+    pub fn set_stage_in_flight(&self, bursts: usize) {
+        if self.stage_in_flight.load(Ordering::Relaxed) != bursts as u64 {
+            self.stage_in_flight.store(bursts as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Bursts the queue's stage has in flight (0 without a stage).
+    pub fn stage_in_flight(&self) -> u64 {
+        self.stage_in_flight.load(Ordering::Relaxed)
     }
 
     /// Nanoseconds a worker spent on polls of this queue that moved packets (0 unless
@@ -229,5 +243,222 @@ impl Snapshot {
             d.add(&q.drops);
         }
         d
+    }
+}
+
+impl Drops {
+    /// The counts added since `earlier` (counters only grow).
+    pub fn since(&self, earlier: &Drops) -> Drops {
+        Drops {
+            ring_full: self.ring_full.saturating_sub(earlier.ring_full),
+            pool_empty: self.pool_empty.saturating_sub(earlier.pool_empty),
+            no_flow: self.no_flow.saturating_sub(earlier.no_flow),
+            malformed: self.malformed.saturating_sub(earlier.malformed),
+            engine_missed: self.engine_missed.saturating_sub(earlier.engine_missed),
+            gpu_copy: self.gpu_copy.saturating_sub(earlier.gpu_copy),
+            injected: self.injected.saturating_sub(earlier.injected),
+            disconnected: self.disconnected.saturating_sub(earlier.disconnected),
+        }
+    }
+}
+
+/// The version and commit this library was built from.
+pub fn build_version() -> String {
+    format!(
+        "{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        env!("DATAPLANE_COMMIT")
+    )
+}
+
+/// The commit this library was built from (12 hex digits, `-dirty` when the work tree had
+/// changes, `unknown` outside a git checkout).
+pub const BUILD_COMMIT: &str = env!("DATAPLANE_COMMIT");
+
+/// One interval of a run (normally a second): rates over the interval that ended `t_s`
+/// seconds after recording started.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeriesPoint {
+    /// End of the interval, seconds since recording started.
+    pub t_s: f64,
+    /// Sent million packets per second.
+    pub tx_mpps: f64,
+    /// Sent Gb/s (frame bytes).
+    pub tx_gbps: f64,
+    /// Received million packets per second.
+    pub rx_mpps: f64,
+    /// Received Gb/s (frame bytes).
+    pub rx_gbps: f64,
+    /// Drops in the interval, by reason.
+    pub drops: Drops,
+    /// Per queue.
+    pub queues: Vec<QueuePoint>,
+}
+
+/// One queue's interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueuePoint {
+    /// Interface name.
+    pub interface: String,
+    /// `rx` or `tx`.
+    pub direction: &'static str,
+    /// Queue id.
+    pub queue: u16,
+    /// Million packets per second.
+    pub mpps: f64,
+    /// Gb/s.
+    pub gbps: f64,
+    /// Drops in the interval, by reason.
+    pub drops: Drops,
+}
+
+impl SeriesPoint {
+    /// The interval from `last` to `now`, `dt_s` seconds long, ending at `t_s`. Queues are
+    /// matched by position (snapshots of one plane list them in the same order).
+    pub fn between(t_s: f64, dt_s: f64, last: &Snapshot, now: &Snapshot) -> Self {
+        let dt = dt_s.max(1e-9);
+        let rate = |p: u64, b: u64| (p as f64 / dt / 1e6, b as f64 * 8.0 / dt / 1e9);
+        let (tx, tx_b) = now.total(Direction::Tx);
+        let (tx0, tx_b0) = last.total(Direction::Tx);
+        let (rx, rx_b) = now.total(Direction::Rx);
+        let (rx0, rx_b0) = last.total(Direction::Rx);
+        let (tx_mpps, tx_gbps) = rate(tx.saturating_sub(tx0), tx_b.saturating_sub(tx_b0));
+        let (rx_mpps, rx_gbps) = rate(rx.saturating_sub(rx0), rx_b.saturating_sub(rx_b0));
+        let queues = now
+            .queues
+            .iter()
+            .zip(&last.queues)
+            .map(|(q, q0)| {
+                let (mpps, gbps) = rate(
+                    q.packets.saturating_sub(q0.packets),
+                    q.bytes.saturating_sub(q0.bytes),
+                );
+                QueuePoint {
+                    interface: q.interface.clone(),
+                    direction: q.direction,
+                    queue: q.queue,
+                    mpps,
+                    gbps,
+                    drops: q.drops.since(&q0.drops),
+                }
+            })
+            .collect();
+        SeriesPoint {
+            t_s,
+            tx_mpps,
+            tx_gbps,
+            rx_mpps,
+            rx_gbps,
+            drops: now.drops().since(&last.drops()),
+            queues,
+        }
+    }
+}
+
+/// The series as CSV: one row per interval (time, rates, drops by reason), then per
+/// queue its Mpps, Gb/s and drops (columns named `IFACE.DIRQUEUE.*`).
+pub fn series_csv(series: &[SeriesPoint]) -> String {
+    const REASONS: [&str; 8] = [
+        "ring_full",
+        "pool_empty",
+        "no_flow",
+        "malformed",
+        "engine_missed",
+        "gpu_copy",
+        "injected",
+        "disconnected",
+    ];
+    let reasons = |d: &Drops| {
+        [
+            d.ring_full,
+            d.pool_empty,
+            d.no_flow,
+            d.malformed,
+            d.engine_missed,
+            d.gpu_copy,
+            d.injected,
+            d.disconnected,
+        ]
+    };
+    let mut out = String::from("t_s,tx_mpps,tx_gbps,rx_mpps,rx_gbps");
+    for r in REASONS {
+        out += &format!(",drops_{r}");
+    }
+    if let Some(first) = series.first() {
+        for q in &first.queues {
+            let name = format!("{}.{}{}", q.interface, q.direction, q.queue);
+            out += &format!(",{name}.mpps,{name}.gbps,{name}.drops");
+        }
+    }
+    out.push('\n');
+    for p in series {
+        out += &format!(
+            "{:.3},{:.4},{:.4},{:.4},{:.4}",
+            p.t_s, p.tx_mpps, p.tx_gbps, p.rx_mpps, p.rx_gbps
+        );
+        for d in reasons(&p.drops) {
+            out += &format!(",{d}");
+        }
+        for q in &p.queues {
+            out += &format!(",{:.4},{:.4},{}", q.mpps, q.gbps, q.drops.total());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod series_tests {
+    use super::*;
+
+    fn queue(direction: &'static str, packets: u64, bytes: u64, ring_full: u64) -> QueueStats {
+        QueueStats {
+            interface: "p0".into(),
+            direction,
+            queue: 0,
+            packets,
+            bytes,
+            copied_packets: 0,
+            busy_ns: 0,
+            drops: Drops {
+                ring_full,
+                ..Drops::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_series_point_holds_the_rates_and_drops_of_its_interval_and_csv_has_a_row_per_point() {
+        let last = Snapshot {
+            queues: vec![
+                queue("rx", 1_000, 64_000, 1),
+                queue("tx", 2_000, 128_000, 0),
+            ],
+        };
+        let now = Snapshot {
+            queues: vec![
+                queue("rx", 3_001_000, 192_064_000, 6),
+                queue("tx", 3_002_000, 192_128_000, 0),
+            ],
+        };
+        // 3 M packets of 64 B in 0.5 s: 6 Mpps, 3.072 Gb/s; 5 ring_full drops.
+        let p = SeriesPoint::between(1.5, 0.5, &last, &now);
+        assert_eq!(p.t_s, 1.5);
+        assert!((p.rx_mpps - 6.0).abs() < 1e-9 && (p.tx_mpps - 6.0).abs() < 1e-9);
+        assert!((p.rx_gbps - 3.072).abs() < 1e-9);
+        assert_eq!(p.drops.ring_full, 5);
+        assert_eq!(p.queues[0].drops.ring_full, 5);
+        assert!((p.queues[1].mpps - 6.0).abs() < 1e-9);
+        let csv = series_csv(&[p.clone(), p]);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("t_s,tx_mpps,tx_gbps,rx_mpps,rx_gbps,drops_ring_full"));
+        assert!(lines[0].ends_with("p0.tx0.mpps,p0.tx0.gbps,p0.tx0.drops"));
+        assert_eq!(
+            lines[1].split(',').count(),
+            lines[0].split(',').count(),
+            "{csv}"
+        );
+        assert!(lines[1].starts_with("1.500,6.0000,3.0720,6.0000,3.0720,5,0"));
     }
 }

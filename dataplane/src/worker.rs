@@ -10,7 +10,7 @@ use crate::engine::{Overflow, RxPort, TxPort};
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Empty passes over all tasks before a worker yields its core once. Keeps busy polling
@@ -32,6 +32,125 @@ pub struct WorkerControl {
     has_incoming: AtomicBool,
     /// Tasks handed to the running worker (a new connection's queues).
     incoming: std::sync::Mutex<Vec<Task>>,
+    /// What the worker did, for metrics and reports.
+    pub activity: WorkerActivity,
+    /// Set before the worker starts to make it count the ticks of its busy passes
+    /// ([`WorkerActivity::busy_ticks`]): two counter reads per pass, so only when metrics
+    /// are served.
+    pub time_busy_passes: AtomicBool,
+}
+
+/// What one worker did since it started, published every [`HOUSEKEEPING_EVERY`] passes
+/// (and when it stops), so reading it costs the worker nothing per packet. On a cache
+/// line of its own: the stop flag beside it is read every pass.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct WorkerActivity {
+    passes: AtomicU64,
+    busy_passes: AtomicU64,
+    busy_ticks: AtomicU64,
+    timed: AtomicBool,
+    tid: std::sync::atomic::AtomicI32,
+}
+
+/// A reading of one worker, taken twice to get its [`WorkerUse`] over an interval.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerReading {
+    core: u32,
+    at: Instant,
+    cpu_s: Option<f64>,
+    passes: u64,
+    busy_passes: u64,
+    busy_ticks: Option<u64>,
+}
+
+impl WorkerReading {
+    /// Reads `activity` of the worker on `core` now.
+    pub fn now(core: u32, activity: &WorkerActivity) -> Self {
+        Self {
+            core,
+            at: Instant::now(),
+            cpu_s: crate::sysinfo::thread_cpu_seconds(activity.thread_id()),
+            passes: activity.passes(),
+            busy_passes: activity.busy_passes(),
+            busy_ticks: activity.busy_ticks(),
+        }
+    }
+}
+
+/// What a worker did over an interval.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct WorkerUse {
+    /// Its core.
+    pub core: u32,
+    /// CPU seconds it used (user and system), when readable.
+    pub cpu_seconds: Option<f64>,
+    /// Those over the interval's wall time (1.0: a whole core, as busy polling takes).
+    pub cpu_share: Option<f64>,
+    /// Passes over its queues in which one moved packets, over all passes.
+    pub busy_fraction: f64,
+    /// Seconds of busy passes, when it timed them (metrics on).
+    pub busy_seconds: Option<f64>,
+}
+
+impl WorkerUse {
+    /// The interval from `start` to `end` (readings of the same workers, in order).
+    pub fn between(start: &[WorkerReading], end: &[WorkerReading]) -> Vec<WorkerUse> {
+        start
+            .iter()
+            .zip(end)
+            .map(|(a, b)| {
+                let wall = (b.at - a.at).as_secs_f64().max(1e-9);
+                let cpu = a.cpu_s.zip(b.cpu_s).map(|(a, b)| (b - a).max(0.0));
+                let passes = b.passes.saturating_sub(a.passes);
+                WorkerUse {
+                    core: b.core,
+                    cpu_seconds: cpu,
+                    cpu_share: cpu.map(|c| c / wall),
+                    busy_fraction: if passes == 0 {
+                        0.0
+                    } else {
+                        b.busy_passes.saturating_sub(a.busy_passes) as f64 / passes as f64
+                    },
+                    busy_seconds: a.busy_ticks.zip(b.busy_ticks).map(|(a, b)| {
+                        b.saturating_sub(a) as f64 / crate::cycles::ticks_per_second()
+                    }),
+                }
+            })
+            .collect()
+    }
+}
+
+impl WorkerActivity {
+    /// Passes over its tasks.
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
+    }
+
+    /// Passes in which some task moved packets.
+    pub fn busy_passes(&self) -> u64 {
+        self.busy_passes.load(Ordering::Relaxed)
+    }
+
+    /// [`crate::cycles`] ticks spent in busy passes, when the worker times them (see
+    /// [`WorkerControl::time_busy_passes`]); `None` otherwise.
+    pub fn busy_ticks(&self) -> Option<u64> {
+        self.timed
+            .load(Ordering::Relaxed)
+            .then(|| self.busy_ticks.load(Ordering::Relaxed))
+    }
+
+    /// The worker thread's Linux thread id (0 before it started), for its CPU time in
+    /// `/proc/self/task/TID/stat`.
+    pub fn thread_id(&self) -> i32 {
+        self.tid.load(Ordering::Relaxed)
+    }
+
+    fn publish(&self, passes: u64, busy: u64, ticks: u64) {
+        self.passes.store(passes, Ordering::Relaxed);
+        self.busy_passes.store(busy, Ordering::Relaxed);
+        self.busy_ticks.store(ticks, Ordering::Relaxed);
+    }
 }
 
 impl WorkerControl {
@@ -320,6 +439,13 @@ impl RxTask {
 
     /// Delivers the stage's finished bursts, oldest first, while the ring has room.
     fn drain_stage(&mut self) {
+        self.drain_stage_bursts();
+        if let Some(stage) = &self.stage {
+            self.counters.set_stage_in_flight(stage.in_flight());
+        }
+    }
+
+    fn drain_stage_bursts(&mut self) {
         while self.ready.is_none() {
             let Some(stage) = self.stage.as_mut() else {
                 return;
@@ -705,15 +831,29 @@ impl Task {
 /// stopping are dropped here, which returns their buffers.
 pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
-    let mut passes = 0u32;
+    let mut passes = 0u64;
+    let (mut busy_passes, mut busy_ticks) = (0u64, 0u64);
+    let activity = &control.activity;
+    activity.tid.store(
+        rustix::thread::gettid().as_raw_nonzero().get(),
+        Ordering::Relaxed,
+    );
+    let tick_passes = control.time_busy_passes.load(Ordering::Relaxed);
+    activity.timed.store(tick_passes, Ordering::Relaxed);
     let clock = PassClock::live();
     let timed = crate::stats::stages_timed();
     while !control.stop.load(Ordering::Relaxed) {
-        passes = passes.wrapping_add(1);
-        if passes.is_multiple_of(HOUSEKEEPING_EVERY) {
+        passes += 1;
+        if passes.is_multiple_of(HOUSEKEEPING_EVERY as u64) {
             control.take_incoming(&mut tasks);
             tasks.retain_mut(|t| !t.retire());
+            activity.publish(passes, busy_passes, busy_ticks);
         }
+        let pass_started = if tick_passes {
+            crate::cycles::ticks()
+        } else {
+            0
+        };
         let flush = control.flush.load(Ordering::Relaxed);
         // At most one clock read per pass, and only when a task needs the time.
         clock.next_pass();
@@ -732,6 +872,10 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
         }
         if busy {
             idle = 0;
+            busy_passes += 1;
+            if tick_passes {
+                busy_ticks += crate::cycles::ticks().wrapping_sub(pass_started);
+            }
         } else {
             idle += 1;
             if idle >= IDLE_PASSES_BEFORE_YIELD {
@@ -741,6 +885,7 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
             std::hint::spin_loop();
         }
     }
+    activity.publish(passes, busy_passes, busy_ticks);
 }
 
 #[cfg(test)]

@@ -252,6 +252,45 @@ pub struct RawReport {
     pub latency_clock: &'static str,
     /// Why the run was not lossless (empty when it was).
     pub problems: Vec<String>,
+    /// What ran: the facts a reader of a plot needs.
+    pub setup: RunSetup,
+    /// A point per second while the generators ran and the pipeline drained: rates and
+    /// drops, in all and per queue (`--csv` writes it as a table).
+    pub series: Vec<crate::stats::SeriesPoint>,
+    /// Per worker core: CPU use and busy fraction over the run.
+    pub workers: Vec<crate::worker::WorkerUse>,
+}
+
+/// The configuration facts of a run, for comparing runs and labelling plots.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSetup {
+    /// The `dataplane` version.
+    pub version: &'static str,
+    /// The commit it was built from.
+    pub commit: &'static str,
+    /// The engine.
+    pub engine: &'static str,
+    /// Where flow steering ran.
+    pub steering: String,
+    /// Frame bytes of the first generator (header and payload, without the FCS); `None`
+    /// without generators.
+    pub frame_bytes: Option<usize>,
+    /// Its `payload_size`.
+    pub payload_bytes: Option<u32>,
+    /// Its `batch_size`.
+    pub batch: Option<u32>,
+    /// Generators and checkers.
+    pub generators: usize,
+    /// Checkers (`bench_rx` sections).
+    pub checkers: usize,
+    /// RX and TX queues of the plane.
+    pub rx_queues: usize,
+    /// TX queues of the plane.
+    pub tx_queues: usize,
+    /// Worker cores.
+    pub worker_cores: Vec<u32>,
+    /// The pacing target in Gb/s, when paced.
+    pub paced_gbps: Option<f64>,
 }
 
 /// What the queues' reorders did, and what the checkers found in their output.
@@ -1206,6 +1245,8 @@ pub fn run(
     if opts.progress {
         plane.show_progress(opts.seconds.ceil() as u64);
     }
+    plane.record_series();
+    let workers_at_start = plane.worker_readings();
     let started = Instant::now();
     let tx_bytes_at_start = plane.snapshot().total(Direction::Tx).1;
     let duration = Duration::from_secs_f64(opts.seconds);
@@ -1322,9 +1363,35 @@ pub fn run(
         }
     }
     let snapshot = plane.snapshot();
+    let series = plane.take_series();
+    let workers = crate::worker::WorkerUse::between(&workers_at_start, &plane.worker_readings());
     let engine = plane.engine_name();
     let steering = plane.steering();
     let zero_copy_regions = plane.zero_copy_regions();
+    let first_tx = config.bench.tx.first();
+    let setup = RunSetup {
+        version: env!("CARGO_PKG_VERSION"),
+        commit: crate::stats::BUILD_COMMIT,
+        engine,
+        steering: steering.clone(),
+        frame_bytes: first_tx.map(|b| FrameBuilder::new(b, 0).frame_len()),
+        payload_bytes: first_tx.map(|b| b.payload_size),
+        batch: first_tx.map(|b| b.batch_size),
+        generators: config.bench.tx.len(),
+        checkers: config.bench.rx.len(),
+        rx_queues: snapshot
+            .queues
+            .iter()
+            .filter(|q| q.direction == "rx")
+            .count(),
+        tx_queues: snapshot
+            .queues
+            .iter()
+            .filter(|q| q.direction == "tx")
+            .count(),
+        worker_cores: plane.worker_cores(),
+        paced_gbps: paced_gbps(config),
+    };
     if let Err(failed) = plane.shutdown() {
         for f in failed {
             note_failure(&mut worker_failures, f.to_string());
@@ -1485,6 +1552,9 @@ pub fn run(
             _ => "mixed",
         },
         problems,
+        setup,
+        series,
+        workers,
     })
 }
 

@@ -41,6 +41,7 @@ impl ConfigBuilder {
                 log_level: "warn".into(),
                 debug: false,
                 gpu_stage: StageMode::Copy,
+                metrics: None,
                 memory_regions: Vec::new(),
                 interfaces: Vec::new(),
                 bench: BenchConfig::default(),

@@ -137,3 +137,59 @@ pub fn load_with(
         warnings: d.into_vec(),
     })
 }
+
+/// The `tracing` level a configuration's `log_level` asks for (`critical` is `error`, the
+/// most severe `tracing` has); `debug: true` raises it to at least `debug`.
+pub fn tracing_level(log_level: &str, debug: bool) -> &'static str {
+    let level = match log_level {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "error" | "critical" => "error",
+        "off" => "off",
+        _ => "warn",
+    };
+    match (debug, level) {
+        (true, "trace") => "trace",
+        (true, _) => "debug",
+        (false, l) => l,
+    }
+}
+
+/// DPDK's EAL log level for a configuration's `log_level` (`--log-level=N`, syslog
+/// numbering: 1 emergency .. 8 debug), so that the EAL and its drivers speak as much as
+/// the data plane does.
+pub fn eal_log_level(log_level: &str, debug: bool) -> u32 {
+    match tracing_level(log_level, debug) {
+        "trace" | "debug" => 8,
+        "info" => 7,
+        "error" => 4,
+        "off" => 1,
+        _ => 5,
+    }
+}
+
+#[cfg(test)]
+mod log_level_tests {
+    use super::*;
+
+    #[test]
+    fn every_reference_log_level_maps_to_a_tracing_and_an_eal_level() {
+        let cases = [
+            ("trace", "trace", 8),
+            ("debug", "debug", 8),
+            ("info", "info", 7),
+            ("warn", "warn", 5),
+            ("error", "error", 4),
+            ("critical", "error", 4),
+            ("off", "off", 1),
+        ];
+        for (yaml, tracing, eal) in cases {
+            assert_eq!(tracing_level(yaml, false), tracing, "{yaml}");
+            assert_eq!(eal_log_level(yaml, false), eal, "{yaml}");
+        }
+        assert_eq!(tracing_level("warn", true), "debug");
+        assert_eq!(tracing_level("trace", true), "trace");
+        assert_eq!(eal_log_level("error", true), 8);
+    }
+}

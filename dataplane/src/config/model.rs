@@ -20,6 +20,13 @@ pub enum StageMode {
     Kernel,
 }
 
+/// `metrics` (ours): where the Prometheus / OpenMetrics endpoint listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `listen`: IP:PORT (port 0: any free port).
+    pub listen: String,
+}
+
 /// A whole configuration file.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -38,6 +45,8 @@ pub struct Config {
     /// `gpu_stage` (ours): how the RX worker moves packets from host memory into a
     /// queue's GPU memory when the engine cannot (see [`crate::stage`]).
     pub gpu_stage: StageMode,
+    /// `metrics` (ours): the Prometheus endpoint, when asked for.
+    pub metrics: Option<MetricsConfig>,
     /// Memory regions in file order.
     pub memory_regions: Vec<MemoryRegionConfig>,
     /// Interfaces in file order; their index is the port id.

@@ -65,6 +65,7 @@ struct Common {
     debug: bool,
     loopback: bool,
     gpu_stage: StageMode,
+    metrics: Option<MetricsConfig>,
     legacy_protocol: Option<Transport>,
 }
 
@@ -102,6 +103,7 @@ fn cfg(d: &mut Diagnostics, m: &mut MapReader) -> Option<Config> {
         log_level: common.log_level,
         debug: common.debug,
         gpu_stage: common.gpu_stage,
+        metrics: common.metrics,
         memory_regions: regions?,
         interfaces,
         bench: BenchConfig::default(),
@@ -172,6 +174,7 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
             })
         })
         .unwrap_or(StageMode::Copy);
+    let metrics = m.optional(d, "metrics", metrics_config);
     m.not_supported(d, "manager");
     Some(Common {
         version: version? as u32,
@@ -182,8 +185,31 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
         debug,
         loopback,
         gpu_stage,
+        metrics,
         legacy_protocol,
     })
+}
+
+/// `metrics: {listen: "IP:PORT"}` (ours): the Prometheus endpoint.
+fn metrics_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MetricsConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let listen = m.required(d, "listen", |d, n, p| {
+        let text = r::string(d, n, p)?;
+        match text.parse::<std::net::SocketAddr>() {
+            Ok(_) => Some(text),
+            Err(e) => {
+                d.error(
+                    Kind::Invalid,
+                    p,
+                    Some(n.location),
+                    format!("`{text}` is not IP:PORT ({e}); for example 127.0.0.1:9464"),
+                );
+                None
+            }
+        }
+    });
+    m.finish(d);
+    Some(MetricsConfig { listen: listen? })
 }
 
 fn transport_of(word: &str) -> Transport {

@@ -318,8 +318,15 @@ fn eal_args(config: &Config, memory_bytes: u64) -> Vec<String> {
         "dataplane".to_owned(),
         "-l".to_owned(),
         config.master_core.to_string(),
-        "--log-level=lib.eal:error".to_owned(),
+        format!(
+            "--log-level={}",
+            crate::config::eal_log_level(&config.log_level, config.debug)
+        ),
     ];
+    // The EAL's own start-up lines only when debugging.
+    if crate::config::eal_log_level(&config.log_level, config.debug) < 8 {
+        a.push("--log-level=lib.eal:error".to_owned());
+    }
     if config
         .memory_regions
         .iter()
