@@ -45,6 +45,9 @@ enum LogFormat {
     Json,
 }
 
+#[path = "cli/plot.rs"]
+mod plot;
+
 #[derive(Subcommand)]
 enum Command {
     /// Check a configuration file and print a summary or every error.
@@ -63,6 +66,16 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
+    /// Plot `bench raw --json` results: RX throughput over time for each, and with
+    /// several a comparison of their medians (a sweep: labelled by payload size).
+    Plot {
+        /// Result files (the JSON line of `bench raw --json`, alone or as the last line).
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+        /// Output image: .png or .svg.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Huge pages: status, and cleanup of files dead processes left behind.
     #[command(subcommand)]
     Hugepages(Hugepages),
@@ -442,6 +455,19 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Hugepages(Hugepages::Cleanup { dry_run }) => hugepages_cleanup(dry_run),
+        Command::Plot { results, output } => {
+            let runs: Result<Vec<_>, _> = results.iter().map(|p| plot::Run::read(p)).collect();
+            match runs.and_then(|r| plot::plot(&r, &output)) {
+                Ok(()) => {
+                    emit(&format!("wrote {}\n", output.display()));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Bench(Bench::Raw {
             file,
             seconds,

@@ -1227,23 +1227,27 @@ impl DataPlane {
     pub fn record_series(&self) {
         if let Some(s) = &self.stats {
             *s.control.series.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some((Instant::now(), Vec::new()));
+                Some(SeriesRecording::new(self.snapshot()));
         }
     }
 
-    /// The points recorded since [`DataPlane::record_series`]; recording stops.
+    /// The points recorded since [`DataPlane::record_series`], the last one up to now
+    /// (a partial interval, when longer than 100 ms); recording stops.
     pub fn take_series(&self) -> Vec<crate::stats::SeriesPoint> {
-        self.stats
-            .as_ref()
-            .and_then(|s| {
-                s.control
-                    .series
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take()
-            })
-            .map(|(_, points)| points)
-            .unwrap_or_default()
+        let taken = self.stats.as_ref().and_then(|s| {
+            s.control
+                .series
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+        });
+        let Some(mut r) = taken else {
+            return Vec::new();
+        };
+        if r.last_at.elapsed() > Duration::from_millis(100) {
+            r.advance(self.snapshot());
+        }
+        r.points
     }
 
     /// Per worker: its core and what it did so far (passes, busy passes, thread id).
@@ -1388,8 +1392,40 @@ fn snapshot(counters: &[(QueueLabel, Arc<QueueCounters>)]) -> Snapshot {
 struct StatsControl {
     stop: AtomicBool,
     progress_total_s: AtomicU64,
-    /// While recording: when it started, and a point per second since.
-    series: Mutex<Option<(Instant, Vec<crate::stats::SeriesPoint>)>>,
+    /// While recording: a point per second since it started.
+    series: Mutex<Option<SeriesRecording>>,
+}
+
+/// A per-second series being recorded.
+struct SeriesRecording {
+    started: Instant,
+    last: Snapshot,
+    last_at: Instant,
+    points: Vec<crate::stats::SeriesPoint>,
+}
+
+impl SeriesRecording {
+    fn new(now: Snapshot) -> Self {
+        Self {
+            started: Instant::now(),
+            last: now,
+            last_at: Instant::now(),
+            points: Vec::new(),
+        }
+    }
+
+    /// Adds the interval from the last reading to `now`.
+    fn advance(&mut self, now: Snapshot) {
+        let at = Instant::now();
+        self.points.push(crate::stats::SeriesPoint::between(
+            (at - self.started).as_secs_f64(),
+            (at - self.last_at).as_secs_f64(),
+            &self.last,
+            &now,
+        ));
+        self.last = now;
+        self.last_at = at;
+    }
 }
 
 /// Samples the counters once per second on `master_core`, logs drops as they appear and,
@@ -1457,18 +1493,13 @@ fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)])
         let now = snapshot(counters);
         let dt = last_at.elapsed().as_secs_f64().max(1e-9);
         last_at = Instant::now();
-        if let Some((t0, points)) = ctl
+        if let Some(r) = ctl
             .series
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_mut()
         {
-            points.push(crate::stats::SeriesPoint::between(
-                t0.elapsed().as_secs_f64(),
-                dt,
-                &last,
-                &now,
-            ));
+            r.advance(now.clone());
         }
         let (d_now, d_last) = (now.drops(), last.drops());
         if d_now.total() > d_last.total() {

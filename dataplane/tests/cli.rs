@@ -315,3 +315,153 @@ fn bench_fwd_relays_seeded_frames_around_a_loopback() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("no interface `nope` with TX queues"), "{e}");
 }
+
+/// A run of `sw_loopback.yaml` with its `log_level` replaced, metrics on a free port so
+/// that an info-level line exists, and `extra` arguments before `bench`.
+fn logged_run(log_level: &str, env_level: Option<&str>, extra: &[&str]) -> String {
+    let text = std::fs::read_to_string(common::config_path("sw_loopback.yaml")).unwrap();
+    let text = text.replace(
+        "log_level: \"warn\"",
+        &format!("log_level: \"{log_level}\""),
+    );
+    assert!(text.contains(&format!("log_level: \"{log_level}\"")));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, text).unwrap();
+    let mut c = dataplane();
+    if let Some(l) = env_level {
+        c.env("DATAPLANE_LOG", l);
+    }
+    let out = c
+        .args(extra)
+        .args(["--metrics", "127.0.0.1:0", "bench", "raw"])
+        .arg(&file)
+        .args(["--seconds", "0.3", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn log_level_from_the_yaml_applies_the_environment_overrides_it_and_json_lines_parse() {
+    let info = logged_run("info", None, &[]);
+    assert!(info.contains("metrics: http://127.0.0.1:"), "{info}");
+    assert!(
+        !info.contains('\u{1b}'),
+        "colour codes off a terminal: {info:?}"
+    );
+    let warn = logged_run("warn", None, &[]);
+    assert!(!warn.contains("metrics: http://"), "{warn}");
+    let overridden = logged_run("info", Some("warn"), &[]);
+    assert!(!overridden.contains("metrics: http://"), "{overridden}");
+    let raised = logged_run("warn", Some("info"), &[]);
+    assert!(raised.contains("metrics: http://"), "{raised}");
+
+    let json = logged_run("info", None, &["--log-format", "json"]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|v| v["level"] == "INFO"
+            && v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("metrics: http://"))),
+        "{json}"
+    );
+}
+
+#[test]
+fn bench_results_carry_setup_series_and_workers_and_plot_draws_a_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::config_path("sw_loopback.yaml")).unwrap();
+    let mut results = Vec::new();
+    for payload in [64, 512] {
+        let file = dir.path().join(format!("p{payload}.yaml"));
+        std::fs::write(
+            &file,
+            text.replace("payload_size: 1024", &format!("payload_size: {payload}")),
+        )
+        .unwrap();
+        let json = dir.path().join(format!("p{payload}.json"));
+        let csv = dir.path().join(format!("p{payload}.csv"));
+        let out = dataplane()
+            .args(["bench", "raw"])
+            .arg(&file)
+            .args(["--seconds", "1.5", "--json", "-q", "--csv"])
+            .arg(&csv)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::write(&json, &out.stdout).unwrap();
+        let r: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        assert_eq!(r["setup"]["payload_bytes"], payload);
+        assert_eq!(r["setup"]["frame_bytes"], 64 + payload);
+        assert_eq!(r["setup"]["batch"], 256);
+        assert_eq!(r["setup"]["engine"], "loopback");
+        assert_eq!(r["setup"]["worker_cores"], serde_json::json!([1]));
+        assert!(r["setup"]["commit"].as_str().is_some_and(|c| !c.is_empty()));
+        let series = r["series"].as_array().unwrap();
+        // A point per whole second and the partial one at the end.
+        assert!(series.len() >= 2, "{series:?}");
+        // The series counts what the queues counted while it recorded: never more.
+        let in_series: f64 = series
+            .windows(2)
+            .map(|w| {
+                (w[1]["t_s"].as_f64().unwrap() - w[0]["t_s"].as_f64().unwrap())
+                    * w[1]["rx_mpps"].as_f64().unwrap()
+                    * 1e6
+            })
+            .sum();
+        let rx = r["rx_packets"].as_f64().unwrap();
+        assert!(
+            in_series > 0.0 && in_series <= rx * 1.001,
+            "{in_series} vs {rx}"
+        );
+        assert_eq!(series[0]["queues"].as_array().unwrap().len(), 2);
+        let w = &r["workers"][0];
+        assert_eq!(w["core"], 1);
+        let busy = w["busy_fraction"].as_f64().unwrap();
+        assert!(busy > 0.0 && busy <= 1.0, "{w}");
+        let csv = std::fs::read_to_string(&csv).unwrap();
+        assert_eq!(csv.lines().count(), series.len() + 1, "{csv}");
+        assert!(csv.starts_with("t_s,tx_mpps,tx_gbps,rx_mpps,rx_gbps,"));
+        results.push(json);
+    }
+    let png = dir.path().join("sweep.png");
+    let out = dataplane()
+        .arg("plot")
+        .args(&results)
+        .arg("-o")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: width and height, big-endian, at bytes 16..24.
+    let dim = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    assert_eq!((dim(16), dim(20)), (1200, 900));
+    let svg = dir.path().join("one.svg");
+    let out = dataplane()
+        .args(["plot"])
+        .arg(&results[0])
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("RX throughput over time"));
+    let out = dataplane()
+        .args(["plot"])
+        .arg(&results[0])
+        .args(["-o", "x.jpg"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(".png or .svg"));
+}
