@@ -179,9 +179,9 @@ fn a_metrics_address_that_is_not_ip_port_names_the_key() {
         "    loopback: \"sw\"\n",
         "    loopback: \"sw\"\n    metrics: {listen: \"localhost-ish\"}\n",
     );
-    let e = dataplane::config::load_str(&yaml, "bad-metrics")
-        .err()
-        .expect("rejected")
-        .to_string();
+    let e = match dataplane::config::load_str(&yaml, "bad-metrics") {
+        Ok(_) => panic!("accepted a bad metrics.listen"),
+        Err(e) => e.to_string(),
+    };
     assert!(e.contains("metrics.listen") && e.contains("IP:PORT"), "{e}");
 }
