@@ -66,6 +66,20 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
+    /// Check this machine against a configuration (or, without one, machine-wide): huge
+    /// pages, cores, PCI devices, RDMA GIDs, GPU driver, socket and locked-memory limits.
+    /// Each finding comes with the command that fixes it. Exit status 1 when something
+    /// blocks a start, 2 when the configuration does not load.
+    Doctor {
+        /// YAML configuration.
+        file: Option<PathBuf>,
+        /// Print the findings as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Read /proc and /sys below this directory instead of / (a recorded machine).
+        #[arg(long, default_value = "/")]
+        root: PathBuf,
+    },
     /// Plot `bench raw --json` results: RX throughput over time for each, and with
     /// several a comparison of their medians (a sweep: labelled by payload size).
     Plot {
@@ -455,6 +469,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Hugepages(Hugepages::Cleanup { dry_run }) => hugepages_cleanup(dry_run),
+        Command::Doctor { file, json, root } => doctor(file.as_deref(), json, &root),
         Command::Plot { results, output } => {
             let runs: Result<Vec<_>, _> = results.iter().map(|p| plot::Run::read(p)).collect();
             match runs.and_then(|r| plot::plot(&r, &output)) {
@@ -615,6 +630,37 @@ fn main() -> ExitCode {
             json,
         ),
     }
+}
+
+fn doctor(file: Option<&Path>, json: bool, root: &Path) -> ExitCode {
+    use dataplane::doctor;
+    let config = match file {
+        Some(f) => match load(f) {
+            Some(c) => Some(c),
+            None => return ExitCode::from(2),
+        },
+        None => None,
+    };
+    let findings = doctor::check(&doctor::Machine::at(root), config.as_ref());
+    let status = doctor::exit_status(&findings);
+    if json {
+        emit(&format!(
+            "{}\n",
+            serde_json::json!({
+                "root": root,
+                "config": file,
+                "blocking": status != 0,
+                "findings": findings,
+            })
+        ));
+    } else {
+        let head = match file {
+            Some(f) => format!("{} on {}\n", f.display(), root.display()),
+            None => format!("machine-wide checks on {}\n", root.display()),
+        };
+        emit(&(head + &doctor::human(&findings)));
+    }
+    ExitCode::from(status)
 }
 
 fn hugepages_cleanup(dry_run: bool) -> ExitCode {

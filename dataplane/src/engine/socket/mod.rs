@@ -68,8 +68,15 @@ pub struct SocketEngine {
 fn buffer_bytes(regions: &RegionSet, region: Option<RegionId>) -> usize {
     region.map_or(MIN_SOCKET_BUFFER, |r| {
         let r = regions.get(r);
-        (r.num_bufs() * r.buf_size()).clamp(MIN_SOCKET_BUFFER, MAX_SOCKET_BUFFER)
+        buffer_bytes_for(r.num_bufs(), r.buf_size())
     })
+}
+
+/// Socket buffer bytes asked for a queue whose region has `num_bufs` buffers of
+/// `buf_size` bytes: what the region holds, between 4 and 64 MiB (`dataplane doctor`
+/// compares it with `net.core.rmem_max` / `wmem_max`).
+pub fn buffer_bytes_for(num_bufs: usize, buf_size: usize) -> usize {
+    (num_bufs * buf_size).clamp(MIN_SOCKET_BUFFER, MAX_SOCKET_BUFFER)
 }
 
 /// Warns when the kernel granted less socket buffer than asked (it reports twice what it

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Records the /proc and /sys files `dataplane doctor` reads into OUT, so a machine can be
+# checked elsewhere (`dataplane doctor CONFIG --root OUT`) or kept as a test case.
+#   scripts/doctor-record.sh OUT
+set -euo pipefail
+out=${1:?usage: scripts/doctor-record.sh OUT}
+mkdir -p "$out"
+copy() { # copy FILE...: each existing regular file, under its own path
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    mkdir -p "$out$(dirname "$f")"
+    cat "$f" > "$out$f" 2>/dev/null || rm -f "$out$f"
+  done
+}
+link() { # link PATH: a symbolic link, as a link to the same target
+  [ -L "$1" ] || return 0
+  mkdir -p "$out$(dirname "$1")"
+  ln -sfn "$(readlink "$1")" "$out$1"
+}
+# Only the lines doctor reads, so a recording says nothing else about the machine.
+mkdir -p "$out/proc/self"
+grep -E '^(MemTotal|HugePages_|Hugepagesize)' /proc/meminfo > "$out/proc/meminfo" || true
+grep -E '^[^ ]+ [^ ]+ hugetlbfs ' /proc/mounts > "$out/proc/mounts" || true
+grep -E '^(Limit|Max locked memory)' /proc/self/limits > "$out/proc/self/limits" || true
+grep -E '^CapEff:' /proc/self/status > "$out/proc/self/status" || true
+copy /proc/sys/net/core/rmem_max /proc/sys/net/core/wmem_max /proc/driver/nvidia/version
+copy /proc/irq/*/smp_affinity_list /proc/irq/*/effective_affinity_list
+for g in /proc/driver/nvidia/gpus/*; do [ -d "$g" ] && copy "$g/information"; done
+copy /sys/devices/system/cpu/online /sys/devices/system/cpu/isolated /sys/devices/system/cpu/nohz_full
+copy /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor /sys/devices/system/cpu/cpu*/topology/thread_siblings_list
+copy /sys/devices/system/node/node*/cpulist
+copy /sys/devices/system/node/node*/hugepages/hugepages-*/nr_hugepages /sys/devices/system/node/node*/hugepages/hugepages-*/free_hugepages
+copy /sys/kernel/mm/hugepages/hugepages-*/nr_hugepages /sys/kernel/mm/hugepages/hugepages-*/free_hugepages
+for d in /sys/bus/pci/devices/*; do
+  copy "$d/vendor" "$d/class" "$d/numa_node" "$d"/net/*/mtu
+  link "$d/driver"
+done
+for g in /sys/kernel/iommu_groups/*; do [ -d "$g" ] && mkdir -p "$out$g" && touch "$out$g/.keep"; done
+for p in /sys/class/infiniband/*/ports/*; do
+  [ -d "$p" ] || continue
+  copy "$p"/gids/* "$p"/gid_attrs/types/*
+done
+for mod in nvidia nvidia_peermem; do [ -d "/sys/module/$mod" ] && mkdir -p "$out/sys/module/$mod" && touch "$out/sys/module/$mod/.keep"; done
+echo "recorded into $out ($(find "$out" -type f | wc -l) files)"
