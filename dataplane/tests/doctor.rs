@@ -265,3 +265,28 @@ fn on_this_machine_the_checks_agree_with_a_recording_of_it() {
         );
     }
 }
+
+#[test]
+fn the_recorded_h200_host_has_the_driver_a_gpu_configuration_needs() {
+    // Recorded with scripts/doctor-record.sh on the GPU machine (16 cores, one H200,
+    // NVIDIA open kernel modules, no huge pages, no RDMA device).
+    let (status, f) = doctor(Some("gpu_loopback_64.yaml"), &tree("h200-vm"));
+    assert_eq!(status, 0, "{f:#?}");
+    assert!(
+        has(
+            &of(&f, "gpu", "ok"),
+            "1 GPU(s); NVRM version: NVIDIA UNIX Open Kernel Module"
+        ),
+        "{f:#?}"
+    );
+    let (status, f) = doctor(None, &tree("h200-vm"));
+    assert_eq!(status, 0);
+    assert!(has(&of(&f, "cores", "ok"), "online cores 0-15"), "{f:#?}");
+    // The same configuration on the recorded 2-core VM has no driver.
+    let (status, f) = doctor(Some("gpu_loopback_64.yaml"), &tree("debian-vm"));
+    assert_eq!(status, 1);
+    assert!(
+        has(&of(&f, "gpu", "block"), "need the NVIDIA driver"),
+        "{f:#?}"
+    );
+}
