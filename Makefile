@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # builds without it (for hosts without DPDK's shared libraries).
 FEATURES ?= --features dataplane/dpdk
 
-.PHONY: setup build run test python-test bench lint clean
+.PHONY: setup build run test test-aarch64 python-test bench lint clean
 
 setup:
 	./scripts/setup.sh
@@ -37,6 +37,12 @@ test: setup
 	./scripts/smoke.sh
 	./scripts/tapflow-vm.sh
 	./scripts/rdma-vm-tests.sh
+
+# aarch64 (DGX Spark) and DPDK 24.11: in Debian 13 roots made with debootstrap, the
+# workspace built for x86_64 against DPDK 24.11 with its DPDK tests, cross-built for
+# aarch64, and its unit and software-loopback tests run under qemu-aarch64.
+test-aarch64: setup
+	./scripts/test-aarch64.sh
 
 # The Python package: a wheel built with maturin in a venv made from PyPI, its tests, and
 # the Python benchmark for a second.

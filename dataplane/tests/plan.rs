@@ -206,6 +206,23 @@ fn every_other_shipped_config_plans() {
     let d = p.dpdk.as_ref().unwrap();
     assert!(d.ports.iter().all(|port| port.pci));
     assert!(d.eal_args.contains(&"-a".to_owned()));
+    // DGX Spark: one port through its two PCIe functions, each receiving into GPU memory
+    // by DMA (lent, not staged).
+    let p = shipped("dgx_spark_template.yaml");
+    let d = p.dpdk.as_ref().unwrap();
+    assert_eq!(d.ports.len(), 2);
+    assert!(d.ports.iter().all(|port| port.pci));
+    let allowed: Vec<&String> = d
+        .eal_args
+        .windows(2)
+        .filter(|w| w[0] == "-a")
+        .map(|w| &w[1])
+        .collect();
+    assert_eq!(allowed, ["0000:01:00.0", "0002:01:00.0"], "{:?}", d.eal_args);
+    for q in p.queues.iter().filter(|q| q.direction == Direction::Rx) {
+        assert!(q.staging.is_none(), "{q:?}");
+        assert!(p.regions[q.segments[0] as usize].lent);
+    }
 }
 
 #[test]
@@ -348,7 +365,11 @@ fn fill_placeholders(text: &str) -> String {
         let inner = &rest[open + 1..open + len];
         let value = if inner.matches(':').count() == 5 || inner.contains("MAC") {
             "02:00:00:00:00:01"
-        } else if inner.parse::<u32>().is_ok() {
+        } else if inner.parse::<u32>().is_ok()
+            || dataplane::config::validate::is_pci_address(inner)
+            || inner.parse::<std::net::Ipv4Addr>().is_ok()
+        {
+            // Values of the right shape already (the template's examples) stay.
             inner
         } else if inner.contains("PCI") {
             "0000:3b:00.0"

@@ -45,8 +45,10 @@ struct Shared {
     name: String,
 }
 
-/// One thread cache's buffer count, in a cache line of its own.
-#[repr(align(64))]
+/// One thread cache's buffer count, in a cache line of its own: 128 bytes covers both a
+/// pair of 64-byte lines (x86 prefetches the adjacent line; GB10 and Grace have 64-byte
+/// lines) and the 128-byte lines some Arm cores have.
+#[repr(align(128))]
 #[derive(Default)]
 struct CacheCount(AtomicUsize);
 
