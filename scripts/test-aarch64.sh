@@ -70,12 +70,12 @@ for s in $steps; do
     cross)
       prepare cross
       echo "test-aarch64: $(in_root rustc --version), DPDK $(in_root env PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig pkg-config --modversion libdpdk) for aarch64"
-      step "aarch64 cross build (workspace, dpdk feature)" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo build --workspace --target aarch64-unknown-linux-gnu --features dataplane/dpdk --tests --bins'
+      step "aarch64 cross build (workspace, dpdk feature)" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo build --release --workspace --target aarch64-unknown-linux-gnu --features dataplane/dpdk --tests --bins'
       ;;
     qemu)
       prepare cross
-      step "aarch64 unit tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --target aarch64-unknown-linux-gnu --features dataplane/dpdk -p dataplane-ring -p gpudirect -p dataplane --lib'
-      step "aarch64 software-loopback tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --target aarch64-unknown-linux-gnu -p dataplane --test loopback --test steering --test reorder --test soundness --test embedding --test metrics'
+      step "aarch64 unit tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --release --target aarch64-unknown-linux-gnu --features dataplane/dpdk -p dataplane-ring -p gpudirect -p dataplane --lib'
+      step "aarch64 software-loopback tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --release --target aarch64-unknown-linux-gnu --features dataplane/dpdk -p dataplane --test loopback --test steering --test reorder --test soundness --test embedding --test metrics'
       ;;
     *) echo "test-aarch64: unknown step $s (dpdk2411, cross, qemu)" >&2; exit 2 ;;
   esac
