@@ -133,6 +133,19 @@ fn gpu_side(regions: &RegionSet, r: RegionId) -> bool {
     regions.get(r).kind() == MemoryKind::Device
 }
 
+/// One copy of a burst in consecutive buffers: `rows` rows of `width` bytes, row `k` from
+/// `src + k * src_pitch` to `dst + k * dst_pitch` (one row when the pitches are equal).
+#[cfg(feature = "cuda")]
+struct SpanCopy {
+    src: u64,
+    dst: u64,
+    src_pitch: usize,
+    dst_pitch: usize,
+    width: usize,
+    rows: usize,
+    from_device: bool,
+}
+
 /// Bursts in flight at most (one per GPU argument table).
 #[cfg(feature = "cuda")]
 const DEPTH: usize = gpudirect::kernels::TABLE_SLOTS;
@@ -224,6 +237,22 @@ impl RxStage {
         ) else {
             return Err(StageError::NoBuffers(burst));
         };
+        #[cfg(feature = "cuda")]
+        if let Some(span) = self.contiguous_span(&burst, &mut out) {
+            let gpu = self.gpu.as_mut().expect("checked by contiguous_span");
+            let slot = gpu.submit_span(&span).map_err(|e| StageError::Failed {
+                packets: n as u64,
+                reason: format!("GPU copy failed: {e}"),
+            })?;
+            self.in_flight.push_back(InFlight {
+                out,
+                _source: burst,
+                on_gpu: true,
+                finish: Vec::new(),
+                slot,
+            });
+            return Ok(());
+        }
         self.moves.clear();
         let failed = |reason| StageError::Failed {
             packets: n as u64,
@@ -310,6 +339,82 @@ impl RxStage {
         }
         #[cfg(not(feature = "cuda"))]
         Err(failed("this build has no CUDA support".into()))
+    }
+
+    /// The common case in one copy: a burst of single-segment packets in consecutive
+    /// buffers of one DMA-reachable region (pinned host or device memory, as a pool hands
+    /// them out under load), going into consecutive buffers of a device region, whole
+    /// packets, copy mode. One contiguous copy when both regions have the same stride,
+    /// else one strided (2D) copy of the longest packet's bytes per buffer. Fills `out`'s
+    /// lengths, flow ids and times on the way; `None` leaves the burst to the general
+    /// path, which sets `out` again.
+    #[cfg(feature = "cuda")]
+    fn contiguous_span(&self, burst: &Burst, out: &mut Burst) -> Option<SpanCopy> {
+        let gpu = self.gpu.as_ref()?;
+        if gpu.mode != StageMode::Copy || self.layout.len() != 1 || self.split.is_some() {
+            return None;
+        }
+        let first = *burst.packets().first()?.segments().first()?;
+        let (src_region, dst_region) = (
+            self.regions.get(first.region),
+            self.regions.get(self.layout[0]),
+        );
+        let from_device = match src_region.kind() {
+            MemoryKind::Device => true,
+            MemoryKind::HostPinned => false,
+            _ => return None,
+        };
+        if dst_region.kind() != MemoryKind::Device {
+            return None;
+        }
+        let cap = dst_region.buf_size();
+        let n = burst.len();
+        let out_first = out.packets()[0].segments()[0].index;
+        // Buffers may come in ascending or descending order (a pool hands them back in
+        // the order they were freed); sources and destinations must agree.
+        let descending = n > 1 && burst.packets()[1].segments()[0].index < first.index;
+        let at = |base: u32, k: u32| {
+            if descending {
+                base.wrapping_sub(k)
+            } else {
+                base.wrapping_add(k)
+            }
+        };
+        let mut longest = 0;
+        for i in 0..n {
+            let p = burst.packets()[i];
+            let [s] = p.segments() else { return None };
+            let d = out.packets()[i].segments()[0];
+            let k = i as u32;
+            if s.region != first.region
+                || s.index != at(first.index, k)
+                || d.index != at(out_first, k)
+                || s.len as usize > cap
+            {
+                return None;
+            }
+            out.set_len(i, 0, s.len as usize);
+            out.set_flow_id(i, p.flow_id);
+            out.set_timestamp(i, p.timestamp_ns);
+            longest = longest.max(s.len as usize);
+        }
+        // From the lowest buffer; the last row ends with the highest buffer's packet.
+        let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
+        let (src_pitch, dst_pitch) = (src_region.stride(), dst_region.stride());
+        let same_pitch = src_pitch == dst_pitch;
+        Some(SpanCopy {
+            src: burst.segment_addr(low, 0),
+            dst: out.segment_addr(low, 0),
+            src_pitch,
+            dst_pitch,
+            width: if same_pitch {
+                (n - 1) * dst_pitch + burst.packets()[high].segments()[0].len as usize
+            } else {
+                longest
+            },
+            rows: if same_pitch { 1 } else { n },
+            from_device,
+        })
     }
 
     /// The oldest submitted burst once its copies finished (arrival order is kept).
@@ -514,6 +619,34 @@ impl GpuPath {
         pageable_done?;
         self.gpu.record_slot(slot)?;
         Ok((slot, finish))
+    }
+
+    /// One copy of consecutive buffers (see [`RxStage::contiguous_span`]) in the next
+    /// table slot, marked for completion; returns the slot.
+    fn submit_span(&mut self, c: &SpanCopy) -> Result<usize, gpudirect::GpuError> {
+        self.gpu.bind()?;
+        let slot = self.next_slot;
+        self.next_slot = (slot + 1) % DEPTH;
+        // SAFETY: every row lies in the consecutive buffers of the bursts in flight (the
+        // source pinned host or device memory, the destination device memory), untouched
+        // until the slot's mark completes; a row is at most one buffer's stride wide.
+        unsafe {
+            match (c.rows, c.from_device) {
+                (1, true) => self.gpu.copy_device(c.dst, c.src, c.width),
+                (1, false) => self.gpu.copy_to_device(c.dst, c.src as *const u8, c.width),
+                (rows, on_device) => self.gpu.copy_rows_to_device(
+                    c.dst,
+                    c.dst_pitch,
+                    c.src,
+                    c.src_pitch,
+                    on_device,
+                    c.width,
+                    rows,
+                ),
+            }
+        }?;
+        self.gpu.record_slot(slot)?;
+        Ok(slot)
     }
 
     /// Copy mode: gathers into staging laid out like the destinations and issues one

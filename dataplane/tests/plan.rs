@@ -218,7 +218,12 @@ fn every_other_shipped_config_plans() {
         .filter(|w| w[0] == "-a")
         .map(|w| &w[1])
         .collect();
-    assert_eq!(allowed, ["0000:01:00.0", "0002:01:00.0"], "{:?}", d.eal_args);
+    assert_eq!(
+        allowed,
+        ["0000:01:00.0", "0002:01:00.0"],
+        "{:?}",
+        d.eal_args
+    );
     for q in p.queues.iter().filter(|q| q.direction == Direction::Rx) {
         assert!(q.staging.is_none(), "{q:?}");
         assert!(p.regions[q.segments[0] as usize].lent);

@@ -1063,6 +1063,67 @@ impl Gpu {
         Ok(())
     }
 
+    /// Queues a strided copy into device memory: `rows` rows of `width` bytes, row `k`
+    /// from `src + k * src_pitch` (pinned host memory, or device memory when
+    /// `src_on_device`) to `dst + k * dst_pitch` (one `cuMemcpy2DAsync`).
+    ///
+    /// # Safety
+    /// Every source row must stay valid (pinned, for host memory) and every destination row
+    /// writable until the next sync; `width` must not exceed either pitch.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn copy_rows_to_device(
+        &self,
+        dst: u64,
+        dst_pitch: usize,
+        src: u64,
+        src_pitch: usize,
+        src_on_device: bool,
+        width: usize,
+        rows: usize,
+    ) -> Result<(), GpuError> {
+        use cudarc::driver::sys::{CUDA_MEMCPY2D_st, CUmemorytype};
+        assert!(
+            width <= src_pitch && width <= dst_pitch,
+            "rows wider than their pitch"
+        );
+        let copy = CUDA_MEMCPY2D_st {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: if src_on_device {
+                CUmemorytype::CU_MEMORYTYPE_DEVICE
+            } else {
+                CUmemorytype::CU_MEMORYTYPE_HOST
+            },
+            srcHost: if src_on_device {
+                std::ptr::null()
+            } else {
+                src as *const _
+            },
+            srcDevice: if src_on_device { src } else { 0 },
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: width,
+            Height: rows,
+        };
+        // SAFETY: the descriptor is complete and lives across the call; the ranges are the
+        // caller's promise.
+        let r = unsafe { cudarc::driver::sys::cuMemcpy2DAsync_v2(&copy, self.stream.cu_stream()) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(GpuError::Driver {
+                call: "cuMemcpy2DAsync",
+                source: cudarc::driver::result::DriverError(r),
+            });
+        }
+        Ok(())
+    }
+
     /// Queues a device-to-device copy.
     ///
     /// # Safety
