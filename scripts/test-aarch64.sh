@@ -28,8 +28,13 @@ prepare() {
   root=$(scripts/trixie-root.sh "$1" | tail -n 1) || { echo "test-aarch64: FAILED at: the trixie $1 root" >&2; exit 1; }
   roots[$1]=$root
   echo "test-aarch64: trixie $1 root ready ($(( $(date +%s) - t )) s)"
+  # A copy of the working tree (tracked and untracked, not ignored files), so edits made
+  # while it builds do not change what is tested; build outputs stay in the root.
+  rm -rf "$root/src"
   mkdir -p "$root/src" "$root/root/.cargo/registry"
-  local pairs=("$repo" "$root/src" "$registry" "$root/root/.cargo/registry" /sys "$root/sys" /dev "$root/dev")
+  (cd "$repo" && git ls-files -z -co --exclude-standard | tar -cf - --null -T -) | tar -xf - -C "$root/src" \
+    || { echo "test-aarch64: FAILED at: copying the working tree into the $1 root" >&2; exit 1; }
+  local pairs=("$registry" "$root/root/.cargo/registry" /sys "$root/sys" /dev "$root/dev")
   for ((i = 0; i < ${#pairs[@]}; i += 2)); do
     mount --bind "${pairs[i]}" "${pairs[i+1]}" && mounted=("${pairs[i+1]}" "${mounted[@]}")
   done
@@ -41,7 +46,7 @@ in_root() {
     CARGO_TERM_COLOR=never CARGO_HOME=/root/.cargo "$@"
 }
 cross_env=(
-  CARGO_TARGET_DIR=/src/target/trixie-aarch64
+  CARGO_TARGET_DIR=/target/aarch64
   PKG_CONFIG_ALLOW_CROSS=1
   PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
@@ -64,8 +69,8 @@ for s in $steps; do
     dpdk2411)
       prepare amd64
       echo "test-aarch64: $(in_root rustc --version), DPDK $(in_root pkg-config --modversion libdpdk)"
-      step "x86_64 build against DPDK 24.11" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/src/target/trixie-amd64 cargo build --workspace --features dataplane/dpdk --tests --bins'
-      step "DPDK tests against 24.11 (net_ring, memif, zero copy, flows)" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/src/target/trixie-amd64 cargo test -p dataplane --features dpdk --test dpdk_ring --test dpdk_memif --test dpdk_ring_zero_copy --test dpdk_ring_flows --test dpdk_bad_address -- --test-threads=1'
+      step "x86_64 build against DPDK 24.11" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/target/amd64 cargo build --workspace --features dataplane/dpdk --tests --bins'
+      step "DPDK tests against 24.11 (net_ring, memif, zero copy, flows)" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/target/amd64 cargo test -p dataplane --features dpdk --test dpdk_ring --test dpdk_memif --test dpdk_ring_zero_copy --test dpdk_ring_flows --test dpdk_bad_address -- --test-threads=1'
       ;;
     cross)
       prepare cross
