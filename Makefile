@@ -37,6 +37,8 @@ test: setup
 	./scripts/smoke.sh
 	./scripts/tapflow-vm.sh
 	./scripts/rdma-vm-tests.sh
+	# aarch64 cross build and emulated tests, DPDK 24.11 build and tests (Debian 13 roots).
+	./scripts/test-aarch64.sh
 
 # aarch64 (DGX Spark) and DPDK 24.11: in Debian 13 roots made with debootstrap, the
 # workspace built for x86_64 against DPDK 24.11 with its DPDK tests, cross-built for
