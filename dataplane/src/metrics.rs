@@ -91,17 +91,6 @@ fn family<M: EncodeMetric>(
     Ok(())
 }
 
-const REASONS: [&str; 8] = [
-    "ring_full",
-    "pool_empty",
-    "no_flow",
-    "malformed",
-    "engine_missed",
-    "gpu_copy",
-    "injected",
-    "disconnected",
-];
-
 impl Collector for Sources {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let queue_labels = |q: &QueueSource| -> Labels {
@@ -149,20 +138,9 @@ impl Collector for Sources {
             "dataplane_queue_drops",
             "Packets dropped at a queue, by reason",
             self.queues.iter().zip(&snaps).flat_map(|(q, s)| {
-                let d = s.2;
-                let counts = [
-                    d.ring_full,
-                    d.pool_empty,
-                    d.no_flow,
-                    d.malformed,
-                    d.engine_missed,
-                    d.gpu_copy,
-                    d.injected,
-                    d.disconnected,
-                ];
-                REASONS.iter().zip(counts).map(move |(r, n)| {
+                s.2.by_reason().into_iter().map(move |(r, n)| {
                     let mut l = queue_labels(q);
-                    l.push(("reason", (*r).to_owned()));
+                    l.push(("reason", r.to_owned()));
                     (l, ConstCounter::new(n))
                 })
             }),

@@ -184,6 +184,35 @@ impl Drops {
             + self.disconnected
     }
 
+    /// Every reason's name (as the JSON fields, metric labels and CSV columns say it) with
+    /// its count, in a fixed order.
+    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
+        [
+            ("ring_full", self.ring_full),
+            ("pool_empty", self.pool_empty),
+            ("no_flow", self.no_flow),
+            ("malformed", self.malformed),
+            ("engine_missed", self.engine_missed),
+            ("gpu_copy", self.gpu_copy),
+            ("injected", self.injected),
+            ("disconnected", self.disconnected),
+        ]
+    }
+
+    /// The counts added since `earlier` (counters only grow).
+    pub fn since(&self, earlier: &Drops) -> Drops {
+        Drops {
+            ring_full: self.ring_full.saturating_sub(earlier.ring_full),
+            pool_empty: self.pool_empty.saturating_sub(earlier.pool_empty),
+            no_flow: self.no_flow.saturating_sub(earlier.no_flow),
+            malformed: self.malformed.saturating_sub(earlier.malformed),
+            engine_missed: self.engine_missed.saturating_sub(earlier.engine_missed),
+            gpu_copy: self.gpu_copy.saturating_sub(earlier.gpu_copy),
+            injected: self.injected.saturating_sub(earlier.injected),
+            disconnected: self.disconnected.saturating_sub(earlier.disconnected),
+        }
+    }
+
     /// Adds another set of counts.
     pub fn add(&mut self, o: &Drops) {
         self.ring_full += o.ring_full;
@@ -243,22 +272,6 @@ impl Snapshot {
             d.add(&q.drops);
         }
         d
-    }
-}
-
-impl Drops {
-    /// The counts added since `earlier` (counters only grow).
-    pub fn since(&self, earlier: &Drops) -> Drops {
-        Drops {
-            ring_full: self.ring_full.saturating_sub(earlier.ring_full),
-            pool_empty: self.pool_empty.saturating_sub(earlier.pool_empty),
-            no_flow: self.no_flow.saturating_sub(earlier.no_flow),
-            malformed: self.malformed.saturating_sub(earlier.malformed),
-            engine_missed: self.engine_missed.saturating_sub(earlier.engine_missed),
-            gpu_copy: self.gpu_copy.saturating_sub(earlier.gpu_copy),
-            injected: self.injected.saturating_sub(earlier.injected),
-            disconnected: self.disconnected.saturating_sub(earlier.disconnected),
-        }
     }
 }
 
@@ -358,30 +371,8 @@ impl SeriesPoint {
 /// The series as CSV: one row per interval (time, rates, drops by reason), then per
 /// queue its Mpps, Gb/s and drops (columns named `IFACE.DIRQUEUE.*`).
 pub fn series_csv(series: &[SeriesPoint]) -> String {
-    const REASONS: [&str; 8] = [
-        "ring_full",
-        "pool_empty",
-        "no_flow",
-        "malformed",
-        "engine_missed",
-        "gpu_copy",
-        "injected",
-        "disconnected",
-    ];
-    let reasons = |d: &Drops| {
-        [
-            d.ring_full,
-            d.pool_empty,
-            d.no_flow,
-            d.malformed,
-            d.engine_missed,
-            d.gpu_copy,
-            d.injected,
-            d.disconnected,
-        ]
-    };
     let mut out = String::from("t_s,tx_mpps,tx_gbps,rx_mpps,rx_gbps");
-    for r in REASONS {
+    for (r, _) in Drops::default().by_reason() {
         out += &format!(",drops_{r}");
     }
     if let Some(first) = series.first() {
@@ -396,7 +387,7 @@ pub fn series_csv(series: &[SeriesPoint]) -> String {
             "{:.3},{:.4},{:.4},{:.4},{:.4}",
             p.t_s, p.tx_mpps, p.tx_gbps, p.rx_mpps, p.rx_gbps
         );
-        for d in reasons(&p.drops) {
+        for (_, d) in p.drops.by_reason() {
             out += &format!(",{d}");
         }
         for q in &p.queues {
