@@ -16,6 +16,8 @@ fn main() {
                 "DPDK >= 22.11 not found with pkg-config ({e}); install it with: apt-get install dpdk libdpdk-dev libclang-dev pkg-config"
             )
         });
+    // The version the bindings were generated against, for start-up messages.
+    println!("cargo:rustc-env=DATAPLANE_DPDK_VERSION={}", lib.version);
     // libdpdk.pc also carries `-include rte_config.h -march=corei7`, which pkg-config's
     // include paths leave out; both the shim and bindgen need them.
     let out = Command::new("pkg-config")

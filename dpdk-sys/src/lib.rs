@@ -18,3 +18,7 @@
 )]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+/// The DPDK version (pkg-config's `libdpdk` version) these bindings were generated against:
+/// 22.11 on Debian 12, 24.11 on Debian 13, whatever the build machine has.
+pub const DPDK_VERSION: &str = env!("DATAPLANE_DPDK_VERSION");

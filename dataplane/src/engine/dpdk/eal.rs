@@ -58,6 +58,11 @@ impl Eal {
                     free_memory: free_memory_text(),
                 });
             }
+            tracing::info!(
+                "DPDK {} EAL started ({})",
+                sys::DPDK_VERSION,
+                args.join(" ")
+            );
             Ok(Self { _private: () })
         })
         .join()
