@@ -38,6 +38,9 @@ def main() -> None:
     template[12:14] = (0x08, 0x00)  # IPv4 EtherType; the rest is a plain pattern
     template[14:] = np.arange(args.frame - 14, dtype=np.uint8)
     stop = threading.Event()
+    # Set by the sender after its last count: only then may the receiver compare counts
+    # and leave (a send that returned but is not counted yet would look like a loss).
+    sender_done = threading.Event()
     counts = {"sent": 0, "received": 0, "bad": 0}
 
     def sender() -> None:
@@ -56,6 +59,7 @@ def main() -> None:
                 counts["sent"] += n
             except dataplane.Error:
                 pass
+        sender_done.set()
 
     def receiver() -> None:
         while True:
@@ -73,7 +77,7 @@ def main() -> None:
                     if len(view) != args.frame or view[12] != 0x08:
                         counts["bad"] += 1
                     counts["received"] += 1
-            if not got and stop.is_set() and counts["received"] >= counts["sent"]:
+            if not got and sender_done.is_set() and counts["received"] >= counts["sent"]:
                 return
 
     threads = [threading.Thread(target=sender), threading.Thread(target=receiver)]
