@@ -258,20 +258,18 @@ fn inventory(m: &Machine, out: &mut Vec<Finding>) {
         ),
         None,
     );
-    let nodes = m.list("sys/devices/system/node");
-    for node in nodes.iter().filter(|n| n.starts_with("node")) {
-        for size in m.list(&format!("sys/devices/system/node/{node}/hugepages")) {
-            let base = format!("sys/devices/system/node/{node}/hugepages/{size}");
-            let (nr, free) = (
-                m.read(&format!("{base}/nr_hugepages")).unwrap_or_default(),
-                m.read(&format!("{base}/free_hugepages"))
-                    .unwrap_or_default(),
-            );
+    for c in crate::hugepages::page_counts_under(&m.root) {
+        if let Some(node) = c.node {
             push(
                 out,
                 "hugepages",
                 Severity::Ok,
-                format!("{node}: {free} of {nr} {size} free"),
+                format!(
+                    "node {node}: {} of {} {} KiB pages free",
+                    c.free,
+                    c.total,
+                    c.page_size / 1024
+                ),
                 None,
             );
         }
@@ -308,14 +306,7 @@ fn hugepages(m: &Machine, plan: Option<&Plan>, out: &mut Vec<Finding>) {
     let Some(plan) = plan else {
         return;
     };
-    let page_kib = m
-        .read("proc/meminfo")
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("Hugepagesize:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .unwrap_or(2048);
+    let page_kib = crate::sysinfo::meminfo_under(&m.root, "Hugepagesize").unwrap_or(2048);
     let need = Some(plan.hugepages.in_pages(page_kib * 1024)).filter(|n| !n.per_node.is_empty());
     let mounted = m.read("proc/mounts").is_some_and(|t| {
         t.lines()
@@ -340,18 +331,18 @@ fn hugepages(m: &Machine, plan: Option<&Plan>, out: &mut Vec<Finding>) {
             Some("mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages".into()),
         );
     }
-    let nodes = m.list("sys/devices/system/node");
+    let counts = crate::hugepages::page_counts_under(&m.root);
+    let per_node = counts.iter().any(|c| c.node.is_some());
     for (node, (pages, parts)) in &need.per_node {
-        let dir = if nodes.is_empty() {
-            format!("sys/kernel/mm/hugepages/hugepages-{page_kib}kB")
-        } else {
+        let dir = if per_node {
             format!("sys/devices/system/node/node{node}/hugepages/hugepages-{page_kib}kB")
+        } else {
+            format!("sys/kernel/mm/hugepages/hugepages-{page_kib}kB")
         };
-        let read = |f: &str| {
-            m.read(&format!("{dir}/{f}"))
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        let (free, total) = (read("free_hugepages"), read("nr_hugepages"));
+        let count = counts
+            .iter()
+            .find(|c| c.page_size == page_kib * 1024 && c.node == per_node.then_some(*node));
+        let (free, total) = (count.map(|c| c.free), count.map(|c| c.total));
         let what = parts
             .iter()
             .map(|(n, p)| format!("{n} {p}"))

@@ -162,15 +162,21 @@ fn counts_in(dir: &Path, node: Option<u32>) -> Vec<PageCounts> {
 
 /// Page counts for the machine and for each NUMA node, every page size.
 pub fn page_counts() -> Vec<PageCounts> {
-    let mut out = counts_in(Path::new(SYSFS_GLOBAL), None);
-    if let Ok(nodes) = std::fs::read_dir(SYSFS_NODES) {
+    page_counts_under(Path::new("/"))
+}
+
+/// As [`page_counts`], for the machine whose `/sys` lies below `root` (a recorded tree).
+pub fn page_counts_under(root: &Path) -> Vec<PageCounts> {
+    let nodes_dir = root.join(SYSFS_NODES.trim_start_matches('/'));
+    let mut out = counts_in(&root.join(SYSFS_GLOBAL.trim_start_matches('/')), None);
+    if let Ok(nodes) = std::fs::read_dir(&nodes_dir) {
         let mut ids: Vec<u32> = nodes
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
             .collect();
         ids.sort_unstable();
         for id in ids {
-            let dir = Path::new(SYSFS_NODES).join(format!("node{id}/hugepages"));
+            let dir = nodes_dir.join(format!("node{id}/hugepages"));
             out.extend(counts_in(&dir, Some(id)));
         }
     }

@@ -5,7 +5,12 @@
 /// Field `name` of /proc/meminfo (`MemTotal`, `HugePages_Free`, ...) as its number: KiB
 /// for sizes, a count for page counts. `None` when unreadable.
 pub fn meminfo(name: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_under(std::path::Path::new("/"), name)
+}
+
+/// As [`meminfo`], for the machine whose `/proc` lies below `root` (a recorded tree).
+pub fn meminfo_under(root: &std::path::Path, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(root.join("proc/meminfo")).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
