@@ -32,6 +32,8 @@ test: setup
 	# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
 	LD_LIBRARY_PATH=$$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 $(CARGO) test --release -p gpudirect kernels::tests
 	$(MAKE) python-test
+	# The same package on CPython 3.9 and glibc 2.31 (a Debian 11 root), then that wheel here.
+	./scripts/test-python-oldest.sh
 	./scripts/embed-check.sh
 	./scripts/loom.sh
 	./scripts/smoke.sh

@@ -13,9 +13,10 @@ use pyo3::exceptions::{PyBufferError, PyException, PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{create_exception, ffi};
-use std::ffi::c_int;
 use std::sync::Mutex;
 use std::time::Duration;
+
+mod buffer;
 
 create_exception!(dataplane, Error, PyException, "A data plane error.");
 create_exception!(
@@ -351,26 +352,14 @@ impl Burst {
     }
 
     /// Packet `i`'s frame, read-only (its length).
-    fn packet(slf: Bound<'_, Self>, i: usize) -> PyResult<Packet> {
-        slf.borrow().check_index(i)?;
-        slf.borrow_mut().views += 1;
-        Ok(Packet {
-            burst: slf.unbind(),
-            index: i,
-            writable: false,
-        })
+    fn packet<'py>(slf: Bound<'py, Self>, i: usize) -> PyResult<Bound<'py, PyAny>> {
+        buffer::new_packet(slf, i, false)
     }
 
     /// Packet `i`'s whole buffer, writable (its capacity); set the frame's length with
     /// `set_len`.
-    fn buffer(slf: Bound<'_, Self>, i: usize) -> PyResult<Packet> {
-        slf.borrow().check_index(i)?;
-        slf.borrow_mut().views += 1;
-        Ok(Packet {
-            burst: slf.unbind(),
-            index: i,
-            writable: true,
-        })
+    fn buffer<'py>(slf: Bound<'py, Self>, i: usize) -> PyResult<Bound<'py, PyAny>> {
+        buffer::new_packet(slf, i, true)
     }
 
     /// Sets packet `i`'s length (at most its buffer's capacity).
@@ -400,10 +389,11 @@ impl Burst {
     }
 }
 
-/// A zero-copy view of one packet: the buffer protocol for host memory
-/// (`memoryview(p)`, `numpy.frombuffer(p, dtype)`), `__cuda_array_interface__` for GPU
-/// memory. Keeps its burst alive and unsendable while it exists.
-#[pyclass(module = "dataplane")]
+/// A zero-copy view of one packet: `__cuda_array_interface__` for GPU memory, DLPack for
+/// both. Its subclass `dataplane.Packet` (made in [`buffer`]) adds the buffer protocol for
+/// host memory (`memoryview(p)`, `numpy.frombuffer(p, dtype)`); `Burst.packet` and
+/// `Burst.buffer` make those. Keeps its burst alive and unsendable while it exists.
+#[pyclass(module = "dataplane", name = "_Packet", subclass)]
 struct Packet {
     burst: Py<Burst>,
     index: usize,
@@ -411,6 +401,18 @@ struct Packet {
 }
 
 impl Packet {
+    /// A view of packet `index` of `burst`: its frame (read-only) or, `writable`, its whole
+    /// buffer.
+    fn new(burst: Bound<'_, Burst>, index: usize, writable: bool) -> PyResult<Self> {
+        burst.borrow().check_index(index)?;
+        burst.borrow_mut().views += 1;
+        Ok(Self {
+            burst: burst.unbind(),
+            index,
+            writable,
+        })
+    }
+
     /// Address and length of the viewed bytes, and whether they are host memory.
     fn span(&self, b: &Burst) -> PyResult<(u64, usize, bool)> {
         let inner = b.get()?;
@@ -554,48 +556,6 @@ impl Packet {
         // SAFETY: a new reference the interpreter just returned.
         Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
     }
-
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.borrow();
-        let (addr, len, host) = this.span(&this.burst.borrow(py))?;
-        if !host {
-            return Err(PyBufferError::new_err(
-                "the packet is in GPU memory: use __cuda_array_interface__",
-            ));
-        }
-        if flags & ffi::PyBUF_WRITABLE != 0 && !this.writable {
-            return Err(PyBufferError::new_err(
-                "a received packet is read-only; TX buffers (burst.buffer(i)) are writable",
-            ));
-        }
-        // SAFETY: `addr` is `len` bytes of host memory owned by the burst, which this view
-        // keeps alive (PyBuffer_FillInfo takes a reference to it) and which cannot be sent
-        // while the export count is above zero; `view` is the interpreter's to fill.
-        let r = unsafe {
-            ffi::PyBuffer_FillInfo(
-                view,
-                slf.as_ptr(),
-                addr as *mut std::ffi::c_void,
-                len as ffi::Py_ssize_t,
-                c_int::from(!this.writable),
-                flags,
-            )
-        };
-        if r != 0 {
-            return Err(PyErr::fetch(py));
-        }
-        this.burst.borrow_mut(py).exports += 1;
-        Ok(())
-    }
-
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
-        Python::attach(|py| self.burst.borrow_mut(py).exports -= 1);
-    }
 }
 
 /// DLPack's C structures (dlpack.h, version 0.8 layout, the unversioned capsule every
@@ -687,6 +647,7 @@ fn dataplane_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TxQueue>()?;
     m.add_class::<Burst>()?;
     m.add_class::<Packet>()?;
+    m.add("Packet", buffer::packet_type(m.py())?)?;
     m.add_class::<FlowHandle>()?;
     m.add("Error", m.py().get_type::<Error>())?;
     m.add("Stopped", m.py().get_type::<Stopped>())?;

@@ -2,6 +2,7 @@
 NumPy, flow steering, TX bursts filled from NumPy arrays, errors as exceptions."""
 
 import gc
+import io
 
 import numpy as np
 import pytest
@@ -130,6 +131,13 @@ def test_dlpack_views_without_copying():
         assert arr.dtype == np.uint8 and np.array_equal(arr, frame)
         # The array is the packet's memory, not a copy.
         assert arr.__array_interface__["data"][0] == np.frombuffer(p, np.uint8).__array_interface__["data"][0]
+        # The buffer protocol on every CPython from 3.9: a received frame is read-only.
+        assert isinstance(p, dataplane.Packet)
+        view = memoryview(p)
+        assert view.readonly and view.tobytes() == frame.tobytes()
+        with pytest.raises((BufferError, TypeError), match="read-write|read-only"):
+            io.BytesIO(b"x").readinto(p)  # asks for a writable buffer: refused
+        view.release()
         # A TX burst cannot go while a DLPack array of it lives.
         out = tx.alloc(1)
         held = np.from_dlpack(out.buffer(0))
