@@ -27,10 +27,19 @@
 //! the plain pinned copy bandwidth against 0.82 for the kernel, and the two were even on
 //! the loopback bench (BENCHMARKS.md).
 //!
-//! Up to [`gpudirect::kernels::TABLE_SLOTS`] bursts are in flight on the GPU at once (each
+//! Up to [`gpudirect::kernels::TABLE_SLOTS`] copies are in flight on the GPU at once (each
 //! with its own argument table and staging area); the worker hands a burst over only when
-//! the event recorded after its copies reports them done, in arrival order, so the
+//! the mark queued after its copies reports them done, in arrival order, so the
 //! application never sees a buffer whose bytes are still moving.
+//!
+//! **Coalescing.** A copy costs the H200 about 4 us of its own besides the bytes (and the
+//! CPU two driver calls): 256 KiB copies back to back reach only half the link, 2 MiB
+//! copies 0.9 (`bench gpu`, BENCHMARKS.md). So bursts that continue the previous one in
+//! both regions (as a busy queue's bursts do) join one open copy of up to
+//! [`GROUP_BYTES`], issued when it is full, when a burst does not continue it, when a pool
+//! runs dry, when the caller waits, or when the worker finds its port idle
+//! ([`RxStage::flush`]). A quiet queue therefore pays no extra latency; a busy one trades
+//! a few bursts of it for bandwidth.
 
 use crate::burst::Burst;
 use crate::config::MemoryKind;
@@ -75,9 +84,12 @@ type CpuFinish = Vec<(usize, u64, u32)>;
 struct InFlight {
     out: Burst,
     _source: Burst,
-    /// Waits for the GPU (its table slot's event) before it is handed back.
+    /// Waits for the GPU (its table slot's mark) before it is handed back.
     #[cfg(feature = "cuda")]
     on_gpu: bool,
+    /// The last burst of its copy: handing it back frees the copy's table slot.
+    #[cfg(feature = "cuda")]
+    ends_copy: bool,
     /// The CPU's share of device-to-host moves.
     #[cfg(feature = "cuda")]
     finish: CpuFinish,
@@ -93,6 +105,8 @@ impl InFlight {
             _source: source,
             #[cfg(feature = "cuda")]
             on_gpu: false,
+            #[cfg(feature = "cuda")]
+            ends_copy: false,
             #[cfg(feature = "cuda")]
             finish: Vec::new(),
             #[cfg(feature = "cuda")]
@@ -111,7 +125,31 @@ pub(crate) struct RxStage {
     in_flight: VecDeque<InFlight>,
     #[cfg(feature = "cuda")]
     gpu: Option<GpuPath>,
+    /// The copy growing from consecutive bursts, not issued yet (its bursts are the newest
+    /// in `in_flight`).
+    #[cfg(feature = "cuda")]
+    open: Option<OpenCopy>,
+    /// Copies issued whose bursts are not all handed back (each holds a table slot).
+    #[cfg(feature = "cuda")]
+    copies_in_flight: usize,
+    /// GPU copies (or launches) issued since the stage was made.
+    #[cfg(feature = "cuda")]
+    copies_issued: u64,
 }
+
+/// A copy being grown from consecutive bursts.
+#[cfg(feature = "cuda")]
+struct OpenCopy {
+    span: SpanCopy,
+    /// The table slot it will be marked in (reserved when it opened).
+    slot: usize,
+    bursts: usize,
+}
+
+/// Bytes at which an open copy is issued (2 MiB copies reached 0.9 of the link on the
+/// H200, 256 KiB ones 0.5).
+#[cfg(feature = "cuda")]
+pub(crate) const GROUP_BYTES: usize = 2 << 20;
 
 #[cfg(feature = "cuda")]
 struct GpuPath {
@@ -144,6 +182,57 @@ struct SpanCopy {
     width: usize,
     rows: usize,
     from_device: bool,
+    /// Buffers covered, from `src` and `dst` up (rows of the 2D form).
+    packets: usize,
+}
+
+#[cfg(feature = "cuda")]
+impl SpanCopy {
+    /// Bytes moved.
+    fn bytes(&self) -> usize {
+        self.width * self.rows
+    }
+
+    /// Grows `self` by `next` when `next`'s buffers lie right above or right below
+    /// `self`'s in both regions (same pitches and kind); false leaves `self` as it was.
+    /// (A pool hands a burst its buffers from high to low, and consecutive bursts blocks
+    /// above or below each other depending on the order buffers came back.)
+    fn extend(&mut self, next: &SpanCopy) -> bool {
+        let alike = self.from_device == next.from_device
+            && self.src_pitch == next.src_pitch
+            && self.dst_pitch == next.dst_pitch
+            && (self.rows == 1) == (next.rows == 1);
+        if !alike {
+            return false;
+        }
+        let above = |a: &SpanCopy, b: &SpanCopy| {
+            b.src == a.src + (a.packets * a.src_pitch) as u64
+                && b.dst == a.dst + (a.packets * a.dst_pitch) as u64
+        };
+        let (low, high) = if above(self, next) {
+            (&*self, next)
+        } else if above(next, self) {
+            (next, &*self)
+        } else {
+            return false;
+        };
+        // The contiguous form ends with the highest buffer's packet; rows are as wide as
+        // the longest packet.
+        let width = if self.rows == 1 {
+            (high.src - low.src) as usize + high.width
+        } else {
+            self.width.max(next.width)
+        };
+        let (src, dst) = (low.src, low.dst);
+        if self.rows != 1 {
+            self.rows += next.rows;
+        }
+        self.src = src;
+        self.dst = dst;
+        self.width = width;
+        self.packets += next.packets;
+        true
+    }
 }
 
 /// Bursts in flight at most (one per GPU argument table).
@@ -171,6 +260,12 @@ impl RxStage {
             moves: Vec::with_capacity(batch * 2),
             in_flight: VecDeque::new(),
             #[cfg(feature = "cuda")]
+            open: None,
+            #[cfg(feature = "cuda")]
+            copies_in_flight: 0,
+            #[cfg(feature = "cuda")]
+            copies_issued: 0,
+            #[cfg(feature = "cuda")]
             gpu: match plan.gpu {
                 None => None,
                 Some(ordinal) => {
@@ -197,13 +292,75 @@ impl RxStage {
         })
     }
 
-    /// True when another burst can be submitted now.
+    /// True when another burst can be submitted now. (A burst that needs a new copy while
+    /// every table slot is taken still comes back as [`StageError::NoBuffers`].)
     pub(crate) fn has_room(&self) -> bool {
         #[cfg(feature = "cuda")]
         if self.gpu.is_some() {
-            return self.in_flight.len() < DEPTH;
+            return self.open.is_some() || self.copies_in_flight < DEPTH;
         }
         true
+    }
+
+    /// Issues the open copy now (the port went idle, or the caller is about to wait).
+    pub(crate) fn flush(&mut self) -> Result<(), StageError> {
+        #[cfg(feature = "cuda")]
+        if let Some(open) = self.open.take() {
+            let gpu = self.gpu.as_mut().expect("an open copy has a GPU path");
+            if let Err(e) = gpu.issue_span(&open.span, open.slot) {
+                // Its bursts are the newest in flight; none of them will be marked.
+                let mut packets = 0;
+                for _ in 0..open.bursts {
+                    packets += self
+                        .in_flight
+                        .pop_back()
+                        .expect("the copy's bursts")
+                        .out
+                        .len();
+                }
+                return Err(StageError::Failed {
+                    packets: packets as u64,
+                    reason: format!("GPU copy failed: {e}"),
+                });
+            }
+            self.copies_in_flight += 1;
+            self.copies_issued += 1;
+            self.in_flight
+                .back_mut()
+                .expect("the copy's last burst")
+                .ends_copy = true;
+        }
+        Ok(())
+    }
+
+    /// Flushes before `burst` goes another way; on failure `burst` is lost with the copy.
+    fn flush_before(&mut self, burst: &Burst) -> Result<(), StageError> {
+        self.flush().map_err(|e| match e {
+            StageError::Failed { packets, reason } => StageError::Failed {
+                packets: packets + burst.len() as u64,
+                reason,
+            },
+            other => other,
+        })
+    }
+
+    /// A table slot for a new copy, or `None` while every slot is in use.
+    #[cfg(feature = "cuda")]
+    fn take_slot(&mut self) -> Option<usize> {
+        if self.copies_in_flight + usize::from(self.open.is_some()) >= DEPTH {
+            return None;
+        }
+        let gpu = self.gpu.as_mut()?;
+        let slot = gpu.next_slot;
+        gpu.next_slot = (slot + 1) % DEPTH;
+        Some(slot)
+    }
+
+    /// GPU copies (or copy launches) issued so far: with [`RxStage::submit`]'s count of
+    /// bursts, how well bursts coalesce.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn copies_issued(&self) -> u64 {
+        self.copies_issued
     }
 
     /// Bursts submitted and not yet handed back.
@@ -223,6 +380,7 @@ impl RxStage {
                     .all(|(s, r)| s.region == *r)
         });
         if burst.is_empty() || in_layout {
+            self.flush_before(&burst)?;
             let empty = Burst::empty(self.regions.clone(), burst.port(), burst.queue(), 0);
             self.in_flight.push_back(InFlight::done(burst, empty));
             return Ok(());
@@ -235,23 +393,20 @@ impl RxStage {
             &self.layout,
             n,
         ) else {
+            // Buffers held by the open copy come back only once it is issued.
+            self.flush_before(&burst)?;
             return Err(StageError::NoBuffers(burst));
         };
         #[cfg(feature = "cuda")]
         if let Some(span) = self.contiguous_span(&burst, &mut out) {
-            let gpu = self.gpu.as_mut().expect("checked by contiguous_span");
-            let slot = gpu.submit_span(&span).map_err(|e| StageError::Failed {
-                packets: n as u64,
-                reason: format!("GPU copy failed: {e}"),
-            })?;
-            self.in_flight.push_back(InFlight {
-                out,
-                _source: burst,
-                on_gpu: true,
-                finish: Vec::new(),
-                slot,
-            });
-            return Ok(());
+            return self.submit_span(span, out, burst);
+        }
+        #[cfg(feature = "cuda")]
+        {
+            self.flush_before(&burst)?;
+            if self.gpu.is_some() && self.copies_in_flight >= DEPTH {
+                return Err(StageError::NoBuffers(burst));
+            }
         }
         self.moves.clear();
         let failed = |reason| StageError::Failed {
@@ -321,17 +476,21 @@ impl RxStage {
         }
         #[cfg(feature = "cuda")]
         {
+            let slot = self.take_slot().expect("a slot is free (checked above)");
             let gpu = self
                 .gpu
                 .as_mut()
                 .expect("a GPU path exists for device regions");
-            let (slot, finish) = gpu
-                .submit(&regions, &self.moves)
+            let finish = gpu
+                .submit(&regions, &self.moves, slot)
                 .map_err(|e| failed(format!("GPU copy failed: {e}")))?;
+            self.copies_in_flight += 1;
+            self.copies_issued += 1;
             self.in_flight.push_back(InFlight {
                 out,
                 _source: burst,
                 on_gpu: true,
+                ends_copy: true,
                 finish,
                 slot,
             });
@@ -414,12 +573,66 @@ impl RxStage {
             },
             rows: if same_pitch { 1 } else { n },
             from_device,
+            packets: n,
         })
+    }
+
+    /// The one-copy path: `span` joins the open copy when it continues it, else opens one
+    /// (after issuing the old); a copy that reached [`GROUP_BYTES`] is issued at once.
+    #[cfg(feature = "cuda")]
+    fn submit_span(&mut self, span: SpanCopy, out: Burst, burst: Burst) -> Result<(), StageError> {
+        let bytes = span.bytes();
+        let joined = self
+            .open
+            .as_mut()
+            .is_some_and(|o| o.span.bytes() + bytes <= GROUP_BYTES && o.span.extend(&span));
+        let slot = if joined {
+            let open = self.open.as_mut().expect("joined");
+            open.bursts += 1;
+            open.slot
+        } else {
+            self.flush_before(&burst)?;
+            let Some(slot) = self.take_slot() else {
+                return Err(StageError::NoBuffers(burst));
+            };
+            self.open = Some(OpenCopy {
+                span,
+                slot,
+                bursts: 1,
+            });
+            slot
+        };
+        self.in_flight.push_back(InFlight {
+            out,
+            _source: burst,
+            on_gpu: true,
+            ends_copy: false,
+            finish: Vec::new(),
+            slot,
+        });
+        // Issue now when a burst like this one would no longer fit.
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.span.bytes() + bytes > GROUP_BYTES)
+        {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// The oldest submitted burst once its copies finished (arrival order is kept).
     pub(crate) fn completed(&mut self) -> Option<Result<Burst, StageError>> {
         let front = self.in_flight.front()?;
+        #[cfg(feature = "cuda")]
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| self.in_flight.len() <= o.bursts)
+        {
+            // Every burst in flight, the oldest too, belongs to the copy not issued yet.
+            return None;
+        }
         #[cfg(feature = "cuda")]
         if front.on_gpu {
             let gpu = &self.gpu.as_ref().expect("GPU path").gpu;
@@ -436,6 +649,9 @@ impl RxStage {
     /// As [`RxStage::completed`], waiting for the oldest burst.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn wait_oldest(&mut self) -> Option<Result<Burst, StageError>> {
+        if let Err(e) = self.flush() {
+            return Some(Err(e));
+        }
         #[cfg(feature = "cuda")]
         if let Some(f) = self.in_flight.front()
             && f.on_gpu
@@ -449,6 +665,10 @@ impl RxStage {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     fn lost(&mut self, reason: String) -> StageError {
         let f = self.in_flight.pop_front().expect("a burst in flight");
+        #[cfg(feature = "cuda")]
+        if f.ends_copy {
+            self.copies_in_flight -= 1;
+        }
         StageError::Failed {
             packets: f.out.len() as u64,
             reason,
@@ -457,6 +677,10 @@ impl RxStage {
 
     fn finish_front(&mut self) -> Burst {
         let f = self.in_flight.pop_front().expect("a burst in flight");
+        #[cfg(feature = "cuda")]
+        if f.ends_copy {
+            self.copies_in_flight -= 1;
+        }
         #[cfg(feature = "cuda")]
         if let Some(gpu) = &self.gpu {
             let base = gpu.staging.as_ptr();
@@ -499,18 +723,16 @@ impl Drop for RxStage {
 
 #[cfg(feature = "cuda")]
 impl GpuPath {
-    /// Queues every move that touches GPU memory in the next table slot and records the
-    /// slot's event after them. Returns the slot and the CPU's share of device-to-host
-    /// moves.
+    /// Queues every move that touches GPU memory in table `slot` and marks the slot after
+    /// them. Returns the CPU's share of device-to-host moves.
     fn submit(
         &mut self,
         regions: &RegionSet,
         moves: &[Move],
-    ) -> Result<(usize, CpuFinish), gpudirect::GpuError> {
+        slot: usize,
+    ) -> Result<CpuFinish, gpudirect::GpuError> {
         // Cheap when already current; the worker thread may differ from the creator.
         self.gpu.bind()?;
-        let slot = self.next_slot;
-        self.next_slot = (slot + 1) % DEPTH;
         let dev = |r| gpu_side(regions, r);
         let pinned = |r| regions.get(r).kind() == MemoryKind::HostPinned;
         // SAFETY: the slot's staging area lies inside the staging buffer.
@@ -618,15 +840,13 @@ impl GpuPath {
         self.runs = runs;
         pageable_done?;
         self.gpu.record_slot(slot)?;
-        Ok((slot, finish))
+        Ok(finish)
     }
 
-    /// One copy of consecutive buffers (see [`RxStage::contiguous_span`]) in the next
-    /// table slot, marked for completion; returns the slot.
-    fn submit_span(&mut self, c: &SpanCopy) -> Result<usize, gpudirect::GpuError> {
+    /// One copy of consecutive buffers (see [`RxStage::contiguous_span`]), marked for
+    /// completion in table `slot`.
+    fn issue_span(&mut self, c: &SpanCopy, slot: usize) -> Result<(), gpudirect::GpuError> {
         self.gpu.bind()?;
-        let slot = self.next_slot;
-        self.next_slot = (slot + 1) % DEPTH;
         // SAFETY: every row lies in the consecutive buffers of the bursts in flight (the
         // source pinned host or device memory, the destination device memory), untouched
         // until the slot's mark completes; a row is at most one buffer's stride wide.
@@ -645,8 +865,7 @@ impl GpuPath {
                 ),
             }
         }?;
-        self.gpu.record_slot(slot)?;
-        Ok(slot)
+        self.gpu.record_slot(slot)
     }
 
     /// Copy mode: gathers into staging laid out like the destinations and issues one
@@ -720,6 +939,131 @@ mod tests {
         MemoryRegionConfig::new(name, kind, 256, 2048)
     }
 
+    /// Which spans continue an open copy: blocks right above or right below in both
+    /// regions, with the same pitches and form; the grown copy covers both (no GPU needed).
+    #[test]
+    fn a_copy_grows_by_blocks_right_above_or_below() {
+        let span = |src: u64, dst: u64, packets: usize, rows: usize, width: usize| SpanCopy {
+            src,
+            dst,
+            src_pitch: 1024,
+            dst_pitch: if rows == 1 { 1024 } else { 2048 },
+            width,
+            rows,
+            from_device: false,
+            packets,
+        };
+        // Contiguous form: 4 buffers at 0 (last packet 100 bytes), then 2 above (ends 60).
+        let mut c = span(0, 1 << 20, 4, 1, 3 * 1024 + 100);
+        assert!(c.extend(&span(4096, (1 << 20) + 4096, 2, 1, 1024 + 60)));
+        assert_eq!(
+            (c.src, c.dst, c.packets, c.width),
+            (0, 1 << 20, 6, 5 * 1024 + 60)
+        );
+        // A block below: the copy starts there and still ends at the same byte.
+        let mut d = span(8192, (1 << 20) + 8192, 2, 1, 1024 + 60);
+        assert!(d.extend(&span(0, 1 << 20, 8, 1, 7 * 1024 + 500)));
+        assert_eq!(
+            (d.src, d.dst, d.packets, d.width),
+            (0, 1 << 20, 10, 9 * 1024 + 60)
+        );
+        // Not adjacent in the destination, a gap, another pitch or form: no.
+        let mut e = span(0, 1 << 20, 4, 1, 4000);
+        assert!(!e.extend(&span(4096, (1 << 20) + 8192, 2, 1, 1500)));
+        assert!(!e.extend(&span(8192, (1 << 20) + 8192, 2, 1, 1500)));
+        assert!(!e.extend(&span(4096, (1 << 20) + 4096, 2, 3, 1500)));
+        assert_eq!((e.src, e.packets, e.width), (0, 4, 4000));
+        // Rows form: rows add up, rows as wide as the longest packet.
+        let mut r = span(0, 1 << 20, 3, 3, 700);
+        assert!(r.extend(&span(3 * 1024, (1 << 20) + 3 * 2048, 2, 2, 900)));
+        assert_eq!((r.rows, r.packets, r.width, r.bytes()), (5, 5, 900, 4500));
+    }
+
+    /// Bursts in consecutive pinned buffers join one copy into device memory, nothing is
+    /// handed back before it is issued, the bursts come back in order once it is done, and
+    /// every byte arrives. A burst that does not continue the copy issues it and opens the
+    /// next. Skips without a CUDA driver.
+    #[test]
+    fn consecutive_bursts_share_one_copy_and_arrive_intact() {
+        if gpudirect::device_count().is_err() {
+            eprintln!("SKIP: no CUDA driver: coalesced copies are not run");
+            return;
+        }
+        let regions = Arc::new(
+            RegionSet::allocate(&[
+                MemoryRegionConfig::new("src", MemoryKind::HostPinned, 2048, 1024),
+                MemoryRegionConfig::new("gpu", MemoryKind::Device, 2048, 1024),
+            ])
+            .unwrap(),
+        );
+        let plan = StagePlan {
+            split_header_bytes: None,
+            gpu: Some(0),
+            mode: StageMode::Copy,
+        };
+        let mut stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        let byte = |burst: usize, i: usize, k: usize| (burst * 31 + i * 7 + k) as u8;
+        let make = |burst: usize, n: usize| {
+            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
+            for i in 0..n {
+                let len = 64 + (i * 37) % 900;
+                for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
+                    *x = byte(burst, i, k);
+                }
+                b.set_len(i, 0, len);
+                b.set_flow_id(i, (burst * 1000 + i) as u32);
+            }
+            b
+        };
+        // Four bursts of 256 x 1 KiB buffers, one after the other in both regions: 1 MiB.
+        for burst in 0..4 {
+            stage
+                .submit(make(burst, 256))
+                .map_err(|_| "submit")
+                .unwrap();
+        }
+        assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(4));
+        assert_eq!(stage.copies_in_flight, 0);
+        assert!(
+            stage.completed().is_none(),
+            "nothing back before the copy goes"
+        );
+        // A short burst continues it too.
+        stage.submit(make(4, 10)).map_err(|_| "submit").unwrap();
+        assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(5));
+        // Source buffers taken in between: the next burst's source does not continue the
+        // copy (its output still does), so the copy goes and another opens.
+        let skipped = Burst::allocate(regions.clone(), 0, 0, &[0], 8).unwrap();
+        stage.submit(make(5, 8)).map_err(|_| "submit").unwrap();
+        assert_eq!(stage.copies_in_flight, 1, "the first copy was issued");
+        assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(1));
+        drop(skipped);
+        let mut got = Vec::new();
+        while let Some(done) = stage.wait_oldest() {
+            got.push(done.map_err(|_| "stage").unwrap());
+        }
+        assert_eq!(stage.copies_in_flight, 0);
+        assert_eq!(
+            got.iter().map(Burst::len).collect::<Vec<_>>(),
+            [256, 256, 256, 256, 10, 8]
+        );
+        for (burst, b) in got.iter().enumerate() {
+            for i in 0..b.len() {
+                let len = 64 + (i * 37) % 900;
+                assert_eq!(b.packets()[i].flow_id, (burst * 1000 + i) as u32);
+                let mut back = vec![0u8; len];
+                // SAFETY: the packet's device buffer holds `len` bytes, copied in full.
+                unsafe { gpudirect::read_device(0, b.segment_addr(i, 0), &mut back) }.unwrap();
+                let want: Vec<u8> = (0..len).map(|k| byte(burst, i, k)).collect();
+                assert_eq!(back, want, "burst {burst} packet {i}");
+            }
+        }
+        drop(got);
+        drop(stage);
+        assert_eq!(regions.get(0).available(), 2048);
+        assert_eq!(regions.get(1).available(), 2048);
+    }
+
     /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),
     /// in both modes and for pageable and pinned host memory: every byte survives.
     /// Skips without a CUDA driver.
@@ -752,6 +1096,9 @@ mod tests {
                     split: None,
                     moves: Vec::new(),
                     in_flight: VecDeque::new(),
+                    open: None,
+                    copies_in_flight: 0,
+                    copies_issued: 0,
                     gpu: into.gpu.take().map(|mut g| {
                         g.mode = mode;
                         g

@@ -415,7 +415,20 @@ impl RxTask {
             let b = self.assembling.take().expect("assembling burst");
             self.deliver(b);
         }
+        if got == 0 {
+            // The port is idle: the stage's open copy goes now rather than wait for more.
+            self.flush_stage();
+        }
         got > 0
+    }
+
+    /// Issues the stage's open copy (see [`crate::stage::RxStage::flush`]).
+    fn flush_stage(&mut self) {
+        if let Some(Err(crate::stage::StageError::Failed { packets, reason })) =
+            self.stage.as_mut().map(|s| s.flush())
+        {
+            self.stage_failed(packets, &reason);
+        }
     }
 
     fn deliver(&mut self, burst: Burst) {
@@ -485,6 +498,7 @@ impl RxTask {
         {
             self.deliver(b);
         }
+        self.flush_stage();
         self.drain_stage();
         let held = self.ready.is_some()
             || self.unstaged.is_some()
@@ -686,6 +700,11 @@ impl TxTask {
         // Feed the stage while it has room, oldest first.
         while stage.has_room() {
             let Some(b) = self.unstaged.take().or_else(|| self.ring.pop().ok()) else {
+                // Nothing more to send now: the open copy goes.
+                if let Err(crate::stage::StageError::Failed { packets, reason }) = stage.flush() {
+                    tracing::error!("TX stage: {packets} packets dropped: {reason}");
+                    self.counters.drop_packets(DropReason::GpuCopy, packets);
+                }
                 break;
             };
             let n = b.len() as u64;

@@ -562,6 +562,8 @@ pub struct Gpu {
     stream_mem_ops: bool,
     /// Per table slot: the last mark [`Gpu::record_slot`] queued.
     slot_marks: [u32; TABLE_SLOTS],
+    /// Per table slot: its last mark went on the slot's own stream, not the main one.
+    marked_on_slot_stream: [bool; TABLE_SLOTS],
     /// Output of `frame_digest` (grown on demand).
     digest_out: Option<PinnedBuffer>,
     ordinal: u32,
@@ -617,6 +619,7 @@ impl Gpu {
             slot_generation: [0; TABLE_SLOTS],
             stream_mem_ops: false,
             slot_marks: [0; TABLE_SLOTS],
+            marked_on_slot_stream: [false; TABLE_SLOTS],
             digest_out: None,
             ordinal,
             table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
@@ -1051,9 +1054,30 @@ impl Gpu {
         len: usize,
     ) -> Result<(), GpuError> {
         // SAFETY: the caller's promise (above).
-        let r = unsafe {
-            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.stream.cu_stream())
-        };
+        unsafe { self.copy_to_device_on(None, dst, src, len) }
+    }
+
+    /// The stream of table `slot` (`Some`) or the main stream (`None`).
+    fn stream_of(&self, slot: Option<usize>) -> &Arc<CudaStream> {
+        slot.map_or(&self.stream, |k| &self.slot_streams[k])
+    }
+
+    /// As [`Gpu::copy_to_device`], on table `slot`'s own stream when `Some`: copies on
+    /// different streams overlap on the copy engines, where one stream runs them one
+    /// after the other. [`Gpu::record_slot_on`] marks such a slot.
+    ///
+    /// # Safety
+    /// As [`Gpu::copy_to_device`].
+    pub unsafe fn copy_to_device_on(
+        &self,
+        slot: Option<usize>,
+        dst: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        let stream = self.stream_of(slot).cu_stream();
+        // SAFETY: the caller's promise (above).
+        let r = unsafe { cudarc::driver::sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream) };
         if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
             return Err(GpuError::Driver {
                 call: "cuMemcpyHtoDAsync",
@@ -1073,6 +1097,38 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn copy_rows_to_device(
         &self,
+        dst: u64,
+        dst_pitch: usize,
+        src: u64,
+        src_pitch: usize,
+        src_on_device: bool,
+        width: usize,
+        rows: usize,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller's promise (above).
+        unsafe {
+            self.copy_rows_to_device_on(
+                None,
+                dst,
+                dst_pitch,
+                src,
+                src_pitch,
+                src_on_device,
+                width,
+                rows,
+            )
+        }
+    }
+
+    /// As [`Gpu::copy_rows_to_device`], on table `slot`'s own stream when `Some` (see
+    /// [`Gpu::copy_to_device_on`]).
+    ///
+    /// # Safety
+    /// As [`Gpu::copy_rows_to_device`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn copy_rows_to_device_on(
+        &self,
+        slot: Option<usize>,
         dst: u64,
         dst_pitch: usize,
         src: u64,
@@ -1114,7 +1170,9 @@ impl Gpu {
         };
         // SAFETY: the descriptor is complete and lives across the call; the ranges are the
         // caller's promise.
-        let r = unsafe { cudarc::driver::sys::cuMemcpy2DAsync_v2(&copy, self.stream.cu_stream()) };
+        let r = unsafe {
+            cudarc::driver::sys::cuMemcpy2DAsync_v2(&copy, self.stream_of(slot).cu_stream())
+        };
         if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
             return Err(GpuError::Driver {
                 call: "cuMemcpy2DAsync",
@@ -1130,7 +1188,24 @@ impl Gpu {
     /// Both ranges must be valid device memory until the next sync.
     pub unsafe fn copy_device(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
         // SAFETY: the caller's promise (above).
-        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, len, self.stream.cu_stream()) }
+        unsafe { self.copy_device_on(None, dst, src, len) }
+    }
+
+    /// As [`Gpu::copy_device`], on table `slot`'s own stream when `Some` (see
+    /// [`Gpu::copy_to_device_on`]).
+    ///
+    /// # Safety
+    /// As [`Gpu::copy_device`].
+    pub unsafe fn copy_device_on(
+        &self,
+        slot: Option<usize>,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        let stream = self.stream_of(slot).cu_stream();
+        // SAFETY: the caller's promise (above).
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, len, stream) }
             .map_err(driver("cuMemcpyDtoDAsync"))
     }
 
@@ -1138,11 +1213,20 @@ impl Gpu {
     /// With stream memory operations the stream itself writes the mark into pinned memory
     /// (the CPU then checks it without a driver call), otherwise an event is recorded.
     pub fn record_slot(&mut self, slot: usize) -> Result<(), GpuError> {
+        self.record_slot_on(slot, false)
+    }
+
+    /// As [`Gpu::record_slot`], after the work on the slot's own stream when
+    /// `on_slot_stream` (what the `*_on(Some(slot), ..)` copies queued).
+    pub fn record_slot_on(&mut self, slot: usize, on_slot_stream: bool) -> Result<(), GpuError> {
+        self.marked_on_slot_stream[slot] = on_slot_stream;
+        let stream = self.stream_of(on_slot_stream.then_some(slot));
         if !self.stream_mem_ops {
             return self.slot_events[slot]
-                .record(&self.stream)
+                .record(stream)
                 .map_err(driver("cuEventRecord"));
         }
+        let stream = stream.cu_stream();
         let mark = self.slot_marks[slot].wrapping_add(1);
         self.slot_marks[slot] = mark;
         // SAFETY: the flag is a word of this slot's pinned, GPU-mapped metadata, owned by
@@ -1150,7 +1234,7 @@ impl Gpu {
         // the memory barrier).
         let r = unsafe {
             cudarc::driver::sys::cuStreamWriteValue32_v2(
-                self.stream.cu_stream(),
+                stream,
                 self.slot_flag(slot) as u64,
                 mark,
                 0,
@@ -1163,6 +1247,12 @@ impl Gpu {
             });
         }
         Ok(())
+    }
+
+    /// The stream that carries table `slot`'s last mark (consumers that order GPU work
+    /// after a marked slot wait on it).
+    pub fn slot_mark_stream(&self, slot: usize) -> &Arc<CudaStream> {
+        self.stream_of(self.marked_on_slot_stream[slot].then_some(slot))
     }
 
     /// The word of table `slot`'s metadata the stream writes its marks into.
@@ -1197,8 +1287,10 @@ impl Gpu {
                 std::hint::spin_loop();
                 continue;
             }
-            // SAFETY: this context's stream.
-            match unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) } {
+            // SAFETY: this context's stream, the one that carries the slot's mark.
+            match unsafe {
+                cudarc::driver::sys::cuStreamQuery(self.slot_mark_stream(slot).cu_stream())
+            } {
                 cudarc::driver::sys::CUresult::CUDA_SUCCESS => {
                     if !self.slot_done(slot)? {
                         return Err(GpuError::Unsupported(format!(

@@ -35,6 +35,32 @@ pub struct StageResult {
     pub submit_us_per_burst: f64,
     /// Microseconds per burst spent waiting for the oldest burst's copies.
     pub wait_us_per_burst: f64,
+    /// Microseconds per burst the bench spends making the source burst (allocating and
+    /// setting lengths, as an engine receiving it would).
+    pub source_us_per_burst: f64,
+    /// Bursts per GPU copy or launch over all rounds (the stage coalesces consecutive
+    /// bursts into copies of up to 2 MiB).
+    pub bursts_per_copy: f64,
+}
+
+/// Back-to-back host-to-device copies of one burst's bytes each, with as many in flight as
+/// the stage allows: the ceiling of a path that issues one copy per burst, without any of
+/// the stage's own work.
+#[derive(Clone, Debug, Serialize)]
+pub struct CopyCeiling {
+    /// Bytes per copy.
+    pub bytes: usize,
+    /// Streams the copies go round (1: one stream; more: one per table slot, as the
+    /// stage's one-copy path does).
+    pub streams: usize,
+    /// Gb/s (median round).
+    pub gbps: f64,
+    /// `gbps` over the pinned copy of one large buffer.
+    pub ratio_to_h2d: f64,
+    /// CPU microseconds per `cuMemcpyHtoDAsync` call (median round).
+    pub copy_call_us: f64,
+    /// CPU microseconds per completion mark queued (`cuStreamWriteValue32` or an event).
+    pub mark_call_us: f64,
 }
 
 /// One reorder case.
@@ -72,6 +98,8 @@ pub struct GpuReport {
     pub gpu: String,
     /// Pinned host-to-device copy of one 256 MiB buffer, Gb/s.
     pub h2d_pinned_gbps: f64,
+    /// Per-burst copy ceilings.
+    pub copies: Vec<CopyCeiling>,
     /// Staged ingest cases.
     pub stage: Vec<StageResult>,
     /// Reorder cases.
@@ -127,6 +155,22 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
     }
     let h2d_pinned_gbps = median(h2d);
 
+    let mut copies = Vec::new();
+    for bytes in [256usize << 10, 2 << 20] {
+        for streams in [1, gpudirect::kernels::TABLE_SLOTS] {
+            let (gbps, copy_call_us, mark_call_us) =
+                copy_ceiling(&mut gpu, &pinned, &dev, bytes, streams > 1, round, rounds)?;
+            copies.push(CopyCeiling {
+                bytes,
+                streams,
+                gbps,
+                ratio_to_h2d: gbps / h2d_pinned_gbps,
+                copy_call_us,
+                mark_call_us,
+            });
+        }
+    }
+
     let mut stage = Vec::new();
     for payload in [1024usize, 8192] {
         for (source, kind) in [
@@ -134,8 +178,13 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
             ("host_pinned", MemoryKind::HostPinned),
         ] {
             for (mode_name, mode) in [("kernel", StageMode::Kernel), ("copy", StageMode::Copy)] {
-                let (gbps, submit_us_per_burst, wait_us_per_burst) =
-                    stage_case(payload, kind, mode, round, rounds)?;
+                let (
+                    gbps,
+                    submit_us_per_burst,
+                    wait_us_per_burst,
+                    source_us_per_burst,
+                    bursts_per_copy,
+                ) = stage_case(payload, kind, mode, round, rounds)?;
                 stage.push(StageResult {
                     payload,
                     source,
@@ -144,6 +193,8 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                     ratio_to_h2d: gbps / h2d_pinned_gbps,
                     submit_us_per_burst,
                     wait_us_per_burst,
+                    source_us_per_burst,
+                    bursts_per_copy,
                 });
             }
         }
@@ -208,25 +259,79 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
     Ok(GpuReport {
         gpu: gpu_name,
         h2d_pinned_gbps,
+        copies,
         stage,
         reorder,
     })
 }
 
+/// Gb/s of back-to-back `bytes`-long copies from `pinned` into `dev` (offsets moving through
+/// both, as bursts' buffers do), at most [`gpudirect::kernels::TABLE_SLOTS`] in flight, on
+/// one stream or one per slot; and the CPU microseconds per copy call and per mark.
+fn copy_ceiling(
+    gpu: &mut gpudirect::Gpu,
+    pinned: &gpudirect::PinnedBuffer,
+    dev: &gpudirect::DeviceBuffer,
+    bytes: usize,
+    slot_streams: bool,
+    round: Duration,
+    rounds: usize,
+) -> Result<(f64, f64, f64), GpuBenchError> {
+    let depth = gpudirect::kernels::TABLE_SLOTS;
+    let places = (pinned.len().min(dev.len()) / bytes).max(1);
+    let (mut results, mut copy_us, mut mark_us) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (t, mut n) = (Instant::now(), 0usize);
+        let (mut copying, mut marking) = (Duration::ZERO, Duration::ZERO);
+        while t.elapsed() < round {
+            let slot = n % depth;
+            if n >= depth {
+                gpu.wait_slot(slot)?;
+            }
+            let at = (n % places) * bytes;
+            let c = Instant::now();
+            // SAFETY: `at + bytes` lies inside both buffers, which outlive the sync below;
+            // the range is rewritten only after its slot's mark completed.
+            unsafe {
+                gpu.copy_to_device_on(
+                    slot_streams.then_some(slot),
+                    dev.device_ptr() + at as u64,
+                    pinned.as_ptr().add(at),
+                    bytes,
+                )
+            }?;
+            let m = Instant::now();
+            gpu.record_slot_on(slot, slot_streams)?;
+            marking += m.elapsed();
+            copying += m - c;
+            n += 1;
+        }
+        gpu.sync()?;
+        results.push((n * bytes) as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+        copy_us.push(copying.as_secs_f64() * 1e6 / n.max(1) as f64);
+        mark_us.push(marking.as_secs_f64() * 1e6 / n.max(1) as f64);
+    }
+    Ok((median(results), median(copy_us), median(mark_us)))
+}
+
 /// Payload Gb/s of the RX stage moving bursts of 256 packets from `kind` memory into a
-/// device region, and the microseconds per burst spent submitting and waiting (medians of
-/// the rounds).
+/// device region, and the microseconds per burst spent submitting, waiting and making the
+/// source burst (medians of the rounds).
 fn stage_case(
     payload: usize,
     kind: MemoryKind,
     mode: StageMode,
     round: Duration,
     rounds: usize,
-) -> Result<(f64, f64, f64), GpuBenchError> {
+) -> Result<(f64, f64, f64, f64, f64), GpuBenchError> {
     const BURST: usize = 256;
+    // Room for every table slot's copy at its largest (the stage coalesces bursts into
+    // copies of up to GROUP_BYTES) and one more being filled.
+    let bufs =
+        (crate::stage::GROUP_BYTES / payload).max(BURST) * (gpudirect::kernels::TABLE_SLOTS + 2);
     let regions = Arc::new(RegionSet::allocate(&[
-        MemoryRegionConfig::new("src", kind, BURST * 8, payload),
-        MemoryRegionConfig::new("dst", MemoryKind::Device, BURST * 8, payload),
+        MemoryRegionConfig::new("src", kind, bufs, payload),
+        MemoryRegionConfig::new("dst", MemoryKind::Device, bufs, payload),
     ])?);
     let (src, dst) = (0, 1);
     let plan = crate::plan::StagePlan {
@@ -239,22 +344,39 @@ fn stage_case(
         crate::stage::StageError::NoBuffers(_) => GpuBenchError::PoolEmpty("device"),
         crate::stage::StageError::Failed { reason, .. } => GpuBenchError::Stage(reason),
     };
-    let (mut results, mut submit_us, mut wait_us) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut results, mut submit_us, mut wait_us, mut source_us) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut all_bursts = 0u64;
     for _ in 0..rounds {
         let (mut bytes, t) = (0u64, Instant::now());
-        let (mut submitting, mut waiting, mut bursts) = (Duration::ZERO, Duration::ZERO, 0u32);
+        let (mut submitting, mut waiting, mut sourcing, mut bursts) =
+            (Duration::ZERO, Duration::ZERO, Duration::ZERO, 0u32);
         while t.elapsed() < round {
             // Keep the stage's pipeline full, as an RX worker under load does.
             while stage.has_room() {
-                let mut b = Burst::allocate(regions.clone(), 0, 0, &[src], BURST)
-                    .ok_or(GpuBenchError::PoolEmpty("source"))?;
+                let made = Instant::now();
+                let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[src], BURST) else {
+                    if stage.in_flight() == 0 {
+                        return Err(GpuBenchError::PoolEmpty("source"));
+                    }
+                    break; // the stage holds the rest: wait for it
+                };
                 for i in 0..BURST {
                     b.set_len(i, 0, payload);
                 }
                 let s = Instant::now();
-                stage.submit(b).map_err(fail)?;
+                sourcing += s - made;
+                let r = stage.submit(b);
                 submitting += s.elapsed();
-                bursts += 1;
+                match r {
+                    Ok(()) => {
+                        bursts += 1;
+                        all_bursts += 1;
+                    }
+                    // Every copy slot or device buffer is taken: wait for the oldest.
+                    Err(crate::stage::StageError::NoBuffers(_)) if stage.in_flight() > 0 => break,
+                    Err(e) => return Err(fail(e)),
+                }
             }
             let w = Instant::now();
             let done = stage.wait_oldest();
@@ -270,8 +392,15 @@ fn stage_case(
         let per = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(bursts.max(1));
         submit_us.push(per(submitting));
         wait_us.push(per(waiting));
+        source_us.push(per(sourcing));
     }
-    Ok((median(results), median(submit_us), median(wait_us)))
+    Ok((
+        median(results),
+        median(submit_us),
+        median(wait_us),
+        median(source_us),
+        all_bursts as f64 / stage.copies_issued().max(1) as f64,
+    ))
 }
 
 /// The reorder kernel on one batch in device memory against a device-to-device copy of
@@ -379,10 +508,16 @@ impl GpuReport {
             "{}: pinned host-to-device copy {:.1} Gb/s\n",
             self.gpu, self.h2d_pinned_gbps
         );
+        for c in &self.copies {
+            s.push_str(&format!(
+                "  copies of {:>4} KiB back to back on {} stream(s): {:>7.1} Gb/s = {:.2} x pinned copy; {:.2} us per copy call, {:.2} us per mark\n",
+                c.bytes >> 10, c.streams, c.gbps, c.ratio_to_h2d, c.copy_call_us, c.mark_call_us
+            ));
+        }
         for r in &self.stage {
             s.push_str(&format!(
-                "  staged ingest {:>5} B from {:<11} ({:<6}): {:>7.1} Gb/s = {:.2} x pinned copy; per 256-packet burst {:.1} us submitting, {:.1} us waiting\n",
-                r.payload, r.source, r.mode, r.gbps, r.ratio_to_h2d, r.submit_us_per_burst, r.wait_us_per_burst
+                "  staged ingest {:>5} B from {:<11} ({:<6}): {:>7.1} Gb/s = {:.2} x pinned copy; per 256-packet burst {:.1} us submitting, {:.1} us waiting, {:.1} us making the source burst; {:.1} bursts per copy\n",
+                r.payload, r.source, r.mode, r.gbps, r.ratio_to_h2d, r.submit_us_per_burst, r.wait_us_per_burst, r.source_us_per_burst, r.bursts_per_copy
             ));
         }
         for r in &self.reorder {
