@@ -86,7 +86,6 @@ impl Burst {
     ) -> Option<Self> {
         assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
         let mut burst = Self::empty(regions, port, queue, count);
-        burst.packets.resize(count, Packet::default());
         // Index scratch space on the stack for usual burst sizes.
         let mut on_stack = [0u32; 512];
         let mut on_heap = Vec::new();
@@ -96,6 +95,34 @@ impl Burst {
             on_heap.resize(count, 0);
             &mut on_heap
         };
+        if let &[region] = segment_regions {
+            // One segment (the usual case): each descriptor written once.
+            let pool = burst.regions.get(region);
+            let got = if !exact {
+                pool.alloc_up_to(indices)
+            } else if pool.alloc_bulk(indices) {
+                count
+            } else {
+                0
+            };
+            if got == 0 {
+                return None;
+            }
+            burst.packets.extend(indices[..got].iter().map(|&index| {
+                let mut p = Packet {
+                    num_segments: 1,
+                    ..Packet::default()
+                };
+                p.segments[0] = Segment {
+                    region,
+                    index,
+                    len: 0,
+                };
+                p
+            }));
+            return Some(burst);
+        }
+        burst.packets.resize(count, Packet::default());
         for (s, &region) in segment_regions.iter().enumerate() {
             let want = burst.packets.len();
             let pool = burst.regions.get(region);
@@ -204,6 +231,22 @@ impl Burst {
         let p = &self.packets[i];
         let s = p.segments[..p.num_segments as usize][seg];
         self.regions.get(s.region).buf_size()
+    }
+
+    /// Sets a one-segment packet's length, flow id and timestamp at once (what a stage copies
+    /// from the packet it stands for); the length is checked against the buffer as in
+    /// [`Burst::set_len`].
+    #[inline]
+    pub(crate) fn set_single(&mut self, i: usize, len: usize, flow_id: u32, timestamp_ns: u64) {
+        let p = &mut self.packets[i];
+        let cap = self.regions.get(p.segments[0].region).buf_size();
+        assert!(
+            p.num_segments >= 1 && len <= cap,
+            "segment length {len} exceeds the {cap}-byte buffer"
+        );
+        p.segments[0].len = len as u32;
+        p.flow_id = flow_id;
+        p.timestamp_ns = timestamp_ns;
     }
 
     /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
@@ -459,7 +502,14 @@ impl Drop for Burst {
         // Return buffers in bulk per region: one pool operation per run of equal regions.
         const CHUNK: usize = 256;
         let mut pending: [u32; CHUNK] = [0; CHUNK];
-        for seg in 0..MAX_SEGMENTS {
+        // Later segments only when some packet has them (most have one).
+        let segments = self
+            .packets
+            .iter()
+            .map(|p| p.num_segments as usize)
+            .max()
+            .unwrap_or(0);
+        for seg in 0..segments {
             let mut n = 0;
             let mut region: Option<RegionId> = None;
             for p in &self.packets {

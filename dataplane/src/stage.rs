@@ -552,9 +552,7 @@ impl RxStage {
             {
                 return None;
             }
-            out.set_len(i, 0, s.len as usize);
-            out.set_flow_id(i, p.flow_id);
-            out.set_timestamp(i, p.timestamp_ns);
+            out.set_single(i, s.len as usize, p.flow_id, p.timestamp_ns);
             longest = longest.max(s.len as usize);
         }
         // From the lowest buffer; the last row ends with the highest buffer's packet.
