@@ -1062,9 +1062,9 @@ impl Gpu {
         slot.map_or(&self.stream, |k| &self.slot_streams[k])
     }
 
-    /// As [`Gpu::copy_to_device`], on table `slot`'s own stream when `Some`: copies on
-    /// different streams overlap on the copy engines, where one stream runs them one
-    /// after the other. [`Gpu::record_slot_on`] marks such a slot.
+    /// As [`Gpu::copy_to_device`], on table `slot`'s own stream when `Some` (marked with
+    /// [`Gpu::record_slot_on`]). `bench gpu` compares the two; on the H200 several streams
+    /// did not overlap host-to-device copies.
     ///
     /// # Safety
     /// As [`Gpu::copy_to_device`].
@@ -1097,38 +1097,6 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn copy_rows_to_device(
         &self,
-        dst: u64,
-        dst_pitch: usize,
-        src: u64,
-        src_pitch: usize,
-        src_on_device: bool,
-        width: usize,
-        rows: usize,
-    ) -> Result<(), GpuError> {
-        // SAFETY: the caller's promise (above).
-        unsafe {
-            self.copy_rows_to_device_on(
-                None,
-                dst,
-                dst_pitch,
-                src,
-                src_pitch,
-                src_on_device,
-                width,
-                rows,
-            )
-        }
-    }
-
-    /// As [`Gpu::copy_rows_to_device`], on table `slot`'s own stream when `Some` (see
-    /// [`Gpu::copy_to_device_on`]).
-    ///
-    /// # Safety
-    /// As [`Gpu::copy_rows_to_device`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn copy_rows_to_device_on(
-        &self,
-        slot: Option<usize>,
         dst: u64,
         dst_pitch: usize,
         src: u64,
@@ -1170,9 +1138,7 @@ impl Gpu {
         };
         // SAFETY: the descriptor is complete and lives across the call; the ranges are the
         // caller's promise.
-        let r = unsafe {
-            cudarc::driver::sys::cuMemcpy2DAsync_v2(&copy, self.stream_of(slot).cu_stream())
-        };
+        let r = unsafe { cudarc::driver::sys::cuMemcpy2DAsync_v2(&copy, self.stream.cu_stream()) };
         if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
             return Err(GpuError::Driver {
                 call: "cuMemcpy2DAsync",
@@ -1188,24 +1154,7 @@ impl Gpu {
     /// Both ranges must be valid device memory until the next sync.
     pub unsafe fn copy_device(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
         // SAFETY: the caller's promise (above).
-        unsafe { self.copy_device_on(None, dst, src, len) }
-    }
-
-    /// As [`Gpu::copy_device`], on table `slot`'s own stream when `Some` (see
-    /// [`Gpu::copy_to_device_on`]).
-    ///
-    /// # Safety
-    /// As [`Gpu::copy_device`].
-    pub unsafe fn copy_device_on(
-        &self,
-        slot: Option<usize>,
-        dst: u64,
-        src: u64,
-        len: usize,
-    ) -> Result<(), GpuError> {
-        let stream = self.stream_of(slot).cu_stream();
-        // SAFETY: the caller's promise (above).
-        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, len, stream) }
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, len, self.stream.cu_stream()) }
             .map_err(driver("cuMemcpyDtoDAsync"))
     }
 
