@@ -236,6 +236,7 @@ impl Burst {
     /// Sets a one-segment packet's length, flow id and timestamp at once (what a stage copies
     /// from the packet it stands for); the length is checked against the buffer as in
     /// [`Burst::set_len`].
+    #[cfg(feature = "cuda")]
     #[inline]
     pub(crate) fn set_single(&mut self, i: usize, len: usize, flow_id: u32, timestamp_ns: u64) {
         let p = &mut self.packets[i];
