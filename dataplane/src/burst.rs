@@ -95,16 +95,20 @@ impl Burst {
             on_heap.resize(count, 0);
             &mut on_heap
         };
-        if let &[region] = segment_regions {
-            // One segment (the usual case): each descriptor written once.
-            let pool = burst.regions.get(region);
-            let got = if !exact {
+        // Buffers of `region` into `indices`: how many (all or none when `exact`).
+        let take = |regions: &RegionSet, region: RegionId, indices: &mut [u32]| {
+            let pool = regions.get(region);
+            if !exact {
                 pool.alloc_up_to(indices)
             } else if pool.alloc_bulk(indices) {
-                count
+                indices.len()
             } else {
                 0
-            };
+            }
+        };
+        if let &[region] = segment_regions {
+            // One segment (the usual case): each descriptor written once.
+            let got = take(&burst.regions, region, indices);
             if got == 0 {
                 return None;
             }
@@ -125,14 +129,7 @@ impl Burst {
         burst.packets.resize(count, Packet::default());
         for (s, &region) in segment_regions.iter().enumerate() {
             let want = burst.packets.len();
-            let pool = burst.regions.get(region);
-            let got = if !exact {
-                pool.alloc_up_to(&mut indices[..want])
-            } else if pool.alloc_bulk(&mut indices[..want]) {
-                want
-            } else {
-                0
-            };
+            let got = take(&burst.regions, region, &mut indices[..want]);
             for (p, &index) in burst.packets.iter_mut().zip(&indices[..got]) {
                 p.segments[s] = Segment {
                     region,

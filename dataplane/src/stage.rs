@@ -193,6 +193,13 @@ impl SpanCopy {
         self.width * self.rows
     }
 
+    /// One contiguous run of buffers (equal strides), as opposed to rows of `width` bytes
+    /// at two pitches. A one-packet burst between regions of unequal strides has one row
+    /// but is of the second form: the form follows the pitches, not the row count.
+    fn contiguous(&self) -> bool {
+        self.src_pitch == self.dst_pitch
+    }
+
     /// Grows `self` by `next` when `next`'s buffers lie right above or right below
     /// `self`'s in both regions (same pitches and kind); false leaves `self` as it was.
     /// (A pool hands a burst its buffers from high to low, and consecutive bursts blocks
@@ -200,8 +207,7 @@ impl SpanCopy {
     fn extend(&mut self, next: &SpanCopy) -> bool {
         let alike = self.from_device == next.from_device
             && self.src_pitch == next.src_pitch
-            && self.dst_pitch == next.dst_pitch
-            && (self.rows == 1) == (next.rows == 1);
+            && self.dst_pitch == next.dst_pitch;
         if !alike {
             return false;
         }
@@ -218,13 +224,13 @@ impl SpanCopy {
         };
         // The contiguous form ends with the highest buffer's packet; rows are as wide as
         // the longest packet.
-        let width = if self.rows == 1 {
+        let width = if self.contiguous() {
             (high.src - low.src) as usize + high.width
         } else {
             self.width.max(next.width)
         };
         let (src, dst) = (low.src, low.dst);
-        if self.rows != 1 {
+        if !self.contiguous() {
             self.rows += next.rows;
         }
         self.src = src;
@@ -975,6 +981,17 @@ mod tests {
         let mut r = span(0, 1 << 20, 3, 3, 700);
         assert!(r.extend(&span(3 * 1024, (1 << 20) + 3 * 2048, 2, 2, 900)));
         assert_eq!((r.rows, r.packets, r.width, r.bytes()), (5, 5, 900, 4500));
+        // One-packet bursts between unequal strides are rows too, not one run: two of them
+        // make two rows, never one run as wide as the source stride plus a packet.
+        let mut one = SpanCopy {
+            rows: 1,
+            ..span(0, 1 << 20, 1, 2, 300)
+        };
+        assert!(one.extend(&SpanCopy {
+            rows: 1,
+            ..span(1024, (1 << 20) + 2048, 1, 2, 500)
+        }));
+        assert_eq!((one.rows, one.packets, one.width), (2, 2, 500));
     }
 
     /// Bursts in consecutive pinned buffers join one copy into device memory, nothing is

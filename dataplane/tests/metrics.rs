@@ -88,9 +88,7 @@ fn scrapes_during_and_after_a_loopback_run_match_the_planes_counters() {
                 Err(dataplane::TxFailure::PoolEmpty) => {
                     if let Some(b) = rx.recv(Duration::from_millis(10)).unwrap() {
                         received += b.len() as u64;
-                        received_bytes += (0..b.len())
-                            .map(|p| b.packets()[p].len() as u64)
-                            .sum::<u64>();
+                        received_bytes += b.bytes();
                     }
                 }
                 Err(e) => panic!("{e}"),
@@ -103,9 +101,7 @@ fn scrapes_during_and_after_a_loopback_run_match_the_planes_counters() {
         tx.send_within(b, Duration::from_secs(5)).expect("send");
         while let Ok(Some(b)) = rx.poll() {
             received += b.len() as u64;
-            received_bytes += (0..b.len())
-                .map(|p| b.packets()[p].len() as u64)
-                .sum::<u64>();
+            received_bytes += b.bytes();
         }
         if i == bursts / 2 {
             let (status, body) = get(addr, "/metrics").expect("scrape while sending");
@@ -118,9 +114,7 @@ fn scrapes_during_and_after_a_loopback_run_match_the_planes_counters() {
         assert!(Instant::now() < deadline, "only {received} packets arrived");
         if let Some(b) = rx.recv(Duration::from_millis(100)).unwrap() {
             received += b.len() as u64;
-            received_bytes += (0..b.len())
-                .map(|p| b.packets()[p].len() as u64)
-                .sum::<u64>();
+            received_bytes += b.bytes();
         }
     }
     // Workers publish their pass counts every 1,024 passes; give them a few.
