@@ -118,8 +118,11 @@ sed 's/^/TAPFLOW: /' /tmp/out
 # Fresh taps for the run-time flow test.
 for t in dptap0 dptap1; do ip link del \$t 2>/dev/null; ip tuntap add dev \$t mode tap multi_queue; ip link set \$t master dpbr0 up; done
 DATAPLANE_TAP_VM=1 timeout 200 /opt/dynamic_flows --nocapture --test-threads=1 > /tmp/dyn 2>&1
-echo "dynamic rc=\$?"
+rc=\$?
+echo "dynamic rc=\$rc"
 sed 's/^/DYNFLOW: /' /tmp/dyn
+# On failure, what the kernel saw: each tap's and the bridge's counters.
+[ \$rc = 0 ] || ip -s link | sed 's/^/DYNFLOW-LINK: /'
 poweroff -f
 INIT
 chmod +x "$IR/init"
