@@ -11,7 +11,7 @@ out=${OUT:-$(mktemp -d)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The human report to the terminal, the JSON (its last line) to the reports folder.
-"$bin" bench gpu --json > "$tmp/gpu.txt" || exit 1
+timeout 300 "$bin" bench gpu --json > "$tmp/gpu.txt" || exit 1
 grep -v '^{' "$tmp/gpu.txt"
 grep '^{' "$tmp/gpu.txt" > "$out/bench_gpu.json"
 summary() { # label json-line
@@ -19,7 +19,8 @@ summary() { # label json-line
 }
 run() { # label config
   local line
-  line=$("$bin" bench raw "$2" --seconds "${SECONDS_RUN:-4}" --json 2>/dev/null | tail -1)
+  line=$(timeout 120 "$bin" bench raw "$2" --seconds "${SECONDS_RUN:-4}" --json 2>/dev/null | tail -1)
+  [ -n "$line" ] || { echo "$1: no report (failed or timed out)"; return; }
   echo "$line" >> "$out/raw.jsonl"
   summary "$1" "$line"
 }
@@ -28,6 +29,10 @@ for c in gpu_loopback_64 gpu_loopback_8k; do
     sed "s/gpu_stage: \"copy\"/gpu_stage: \"$mode\"/" "configs/$c.yaml" > "$tmp/$c-$mode.yaml"
     run "$c device $mode" "$tmp/$c-$mode.yaml"
   done
+  # The stage on a worker of its own (stage_core: 2), the RX worker only receiving.
+  sed 's/memory_regions: \["rx_gpu"\]}/stage_core: 2, memory_regions: ["rx_gpu"]}/' \
+    "configs/$c.yaml" > "$tmp/$c-stage-core.yaml"
+  run "$c device copy, stage_core 2" "$tmp/$c-stage-core.yaml"
   sed 's/kind: "device"/kind: "host_pinned"/' "configs/$c.yaml" > "$tmp/$c-host.yaml"
   run "$c host_pinned (no stage, peer)" "$tmp/$c-host.yaml"
 done

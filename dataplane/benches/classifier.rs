@@ -38,6 +38,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         tx_eth_src: false,
         pacing_mbps: 0,
         capture: None,
+        stage_core: None,
         location: Default::default(),
     };
     let flows = (0..n)

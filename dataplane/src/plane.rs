@@ -729,6 +729,8 @@ impl DataPlane {
         let mut tasks: Vec<Option<Task>> = Vec::with_capacity(plan.queues.len());
         let mut health: BTreeMap<u32, Arc<WorkerHealth>> = BTreeMap::new();
         let mut counters = Vec::new();
+        // Stage tasks of queues with a `stage_core`, by queue index.
+        let mut stage_tasks: BTreeMap<usize, Task> = BTreeMap::new();
         let mut rx_queues = BTreeMap::new();
         let mut tx_queues = BTreeMap::new();
         for q in &plan.queues {
@@ -812,7 +814,20 @@ impl DataPlane {
                                     queue: q.id,
                                     source,
                                 })?;
-                            Task::Rx(task.with_stage(stage))
+                            match q.stage_core {
+                                None => Task::Rx(task.with_stage(stage)),
+                                Some(core) => {
+                                    tracing::info!(
+                                        "interface `{}`: RX queue {} is received on core {} and staged on core {core}",
+                                        q.interface_name,
+                                        q.id,
+                                        q.core
+                                    );
+                                    let (task, stage_task) = task.with_stage_task(stage);
+                                    stage_tasks.insert(tasks.len(), Task::Stage(stage_task));
+                                    Task::Rx(task)
+                                }
+                            }
                         }
                         None => Task::Rx(task),
                     }
@@ -952,7 +967,12 @@ impl DataPlane {
             slot_counters,
         };
         for c in plane.plan.cores.clone() {
-            let core_tasks: Vec<Task> = c.queues.iter().filter_map(|&i| tasks[i].take()).collect();
+            let core_tasks: Vec<Task> = c
+                .queues
+                .iter()
+                .filter_map(|&i| tasks[i].take())
+                .chain(c.stages.iter().filter_map(|i| stage_tasks.remove(i)))
+                .collect();
             let health = health.remove(&c.core).unwrap_or_default();
             plane.spawn_worker(c.core, core_tasks, health)?;
         }

@@ -265,6 +265,15 @@ fn gather_and_digest_kernels_match_the_cpu() {
 }
 
 fn run_gpu_config(name: &str, mode: Option<dataplane::stage::StageMode>) {
+    run_gpu_config_with(name, mode, |_| {});
+}
+
+/// As [`run_gpu_config`], with `edit` applied to the loaded configuration.
+fn run_gpu_config_with(
+    name: &str,
+    mode: Option<dataplane::stage::StageMode>,
+    edit: impl FnOnce(&mut dataplane::config::Config),
+) {
     let mut cfg = dataplane::config::load_file(&common::config_path(name))
         .expect("config")
         .config;
@@ -272,6 +281,7 @@ fn run_gpu_config(name: &str, mode: Option<dataplane::stage::StageMode>) {
     if let Some(m) = mode {
         cfg.gpu_stage = m;
     }
+    edit(&mut cfg);
     let report = common::run_bench(&cfg, 2.0);
     eprint!("{name} ({mode:?}):\n{}", report.human());
     assert!(report.lossless, "{name}: {:?}", report.problems);
@@ -298,6 +308,24 @@ fn loopback_into_device_memory_is_lossless_and_verified_on_the_gpu() {
     for mode in [StageMode::Kernel, StageMode::Copy] {
         run_gpu_config("gpu_loopback_64.yaml", Some(mode));
         run_gpu_config("gpu_loopback_8k.yaml", Some(mode));
+    }
+}
+
+/// The same loopbacks with the RX queue's stage on a worker of its own (`stage_core: 2`):
+/// lossless, every frame verified on the GPU.
+#[test]
+fn loopback_into_device_memory_staged_on_its_own_core() {
+    if !have_gpu() {
+        return;
+    }
+    if !dataplane::affinity::core_is_usable(2) {
+        eprintln!("SKIP: stage_core 2 needs a third core");
+        return;
+    }
+    for name in ["gpu_loopback_64.yaml", "gpu_loopback_8k.yaml"] {
+        run_gpu_config_with(name, None, |cfg| {
+            cfg.interfaces[0].rx.as_mut().expect("an RX side").queues[0].stage_core = Some(2)
+        });
     }
 }
 

@@ -26,18 +26,23 @@ pub struct StageResult {
     pub source: &'static str,
     /// `kernel` or `copy`.
     pub mode: &'static str,
+    /// Threads: 1, the source bursts, the stage and their consumer on one thread, as on an
+    /// RX worker staging its own queue; 3, each on its own, as with `stage_core` (the
+    /// engine's worker, the stage's, the application), the stage running as the
+    /// pipeline's stage task.
+    pub threads: u32,
     /// Payload Gb/s into device memory (median round).
     pub gbps: f64,
     /// `gbps` over the pinned host-to-device copy bandwidth.
     pub ratio_to_h2d: f64,
     /// CPU microseconds per burst spent submitting (building the output burst and the
-    /// copies, queuing them), median round.
-    pub submit_us_per_burst: f64,
-    /// Microseconds per burst spent waiting for the oldest burst's copies.
-    pub wait_us_per_burst: f64,
+    /// copies, queuing them), median round (one thread only).
+    pub submit_us_per_burst: Option<f64>,
+    /// Microseconds per burst spent waiting for the oldest burst's copies (one thread).
+    pub wait_us_per_burst: Option<f64>,
     /// Microseconds per burst the bench spends making the source burst (allocating and
-    /// setting lengths, as an engine receiving it would).
-    pub source_us_per_burst: f64,
+    /// setting lengths, as an engine receiving it would; one thread).
+    pub source_us_per_burst: Option<f64>,
     /// Bursts per GPU copy or launch over all rounds (the stage coalesces consecutive
     /// bursts into copies of up to 2 MiB).
     pub bursts_per_copy: f64,
@@ -189,14 +194,29 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                     payload,
                     source,
                     mode: mode_name,
+                    threads: 1,
                     gbps,
                     ratio_to_h2d: gbps / h2d_pinned_gbps,
-                    submit_us_per_burst,
-                    wait_us_per_burst,
-                    source_us_per_burst,
+                    submit_us_per_burst: Some(submit_us_per_burst),
+                    wait_us_per_burst: Some(wait_us_per_burst),
+                    source_us_per_burst: Some(source_us_per_burst),
                     bursts_per_copy,
                 });
             }
+            let (gbps, bursts_per_copy) =
+                stage_case_threads(payload, kind, StageMode::Copy, round, rounds)?;
+            stage.push(StageResult {
+                payload,
+                source,
+                mode: "copy",
+                threads: 3,
+                gbps,
+                ratio_to_h2d: gbps / h2d_pinned_gbps,
+                submit_us_per_burst: None,
+                wait_us_per_burst: None,
+                source_us_per_burst: None,
+                bursts_per_copy,
+            });
         }
     }
 
@@ -403,6 +423,125 @@ fn stage_case(
     ))
 }
 
+/// As [`stage_case`] with the work on three threads, as a queue with `stage_core` runs:
+/// one makes source bursts (the engine's worker), the pipeline's stage task moves them
+/// (the stage worker), one takes and drops the results (the application). Payload Gb/s
+/// as the application receives it (median round), and bursts per GPU copy.
+fn stage_case_threads(
+    payload: usize,
+    kind: MemoryKind,
+    mode: StageMode,
+    round: Duration,
+    rounds: usize,
+) -> Result<(f64, f64), GpuBenchError> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const BURST: usize = 256;
+    // Room for every table slot's copy at its largest, one being filled, and the bursts
+    // waiting in the two rings.
+    let bufs = (crate::stage::GROUP_BYTES / payload).max(BURST)
+        * (gpudirect::kernels::TABLE_SLOTS + 2)
+        + BURST * 2 * RING_BURSTS;
+    let regions = Arc::new(RegionSet::allocate(&[
+        MemoryRegionConfig::new("src", kind, bufs, payload),
+        MemoryRegionConfig::new("dst", MemoryKind::Device, bufs, payload),
+    ])?);
+    let (src, dst) = (0, 1);
+    let plan = crate::plan::StagePlan {
+        split_header_bytes: None,
+        gpu: Some(regions.get(dst).affinity()),
+        mode,
+    };
+    let stage = RxStage::new(&regions, &[dst], BURST, &plan)?;
+    let (mut to_stage, from_source) = rtrb::RingBuffer::new(RING_BURSTS);
+    let (to_app, mut from_stage) = rtrb::RingBuffer::new(RING_BURSTS);
+    let counters = Arc::new(crate::stats::QueueCounters::default());
+    let mut task = crate::worker::StageTask::new(
+        from_source,
+        to_app,
+        stage,
+        crate::engine::Overflow::Backpressure,
+        counters.clone(),
+        (0, 0),
+    );
+    let stop = AtomicBool::new(false);
+    let delivered = AtomicU64::new(0);
+    let mut results = Vec::new();
+    let outcome = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut idle_marked = false;
+            while !stop.load(Ordering::Relaxed) {
+                let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[src], BURST) else {
+                    // As an RX worker whose engine has no buffers to receive into: its
+                    // port idles, and it tells the stage task so (an empty burst) once.
+                    if !idle_marked {
+                        idle_marked = to_stage
+                            .push(Burst::empty(regions.clone(), 0, 0, 0))
+                            .is_ok();
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                };
+                idle_marked = false;
+                for i in 0..BURST {
+                    b.set_len(i, 0, payload);
+                }
+                let mut pending = b;
+                loop {
+                    match to_stage.push(pending) {
+                        Ok(()) => break,
+                        Err(rtrb::PushError::Full(b)) if !stop.load(Ordering::Relaxed) => {
+                            pending = b;
+                            std::hint::spin_loop();
+                        }
+                        Err(_) => return,
+                    }
+                }
+            }
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                match from_stage.pop() {
+                    Ok(b) => {
+                        delivered.fetch_add(b.bytes(), Ordering::Relaxed);
+                    }
+                    Err(_) => std::hint::spin_loop(),
+                }
+            }
+        });
+        let mut run = || -> Result<(), GpuBenchError> {
+            for _ in 0..rounds {
+                let (t, before) = (Instant::now(), delivered.load(Ordering::Relaxed));
+                while t.elapsed() < round {
+                    task.poll();
+                }
+                let bytes = delivered.load(Ordering::Relaxed) - before;
+                results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+            }
+            Ok(())
+        };
+        let r = run();
+        stop.store(true, Ordering::Relaxed);
+        r
+    });
+    outcome?;
+    // The stage counts what it could not move as GPU copy drops: none may happen here.
+    let (packets, _, drops) = counters.snapshot();
+    let lost = drops.gpu_copy;
+    if lost > 0 {
+        return Err(GpuBenchError::Stage(format!(
+            "{lost} packets dropped by the stage"
+        )));
+    }
+    let bursts = packets / BURST as u64;
+    Ok((
+        median(results),
+        bursts as f64 / task.copies_issued().max(1) as f64,
+    ))
+}
+
+/// Bursts each ring between the threads of [`stage_case_threads`] holds (as a queue's).
+const RING_BURSTS: usize = 64;
+
 /// The reorder kernel on one batch in device memory against a device-to-device copy of
 /// the same payload bytes.
 fn reorder_case(
@@ -515,9 +654,19 @@ impl GpuReport {
             ));
         }
         for r in &self.stage {
+            let per_burst = match (
+                r.submit_us_per_burst,
+                r.wait_us_per_burst,
+                r.source_us_per_burst,
+            ) {
+                (Some(submit), Some(wait), Some(source)) => format!(
+                    "per 256-packet burst {submit:.1} us submitting, {wait:.1} us waiting, {source:.1} us making the source burst"
+                ),
+                _ => "source, stage and consumer on their own threads".to_owned(),
+            };
             s.push_str(&format!(
-                "  staged ingest {:>5} B from {:<11} ({:<6}): {:>7.1} Gb/s = {:.2} x pinned copy; per 256-packet burst {:.1} us submitting, {:.1} us waiting, {:.1} us making the source burst; {:.1} bursts per copy\n",
-                r.payload, r.source, r.mode, r.gbps, r.ratio_to_h2d, r.submit_us_per_burst, r.wait_us_per_burst, r.source_us_per_burst, r.bursts_per_copy
+                "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}): {:>7.1} Gb/s = {:.2} x pinned copy; {per_burst}; {:.1} bursts per copy\n",
+                r.payload, r.source, r.mode, r.threads, if r.threads == 1 { "" } else { "s" }, r.gbps, r.ratio_to_h2d, r.bursts_per_copy
             ));
         }
         for r in &self.reorder {

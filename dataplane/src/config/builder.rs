@@ -178,6 +178,7 @@ impl QueueConfig {
             tx_eth_src: false,
             pacing_mbps: 0,
             capture: None,
+            stage_core: None,
             location: Location::default(),
         }
     }
@@ -185,6 +186,12 @@ impl QueueConfig {
     /// With a partial burst delivered after `us` microseconds.
     pub fn with_timeout_us(mut self, us: u64) -> Self {
         self.timeout_us = us;
+        self
+    }
+
+    /// RX: with its stage (if it has one) on a worker of its own on `core`.
+    pub fn with_stage_core(mut self, core: u32) -> Self {
+        self.stage_core = Some(core);
         self
     }
 }

@@ -531,6 +531,10 @@ pub struct QueueConfig {
     /// RX: `capture` (this project's key): where the queue's bursts are written as the
     /// application polls them.
     pub capture: Option<crate::config::CaptureSpec>,
+    /// RX: `stage_core` (this project's key): the core of a second worker that moves the
+    /// queue's packets into its layout (GPU memory, header-data split) when the engine
+    /// cannot, leaving `cpu_core` to receiving.
+    pub stage_core: Option<u32>,
     /// Where it is defined.
     pub location: Location,
 }
@@ -971,7 +975,10 @@ impl Config {
 
     /// Distinct worker cores, sorted.
     pub fn worker_cores(&self) -> Vec<u32> {
-        let mut cores: Vec<u32> = self.queues().map(|(_, _, q)| q.cpu_core).collect();
+        let mut cores: Vec<u32> = self
+            .queues()
+            .flat_map(|(_, _, q)| std::iter::once(q.cpu_core).chain(q.stage_core))
+            .collect();
         cores.sort_unstable();
         cores.dedup();
         cores

@@ -889,10 +889,14 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
             .optional(d, "pacing_mbps", |d, n, p| r::uint_in(d, n, p, 0, 1 << 40))
             .unwrap_or(0);
     }
-    let capture = if dir == Direction::Rx {
-        m.optional(d, "capture", capture_spec)
+    let (capture, stage_core) = if dir == Direction::Rx {
+        (
+            m.optional(d, "capture", capture_spec),
+            m.optional(d, "stage_core", |d, n, p| r::uint_in(d, n, p, 0, 4095))
+                .map(|c| c as u32),
+        )
     } else {
-        None
+        (None, None)
     };
     m.not_supported(d, "split_boundary");
     m.finish(d);
@@ -906,6 +910,7 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
         tx_eth_src,
         pacing_mbps,
         capture,
+        stage_core,
         location: node.location,
     })
 }

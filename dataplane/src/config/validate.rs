@@ -810,6 +810,13 @@ fn cores(d: &mut Diagnostics, c: &Config, online: &dyn Fn(u32) -> bool) {
                     q.cpu_core,
                     Some(q.location),
                 );
+                if let Some(core) = q.stage_core {
+                    report(
+                        format!("interfaces[{i}].{}.queues[{qi}].stage_core", dir.name()),
+                        core,
+                        Some(q.location),
+                    );
+                }
             }
         }
     }

@@ -178,6 +178,8 @@ pub struct QueuePlan {
     /// The host region the engine receives into or sends from instead of the layout
     /// (engines that move bytes with the CPU, see [`staging`]).
     pub staging: Option<RegionId>,
+    /// RX: the core of the worker that runs `stage` (`stage_core`), when not `core`.
+    pub stage_core: Option<u32>,
     /// RX: the reorders on this queue.
     pub reorders: Vec<ReorderPlan>,
     /// TX: the source MAC offload.
@@ -200,6 +202,9 @@ pub struct CorePlan {
     pub core: u32,
     /// Indices into [`Plan::queues`], in the order the worker polls them.
     pub queues: Vec<usize>,
+    /// Indices into [`Plan::queues`] of the RX queues whose stage this worker runs
+    /// (`stage_core`), polled after `queues`.
+    pub stages: Vec<usize>,
 }
 
 /// Huge-page bytes a configuration maps, per region and for the engine.
@@ -320,9 +325,12 @@ impl Plan {
         } else {
             queues(config, &regions, &capabilities)?
         };
-        let mut by_core: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut by_core: BTreeMap<u32, (Vec<usize>, Vec<usize>)> = BTreeMap::new();
         for (i, q) in queues.iter().enumerate() {
-            by_core.entry(q.core).or_default().push(i);
+            by_core.entry(q.core).or_default().0.push(i);
+            if let Some(core) = q.stage_core {
+                by_core.entry(core).or_default().1.push(i);
+            }
         }
         // Connection slots run on the workers of their cores, which start without queues.
         for slot in rdma.iter().flat_map(|i| &i.slots) {
@@ -330,7 +338,11 @@ impl Plan {
         }
         let cores = by_core
             .into_iter()
-            .map(|(core, queues)| CorePlan { core, queues })
+            .map(|(core, (queues, stages))| CorePlan {
+                core,
+                queues,
+                stages,
+            })
             .collect();
         let mut hugepages = HugepageNeed {
             regions: regions
@@ -732,6 +744,21 @@ fn queues(
                     (Some(staging::CpuCopies::GpuMemoryOnly), Some(_)) => region_id(&name),
                     _ => None,
                 };
+                let stage_core = match (q.stage_core, &stage) {
+                    (None, _) => None,
+                    (Some(core), _) if core == q.cpu_core => {
+                        return Err(bad(format!(
+                            "stage_core {core} is its cpu_core; leave stage_core out to stage on the receiving worker"
+                        )));
+                    }
+                    (Some(core), Some(_)) => Some(core),
+                    (Some(_), None) => {
+                        return Err(bad(format!(
+                            "stage_core is set, but the queue needs no stage: the {} engine delivers into its memory regions as they are",
+                            config.engine.name()
+                        )));
+                    }
+                };
                 out.push(QueuePlan {
                     interface: i,
                     interface_name: iface.name.clone(),
@@ -748,6 +775,7 @@ fn queues(
                     },
                     stage,
                     staging,
+                    stage_core,
                     reorders,
                     eth_src,
                     pacing_mbps: (dir == Direction::Tx && q.pacing_mbps > 0)

@@ -349,6 +349,7 @@ mod tests {
             tx_eth_src: false,
             pacing_mbps: 0,
             capture: None,
+            stage_core: None,
             location: Default::default(),
         });
         rx.flows = vec![flow("a", 1, 5000), flow("b", 2, 5001)];

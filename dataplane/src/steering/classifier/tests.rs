@@ -21,6 +21,7 @@ fn queue(id: u16) -> QueueConfig {
         tx_eth_src: false,
         pacing_mbps: 0,
         capture: None,
+        stage_core: None,
         location: Default::default(),
     }
 }
