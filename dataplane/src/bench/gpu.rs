@@ -344,22 +344,8 @@ fn stage_case(
     round: Duration,
     rounds: usize,
 ) -> Result<(f64, f64, f64, f64, f64), GpuBenchError> {
-    const BURST: usize = 256;
-    // Room for every table slot's copy at its largest (the stage coalesces bursts into
-    // copies of up to GROUP_BYTES) and one more being filled.
-    let bufs =
-        (crate::stage::GROUP_BYTES / payload).max(BURST) * (gpudirect::kernels::TABLE_SLOTS + 2);
-    let regions = Arc::new(RegionSet::allocate(&[
-        MemoryRegionConfig::new("src", kind, bufs, payload),
-        MemoryRegionConfig::new("dst", MemoryKind::Device, bufs, payload),
-    ])?);
-    let (src, dst) = (0, 1);
-    let plan = crate::plan::StagePlan {
-        split_header_bytes: None,
-        gpu: Some(regions.get(dst).affinity()),
-        mode,
-    };
-    let mut stage = RxStage::new(&regions, &[dst], BURST, &plan)?;
+    let (regions, mut stage) = stage_regions(payload, kind, mode, 0)?;
+    let src = 0;
     let fail = |e| match e {
         crate::stage::StageError::NoBuffers(_) => GpuBenchError::PoolEmpty("device"),
         crate::stage::StageError::Failed { reason, .. } => GpuBenchError::Stage(reason),
@@ -435,23 +421,9 @@ fn stage_case_threads(
     rounds: usize,
 ) -> Result<(f64, f64), GpuBenchError> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    const BURST: usize = 256;
-    // Room for every table slot's copy at its largest, one being filled, and the bursts
-    // waiting in the two rings.
-    let bufs = (crate::stage::GROUP_BYTES / payload).max(BURST)
-        * (gpudirect::kernels::TABLE_SLOTS + 2)
-        + BURST * 2 * RING_BURSTS;
-    let regions = Arc::new(RegionSet::allocate(&[
-        MemoryRegionConfig::new("src", kind, bufs, payload),
-        MemoryRegionConfig::new("dst", MemoryKind::Device, bufs, payload),
-    ])?);
-    let (src, dst) = (0, 1);
-    let plan = crate::plan::StagePlan {
-        split_header_bytes: None,
-        gpu: Some(regions.get(dst).affinity()),
-        mode,
-    };
-    let stage = RxStage::new(&regions, &[dst], BURST, &plan)?;
+    // The bursts waiting in the two rings need buffers too.
+    let (regions, stage) = stage_regions(payload, kind, mode, BURST * 2 * RING_BURSTS)?;
+    let src = 0;
     let (mut to_stage, from_source) = rtrb::RingBuffer::new(RING_BURSTS);
     let (to_app, mut from_stage) = rtrb::RingBuffer::new(RING_BURSTS);
     let counters = Arc::new(crate::stats::QueueCounters::default());
@@ -541,6 +513,35 @@ fn stage_case_threads(
 
 /// Bursts each ring between the threads of [`stage_case_threads`] holds (as a queue's).
 const RING_BURSTS: usize = 64;
+
+/// Packets per burst in the staged-ingest cases.
+const BURST: usize = 256;
+
+/// A source region of `kind` (region 0) and a device region (1) of `payload`-byte
+/// buffers, with room for every table slot's copy at its largest (the stage coalesces
+/// bursts into copies of up to `GROUP_BYTES`), one more being filled and `extra` buffers,
+/// and a stage moving bursts of [`BURST`] packets from the first into the second.
+fn stage_regions(
+    payload: usize,
+    kind: MemoryKind,
+    mode: StageMode,
+    extra: usize,
+) -> Result<(Arc<RegionSet>, RxStage), GpuBenchError> {
+    let bufs = (crate::stage::GROUP_BYTES / payload).max(BURST)
+        * (gpudirect::kernels::TABLE_SLOTS + 2)
+        + extra;
+    let regions = Arc::new(RegionSet::allocate(&[
+        MemoryRegionConfig::new("src", kind, bufs, payload),
+        MemoryRegionConfig::new("dst", MemoryKind::Device, bufs, payload),
+    ])?);
+    let plan = crate::plan::StagePlan {
+        split_header_bytes: None,
+        gpu: Some(regions.get(1).affinity()),
+        mode,
+    };
+    let stage = RxStage::new(&regions, &[1], BURST, &plan)?;
+    Ok((regions, stage))
+}
 
 /// The reorder kernel on one batch in device memory against a device-to-device copy of
 /// the same payload bytes.
