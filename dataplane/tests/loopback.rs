@@ -289,6 +289,7 @@ dataplane:
             tx.send(b).expect("send");
         }
         if let Some(b) = rx.poll().expect("workers alive") {
+            assert!(!b.is_empty(), "idle marks stay between the two workers");
             for i in 0..b.len() {
                 let whole: Vec<u8> = [b.data(i, 0).unwrap(), b.data(i, 1).unwrap()].concat();
                 let k = u32::from_le_bytes(whole[..4].try_into().unwrap()) as usize;

@@ -35,6 +35,26 @@ fn invariants(name: &str, cfg: &Config, plan: &Plan) {
         }
     }
     assert!(seen.iter().all(|&n| n == 1), "{name}: {seen:?}");
+    // A stage task only for a staged RX queue, on its stage_core, once.
+    let mut staged = vec![0; plan.queues.len()];
+    for c in &plan.cores {
+        for &q in &c.stages {
+            staged[q] += 1;
+            let queue = &plan.queues[q];
+            assert_eq!(queue.stage_core, Some(c.core), "{name}");
+            assert!(
+                queue.stage.is_some() && queue.direction == Direction::Rx,
+                "{name}"
+            );
+        }
+    }
+    for (q, n) in staged.iter().enumerate() {
+        assert_eq!(
+            *n,
+            usize::from(plan.queues[q].stage_core.is_some()),
+            "{name}"
+        );
+    }
     for (r, m) in plan.regions.iter().zip(&cfg.memory_regions) {
         assert_eq!(r.headroom > 0, r.lent, "{name}: {}", r.name);
         assert_eq!(r.hugepage_bytes > 0, m.kind == MemoryKind::Huge, "{name}");
@@ -167,6 +187,21 @@ fn gpu_loopback_configs_stage_into_the_gpu() {
     assert_eq!((r.packets_per_batch, r.in_slot_bytes), (1024, 1984));
     assert_eq!(reorder.regions[r.output as usize].name, "batches_gpu");
     shipped("gpu_loopback_8k.yaml");
+    // With stage_core: a second worker that runs the queue's stage and no queue.
+    let name = "gpu_loopback_64.yaml";
+    let text = std::fs::read_to_string(root().join("configs").join(name))
+        .unwrap()
+        .replace(
+            r#"memory_regions: ["rx_gpu"]}"#,
+            r#"stage_core: 2, memory_regions: ["rx_gpu"]}"#,
+        );
+    let cfg = load(&text, name).unwrap();
+    let plan = Plan::from_config(&cfg).unwrap();
+    invariants(name, &cfg, &plan);
+    let rx = plan.queue(0, Direction::Rx, 0).unwrap();
+    assert_eq!((rx.core, rx.stage_core), (1, Some(2)));
+    let stage_worker = plan.cores.iter().find(|c| c.core == 2).unwrap();
+    assert!(stage_worker.queues.is_empty() && stage_worker.stages.len() == 1);
 }
 
 #[test]
@@ -188,6 +223,27 @@ fn rdma_loopback_has_a_server_and_a_client_slot() {
     assert_eq!(slot.recv_window, 128, "the RX region's buffers");
     assert_eq!(client.local.port(), 0);
     shipped("rdma_xhost.yaml");
+}
+
+/// `stage_core` asks for a stage on its own core; an RDMA connection lands in its regions
+/// as they are, so the key is refused by name rather than ignored.
+#[test]
+fn stage_core_on_an_rdma_queue_is_refused() {
+    let name = "rdma_loopback.yaml";
+    let text =
+        fill_placeholders(&std::fs::read_to_string(root().join("configs").join(name)).unwrap())
+            .replace(
+                r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1,"#,
+                r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, stage_core: 0,"#,
+            );
+    assert!(text.contains("stage_core: 0"));
+    let cfg = load(&text, name).unwrap();
+    let e = Plan::from_config(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("RX queue 0")
+            && e.contains("stage_core is set, but the queue needs no stage: the rdma engine"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -316,6 +316,21 @@ impl Plan {
             .then(|| dpdk::plan(config, &regions))
             .transpose()?;
         let rdma = if capabilities.connections {
+            // Connections land in their regions as they are: nothing to stage.
+            if let Some((i, _, q)) = config
+                .queues()
+                .find(|(_, d, q)| *d == Direction::Rx && q.stage_core.is_some())
+            {
+                return Err(PlanError::Queue {
+                    interface: config.interfaces[i].name.clone(),
+                    direction: Direction::Rx,
+                    queue: q.id,
+                    reason: format!(
+                        "stage_core is set, but the queue needs no stage: the {} engine delivers into its memory regions as they are",
+                        config.engine.name()
+                    ),
+                });
+            }
             rdma::plan(config)?
         } else {
             Vec::new()
