@@ -39,6 +39,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         pacing_mbps: 0,
         capture: None,
         stage_core: None,
+        copy_cores: Vec::new(),
         location: Default::default(),
     };
     let flows = (0..n)

@@ -12,6 +12,7 @@ pub mod burst;
 pub mod capture;
 pub mod clock;
 pub mod config;
+pub(crate) mod copy_helpers;
 pub mod cycles;
 pub mod descriptor;
 pub mod doctor;

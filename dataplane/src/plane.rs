@@ -823,6 +823,24 @@ impl DataPlane {
                                         q.id,
                                         q.core
                                     );
+                                    let stage = if q.copy_cores.is_empty() {
+                                        stage
+                                    } else {
+                                        tracing::info!(
+                                            "interface `{}`: RX queue {}'s stage shares its CPU copies with cores {:?}",
+                                            q.interface_name,
+                                            q.id,
+                                            q.copy_cores
+                                        );
+                                        let name = format!("dp-stage-{}-{}", q.interface, q.id);
+                                        stage.with_copy_helpers(
+                                            crate::copy_helpers::CopyHelpers::spawn(
+                                                &q.copy_cores,
+                                                &name,
+                                            )
+                                            .map_err(StartError::Spawn)?,
+                                        )
+                                    };
                                     let (task, stage_task) = task.with_stage_task(stage);
                                     stage_tasks.insert(tasks.len(), Task::Stage(stage_task));
                                     Task::Rx(task)
@@ -1597,6 +1615,14 @@ fn check_cores(plan: &Plan) -> Result<(), StartError> {
     for q in &plan.queues {
         if !affinity::core_is_usable(q.core) {
             return Err(missing(q.core_key.clone(), q.core));
+        }
+        for &core in q.stage_core.iter().chain(&q.copy_cores) {
+            if !affinity::core_is_usable(core) {
+                return Err(missing(
+                    q.core_key.replace(".cpu_core", ".stage_core"),
+                    core,
+                ));
+            }
         }
     }
     for slot in plan.rdma.iter().flat_map(|i| &i.slots) {

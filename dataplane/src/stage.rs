@@ -44,6 +44,7 @@
 use crate::burst::Burst;
 use crate::config::MemoryKind;
 pub use crate::config::StageMode;
+use crate::copy_helpers::{CopyHelpers, CopyJob, copy_with};
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::StagePlan;
 use std::collections::VecDeque;
@@ -135,6 +136,10 @@ pub(crate) struct RxStage {
     /// GPU copies (or launches) issued since the stage was made.
     #[cfg(feature = "cuda")]
     copies_issued: u64,
+    /// Threads that share its CPU copies (`stage_core` with more than one core).
+    helpers: Option<CopyHelpers>,
+    /// Host-to-host copies of the burst being submitted (kept across bursts).
+    host_copies: Vec<CopyJob>,
 }
 
 /// A copy being grown from consecutive bursts.
@@ -165,6 +170,10 @@ struct GpuPath {
     direct: Vec<Move>,
     pageable: Vec<Move>,
     runs: Vec<(u64, u64, usize, bool)>,
+    /// Copy mode's gathers into staging and its uploads (device address, staging offset,
+    /// bytes), kept across bursts.
+    gathers: Vec<CopyJob>,
+    uploads: Vec<(u64, usize, usize)>,
 }
 
 fn gpu_side(regions: &RegionSet, r: RegionId) -> bool {
@@ -265,6 +274,8 @@ impl RxStage {
             split,
             moves: Vec::with_capacity(batch * 2),
             in_flight: VecDeque::new(),
+            helpers: None,
+            host_copies: Vec::with_capacity(batch * 2),
             #[cfg(feature = "cuda")]
             open: None,
             #[cfg(feature = "cuda")]
@@ -292,10 +303,19 @@ impl RxStage {
                         direct: Vec::with_capacity(batch * 2),
                         pageable: Vec::with_capacity(batch * 2),
                         runs: Vec::with_capacity(batch),
+                        gathers: Vec::with_capacity(batch),
+                        uploads: Vec::with_capacity(batch),
                     })
                 }
             },
         })
+    }
+
+    /// Shares its CPU copies (pageable packets gathered into pinned staging, host-to-host
+    /// splits) with `helpers`.
+    pub(crate) fn with_copy_helpers(mut self, helpers: CopyHelpers) -> Self {
+        self.helpers = Some(helpers);
+        self
     }
 
     /// True when another burst can be submitted now. (A burst that needs a new copy while
@@ -461,17 +481,21 @@ impl RxStage {
         let regions = self.regions.clone();
         let on_gpu = |r| gpu_side(&regions, r);
         // Host to host: plain copies, done now.
-        for m in self
-            .moves
-            .iter()
-            .filter(|m| !on_gpu(m.src_region) && !on_gpu(m.dst_region))
-        {
-            // SAFETY: both ranges lie in host-mapped buffers this stage owns for the call
-            // (the source burst and the freshly allocated output), and do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(m.src as *const u8, m.dst as *mut u8, m.len as usize)
-            };
-        }
+        self.host_copies.clear();
+        self.host_copies.extend(
+            self.moves
+                .iter()
+                .filter(|m| !on_gpu(m.src_region) && !on_gpu(m.dst_region))
+                .map(|m| CopyJob {
+                    src: m.src,
+                    dst: m.dst,
+                    len: m.len as usize,
+                }),
+        );
+        // SAFETY: both ranges of each copy lie in host-mapped buffers this stage owns for
+        // the call (the source burst and the freshly allocated output), which no two
+        // copies share.
+        unsafe { copy_with(self.helpers.as_mut(), &self.host_copies) };
         let needs_gpu = self
             .moves
             .iter()
@@ -488,7 +512,7 @@ impl RxStage {
                 .as_mut()
                 .expect("a GPU path exists for device regions");
             let finish = gpu
-                .submit(&regions, &self.moves, slot)
+                .submit(&regions, &self.moves, slot, self.helpers.as_mut())
                 .map_err(|e| failed(format!("GPU copy failed: {e}")))?;
             self.copies_in_flight += 1;
             self.copies_issued += 1;
@@ -734,6 +758,7 @@ impl GpuPath {
         regions: &RegionSet,
         moves: &[Move],
         slot: usize,
+        helpers: Option<&mut CopyHelpers>,
     ) -> Result<CpuFinish, gpudirect::GpuError> {
         // Cheap when already current; the worker thread may differ from the creator.
         self.gpu.bind()?;
@@ -837,7 +862,7 @@ impl GpuPath {
         let pageable_done = if copy_mode_moves.is_empty() {
             Ok(())
         } else {
-            self.copy_runs(regions, &mut copy_mode_moves, base, used)
+            self.copy_runs(regions, &mut copy_mode_moves, base, used, helpers)
         };
         self.pageable = copy_mode_moves;
         self.direct = direct;
@@ -872,38 +897,47 @@ impl GpuPath {
         self.gpu.record_slot(slot)
     }
 
-    /// Copy mode: gathers into staging laid out like the destinations and issues one
-    /// asynchronous copy per run of adjacent destination buffers.
+    /// Copy mode: gathers into staging laid out like the destinations (with `helpers`
+    /// when given), then issues one asynchronous copy per run of adjacent destination
+    /// buffers.
     fn copy_runs(
         &mut self,
         regions: &RegionSet,
         moves: &mut [Move],
         base: *mut u8,
         mut used: usize,
+        helpers: Option<&mut CopyHelpers>,
     ) -> Result<(), gpudirect::GpuError> {
         moves.sort_unstable_by_key(|m| m.dst);
+        self.gathers.clear();
+        self.uploads.clear();
         let mut k = 0;
         while k < moves.len() {
             let end = run_end(regions, moves, k, false);
             let run = &moves[k..end];
             let d0 = run[0].dst;
             let span = (run[end - k - 1].dst - d0) as usize + run[end - k - 1].len as usize;
+            // Checked in release builds: the gathers below write `used..used + span`.
             assert!(used + span <= self.slot_bytes, "staging sized for a burst");
             for m in run {
-                // SAFETY: host source of the burst; the staging range is inside the slot.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        m.src as *const u8,
-                        base.add(used + (m.dst - d0) as usize),
-                        m.len as usize,
-                    )
-                };
+                self.gathers.push(CopyJob {
+                    src: m.src,
+                    dst: base as u64 + (used + (m.dst - d0) as usize) as u64,
+                    len: m.len as usize,
+                });
             }
-            // SAFETY: pinned staging stays untouched until the burst's event completes;
-            // the destination run lies in device buffers of the new burst.
-            unsafe { self.gpu.copy_to_device(d0, base.add(used), span) }?;
+            self.uploads.push((d0, used, span));
             used += span;
             k = end;
+        }
+        // SAFETY: each source is host memory of a burst in flight; each destination lies
+        // in this slot's staging (the assert above), at its own packet's place, so no two
+        // copies overlap; all are done when this returns.
+        unsafe { copy_with(helpers, &self.gathers) };
+        for &(d0, at, span) in &self.uploads {
+            // SAFETY: pinned staging stays untouched until the burst's event completes;
+            // the destination run lies in device buffers of the new burst.
+            unsafe { self.gpu.copy_to_device(d0, base.add(at), span) }?;
         }
         Ok(())
     }
@@ -933,6 +967,67 @@ fn run_end(regions: &RegionSet, moves: &[Move], k: usize, with_source: bool) -> 
 /// Items per kernel launch (the argument table's size).
 #[cfg(feature = "cuda")]
 const MAX_ITEMS: usize = gpudirect::kernels::MAX_ITEMS;
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+    use crate::config::MemoryRegionConfig;
+    use crate::plan::StagePlan;
+
+    /// A host-to-host split of 256 packets (about 256 KB, enough to share out) with copy
+    /// helpers on this machine's cores: every byte lands in its header or payload buffer.
+    #[test]
+    fn a_split_shared_with_copy_helpers_arrives_whole() {
+        let regions = Arc::new(
+            RegionSet::allocate(&[
+                MemoryRegionConfig::new("src", MemoryKind::Host, 512, 2048),
+                MemoryRegionConfig::new("hdr", MemoryKind::Host, 512, 64),
+                MemoryRegionConfig::new("pay", MemoryKind::Host, 512, 2048),
+            ])
+            .unwrap(),
+        );
+        let plan = StagePlan {
+            split_header_bytes: Some(64),
+            gpu: None,
+            mode: StageMode::Copy,
+        };
+        let cores: Vec<u32> = (0..2)
+            .filter(|&c| crate::affinity::core_is_usable(c))
+            .collect();
+        let mut stage = RxStage::new(&regions, &[1, 2], 256, &plan)
+            .unwrap()
+            .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap());
+        let byte = |i: usize, at: usize| (i * 31 + at * 3 + at / 256) as u8;
+        for round in 0..8 {
+            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 256).unwrap();
+            for i in 0..256 {
+                let len = 900 + (i * 7 + round) % 1100;
+                for (at, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
+                    *x = byte(i + round, at);
+                }
+                b.set_len(i, 0, len);
+            }
+            stage.submit(b).map_err(|_| "submit").unwrap();
+            let out = stage
+                .completed()
+                .expect("done at once")
+                .map_err(|_| "stage")
+                .unwrap();
+            for i in 0..256 {
+                let len = 900 + (i * 7 + round) % 1100;
+                let whole = [out.data(i, 0).unwrap(), out.data(i, 1).unwrap()].concat();
+                assert_eq!(whole.len(), len);
+                assert!(
+                    whole
+                        .iter()
+                        .enumerate()
+                        .all(|(at, &x)| x == byte(i + round, at)),
+                    "round {round} packet {i}"
+                );
+            }
+        }
+    }
+}
 
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
@@ -1114,6 +1209,8 @@ mod tests {
                     open: None,
                     copies_in_flight: 0,
                     copies_issued: 0,
+                    helpers: None,
+                    host_copies: Vec::new(),
                     gpu: into.gpu.take().map(|mut g| {
                         g.mode = mode;
                         g
@@ -1129,7 +1226,16 @@ mod tests {
                     direct: Vec::new(),
                     pageable: Vec::new(),
                     runs: Vec::new(),
+                    gathers: Vec::new(),
+                    uploads: Vec::new(),
                 });
+                // Pageable packets are gathered into staging with a copy helper, shared
+                // out however small the burst.
+                let cores: Vec<u32> = (0..2)
+                    .filter(|&c| crate::affinity::core_is_usable(c))
+                    .collect();
+                into = into
+                    .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap().sharing_from(0));
                 let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 40).unwrap();
                 for i in 0..40 {
                     let len = 1 + i * 47;

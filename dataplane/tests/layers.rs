@@ -25,7 +25,8 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     // Machine resources and per-interface state.
     &["hugepages", "stats", "steering"],
-    &["memory"],
+    // Regions and pools; threads that copy between raw addresses for a stage.
+    &["memory", "copy_helpers"],
     // Packets and what is done to them between engine and application.
     &["burst"],
     &["stage", "reorder", "rdma_conn", "capture"],
@@ -47,6 +48,8 @@ const UNSAFE_ALLOWED: &[&str] = &[
     // The tick counter's register reads (rdtsc, CNTVCT_EL0).
     "cycles",
     "memory",
+    // Copies between raw addresses, on helper threads, for the stage.
+    "copy_helpers",
     "hugepages",
     "burst",
     "stage",

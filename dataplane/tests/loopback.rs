@@ -326,7 +326,7 @@ dataplane:
 /// `stage_core` where it cannot apply is refused by name, not ignored.
 #[test]
 fn stage_core_without_a_stage_or_on_the_receiving_core_is_refused() {
-    let text = |regions: &str, stage_core: u32| {
+    let text = |regions: &str, stage_core: &str| {
         format!(
             r#"
 dataplane:
@@ -353,11 +353,25 @@ dataplane:
             .config;
         DataPlane::start(&cfg).err().expect("refused").to_string()
     };
-    let e = start(text("pay", 0));
+    let e = start(text("pay", "0"));
     assert!(
         e.contains("RX queue 0") && e.contains("stage_core is set, but the queue needs no stage"),
         "{e}"
     );
-    let e = start(text("hdr, pay", 1));
+    let e = start(text("hdr, pay", "1"));
     assert!(e.contains("stage_core 1 is its cpu_core"), "{e}");
+    let e = start(text("hdr, pay", "[0, 1]"));
+    assert!(
+        e.contains("stage_core lists its cpu_core 1 as a copy helper"),
+        "{e}"
+    );
+    // A core twice in the list: a configuration error at its line and column.
+    let e = config::load_with(&text("hdr, pay", "[0, 0]"), "stage_core.yaml", &|c| c < 2)
+        .map(|_| ())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("stage_core[1] (line 16, column 58)") && e.contains("core 0 is listed twice"),
+        "{e}"
+    );
 }

@@ -29,8 +29,10 @@ pub struct StageResult {
     /// Threads: 1, the source bursts, the stage and their consumer on one thread, as on an
     /// RX worker staging its own queue; 3, each on its own, as with `stage_core` (the
     /// engine's worker, the stage's, the application), the stage running as the
-    /// pipeline's stage task.
+    /// pipeline's stage task; more, with copy helpers.
     pub threads: u32,
+    /// Of those, threads helping the stage copy (`stage_core` lists, pageable sources).
+    pub copy_helpers: u32,
     /// Payload Gb/s into device memory (median round).
     pub gbps: f64,
     /// `gbps` over the pinned host-to-device copy bandwidth.
@@ -195,6 +197,7 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                     source,
                     mode: mode_name,
                     threads: 1,
+                    copy_helpers: 0,
                     gbps,
                     ratio_to_h2d: gbps / h2d_pinned_gbps,
                     submit_us_per_burst: Some(submit_us_per_burst),
@@ -203,20 +206,29 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                     bursts_per_copy,
                 });
             }
-            let (gbps, bursts_per_copy) =
-                stage_case_threads(payload, kind, StageMode::Copy, round, rounds)?;
-            stage.push(StageResult {
-                payload,
-                source,
-                mode: "copy",
-                threads: 3,
-                gbps,
-                ratio_to_h2d: gbps / h2d_pinned_gbps,
-                submit_us_per_burst: None,
-                wait_us_per_burst: None,
-                source_us_per_burst: None,
-                bursts_per_copy,
-            });
+            // Pageable sources also with copy helpers (the gather is the CPU's memcpy).
+            let helper_counts: &[usize] = if kind == MemoryKind::Host {
+                &[0, 2]
+            } else {
+                &[0]
+            };
+            for &helpers in helper_counts {
+                let (gbps, bursts_per_copy) =
+                    stage_case_threads(payload, kind, StageMode::Copy, helpers, round, rounds)?;
+                stage.push(StageResult {
+                    payload,
+                    source,
+                    mode: "copy",
+                    threads: 3 + helpers as u32,
+                    copy_helpers: helpers as u32,
+                    gbps,
+                    ratio_to_h2d: gbps / h2d_pinned_gbps,
+                    submit_us_per_burst: None,
+                    wait_us_per_burst: None,
+                    source_us_per_burst: None,
+                    bursts_per_copy,
+                });
+            }
         }
     }
 
@@ -412,17 +424,28 @@ fn stage_case(
 /// As [`stage_case`] with the work on three threads, as a queue with `stage_core` runs:
 /// one makes source bursts (the engine's worker), the pipeline's stage task moves them
 /// (the stage worker), one takes and drops the results (the application). Payload Gb/s
-/// as the application receives it (median round), and bursts per GPU copy.
+/// as the application receives it (median round), and bursts per GPU copy. With
+/// `helpers`, that many copy helpers share the stage's CPU copies, on the last usable
+/// cores.
 fn stage_case_threads(
     payload: usize,
     kind: MemoryKind,
     mode: StageMode,
+    helpers: usize,
     round: Duration,
     rounds: usize,
 ) -> Result<(f64, f64), GpuBenchError> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     // The bursts waiting in the two rings need buffers too.
-    let (regions, stage) = stage_regions(payload, kind, mode, BURST * 2 * RING_BURSTS)?;
+    let (regions, mut stage) = stage_regions(payload, kind, mode, BURST * 2 * RING_BURSTS)?;
+    if helpers > 0 {
+        let usable = crate::affinity::usable_cores();
+        let cores = &usable[usable.len().saturating_sub(helpers)..];
+        stage = stage.with_copy_helpers(
+            crate::copy_helpers::CopyHelpers::spawn(cores, "bench")
+                .map_err(|e| GpuBenchError::Stage(format!("copy helpers could not start: {e}")))?,
+        );
+    }
     let src = 0;
     let (mut to_stage, from_source) = rtrb::RingBuffer::new(RING_BURSTS);
     let (to_app, mut from_stage) = rtrb::RingBuffer::new(RING_BURSTS);
@@ -666,8 +689,10 @@ impl GpuReport {
                 _ => "source, stage and consumer on their own threads".to_owned(),
             };
             s.push_str(&format!(
-                "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}): {:>7.1} Gb/s = {:.2} x pinned copy; {per_burst}; {:.1} bursts per copy\n",
-                r.payload, r.source, r.mode, r.threads, if r.threads == 1 { "" } else { "s" }, r.gbps, r.ratio_to_h2d, r.bursts_per_copy
+                "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}{}): {:>7.1} Gb/s = {:.2} x pinned copy; {per_burst}; {:.1} bursts per copy\n",
+                r.payload, r.source, r.mode, r.threads, if r.threads == 1 { "" } else { "s" },
+                if r.copy_helpers > 0 { format!(", {} copy helpers", r.copy_helpers) } else { String::new() },
+                r.gbps, r.ratio_to_h2d, r.bursts_per_copy
             ));
         }
         for r in &self.reorder {

@@ -179,6 +179,7 @@ impl QueueConfig {
             pacing_mbps: 0,
             capture: None,
             stage_core: None,
+            copy_cores: Vec::new(),
             location: Location::default(),
         }
     }

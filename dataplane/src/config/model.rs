@@ -535,6 +535,9 @@ pub struct QueueConfig {
     /// queue's packets into its layout (GPU memory, header-data split) when the engine
     /// cannot, leaving `cpu_core` to receiving.
     pub stage_core: Option<u32>,
+    /// RX: the rest of a `stage_core` list: cores of threads that share the stage's CPU
+    /// copies (pageable packets gathered into pinned staging, host-to-host splits).
+    pub copy_cores: Vec<u32>,
     /// Where it is defined.
     pub location: Location,
 }
@@ -977,7 +980,11 @@ impl Config {
     pub fn worker_cores(&self) -> Vec<u32> {
         let mut cores: Vec<u32> = self
             .queues()
-            .flat_map(|(_, _, q)| std::iter::once(q.cpu_core).chain(q.stage_core))
+            .flat_map(|(_, _, q)| {
+                std::iter::once(q.cpu_core)
+                    .chain(q.stage_core)
+                    .chain(q.copy_cores.iter().copied())
+            })
             .collect();
         cores.sort_unstable();
         cores.dedup();

@@ -807,6 +807,40 @@ pub fn port_range(d: &mut Diagnostics, node: &Node, path: &str) -> Option<PortRa
     Some(PortRange { first: p, last: p })
 }
 
+/// `stage_core`: one core, or a list of distinct cores (the stage's, then its copy
+/// helpers').
+fn stage_cores(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Vec<u32>> {
+    let core =
+        |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 4095).map(|c| c as u32);
+    let Value::Seq(items) = &node.value else {
+        return core(d, node, path).map(|c| vec![c]);
+    };
+    if items.is_empty() {
+        d.error(
+            Kind::Range,
+            path,
+            Some(node.location),
+            "stage_core: give a core, or a list of at least one".to_owned(),
+        );
+        return None;
+    }
+    let mut cores = Vec::new();
+    for (i, x) in items.iter().enumerate() {
+        let c = core(d, x, &index(path, i))?;
+        if cores.contains(&c) {
+            d.error(
+                Kind::Range,
+                &index(path, i),
+                Some(x.location),
+                format!("core {c} is listed twice"),
+            );
+            return None;
+        }
+        cores.push(c);
+    }
+    Some(cores)
+}
+
 fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option<QueueConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let name = m.required(d, "name", r::name);
@@ -889,14 +923,13 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
             .optional(d, "pacing_mbps", |d, n, p| r::uint_in(d, n, p, 0, 1 << 40))
             .unwrap_or(0);
     }
-    let (capture, stage_core) = if dir == Direction::Rx {
+    let (capture, stage_cores) = if dir == Direction::Rx {
         (
             m.optional(d, "capture", capture_spec),
-            m.optional(d, "stage_core", |d, n, p| r::uint_in(d, n, p, 0, 4095))
-                .map(|c| c as u32),
+            m.optional(d, "stage_core", stage_cores).unwrap_or_default(),
         )
     } else {
-        (None, None)
+        (None, Vec::new())
     };
     m.not_supported(d, "split_boundary");
     m.finish(d);
@@ -910,7 +943,8 @@ fn queue(d: &mut Diagnostics, node: &Node, path: &str, dir: Direction) -> Option
         tx_eth_src,
         pacing_mbps,
         capture,
-        stage_core,
+        stage_core: stage_cores.first().copied(),
+        copy_cores: stage_cores.get(1..).unwrap_or_default().to_vec(),
         location: node.location,
     })
 }

@@ -810,10 +810,10 @@ fn cores(d: &mut Diagnostics, c: &Config, online: &dyn Fn(u32) -> bool) {
                     q.cpu_core,
                     Some(q.location),
                 );
-                if let Some(core) = q.stage_core {
+                for core in q.stage_core.iter().chain(&q.copy_cores) {
                     report(
                         format!("interfaces[{i}].{}.queues[{qi}].stage_core", dir.name()),
-                        core,
+                        *core,
                         Some(q.location),
                     );
                 }

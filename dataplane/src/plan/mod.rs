@@ -180,6 +180,9 @@ pub struct QueuePlan {
     pub staging: Option<RegionId>,
     /// RX: the core of the worker that runs `stage` (`stage_core`), when not `core`.
     pub stage_core: Option<u32>,
+    /// RX: cores of the threads that share the stage's CPU copies (the rest of a
+    /// `stage_core` list).
+    pub copy_cores: Vec<u32>,
     /// RX: the reorders on this queue.
     pub reorders: Vec<ReorderPlan>,
     /// TX: the source MAC offload.
@@ -766,6 +769,12 @@ fn queues(
                             "stage_core {core} is its cpu_core; leave stage_core out to stage on the receiving worker"
                         )));
                     }
+                    (Some(_), _) if q.copy_cores.contains(&q.cpu_core) => {
+                        return Err(bad(format!(
+                            "stage_core lists its cpu_core {} as a copy helper; a helper needs a core of its own",
+                            q.cpu_core
+                        )));
+                    }
                     (Some(core), Some(_)) => Some(core),
                     (Some(_), None) => {
                         return Err(bad(format!(
@@ -791,6 +800,11 @@ fn queues(
                     stage,
                     staging,
                     stage_core,
+                    copy_cores: if stage_core.is_some() {
+                        q.copy_cores.clone()
+                    } else {
+                        Vec::new()
+                    },
                     reorders,
                     eth_src,
                     pacing_mbps: (dir == Direction::Tx && q.pacing_mbps > 0)

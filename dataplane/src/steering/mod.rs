@@ -350,6 +350,7 @@ mod tests {
             pacing_mbps: 0,
             capture: None,
             stage_core: None,
+            copy_cores: Vec::new(),
             location: Default::default(),
         });
         rx.flows = vec![flow("a", 1, 5000), flow("b", 2, 5001)];

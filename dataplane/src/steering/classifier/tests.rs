@@ -22,6 +22,7 @@ fn queue(id: u16) -> QueueConfig {
         pacing_mbps: 0,
         capture: None,
         stage_core: None,
+        copy_cores: Vec::new(),
         location: Default::default(),
     }
 }
