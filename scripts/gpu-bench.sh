@@ -10,9 +10,9 @@ bin=${DATAPLANE_BIN:-target/release/dataplane}
 out=${OUT:-$(mktemp -d)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# The human report to the terminal, the JSON (its last line) to the reports folder.
-timeout 300 "$bin" bench gpu --json > "$tmp/gpu.txt" || exit 1
-grep -v '^{' "$tmp/gpu.txt"
+# Each case's line to the terminal as it is measured (stderr), the JSON (the last line of
+# stdout) to the reports folder. GPU_PARTS="--only stage" (for instance) narrows it.
+timeout 300 "$bin" bench gpu ${GPU_PARTS:-} --json > "$tmp/gpu.txt" || exit 1
 grep '^{' "$tmp/gpu.txt" > "$out/bench_gpu.json"
 summary() { # label json-line
   python3 -c "import json,sys; r=json.loads(sys.argv[2]); print(sys.argv[1], 'lossless' if r['lossless'] else 'NOT LOSSLESS', round(r['rx_mpps'],2), 'Mpps', round(r['rx_gbps'],1), 'Gb/s', r.get('reorder',''))" "$1" "$2"

@@ -303,6 +303,10 @@ enum Bench {
         /// Seconds per timed round of the staged-ingest cases (7 rounds each).
         #[arg(long, default_value_t = 0.3)]
         seconds: f64,
+        /// Only these parts (repeat the flag; default: all). The pinned copy, their peer,
+        /// is always measured.
+        #[arg(long, value_enum)]
+        only: Vec<GpuPart>,
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,
@@ -615,7 +619,11 @@ fn main() -> ExitCode {
             Output { json, quiet },
             &signals,
         ),
-        Command::Bench(Bench::Gpu { seconds, json }) => bench_gpu(seconds, json),
+        Command::Bench(Bench::Gpu {
+            seconds,
+            only,
+            json,
+        }) => bench_gpu(seconds, &only, json),
         Command::Bench(Bench::Ring {
             items,
             reps,
@@ -1146,9 +1154,28 @@ fn print_report(human: &str, report: &impl serde::Serialize, output: Output) {
     emit(&out);
 }
 
+/// A part of `bench gpu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum GpuPart {
+    /// Back-to-back copies of one burst's bytes.
+    Copies,
+    /// Staged ingest.
+    Stage,
+    /// The reorder kernel.
+    Reorder,
+}
+
 #[cfg(feature = "cuda")]
-fn bench_gpu(seconds: f64, json: bool) -> ExitCode {
-    match dataplane::bench::gpu::run(seconds) {
+fn bench_gpu(seconds: f64, only: &[GpuPart], json: bool) -> ExitCode {
+    let wants = |p| only.is_empty() || only.contains(&p);
+    let parts = dataplane::bench::gpu::GpuParts {
+        copies: wants(GpuPart::Copies),
+        stage: wants(GpuPart::Stage),
+        reorder: wants(GpuPart::Reorder),
+    };
+    // Each case's line on stderr as it is measured: a run cut short still says something.
+    let mut progress = |line: &str| eprintln!("{line}");
+    match dataplane::bench::gpu::run(seconds, parts, &mut progress) {
         Ok(report) => {
             print_report(&report.human(), &report, Output { json, quiet: false });
             ExitCode::SUCCESS
@@ -1161,7 +1188,7 @@ fn bench_gpu(seconds: f64, json: bool) -> ExitCode {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn bench_gpu(_seconds: f64, _json: bool) -> ExitCode {
+fn bench_gpu(_seconds: f64, _only: &[GpuPart], _json: bool) -> ExitCode {
     eprintln!("error: this build has no CUDA support; rebuild with --features cuda");
     ExitCode::FAILURE
 }

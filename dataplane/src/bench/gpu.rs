@@ -141,8 +141,34 @@ pub enum GpuBenchError {
     },
 }
 
-/// Runs every case on GPU 0; each timed round lasts about `round` seconds.
-pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
+/// Which parts of [`run`] to measure (the pinned copy, their peer, always is).
+#[derive(Clone, Copy, Debug)]
+pub struct GpuParts {
+    /// Back-to-back copies of one burst's bytes.
+    pub copies: bool,
+    /// Staged ingest.
+    pub stage: bool,
+    /// The reorder kernel.
+    pub reorder: bool,
+}
+
+impl Default for GpuParts {
+    fn default() -> Self {
+        Self {
+            copies: true,
+            stage: true,
+            reorder: true,
+        }
+    }
+}
+
+/// Runs the cases of `parts` on GPU 0; each timed round lasts about `round` seconds.
+/// `progress` gets each case's line of [`GpuReport::human`] as it is measured.
+pub fn run(
+    round: f64,
+    parts: GpuParts,
+    progress: &mut dyn FnMut(&str),
+) -> Result<GpuReport, GpuBenchError> {
     let gpu_name = gpudirect::device_name(0)?;
     let mut gpu = gpudirect::Gpu::new(0)?;
     let round = Duration::from_secs_f64(round.max(0.05));
@@ -161,25 +187,36 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
         h2d.push(big as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
     }
     let h2d_pinned_gbps = median(h2d);
+    progress(&format!(
+        "{gpu_name}: pinned host-to-device copy {h2d_pinned_gbps:.1} Gb/s"
+    ));
 
     let mut copies = Vec::new();
-    for bytes in [256usize << 10, 2 << 20] {
+    let copy_sizes: &[usize] = if parts.copies {
+        &[256 << 10, 2 << 20]
+    } else {
+        &[]
+    };
+    for &bytes in copy_sizes {
         for streams in [1, gpudirect::kernels::TABLE_SLOTS] {
             let (gbps, copy_call_us, mark_call_us) =
                 copy_ceiling(&mut gpu, &pinned, &dev, bytes, streams > 1, round, rounds)?;
-            copies.push(CopyCeiling {
+            let c = CopyCeiling {
                 bytes,
                 streams,
                 gbps,
                 ratio_to_h2d: gbps / h2d_pinned_gbps,
                 copy_call_us,
                 mark_call_us,
-            });
+            };
+            progress(&c.line());
+            copies.push(c);
         }
     }
 
     let mut stage = Vec::new();
-    for payload in [1024usize, 8192] {
+    let payloads: &[usize] = if parts.stage { &[1024, 8192] } else { &[] };
+    for &payload in payloads {
         for (source, kind) in [
             ("host", MemoryKind::Host),
             ("host_pinned", MemoryKind::HostPinned),
@@ -192,7 +229,7 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                     source_us_per_burst,
                     bursts_per_copy,
                 ) = stage_case(payload, kind, mode, round, rounds)?;
-                stage.push(StageResult {
+                let r = StageResult {
                     payload,
                     source,
                     mode: mode_name,
@@ -204,7 +241,9 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                     wait_us_per_burst: Some(wait_us_per_burst),
                     source_us_per_burst: Some(source_us_per_burst),
                     bursts_per_copy,
-                });
+                };
+                progress(&r.line());
+                stage.push(r);
             }
             // Pageable sources also with copy helpers (the gather is the CPU's memcpy).
             let helper_counts: &[usize] = if kind == MemoryKind::Host {
@@ -215,7 +254,7 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
             for &helpers in helper_counts {
                 let (gbps, bursts_per_copy) =
                     stage_case_threads(payload, kind, StageMode::Copy, helpers, round, rounds)?;
-                stage.push(StageResult {
+                let r = StageResult {
                     payload,
                     source,
                     mode: "copy",
@@ -227,7 +266,9 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                     wait_us_per_burst: None,
                     source_us_per_burst: None,
                     bursts_per_copy,
-                });
+                };
+                progress(&r.line());
+                stage.push(r);
             }
         }
     }
@@ -276,7 +317,10 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
                 network_order: true,
             }),
         ),
-    ] {
+    ]
+    .into_iter()
+    .filter(|_| parts.reorder)
+    {
         let spec = ReorderSpec {
             method: Method::SeqPacketsPerBatch {
                 sequence: seq,
@@ -286,7 +330,9 @@ pub fn run(round: f64) -> Result<GpuReport, GpuBenchError> {
             in_slot_bytes: payload,
             conversion,
         };
-        reorder.push(reorder_case(&mut gpu, case, &spec, payload, rounds)?);
+        let r = reorder_case(&mut gpu, case, &spec, payload, rounds)?;
+        progress(&r.line());
+        reorder.push(r);
     }
     Ok(GpuReport {
         gpu: gpu_name,
@@ -671,37 +717,80 @@ impl GpuReport {
             "{}: pinned host-to-device copy {:.1} Gb/s\n",
             self.gpu, self.h2d_pinned_gbps
         );
-        for c in &self.copies {
-            s.push_str(&format!(
-                "  copies of {:>4} KiB back to back on {} stream(s): {:>7.1} Gb/s = {:.2} x pinned copy; {:.2} us per copy call, {:.2} us per mark\n",
-                c.bytes >> 10, c.streams, c.gbps, c.ratio_to_h2d, c.copy_call_us, c.mark_call_us
-            ));
-        }
-        for r in &self.stage {
-            let per_burst = match (
-                r.submit_us_per_burst,
-                r.wait_us_per_burst,
-                r.source_us_per_burst,
-            ) {
-                (Some(submit), Some(wait), Some(source)) => format!(
-                    "per 256-packet burst {submit:.1} us submitting, {wait:.1} us waiting, {source:.1} us making the source burst"
-                ),
-                _ => "source, stage and consumer on their own threads".to_owned(),
-            };
-            s.push_str(&format!(
-                "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}{}): {:>7.1} Gb/s = {:.2} x pinned copy; {per_burst}; {:.1} bursts per copy\n",
-                r.payload, r.source, r.mode, r.threads, if r.threads == 1 { "" } else { "s" },
-                if r.copy_helpers > 0 { format!(", {} copy helpers", r.copy_helpers) } else { String::new() },
-                r.gbps, r.ratio_to_h2d, r.bursts_per_copy
-            ));
-        }
-        for r in &self.reorder {
-            s.push_str(&format!(
-                "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2} (traffic allows {:.2}); per batch {:.1} us submitting, {:.1} us waiting\n",
-                r.case, r.reorder_gbyte_s, r.d2d_gbyte_s, r.ratio, r.traffic_bound, r.submit_us_per_batch, r.wait_us_per_batch
-            ));
+        let lines = self
+            .copies
+            .iter()
+            .map(CopyCeiling::line)
+            .chain(self.stage.iter().map(StageResult::line))
+            .chain(self.reorder.iter().map(ReorderResult::line));
+        for line in lines {
+            s.push_str(&line);
+            s.push('\n');
         }
         s
+    }
+}
+
+impl CopyCeiling {
+    /// Its line of [`GpuReport::human`].
+    pub fn line(&self) -> String {
+        format!(
+            "  copies of {:>4} KiB back to back on {} stream(s): {:>7.1} Gb/s = {:.2} x pinned copy; {:.2} us per copy call, {:.2} us per mark",
+            self.bytes >> 10,
+            self.streams,
+            self.gbps,
+            self.ratio_to_h2d,
+            self.copy_call_us,
+            self.mark_call_us
+        )
+    }
+}
+
+impl StageResult {
+    /// Its line of [`GpuReport::human`].
+    pub fn line(&self) -> String {
+        let per_burst = match (
+            self.submit_us_per_burst,
+            self.wait_us_per_burst,
+            self.source_us_per_burst,
+        ) {
+            (Some(submit), Some(wait), Some(source)) => format!(
+                "per 256-packet burst {submit:.1} us submitting, {wait:.1} us waiting, {source:.1} us making the source burst"
+            ),
+            _ => "source, stage and consumer on their own threads".to_owned(),
+        };
+        let helpers = if self.copy_helpers > 0 {
+            format!(", {} copy helpers", self.copy_helpers)
+        } else {
+            String::new()
+        };
+        format!(
+            "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}{helpers}): {:>7.1} Gb/s = {:.2} x pinned copy; {per_burst}; {:.1} bursts per copy",
+            self.payload,
+            self.source,
+            self.mode,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.gbps,
+            self.ratio_to_h2d,
+            self.bursts_per_copy
+        )
+    }
+}
+
+impl ReorderResult {
+    /// Its line of [`GpuReport::human`].
+    pub fn line(&self) -> String {
+        format!(
+            "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2} (traffic allows {:.2}); per batch {:.1} us submitting, {:.1} us waiting",
+            self.case,
+            self.reorder_gbyte_s,
+            self.d2d_gbyte_s,
+            self.ratio,
+            self.traffic_bound,
+            self.submit_us_per_batch,
+            self.wait_us_per_batch
+        )
     }
 }
 
