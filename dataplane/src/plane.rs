@@ -95,6 +95,8 @@ pub struct RxQueue {
     reorder: Option<crate::reorder::QueueReorder>,
     reorder_error: Option<String>,
     health: Arc<WorkerHealth>,
+    /// With `stage_core`: the stage worker's, which delivers into the ring.
+    stage_health: Option<Arc<WorkerHealth>>,
     link: Option<Arc<Link>>,
     capture: Option<crate::capture::CaptureSink>,
 }
@@ -123,11 +125,23 @@ impl RxQueue {
             c.submit(b);
         }
         if burst.is_none()
-            && let Some(f) = self.health.failure()
+            && let Some(f) = self
+                .health
+                .failure()
+                .or_else(|| self.stage_health.as_ref().and_then(|h| h.failure()))
         {
             return Err(f.clone());
         }
         Ok(burst)
+    }
+
+    /// True once the plane stopped the worker that delivers into the ring (the stage
+    /// worker with `stage_core`), so every burst it delivered is there.
+    fn deliverer_stopped(&self) -> bool {
+        self.stage_health
+            .as_ref()
+            .unwrap_or(&self.health)
+            .is_stopped()
     }
 
     #[inline]
@@ -159,7 +173,7 @@ impl RxQueue {
             match self.poll() {
                 Ok(Some(b)) => return Ok(Some(b)),
                 Err(f) => return Err(RecvError::WorkerFailed(f)),
-                Ok(None) if self.health.is_stopped() => {
+                Ok(None) if self.deliverer_stopped() => {
                     // Anything the worker pushed before it stopped is in the ring now.
                     return match self.poll() {
                         Ok(Some(b)) => Ok(Some(b)),
@@ -758,6 +772,9 @@ impl DataPlane {
                             reorder: crate::reorder::QueueReorder::for_queue(q, &regions),
                             reorder_error: None,
                             health: worker_health,
+                            stage_health: q
+                                .stage_core
+                                .map(|core| health.entry(core).or_default().clone()),
                             link: engine.link(port, Direction::Rx, q.id),
                             capture: match &q.capture {
                                 None => None,
@@ -1186,6 +1203,7 @@ impl DataPlane {
                 reorder: None,
                 reorder_error: None,
                 health: worker.health.clone(),
+                stage_health: None,
                 link: None,
                 capture: None,
             }),
