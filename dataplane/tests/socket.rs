@@ -602,7 +602,18 @@ fn udp_packets_carry_kernel_receive_timestamps() {
 /// the queue's staging region and the RX stage splits each datagram into its two regions.
 #[test]
 fn udp_header_data_split_through_the_stage() {
-    let e = Ends::new("udp", 17098);
+    udp_header_data_split(17098, "");
+}
+
+/// The same with the stage on a worker of its own (`stage_core: 1`): the socket is read
+/// on core 0, split on core 1.
+#[test]
+fn udp_header_data_split_on_a_stage_core() {
+    udp_header_data_split(17065, "stage_core: 1, ");
+}
+
+fn udp_header_data_split(port: u16, stage_core: &str) {
+    let e = Ends::new("udp", port);
     let text = e
         .yaml(true, true)
         .replace(
@@ -611,8 +622,11 @@ fn udp_header_data_split_through_the_stage() {
         )
         .replace(
             "{name: server_rx0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [SRV]}",
-            "{name: server_rx0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [HDR, SRV]}",
+            &format!(
+                "{{name: server_rx0, id: 0, cpu_core: 0, {stage_core}batch_size: 32, memory_regions: [HDR, SRV]}}"
+            ),
         );
+    assert!(text.contains(stage_core));
     let c = config::load_str(&text, "hds.yaml").unwrap().config;
     let mut plane = DataPlane::start(&c).expect("starts");
     assert!(
