@@ -897,16 +897,17 @@ impl GpuPath {
         self.gpu.record_slot(slot)
     }
 
-    /// Copy mode: gathers into staging laid out like the destinations (with `helpers`
-    /// when given), then issues one asynchronous copy per run of adjacent destination
-    /// buffers.
+    /// Copy mode: gathers into staging laid out like the destinations and issues one
+    /// asynchronous copy per run of adjacent destination buffers. Alone, each run's copy
+    /// goes as soon as it is gathered (the GPU moves one run while the CPU gathers the
+    /// next); with `helpers`, every run is gathered first, shared out, then uploaded.
     fn copy_runs(
         &mut self,
         regions: &RegionSet,
         moves: &mut [Move],
         base: *mut u8,
         mut used: usize,
-        helpers: Option<&mut CopyHelpers>,
+        mut helpers: Option<&mut CopyHelpers>,
     ) -> Result<(), gpudirect::GpuError> {
         moves.sort_unstable_by_key(|m| m.dst);
         self.gathers.clear();
@@ -919,6 +920,9 @@ impl GpuPath {
             let span = (run[end - k - 1].dst - d0) as usize + run[end - k - 1].len as usize;
             // Checked in release builds: the gathers below write `used..used + span`.
             assert!(used + span <= self.slot_bytes, "staging sized for a burst");
+            if helpers.is_none() {
+                self.gathers.clear();
+            }
             for m in run {
                 self.gathers.push(CopyJob {
                     src: m.src,
@@ -927,13 +931,26 @@ impl GpuPath {
                 });
             }
             self.uploads.push((d0, used, span));
+            if helpers.is_none() {
+                // SAFETY: each source is host memory of a burst in flight; each
+                // destination lies in this slot's staging (the assert above), at its own
+                // packet's place, so no two copies overlap.
+                unsafe { copy_with(None, &self.gathers) };
+                let (d0, at, span) = self.uploads.pop().expect("this run's upload");
+                // SAFETY: pinned staging stays untouched until the burst's event
+                // completes; the destination run lies in device buffers of the new burst.
+                unsafe { self.gpu.copy_to_device(d0, base.add(at), span) }?;
+            }
             used += span;
             k = end;
+        }
+        if self.uploads.is_empty() {
+            return Ok(());
         }
         // SAFETY: each source is host memory of a burst in flight; each destination lies
         // in this slot's staging (the assert above), at its own packet's place, so no two
         // copies overlap; all are done when this returns.
-        unsafe { copy_with(helpers, &self.gathers) };
+        unsafe { copy_with(helpers.take(), &self.gathers) };
         for &(d0, at, span) in &self.uploads {
             // SAFETY: pinned staging stays untouched until the burst's event completes;
             // the destination run lies in device buffers of the new burst.
