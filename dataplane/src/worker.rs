@@ -333,6 +333,28 @@ struct Delivery {
 }
 
 impl Delivery {
+    /// Delivers into `ring` (full: by `overflow`) through `stage` if any, counting in
+    /// `counters` of queue `(port, queue)`.
+    fn new(
+        ring: rtrb::Producer<Burst>,
+        overflow: Overflow,
+        counters: Arc<QueueCounters>,
+        (port_id, queue_id): (u16, u16),
+        stage: Option<Box<crate::stage::RxStage>>,
+    ) -> Self {
+        Self {
+            ring,
+            overflow,
+            counters,
+            counts: true,
+            port_id,
+            queue_id,
+            ready: None,
+            stage,
+            unstaged: None,
+        }
+    }
+
     /// Retries what waits (a burst for ring space, one for stage buffers) and hands on
     /// finished stage bursts. `Err(progress)` while something still waits, where
     /// `progress` says whether the stage still has bursts moving.
@@ -469,17 +491,7 @@ impl RxTask {
             timeout,
             assembling: None,
             first_packet_at: None,
-            out: Delivery {
-                ring,
-                overflow,
-                counters,
-                counts: true,
-                port_id,
-                queue_id,
-                ready: None,
-                stage: None,
-                unstaged: None,
-            },
+            out: Delivery::new(ring, overflow, counters, (port_id, queue_id), None),
             clock: None,
             idle_mark_due: None,
         }
@@ -625,17 +637,13 @@ impl StageTask {
     ) -> Self {
         Self {
             input,
-            out: Delivery {
+            out: Delivery::new(
                 ring,
                 overflow,
                 counters,
-                counts: true,
-                port_id,
-                queue_id,
-                ready: None,
-                stage: Some(Box::new(stage)),
-                unstaged: None,
-            },
+                (port_id, queue_id),
+                Some(Box::new(stage)),
+            ),
         }
     }
 

@@ -156,7 +156,16 @@ fn start_fails_cleanly_for_missing_cores_and_missing_cuda() {
 /// buffers go back to their pool.
 #[test]
 fn a_two_region_rx_queue_gets_headers_and_payloads_split() {
-    let text = r#"
+    let text = HDS_CFG;
+    let cfg = config::load_with(text, "hds.yaml", &|c| c < 2)
+        .unwrap()
+        .config;
+    sends_and_checks_a_split(cfg);
+}
+
+/// A loopback whose RX queue splits headers (64 bytes) from payloads, in 256-buffer
+/// regions, all on core 1.
+const HDS_CFG: &str = r#"
 dataplane:
   cfg:
     version: 1
@@ -177,9 +186,10 @@ dataplane:
         queues:
         - {name: rq, id: 0, cpu_core: 1, batch_size: 16, timeout_us: 200, memory_regions: [hdr, pay]}
 "#;
-    let cfg = config::load_with(text, "hds.yaml", &|c| c < 2)
-        .unwrap()
-        .config;
+
+/// Sends five packets of 10 to 1,024 bytes through `cfg` (as [`HDS_CFG`]) and checks
+/// each arrives split at 64 bytes, whole, and that the TX buffers come back.
+fn sends_and_checks_a_split(cfg: config::Config) {
     let mut plane = DataPlane::start(&cfg).expect("start");
     let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
     let mut rx = plane.take_rx_queue("loop0", 0).unwrap();
@@ -232,29 +242,12 @@ dataplane:
 /// counted once, and every buffer of every region is back in its pool after shutdown.
 #[test]
 fn a_queue_staged_on_its_own_core_delivers_every_packet_in_order() {
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: txb, kind: host, affinity: 0, num_bufs: 512, buf_size: 1024}
-    - {name: hdr, kind: host, affinity: 0, num_bufs: 512, buf_size: 64}
-    - {name: pay, kind: host, affinity: 0, num_bufs: 512, buf_size: 1024}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues:
-        - {name: tq, id: 0, cpu_core: 1, batch_size: 16, memory_regions: [txb]}
-      rx:
-        queues:
-        - {name: rq, id: 0, cpu_core: 1, stage_core: 0, batch_size: 16, timeout_us: 200,
-           memory_regions: [hdr, pay]}
-"#;
-    let cfg = config::load_with(text, "stage_core.yaml", &|c| c < 2)
+    let text = HDS_CFG.replace("num_bufs: 256", "num_bufs: 512").replace(
+        "cpu_core: 1, batch_size: 16, timeout_us",
+        "cpu_core: 1, stage_core: 0, batch_size: 16, timeout_us",
+    );
+    assert!(text.contains("stage_core: 0") && !text.contains("num_bufs: 256"));
+    let cfg = config::load_with(&text, "stage_core.yaml", &|c| c < 2)
         .unwrap()
         .config;
     let mut plane = DataPlane::start(&cfg).expect("start");
