@@ -167,12 +167,12 @@ fn flows_added_and_removed_at_run_time_become_and_stop_being_device_rules() {
     ];
     let mut builder = FrameBuilder::new(&cfg.bench.tx[0], 0);
 
-    // The path is ready once a frame makes it across. The bridge learns that a tap's
-    // carrier came up (when the port opens it) through the kernel's link-watch work, which
-    // it may put off for up to a second after the last such event (the bench's taps went
-    // down just before); until then the bridge drops what the tap sends. CI once lost all
-    // 256 frames of the first round that way. Warm up with a few frames at a time (up to a
-    // minute under emulation), then let the rest drain.
+    // The path is ready once a frame makes it across. CI once lost all 256 frames of the
+    // first round, most likely because the bridge learns that a tap's carrier came up
+    // (when the port opens it) through the kernel's link-watch work, which may be put off
+    // for up to a second after the last such event (the bench's taps went down just
+    // before), and drops what the tap sends until then. Warm up with a few frames at a
+    // time (up to a minute under emulation), then let the rest drain.
     let warm = Instant::now();
     let mut arrived = Seen::default();
     while warm.elapsed() < Duration::from_secs(60) {
