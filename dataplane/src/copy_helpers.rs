@@ -53,6 +53,8 @@ pub(crate) struct CopyHelpers {
     posted: Vec<u64>,
     /// Batches below this many bytes are copied by the caller alone.
     min_share_bytes: usize,
+    /// The batch [`copy_with`] gathers (kept to avoid allocation per batch).
+    batch: Vec<CopyJob>,
 }
 
 impl CopyHelpers {
@@ -74,6 +76,7 @@ impl CopyHelpers {
             scratch: vec![Vec::new(); cores.len() + 1],
             posted: vec![0; cores.len()],
             min_share_bytes: SHARE_MIN_BYTES,
+            batch: Vec::new(),
         };
         for (i, &core) in cores.iter().enumerate() {
             let shared = shared.clone();
@@ -214,17 +217,31 @@ fn help(stop: &AtomicBool, slot: &Slot) {
     }
 }
 
-/// Does every copy of `jobs` on the calling thread, or with `helpers` when given.
+/// Does every copy of `jobs`: one by one on the calling thread, or, with `helpers`,
+/// gathered into a batch (kept by the helpers across calls) and shared out.
 ///
 /// # Safety
 ///
 /// As [`CopyHelpers::copy_all`].
-pub(crate) unsafe fn copy_with(helpers: Option<&mut CopyHelpers>, jobs: &[CopyJob]) {
+pub(crate) unsafe fn copy_with(
+    helpers: Option<&mut CopyHelpers>,
+    jobs: impl IntoIterator<Item = CopyJob>,
+) {
     match helpers {
-        // SAFETY: the caller's contract.
-        Some(h) => unsafe { h.copy_all(jobs) },
-        // SAFETY: the caller's contract.
-        None => unsafe { copy_jobs(jobs) },
+        None => {
+            for j in jobs {
+                // SAFETY: the caller's contract.
+                unsafe { copy_jobs(&[j]) };
+            }
+        }
+        Some(h) => {
+            let mut batch = std::mem::take(&mut h.batch);
+            batch.clear();
+            batch.extend(jobs);
+            // SAFETY: the caller's contract.
+            unsafe { h.copy_all(&batch) };
+            h.batch = batch;
+        }
     }
 }
 

@@ -138,8 +138,6 @@ pub(crate) struct RxStage {
     copies_issued: u64,
     /// Threads that share its CPU copies (`stage_core` with more than one core).
     helpers: Option<CopyHelpers>,
-    /// Host-to-host copies of the burst being submitted (kept across bursts).
-    host_copies: Vec<CopyJob>,
 }
 
 /// A copy being grown from consecutive bursts.
@@ -170,10 +168,19 @@ struct GpuPath {
     direct: Vec<Move>,
     pageable: Vec<Move>,
     runs: Vec<(u64, u64, usize, bool)>,
-    /// Copy mode's gathers into staging and its uploads (device address, staging offset,
-    /// bytes), kept across bursts.
-    gathers: Vec<CopyJob>,
-    uploads: Vec<(u64, usize, usize)>,
+    /// Copy mode with copy helpers: the runs gathered before their uploads (moves
+    /// `from..to`, device address, staging offset, bytes), kept across bursts.
+    uploads: Vec<Upload>,
+}
+
+/// One run of copy mode's pageable moves: gathered into staging at `at`, then one copy of
+/// `span` bytes to `dst`.
+#[cfg(feature = "cuda")]
+struct Upload {
+    moves: std::ops::Range<usize>,
+    dst: u64,
+    at: usize,
+    span: usize,
 }
 
 fn gpu_side(regions: &RegionSet, r: RegionId) -> bool {
@@ -275,7 +282,6 @@ impl RxStage {
             moves: Vec::with_capacity(batch * 2),
             in_flight: VecDeque::new(),
             helpers: None,
-            host_copies: Vec::with_capacity(batch * 2),
             #[cfg(feature = "cuda")]
             open: None,
             #[cfg(feature = "cuda")]
@@ -303,7 +309,6 @@ impl RxStage {
                         direct: Vec::with_capacity(batch * 2),
                         pageable: Vec::with_capacity(batch * 2),
                         runs: Vec::with_capacity(batch),
-                        gathers: Vec::with_capacity(batch),
                         uploads: Vec::with_capacity(batch),
                     })
                 }
@@ -481,21 +486,19 @@ impl RxStage {
         let regions = self.regions.clone();
         let on_gpu = |r| gpu_side(&regions, r);
         // Host to host: plain copies, done now.
-        self.host_copies.clear();
-        self.host_copies.extend(
-            self.moves
-                .iter()
-                .filter(|m| !on_gpu(m.src_region) && !on_gpu(m.dst_region))
-                .map(|m| CopyJob {
-                    src: m.src,
-                    dst: m.dst,
-                    len: m.len as usize,
-                }),
-        );
+        let host_copies = self
+            .moves
+            .iter()
+            .filter(|m| !on_gpu(m.src_region) && !on_gpu(m.dst_region))
+            .map(|m| CopyJob {
+                src: m.src,
+                dst: m.dst,
+                len: m.len as usize,
+            });
         // SAFETY: both ranges of each copy lie in host-mapped buffers this stage owns for
         // the call (the source burst and the freshly allocated output), which no two
         // copies share.
-        unsafe { copy_with(self.helpers.as_mut(), &self.host_copies) };
+        unsafe { copy_with(self.helpers.as_mut(), host_copies) };
         let needs_gpu = self
             .moves
             .iter()
@@ -907,39 +910,39 @@ impl GpuPath {
         moves: &mut [Move],
         base: *mut u8,
         mut used: usize,
-        mut helpers: Option<&mut CopyHelpers>,
+        helpers: Option<&mut CopyHelpers>,
     ) -> Result<(), gpudirect::GpuError> {
         moves.sort_unstable_by_key(|m| m.dst);
-        self.gathers.clear();
+        // Move `m` of the run to `dst` at staging offset `at`, at its own packet's place.
+        let gather = |m: &Move, dst: u64, at: usize| CopyJob {
+            src: m.src,
+            dst: base as u64 + (at + (m.dst - dst) as usize) as u64,
+            len: m.len as usize,
+        };
         self.uploads.clear();
         let mut k = 0;
         while k < moves.len() {
             let end = run_end(regions, moves, k, false);
-            let run = &moves[k..end];
-            let d0 = run[0].dst;
-            let span = (run[end - k - 1].dst - d0) as usize + run[end - k - 1].len as usize;
-            // Checked in release builds: the gathers below write `used..used + span`.
+            let (first, last) = (moves[k], moves[end - 1]);
+            let span = (last.dst - first.dst) as usize + last.len as usize;
+            // Checked in release builds: the run's gathers write `used..used + span`.
             assert!(used + span <= self.slot_bytes, "staging sized for a burst");
-            if helpers.is_none() {
-                self.gathers.clear();
-            }
-            for m in run {
-                self.gathers.push(CopyJob {
-                    src: m.src,
-                    dst: base as u64 + (used + (m.dst - d0) as usize) as u64,
-                    len: m.len as usize,
-                });
-            }
-            self.uploads.push((d0, used, span));
-            if helpers.is_none() {
+            let up = Upload {
+                moves: k..end,
+                dst: first.dst,
+                at: used,
+                span,
+            };
+            if helpers.is_some() {
+                self.uploads.push(up);
+            } else {
                 // SAFETY: each source is host memory of a burst in flight; each
                 // destination lies in this slot's staging (the assert above), at its own
                 // packet's place, so no two copies overlap.
-                unsafe { copy_with(None, &self.gathers) };
-                let (d0, at, span) = self.uploads.pop().expect("this run's upload");
+                unsafe { copy_with(None, moves[k..end].iter().map(|m| gather(m, up.dst, up.at))) };
                 // SAFETY: pinned staging stays untouched until the burst's event
                 // completes; the destination run lies in device buffers of the new burst.
-                unsafe { self.gpu.copy_to_device(d0, base.add(at), span) }?;
+                unsafe { self.gpu.copy_to_device(up.dst, base.add(up.at), up.span) }?;
             }
             used += span;
             k = end;
@@ -947,14 +950,17 @@ impl GpuPath {
         if self.uploads.is_empty() {
             return Ok(());
         }
-        // SAFETY: each source is host memory of a burst in flight; each destination lies
-        // in this slot's staging (the assert above), at its own packet's place, so no two
-        // copies overlap; all are done when this returns.
-        unsafe { copy_with(helpers.take(), &self.gathers) };
-        for &(d0, at, span) in &self.uploads {
+        let jobs = self.uploads.iter().flat_map(|up| {
+            moves[up.moves.clone()]
+                .iter()
+                .map(|m| gather(m, up.dst, up.at))
+        });
+        // SAFETY: as above, for every run; all are done when this returns.
+        unsafe { copy_with(helpers, jobs) };
+        for up in &self.uploads {
             // SAFETY: pinned staging stays untouched until the burst's event completes;
             // the destination run lies in device buffers of the new burst.
-            unsafe { self.gpu.copy_to_device(d0, base.add(at), span) }?;
+            unsafe { self.gpu.copy_to_device(up.dst, base.add(up.at), up.span) }?;
         }
         Ok(())
     }
@@ -1227,7 +1233,6 @@ mod tests {
                     copies_in_flight: 0,
                     copies_issued: 0,
                     helpers: None,
-                    host_copies: Vec::new(),
                     gpu: into.gpu.take().map(|mut g| {
                         g.mode = mode;
                         g
@@ -1243,7 +1248,6 @@ mod tests {
                     direct: Vec::new(),
                     pageable: Vec::new(),
                     runs: Vec::new(),
-                    gathers: Vec::new(),
                     uploads: Vec::new(),
                 });
                 // Pageable packets are gathered into staging with a copy helper, shared

@@ -507,7 +507,7 @@ fn stage_case_threads(
     let stop = AtomicBool::new(false);
     let delivered = AtomicU64::new(0);
     let mut results = Vec::new();
-    let outcome = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         s.spawn(|| {
             let mut idle_marked = false;
             while !stop.load(Ordering::Relaxed) {
@@ -549,22 +549,16 @@ fn stage_case_threads(
                 }
             }
         });
-        let mut run = || -> Result<(), GpuBenchError> {
-            for _ in 0..rounds {
-                let (t, before) = (Instant::now(), delivered.load(Ordering::Relaxed));
-                while t.elapsed() < round {
-                    task.poll();
-                }
-                let bytes = delivered.load(Ordering::Relaxed) - before;
-                results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+        for _ in 0..rounds {
+            let (t, before) = (Instant::now(), delivered.load(Ordering::Relaxed));
+            while t.elapsed() < round {
+                task.poll();
             }
-            Ok(())
-        };
-        let r = run();
+            let bytes = delivered.load(Ordering::Relaxed) - before;
+            results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+        }
         stop.store(true, Ordering::Relaxed);
-        r
     });
-    outcome?;
     // The stage counts what it could not move as GPU copy drops: none may happen here.
     let (packets, _, drops) = counters.snapshot();
     let lost = drops.gpu_copy;
