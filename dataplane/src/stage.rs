@@ -218,8 +218,9 @@ impl SpanCopy {
 
     /// Grows `self` by `next` when `next`'s buffers lie right above or right below
     /// `self`'s in both regions (same pitches and kind); false leaves `self` as it was.
-    /// (A pool hands a burst its buffers from high to low, and consecutive bursts blocks
-    /// above or below each other depending on the order buffers came back.)
+    /// (Pinned and device pools are FIFO: they hand out bursts in the order they were
+    /// freed, so consecutive bursts usually lie right above each other, wrapping at the
+    /// region's end; below covers a LIFO pool and a burst freed out of turn.)
     fn extend(&mut self, next: &SpanCopy) -> bool {
         let alike = self.from_device == next.from_device
             && self.src_pitch == next.src_pitch

@@ -612,6 +612,9 @@ impl RxTask {
     }
 }
 
+/// Bursts a [`StageTask`] takes from its RX task in one pass.
+pub const STAGE_BURSTS_PER_POLL: usize = 32;
+
 /// The stage of an RX queue on a core of its own (`stage_core`): takes the bursts the
 /// queue's RX task received on its core, moves them into the queue's layout and delivers
 /// them to the application, so the engine's per-packet work and the stage's share no
@@ -655,15 +658,20 @@ impl StageTask {
 
     /// One pass: hand on finished bursts, submit what the RX task sent (an empty burst:
     /// issue the open copy). True when it moved something.
+    /// Takes at most [`STAGE_BURSTS_PER_POLL`] bursts, so a worker fed faster than its
+    /// stage drains still returns to its stop flag and its other tasks.
     pub(crate) fn poll(&mut self) -> bool {
         if let Err(progress) = self.out.unblock() {
             return progress;
         }
         let mut moved = false;
-        while self.out.unstaged.is_none()
+        let mut budget = STAGE_BURSTS_PER_POLL;
+        while budget > 0
+            && self.out.unstaged.is_none()
             && self.out.ready.is_none()
             && let Ok(b) = self.input.pop()
         {
+            budget -= 1;
             if b.is_empty() {
                 self.out.flush_stage();
                 continue;
@@ -1191,5 +1199,56 @@ mod tests {
         assert!(out.pop().is_err(), "three left, before their timeout");
         rx.poll(true, &t0);
         assert_eq!(out.pop().map(|b| b.len()), Ok(3), "flush when idle");
+    }
+
+    /// A stage task fed faster than it drains still ends each pass after its budget, so
+    /// its worker gets back to its stop flag (an unbounded pass never returned when the
+    /// RX side refilled the ring as fast as the stage emptied it).
+    #[test]
+    fn a_stage_pass_takes_at_most_its_budget_of_bursts() {
+        let regions = Arc::new(
+            RegionSet::allocate(&[
+                MemoryRegionConfig::new("src", MemoryKind::Host, 4096, 256),
+                MemoryRegionConfig::new("hdr", MemoryKind::Host, 4096, 64),
+                MemoryRegionConfig::new("pay", MemoryKind::Host, 4096, 256),
+            ])
+            .unwrap(),
+        );
+        let plan = crate::plan::StagePlan {
+            split_header_bytes: Some(64),
+            gpu: None,
+            mode: crate::stage::StageMode::Copy,
+        };
+        let stage = crate::stage::RxStage::new(&regions, &[1, 2], 8, &plan).unwrap();
+        let queued = STAGE_BURSTS_PER_POLL * 2;
+        let (mut to_stage, from_rx) = rtrb::RingBuffer::new(queued);
+        let (to_app, mut from_stage) = rtrb::RingBuffer::new(queued);
+        for _ in 0..queued {
+            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 8).unwrap();
+            for i in 0..8 {
+                b.set_len(i, 0, 200);
+            }
+            assert!(to_stage.push(b).is_ok());
+        }
+        let counters = Arc::new(QueueCounters::default());
+        let mut task = StageTask::new(
+            from_rx,
+            to_app,
+            stage,
+            Overflow::Backpressure,
+            counters.clone(),
+            (0, 0),
+        );
+        assert!(task.poll());
+        assert_eq!(to_stage.slots(), STAGE_BURSTS_PER_POLL, "half still queued");
+        assert_eq!(from_stage.slots(), STAGE_BURSTS_PER_POLL);
+        assert!(task.poll());
+        assert_eq!(from_stage.slots(), queued, "the rest in the next pass");
+        let b = from_stage.pop().unwrap();
+        assert_eq!(
+            (b.data(0, 0).unwrap().len(), b.data(0, 1).unwrap().len()),
+            (64, 136)
+        );
+        assert_eq!(counters.snapshot().0, (queued * 8) as u64);
     }
 }

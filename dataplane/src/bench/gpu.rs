@@ -549,6 +549,15 @@ fn stage_case_threads(
                 }
             }
         });
+        // The other threads stop however this one leaves (a panic too), or the scope
+        // would wait for them forever.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
         for _ in 0..rounds {
             let (t, before) = (Instant::now(), delivered.load(Ordering::Relaxed));
             while t.elapsed() < round {
@@ -557,7 +566,6 @@ fn stage_case_threads(
             let bytes = delivered.load(Ordering::Relaxed) - before;
             results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
         }
-        stop.store(true, Ordering::Relaxed);
     });
     // The stage counts what it could not move as GPU copy drops: none may happen here.
     let (packets, _, drops) = counters.snapshot();

@@ -9,7 +9,7 @@ use crate::descriptor::Packet;
 pub use crate::descriptor::RegionId;
 use crate::hugepages;
 use crossbeam_queue::ArrayQueue;
-use pool::BufferPool;
+use pool::{BufferPool, PoolOrder};
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 use std::ptr::NonNull;
 
@@ -220,7 +220,15 @@ impl Region {
             num_bufs: cfg.num_bufs,
             base,
             backing,
-            pool: BufferPool::full(&cfg.name, cfg.num_bufs),
+            // Memory the GPU or a NIC reads: buffers keep their order across threads.
+            pool: BufferPool::ordered(
+                &cfg.name,
+                cfg.num_bufs,
+                match cfg.kind {
+                    MemoryKind::Host | MemoryKind::Huge => PoolOrder::Lifo,
+                    MemoryKind::HostPinned | MemoryKind::Device => PoolOrder::Fifo,
+                },
+            ),
             lender: std::sync::OnceLock::new(),
         })
     }

@@ -1,19 +1,30 @@
-//! A region's buffer pool: a shared LIFO stack of free buffer indices with a LIFO cache per
+//! A region's buffer pool: a shared list of free buffer indices with a LIFO cache per
 //! thread in front of it, as DPDK's mempool cache.
 //!
-//! Both levels hand out the buffer freed last, so the buffers in circulation stay the same
-//! few whatever the region's size: a pipeline that allocates on one thread and frees on
-//! another touches about as many buffers as it has in flight, not the whole region (a FIFO
-//! pool cycles every buffer through the CPU caches in turn). The per-thread cache makes most
-//! allocations and frees touch no shared cache line; the shared stack is locked once per
-//! half cache of buffers moved.
+//! The shared list hands buffers out in one of two orders ([`PoolOrder`]):
+//! - **LIFO** (host memory): both levels hand out the buffer freed last, so the buffers in
+//!   circulation stay the same few whatever the region's size: a pipeline that allocates
+//!   on one thread and frees on another touches about as many buffers as it has in
+//!   flight, not the whole region, and they stay in the CPU's caches.
+//! - **FIFO** (memory the GPU or a NIC reads: pinned and device regions): buffers come back
+//!   in the order they were freed, with no thread caches. A burst freed whole is handed
+//!   out whole, and bursts freed one after another are handed out one after another,
+//!   whichever threads allocate and free and however their timing interleaves: buffers
+//!   that started out adjacent stay adjacent, which lets the GPU stage move several bursts
+//!   in one copy. (A LIFO list reverses or shuffles them as soon as two threads race, and
+//!   a cache refilled from the front would hand out the end of its refill first.) Every
+//!   request locks the list once: a burst's worth of buffers per lock.
 //!
-//! A thread's cache returns its buffers to the shared stack when the thread exits.
+//! In LIFO pools the per-thread cache makes most allocations and frees touch no shared
+//! cache line; the shared list is locked once per half cache of buffers moved.
+//!
+//! A thread's cache returns its buffers to the shared list when the thread exits.
 //! [`BufferPool::available`] counts the buffers in every thread's cache as free.
 
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -31,10 +42,22 @@ pub fn cache_size_for(num_bufs: usize) -> usize {
     if size < MIN_CACHE { 0 } else { size }
 }
 
+/// Which free buffer the shared list hands out first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolOrder {
+    /// The one freed last (host memory: the buffers in use stay few and cache-warm).
+    Lifo,
+    /// The one freed first, with no thread caches (DMA memory: adjacent buffers stay
+    /// adjacent across threads).
+    Fifo,
+}
+
 /// What the pool and every thread's cache share.
 struct Shared {
-    /// Free buffers; the last one pushed is the first handed out.
-    stack: Mutex<Vec<u32>>,
+    /// Free buffers, freed ones pushed at the back; handed out from the back (LIFO) or
+    /// the front (FIFO).
+    stack: Mutex<VecDeque<u32>>,
+    order: PoolOrder,
     /// Buffers of the region: the stack never holds more.
     capacity: usize,
     /// How many buffers each live thread cache holds (each written by its own thread).
@@ -53,7 +76,7 @@ struct Shared {
 struct CacheCount(AtomicUsize);
 
 impl Shared {
-    fn stack(&self) -> MutexGuard<'_, Vec<u32>> {
+    fn stack(&self) -> MutexGuard<'_, VecDeque<u32>> {
         // Every operation leaves the stack consistent before it can panic, so a poisoned
         // lock still guards a valid stack.
         self.stack.lock().unwrap_or_else(|e| e.into_inner())
@@ -67,28 +90,38 @@ impl Shared {
             "memory region {}: buffer returned twice",
             self.name
         );
-        stack.extend_from_slice(indices);
+        stack.extend(indices);
     }
 
-    /// Moves up to `out.len()` buffers from the top of the stack into the front of `out`;
-    /// returns how many.
+    /// The next `n` buffers to hand out (at most what is free), in the order they were
+    /// pushed, and then taken off the list.
+    fn take(&self, n: usize, into: impl FnOnce(std::collections::vec_deque::Drain<'_, u32>)) {
+        let mut stack = self.stack();
+        let n = n.min(stack.len());
+        let range = match self.order {
+            PoolOrder::Lifo => stack.len() - n..stack.len(),
+            PoolOrder::Fifo => 0..n,
+        };
+        into(stack.drain(range));
+    }
+
+    /// Moves up to `out.len()` buffers into the front of `out`; returns how many.
     fn pop_to(&self, out: &mut [u32]) -> usize {
-        let mut stack = self.stack();
-        let n = out.len().min(stack.len());
-        let from = stack.len() - n;
-        out[..n].copy_from_slice(&stack[from..]);
-        stack.truncate(from);
+        let mut n = 0;
+        self.take(out.len(), |taken| {
+            for (slot, index) in out.iter_mut().zip(taken) {
+                *slot = index;
+                n += 1;
+            }
+        });
         n
     }
 
-    /// Moves up to `want` buffers from the top of the stack onto `into`.
+    /// Moves up to `want` buffers onto `into`; returns how many.
     fn pop_into(&self, into: &mut Vec<u32>, want: usize) -> usize {
-        let mut stack = self.stack();
-        let n = want.min(stack.len());
-        let from = stack.len() - n;
-        into.extend_from_slice(&stack[from..]);
-        stack.truncate(from);
-        n
+        let before = into.len();
+        self.take(want, |taken| into.extend(taken));
+        into.len() - before
     }
 }
 
@@ -138,18 +171,36 @@ pub struct BufferPool {
 }
 
 impl BufferPool {
-    /// A pool holding buffers `0..num_bufs`, with per-thread caches of
+    /// A LIFO pool holding buffers `0..num_bufs`, with per-thread caches of
     /// [`cache_size_for`]`(num_bufs)` buffers.
     pub fn full(name: &str, num_bufs: usize) -> Self {
         Self::with_cache(name, num_bufs, cache_size_for(num_bufs))
     }
 
+    /// As [`BufferPool::full`], handing buffers out in `order` (FIFO: without caches).
+    pub fn ordered(name: &str, num_bufs: usize, order: PoolOrder) -> Self {
+        match order {
+            PoolOrder::Lifo => Self::full(name, num_bufs),
+            PoolOrder::Fifo => Self::with_order(name, num_bufs, 0, order),
+        }
+    }
+
     /// As [`BufferPool::full`] with a given cache size (0: none).
     pub fn with_cache(name: &str, num_bufs: usize, cache_size: usize) -> Self {
-        let stack: Vec<u32> = (0..num_bufs as u32).rev().collect();
+        Self::with_order(name, num_bufs, cache_size, PoolOrder::Lifo)
+    }
+
+    /// A pool of `num_bufs` buffers in `order` with caches of `cache_size` (0: none). The
+    /// first burst handed out is `0, 1, 2, ...` in FIFO order and `..., 2, 1, 0` in LIFO.
+    fn with_order(name: &str, num_bufs: usize, cache_size: usize, order: PoolOrder) -> Self {
+        let stack: VecDeque<u32> = match order {
+            PoolOrder::Lifo => (0..num_bufs as u32).rev().collect(),
+            PoolOrder::Fifo => (0..num_bufs as u32).collect(),
+        };
         Self {
             shared: Arc::new(Shared {
                 stack: Mutex::new(stack),
+                order,
                 capacity: num_bufs,
                 cache_counts: Mutex::new(Vec::new()),
                 alive: AtomicBool::new(true),
@@ -275,17 +326,21 @@ impl BufferPool {
 
     /// Moves up to `out.len()` buffers from this thread's cache, then the shared stack.
     fn take_from_cache_and_stack(&self, out: &mut [u32]) -> usize {
-        let got = self
-            .with_cache_of(|cache| {
-                let k = cache.buffers.len().min(out.len());
-                let from = cache.buffers.len() - k;
-                out[..k].copy_from_slice(&cache.buffers[from..]);
-                cache.buffers.truncate(from);
-                cache.publish();
-                k
-            })
-            .unwrap_or(0);
+        let got = self.take_from_cache(out);
         got + self.shared.pop_to(&mut out[got..])
+    }
+
+    /// Moves up to `out.len()` buffers from this thread's cache into the front of `out`.
+    fn take_from_cache(&self, out: &mut [u32]) -> usize {
+        self.with_cache_of(|cache| {
+            let k = cache.buffers.len().min(out.len());
+            let from = cache.buffers.len() - k;
+            out[..k].copy_from_slice(&cache.buffers[from..]);
+            cache.buffers.truncate(from);
+            cache.publish();
+            k
+        })
+        .unwrap_or(0)
     }
 
     /// Returns buffers (each taken from this pool and returned once).
@@ -322,7 +377,7 @@ impl BufferPool {
         if stack.len() < self.shared.capacity {
             return None;
         }
-        all.append(&mut stack);
+        all.extend(stack.drain(..));
         Some(all)
     }
 }
@@ -445,5 +500,80 @@ mod tests {
         }
         let live = CACHES.with(|c| c.borrow().len());
         assert!(live <= 2, "{live} caches kept");
+    }
+
+    /// A stage's pattern over FIFO pools: one thread allocates source bursts, the stage
+    /// (here) takes them in order, allocates an output burst for each and frees the
+    /// source a few bursts later, a third thread frees the outputs. However the threads'
+    /// timing interleaves, every burst is a run of adjacent buffers and continues the one
+    /// before it in both pools (wrapping at the region's end), so the stage could join
+    /// them all into copies.
+    #[test]
+    fn a_fifo_pool_hands_bursts_back_adjacent_whichever_threads_free_them() {
+        const BURST: usize = 256;
+        let n = BURST * 40;
+        let src = Arc::new(BufferPool::ordered("src", n, PoolOrder::Fifo));
+        let dst = Arc::new(BufferPool::ordered("dst", n, PoolOrder::Fifo));
+        assert_eq!(src.cache_size(), 0, "no thread caches");
+        let (to_stage, from_source) = std::sync::mpsc::sync_channel::<Vec<u32>>(8);
+        let (to_app, from_stage) = std::sync::mpsc::sync_channel::<Vec<u32>>(8);
+        let bursts = 2000;
+        let source = {
+            let src = src.clone();
+            std::thread::spawn(move || {
+                for _ in 0..bursts {
+                    let mut b = vec![0u32; BURST];
+                    while !src.alloc_bulk(&mut b) {
+                        std::thread::yield_now();
+                    }
+                    to_stage.send(b).unwrap();
+                }
+            })
+        };
+        let app = {
+            let dst = dst.clone();
+            std::thread::spawn(move || {
+                for b in from_stage {
+                    dst.free_bulk(&b);
+                }
+            })
+        };
+        let follows = |prev: &[u32], next: &[u32]| {
+            next.windows(2).all(|w| w[1] == w[0] + 1)
+                && next[0] as usize == (prev[BURST - 1] as usize + 1) % n
+        };
+        let mut in_flight = std::collections::VecDeque::new();
+        let (mut last_src, mut last_dst): (Option<Vec<u32>>, Option<Vec<u32>>) = (None, None);
+        for (k, s) in from_source.iter().enumerate() {
+            let mut d = vec![0u32; BURST];
+            while !dst.alloc_bulk(&mut d) {
+                std::thread::yield_now();
+            }
+            if let (Some(ps), Some(pd)) = (&last_src, &last_dst) {
+                assert!(
+                    follows(ps, &s),
+                    "source burst {k} does not continue the last"
+                );
+                assert!(
+                    follows(pd, &d),
+                    "output burst {k} does not continue the last"
+                );
+            }
+            (last_src, last_dst) = (Some(s.clone()), Some(d.clone()));
+            in_flight.push_back((s, d));
+            if in_flight.len() > 6 {
+                let (s, d) = in_flight.pop_front().unwrap();
+                src.free_bulk(&s);
+                to_app.send(d).unwrap();
+            }
+        }
+        for (s, d) in in_flight {
+            src.free_bulk(&s);
+            to_app.send(d).unwrap();
+        }
+        drop(to_app);
+        source.join().unwrap();
+        app.join().unwrap();
+        assert_eq!((src.available(), dst.available()), (n, n));
     }
 }
