@@ -13,12 +13,13 @@
 //!
 //! Host-to-GPU bytes travel one of two ways (`cfg.gpu_stage`), both measured in
 //! BENCHMARKS.md:
-//! - `copy` (the default): DMA copies. Packets in pinned memory that sit next to each other in both the
-//!   source and the destination region go as one asynchronous copy per run (lone ones go
-//!   through the kernel); packets in pageable memory are gathered by the CPU into a pinned
-//!   staging buffer laid out like their destinations and copied one run of adjacent
-//!   destination buffers at a time (one copy per burst when the pools hand out
-//!   neighbours, as they mostly do);
+//! - `copy` (the default): DMA copies. Packets in pinned memory that sit next to each
+//!   other in both the source and the destination region go as one asynchronous copy per
+//!   run (lone ones go through the kernel); packets in pageable memory are gathered by the
+//!   CPU (and its copy helpers) into a pinned staging buffer laid out like their
+//!   destinations and copied one run of adjacent destination buffers at a time: one
+//!   upload per burst when the output buffers are consecutive, as the FIFO device pool
+//!   hands them out, with no per-packet move list;
 //! - `kernel`: a GPU gather kernel reads the packets straight from pinned (GPU-mapped)
 //!   memory and writes each to its buffer; packets in pageable memory are first gathered
 //!   into the pinned staging buffer.
@@ -34,8 +35,10 @@
 //!
 //! **Coalescing.** A copy costs the H200 about 4 us of its own besides the bytes (and the
 //! CPU two driver calls): 256 KiB copies back to back reach only half the link, 2 MiB
-//! copies 0.9 (`bench gpu`, BENCHMARKS.md). So bursts that continue the previous one in
-//! both regions (as a busy queue's bursts do) join one open copy of up to
+//! copies 0.9, 4 MiB copies 0.95 (`bench gpu`, BENCHMARKS.md). So bursts that continue
+//! the previous one in both regions (as a busy queue's bursts do: pinned and device pools
+//! hand buffers out in the order they were freed, see [`crate::memory::pool`]) join one
+//! open copy of up to
 //! [`GROUP_BYTES`], issued when it is full, when a burst does not continue it, when a pool
 //! runs dry, when the caller waits, or when the worker finds its port idle
 //! ([`RxStage::flush`]). A quiet queue therefore pays no extra latency; a busy one trades
@@ -149,10 +152,10 @@ struct OpenCopy {
     bursts: usize,
 }
 
-/// Bytes at which an open copy is issued (2 MiB copies reached 0.9 of the link on the
-/// H200, 256 KiB ones 0.5).
+/// Bytes at which an open copy is issued (on the H200, back-to-back copies of 4 MiB
+/// reached 0.95 of a large pinned copy, 2 MiB ones 0.9, 256 KiB ones 0.5).
 #[cfg(feature = "cuda")]
-pub(crate) const GROUP_BYTES: usize = 2 << 20;
+pub(crate) const GROUP_BYTES: usize = 4 << 20;
 
 #[cfg(feature = "cuda")]
 struct GpuPath {
@@ -434,6 +437,10 @@ impl RxStage {
             return self.submit_span(span, out, burst);
         }
         #[cfg(feature = "cuda")]
+        if let Some((dst, width)) = self.pageable_upload(&burst, &mut out) {
+            return self.submit_pageable(burst, out, dst, width);
+        }
+        #[cfg(feature = "cuda")]
         {
             self.flush_before(&burst)?;
             if self.gpu.is_some() && self.copies_in_flight >= DEPTH {
@@ -593,20 +600,128 @@ impl RxStage {
         let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
         let (src_pitch, dst_pitch) = (src_region.stride(), dst_region.stride());
         let same_pitch = src_pitch == dst_pitch;
+        let width = if same_pitch {
+            (n - 1) * dst_pitch + burst.packets()[high].segments()[0].len as usize
+        } else {
+            longest
+        };
         Some(SpanCopy {
             src: burst.segment_addr(low, 0),
             dst: out.segment_addr(low, 0),
             src_pitch,
             dst_pitch,
-            width: if same_pitch {
-                (n - 1) * dst_pitch + burst.packets()[high].segments()[0].len as usize
-            } else {
-                longest
-            },
+            width,
             rows: if same_pitch { 1 } else { n },
             from_device,
             packets: n,
         })
+    }
+
+    /// Copy mode, a burst of single-segment packets from pageable memory going into
+    /// consecutive buffers of a device region (either direction): the output burst's
+    /// lengths, flow ids and times set, and the device range one upload covers (lowest
+    /// buffer's address, bytes up to the highest buffer's packet end). `None` leaves the
+    /// burst to the general path, which sets `out` again.
+    #[cfg(feature = "cuda")]
+    fn pageable_upload(&self, burst: &Burst, out: &mut Burst) -> Option<(u64, usize)> {
+        let gpu = self.gpu.as_ref()?;
+        if gpu.mode != StageMode::Copy || self.layout.len() != 1 || self.split.is_some() {
+            return None;
+        }
+        let first = *burst.packets().first()?.segments().first()?;
+        let dst_region = self.regions.get(self.layout[0]);
+        if !matches!(
+            self.regions.get(first.region).kind(),
+            MemoryKind::Host | MemoryKind::Huge
+        ) || dst_region.kind() != MemoryKind::Device
+        {
+            return None;
+        }
+        let (cap, n) = (dst_region.buf_size(), burst.len());
+        let out_first = out.packets()[0].segments()[0].index;
+        let descending = n > 1 && out.packets()[1].segments()[0].index < out_first;
+        for i in 0..n {
+            let p = burst.packets()[i];
+            let [s] = p.segments() else { return None };
+            let d = out.packets()[i].segments()[0].index;
+            let k = i as u32;
+            let expected = if descending {
+                out_first.wrapping_sub(k)
+            } else {
+                out_first.wrapping_add(k)
+            };
+            if s.region != first.region || d != expected || s.len as usize > cap {
+                return None;
+            }
+            out.set_single(i, s.len as usize, p.flow_id, p.timestamp_ns);
+        }
+        let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
+        let width = (n - 1) * dst_region.stride() + out.packets()[high].segments()[0].len as usize;
+        (width <= gpu.slot_bytes).then(|| (out.segment_addr(low, 0), width))
+    }
+
+    /// The pageable path of [`RxStage::pageable_upload`]: every packet copied by the CPU
+    /// (the copy helpers sharing them) into a slot's pinned staging at its output
+    /// buffer's place, then one upload of the range, issued at once. Per packet it costs
+    /// one CPU copy and no move list, sort or run search.
+    #[cfg(feature = "cuda")]
+    fn submit_pageable(
+        &mut self,
+        burst: Burst,
+        out: Burst,
+        dst: u64,
+        width: usize,
+    ) -> Result<(), StageError> {
+        self.flush_before(&burst)?;
+        let Some(slot) = self.take_slot() else {
+            return Err(StageError::NoBuffers(burst));
+        };
+        let gpu = self
+            .gpu
+            .as_mut()
+            .expect("a GPU path exists for device regions");
+        // Checked in release builds: the gathers write `slot`'s staging only.
+        assert!(width <= gpu.slot_bytes, "staging sized for a burst");
+        // SAFETY: the slot's staging area lies inside the staging buffer.
+        let base = unsafe { gpu.staging.as_ptr().add(slot * gpu.slot_bytes) } as u64;
+        let gathers = (0..burst.len()).map(|i| CopyJob {
+            src: burst.segment_addr(i, 0),
+            dst: base + (out.segment_addr(i, 0) - dst),
+            len: burst.packets()[i].segments()[0].len as usize,
+        });
+        // SAFETY: each source is a packet of the burst in pageable host memory; each
+        // destination lies in this slot's staging (output buffers are consecutive and
+        // `width` covers them), at its own buffer's place, so no two overlap; no copy in
+        // flight uses the slot's staging (its previous copy was handed back before the
+        // slot was taken again).
+        unsafe { copy_with(self.helpers.as_mut(), gathers) };
+        let gpu = self
+            .gpu
+            .as_mut()
+            .expect("a GPU path exists for device regions");
+        let issued = gpu.gpu.bind().and_then(|()| {
+            // SAFETY: the staging stays untouched until the slot's mark completes; the
+            // destination range lies in the output burst's consecutive device buffers.
+            unsafe { gpu.gpu.copy_to_device(dst, base as *const u8, width) }?;
+            gpu.gpu.record_slot(slot)
+        });
+        if let Err(e) = issued {
+            return Err(StageError::Failed {
+                packets: burst.len() as u64,
+                reason: format!("GPU copy failed: {e}"),
+            });
+        }
+        self.copies_in_flight += 1;
+        self.copies_issued += 1;
+        self.in_flight.push_back(InFlight {
+            out,
+            _source: burst,
+            on_gpu: true,
+            ends_copy: true,
+            finish: Vec::new(),
+            slot,
+        });
+        Ok(())
     }
 
     /// The one-copy path: `span` joins the open copy when it continues it, else opens one
@@ -1201,6 +1316,73 @@ mod tests {
     /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),
     /// in both modes and for pageable and pinned host memory: every byte survives.
     /// Skips without a CUDA driver.
+    /// Pageable bursts into consecutive device buffers: each packet gathered into staging
+    /// at its buffer's place and one upload per burst, whatever order the source buffers
+    /// came in (a LIFO host pool hands them out descending, the device pool ascending).
+    #[test]
+    fn pageable_bursts_go_up_in_one_upload_each_and_arrive_intact() {
+        if gpudirect::device_count().is_err() {
+            eprintln!("SKIP: no CUDA driver: pageable uploads are not run");
+            return;
+        }
+        let regions = Arc::new(
+            RegionSet::allocate(&[
+                MemoryRegionConfig::new("src", MemoryKind::Host, 2048, 1024),
+                MemoryRegionConfig::new("gpu", MemoryKind::Device, 2048, 1024),
+            ])
+            .unwrap(),
+        );
+        let plan = StagePlan {
+            split_header_bytes: None,
+            gpu: Some(0),
+            mode: StageMode::Copy,
+        };
+        let mut stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        let byte = |burst: usize, i: usize, k: usize| (burst * 29 + i * 5 + k) as u8;
+        let mut got = Vec::new();
+        for burst in 0..6 {
+            let n = if burst == 3 { 17 } else { 256 };
+            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
+            for i in 0..n {
+                let len = 60 + (i * 53 + burst) % 965;
+                for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
+                    *x = byte(burst, i, k);
+                }
+                b.set_len(i, 0, len);
+                b.set_flow_id(i, (burst * 1000 + i) as u32);
+            }
+            stage.submit(b).map_err(|_| "submit").unwrap();
+            assert_eq!(
+                stage.copies_issued,
+                burst as u64 + 1,
+                "one upload per burst"
+            );
+            assert!(stage.moves.is_empty(), "no per-packet move list");
+            if !stage.has_room() {
+                got.push(stage.wait_oldest().unwrap().map_err(|_| "stage").unwrap());
+            }
+        }
+        while let Some(done) = stage.wait_oldest() {
+            got.push(done.map_err(|_| "stage").unwrap());
+        }
+        assert_eq!(got.len(), 6);
+        for (burst, b) in got.iter().enumerate() {
+            for i in 0..b.len() {
+                let len = 60 + (i * 53 + burst) % 965;
+                assert_eq!(b.packets()[i].flow_id, (burst * 1000 + i) as u32);
+                let mut back = vec![0u8; len];
+                // SAFETY: the packet's device buffer holds `len` bytes, copied in full.
+                unsafe { gpudirect::read_device(0, b.segment_addr(i, 0), &mut back) }.unwrap();
+                let want: Vec<u8> = (0..len).map(|k| byte(burst, i, k)).collect();
+                assert_eq!(back, want, "burst {burst} packet {i}");
+            }
+        }
+        drop(got);
+        drop(stage);
+        assert_eq!(regions.get(0).available(), 2048);
+        assert_eq!(regions.get(1).available(), 2048);
+    }
+
     #[test]
     fn packets_go_into_gpu_memory_and_back_out_intact() {
         if gpudirect::device_count().is_err() {

@@ -193,7 +193,7 @@ pub fn run(
 
     let mut copies = Vec::new();
     let copy_sizes: &[usize] = if parts.copies {
-        &[256 << 10, 2 << 20]
+        &[256 << 10, crate::stage::GROUP_BYTES]
     } else {
         &[]
     };
