@@ -39,7 +39,8 @@
 //! the previous one in both regions (as a busy queue's bursts do: pinned and device pools
 //! hand buffers out in the order they were freed, see [`crate::memory::pool`]) join one
 //! open copy of up to
-//! [`GROUP_BYTES`], issued when it is full, when a burst does not continue it, when a pool
+//! [`GROUP_BYTES`] (less where the layout region is small: a sixth of it, so every copy
+//! in flight, the one filling and the application's buffers fit), issued when it is full, when a burst does not continue it, when a pool
 //! runs dry, when the caller waits, or when the worker finds its port idle
 //! ([`RxStage::flush`]). A quiet queue therefore pays no extra latency; a busy one trades
 //! a few bursts of it for bandwidth.
@@ -139,6 +140,11 @@ pub(crate) struct RxStage {
     /// GPU copies (or launches) issued since the stage was made.
     #[cfg(feature = "cuda")]
     copies_issued: u64,
+    /// Bytes at which the open copy is issued: [`GROUP_BYTES`], or less where the layout
+    /// region is small (each copy in flight, the one filling and the application's share
+    /// all need buffers of it).
+    #[cfg(feature = "cuda")]
+    group_bytes: usize,
     /// Threads that share its CPU copies (`stage_core` with more than one core).
     helpers: Option<CopyHelpers>,
 }
@@ -292,6 +298,16 @@ impl RxStage {
             copies_in_flight: 0,
             #[cfg(feature = "cuda")]
             copies_issued: 0,
+            #[cfg(feature = "cuda")]
+            group_bytes: layout
+                .iter()
+                .map(|&r| {
+                    let region = regions.get(r);
+                    region.num_bufs() * region.stride() / (DEPTH + 2)
+                })
+                .min()
+                .unwrap_or(GROUP_BYTES)
+                .min(GROUP_BYTES),
             #[cfg(feature = "cuda")]
             gpu: match plan.gpu {
                 None => None,
@@ -725,14 +741,15 @@ impl RxStage {
     }
 
     /// The one-copy path: `span` joins the open copy when it continues it, else opens one
-    /// (after issuing the old); a copy that reached [`GROUP_BYTES`] is issued at once.
+    /// (after issuing the old); a copy that reached its group size (at most
+    /// [`GROUP_BYTES`]) is issued at once.
     #[cfg(feature = "cuda")]
     fn submit_span(&mut self, span: SpanCopy, out: Burst, burst: Burst) -> Result<(), StageError> {
         let bytes = span.bytes();
         let joined = self
             .open
             .as_mut()
-            .is_some_and(|o| o.span.bytes() + bytes <= GROUP_BYTES && o.span.extend(&span));
+            .is_some_and(|o| o.span.bytes() + bytes <= self.group_bytes && o.span.extend(&span));
         let slot = if joined {
             let open = self.open.as_mut().expect("joined");
             open.bursts += 1;
@@ -761,7 +778,7 @@ impl RxStage {
         if self
             .open
             .as_ref()
-            .is_some_and(|o| o.span.bytes() + bytes > GROUP_BYTES)
+            .is_some_and(|o| o.span.bytes() + bytes > self.group_bytes)
         {
             self.flush()?;
         }
@@ -1240,8 +1257,9 @@ mod tests {
         }
         let regions = Arc::new(
             RegionSet::allocate(&[
-                MemoryRegionConfig::new("src", MemoryKind::HostPinned, 2048, 1024),
-                MemoryRegionConfig::new("gpu", MemoryKind::Device, 2048, 1024),
+                // 8 MiB each: a sixth of it (the group size) holds five bursts.
+                MemoryRegionConfig::new("src", MemoryKind::HostPinned, 8192, 1024),
+                MemoryRegionConfig::new("gpu", MemoryKind::Device, 8192, 1024),
             ])
             .unwrap(),
         );
@@ -1309,13 +1327,53 @@ mod tests {
         }
         drop(got);
         drop(stage);
-        assert_eq!(regions.get(0).available(), 2048);
-        assert_eq!(regions.get(1).available(), 2048);
+        assert_eq!(regions.get(0).available(), 8192);
+        assert_eq!(regions.get(1).available(), 8192);
     }
 
     /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),
     /// in both modes and for pageable and pinned host memory: every byte survives.
     /// Skips without a CUDA driver.
+    /// A layout region of 2 MiB gives copies of at most a sixth of it (about 341 KiB): a
+    /// second 256 KiB burst no longer joins, so the copies in flight cannot hold the whole
+    /// region.
+    #[test]
+    fn a_small_region_shrinks_the_copy_group() {
+        if gpudirect::device_count().is_err() {
+            eprintln!("SKIP: no CUDA driver: copy groups are not run");
+            return;
+        }
+        let regions = Arc::new(
+            RegionSet::allocate(&[
+                MemoryRegionConfig::new("src", MemoryKind::HostPinned, 2048, 1024),
+                MemoryRegionConfig::new("gpu", MemoryKind::Device, 2048, 1024),
+            ])
+            .unwrap(),
+        );
+        let plan = StagePlan {
+            split_header_bytes: None,
+            gpu: Some(0),
+            mode: StageMode::Copy,
+        };
+        let mut stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        assert_eq!(stage.group_bytes, 2048 * regions.get(1).stride() / 6);
+        for _ in 0..2 {
+            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 256).unwrap();
+            for i in 0..256 {
+                b.set_len(i, 0, 1024);
+            }
+            stage.submit(b).map_err(|_| "submit").unwrap();
+        }
+        // Another burst would not fit either copy: each went at once, alone.
+        assert_eq!(stage.copies_issued, 2);
+        assert!(stage.open.is_none());
+        while let Some(done) = stage.wait_oldest() {
+            assert_eq!(done.map_err(|_| "stage").unwrap().len(), 256);
+        }
+        drop(stage);
+        assert_eq!(regions.get(1).available(), 2048);
+    }
+
     /// Pageable bursts into consecutive device buffers: each packet gathered into staging
     /// at its buffer's place and one upload per burst, whatever order the source buffers
     /// came in (a LIFO host pool hands them out descending, the device pool ascending).
@@ -1415,6 +1473,7 @@ mod tests {
                     open: None,
                     copies_in_flight: 0,
                     copies_issued: 0,
+                    group_bytes: GROUP_BYTES,
                     helpers: None,
                     gpu: into.gpu.take().map(|mut g| {
                         g.mode = mode;

@@ -46,8 +46,24 @@ pub struct StageResult {
     /// setting lengths, as an engine receiving it would; one thread).
     pub source_us_per_burst: Option<f64>,
     /// Bursts per GPU copy or launch over all rounds (the stage coalesces consecutive
-    /// bursts into copies of up to 2 MiB).
+    /// bursts into copies of up to 4 MiB).
     pub bursts_per_copy: f64,
+    /// Pageable sources: `gbps` over one core's gather of the same packets
+    /// ([`GatherBound`]), the bound of a stage without copy helpers.
+    pub ratio_to_gather: Option<f64>,
+}
+
+/// One core copying bursts of packets out of pageable memory into pinned staging, one
+/// packet at a time, with nothing else: the most a stage without copy helpers can move
+/// from pageable sources.
+#[derive(Clone, Debug, Serialize)]
+pub struct GatherBound {
+    /// Payload bytes per packet.
+    pub payload: usize,
+    /// Gb/s gathered (median round).
+    pub gbps: f64,
+    /// `gbps` over the pinned host-to-device copy bandwidth.
+    pub ratio_to_h2d: f64,
 }
 
 /// Back-to-back host-to-device copies of one burst's bytes each, with as many in flight as
@@ -107,6 +123,8 @@ pub struct GpuReport {
     pub h2d_pinned_gbps: f64,
     /// Per-burst copy ceilings.
     pub copies: Vec<CopyCeiling>,
+    /// One core's gather from pageable memory, per payload.
+    pub gathers: Vec<GatherBound>,
     /// Staged ingest cases.
     pub stage: Vec<StageResult>,
     /// Reorder cases.
@@ -215,8 +233,19 @@ pub fn run(
     }
 
     let mut stage = Vec::new();
+    let mut gathers = Vec::new();
     let payloads: &[usize] = if parts.stage { &[1024, 8192] } else { &[] };
     for &payload in payloads {
+        let gbps = gather_bound(payload, round, rounds)?;
+        let g = GatherBound {
+            payload,
+            gbps,
+            ratio_to_h2d: gbps / h2d_pinned_gbps,
+        };
+        progress(&g.line());
+        let gather_gbps = g.gbps;
+        gathers.push(g);
+        let of_gather = |kind, gbps: f64| (kind == MemoryKind::Host).then(|| gbps / gather_gbps);
         for (source, kind) in [
             ("host", MemoryKind::Host),
             ("host_pinned", MemoryKind::HostPinned),
@@ -241,6 +270,7 @@ pub fn run(
                     wait_us_per_burst: Some(wait_us_per_burst),
                     source_us_per_burst: Some(source_us_per_burst),
                     bursts_per_copy,
+                    ratio_to_gather: of_gather(kind, gbps),
                 };
                 progress(&r.line());
                 stage.push(r);
@@ -266,6 +296,7 @@ pub fn run(
                     wait_us_per_burst: None,
                     source_us_per_burst: None,
                     bursts_per_copy,
+                    ratio_to_gather: of_gather(kind, gbps),
                 };
                 progress(&r.line());
                 stage.push(r);
@@ -338,9 +369,56 @@ pub fn run(
         gpu: gpu_name,
         h2d_pinned_gbps,
         copies,
+        gathers,
         stage,
         reorder,
     })
+}
+
+/// Gb/s of one core copying bursts of [`BURST`] `payload`-byte packets, one packet at a
+/// time, from a pageable region sized as [`stage_case`]'s source into a pinned buffer
+/// (median round): the gather alone, from the same kind of memory.
+fn gather_bound(payload: usize, round: Duration, rounds: usize) -> Result<f64, GpuBenchError> {
+    let bufs =
+        (crate::stage::GROUP_BYTES / payload).max(BURST) * (gpudirect::kernels::TABLE_SLOTS + 2);
+    let regions = Arc::new(RegionSet::allocate(&[MemoryRegionConfig::new(
+        "src",
+        MemoryKind::Host,
+        bufs,
+        payload,
+    )])?);
+    // Every buffer in bursts held for the whole measurement, gathered in turn.
+    let mut bursts = Vec::new();
+    while let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[0], BURST) {
+        for i in 0..BURST {
+            b.set_len(i, 0, payload);
+        }
+        bursts.push(b);
+    }
+    let slots = gpudirect::kernels::TABLE_SLOTS;
+    let staging = gpudirect::PinnedBuffer::alloc(0, BURST * payload * slots)?;
+    let mut results = Vec::new();
+    let mut n = 0usize;
+    for _ in 0..rounds {
+        let (t, mut bytes) = (Instant::now(), 0usize);
+        while t.elapsed() < round {
+            let b = &bursts[n % bursts.len()];
+            let at = staging.as_ptr() as u64 + ((n % slots) * BURST * payload) as u64;
+            let jobs = (0..BURST).map(|i| crate::copy_helpers::CopyJob {
+                src: b.segment_addr(i, 0),
+                dst: at + (i * payload) as u64,
+                len: payload,
+            });
+            // SAFETY: each source is a packet's host buffer of a burst held here; each
+            // destination lies in its own `payload` bytes of one slot of the staging
+            // buffer, which nothing else uses.
+            unsafe { crate::copy_helpers::copy_with(None, jobs) };
+            bytes += BURST * payload;
+            n += 1;
+        }
+        results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    Ok(median(results))
 }
 
 /// Gb/s of back-to-back `bytes`-long copies from `pinned` into `dev` (offsets moving through
@@ -723,6 +801,7 @@ impl GpuReport {
             .copies
             .iter()
             .map(CopyCeiling::line)
+            .chain(self.gathers.iter().map(GatherBound::line))
             .chain(self.stage.iter().map(StageResult::line))
             .chain(self.reorder.iter().map(ReorderResult::line));
         for line in lines {
@@ -748,6 +827,16 @@ impl CopyCeiling {
     }
 }
 
+impl GatherBound {
+    /// Its line of [`GpuReport::human`].
+    pub fn line(&self) -> String {
+        format!(
+            "  one core gathering {:>5} B packets from pageable into pinned memory: {:>7.1} Gb/s = {:.2} x pinned copy (the bound of a pageable stage without copy helpers)",
+            self.payload, self.gbps, self.ratio_to_h2d
+        )
+    }
+}
+
 impl StageResult {
     /// Its line of [`GpuReport::human`].
     pub fn line(&self) -> String {
@@ -766,8 +855,12 @@ impl StageResult {
         } else {
             String::new()
         };
+        let of_gather = self
+            .ratio_to_gather
+            .map(|r| format!(" = {r:.2} x one core's gather"))
+            .unwrap_or_default();
         format!(
-            "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}{helpers}): {:>7.1} Gb/s = {:.2} x pinned copy; {per_burst}; {:.1} bursts per copy",
+            "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}{helpers}): {:>7.1} Gb/s = {:.2} x pinned copy{of_gather}; {per_burst}; {:.1} bursts per copy",
             self.payload,
             self.source,
             self.mode,
