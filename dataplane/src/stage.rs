@@ -1249,17 +1249,13 @@ mod tests {
     /// handed back before it is issued, the bursts come back in order once it is done, and
     /// every byte arrives. A burst that does not continue the copy issues it and opens the
     /// next. Skips without a CUDA driver.
-    #[test]
-    fn consecutive_bursts_share_one_copy_and_arrive_intact() {
-        if gpudirect::device_count().is_err() {
-            eprintln!("SKIP: no CUDA driver: coalesced copies are not run");
-            return;
-        }
+    /// Regions `src` (of `src_kind`) and `gpu` (device) of `bufs` 1 KiB buffers, and a
+    /// copy-mode stage from the first into the second for bursts of up to 256 packets.
+    fn copy_stage(src_kind: MemoryKind, bufs: usize) -> (Arc<RegionSet>, RxStage) {
         let regions = Arc::new(
             RegionSet::allocate(&[
-                // 8 MiB each: a sixth of it (the group size) holds five bursts.
-                MemoryRegionConfig::new("src", MemoryKind::HostPinned, 8192, 1024),
-                MemoryRegionConfig::new("gpu", MemoryKind::Device, 8192, 1024),
+                MemoryRegionConfig::new("src", src_kind, bufs, 1024),
+                MemoryRegionConfig::new("gpu", MemoryKind::Device, bufs, 1024),
             ])
             .unwrap(),
         );
@@ -1268,7 +1264,38 @@ mod tests {
             gpu: Some(0),
             mode: StageMode::Copy,
         };
-        let mut stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        let stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        (regions, stage)
+    }
+
+    /// Every packet `i` of burst `burst` in `got` (device memory) holds `len(burst, i)`
+    /// bytes `byte(burst, i, k)` and flow id `burst * 1000 + i`.
+    fn assert_landed(
+        got: &[Burst],
+        len: impl Fn(usize, usize) -> usize,
+        byte: impl Fn(usize, usize, usize) -> u8,
+    ) {
+        for (burst, b) in got.iter().enumerate() {
+            for i in 0..b.len() {
+                let len = len(burst, i);
+                assert_eq!(b.packets()[i].flow_id, (burst * 1000 + i) as u32);
+                let mut back = vec![0u8; len];
+                // SAFETY: the packet's device buffer holds `len` bytes, copied in full.
+                unsafe { gpudirect::read_device(0, b.segment_addr(i, 0), &mut back) }.unwrap();
+                let want: Vec<u8> = (0..len).map(|k| byte(burst, i, k)).collect();
+                assert_eq!(back, want, "burst {burst} packet {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn consecutive_bursts_share_one_copy_and_arrive_intact() {
+        if gpudirect::device_count().is_err() {
+            eprintln!("SKIP: no CUDA driver: coalesced copies are not run");
+            return;
+        }
+        // 8 MiB regions: a sixth of one (the group size) holds five bursts.
+        let (regions, mut stage) = copy_stage(MemoryKind::HostPinned, 8192);
         let byte = |burst: usize, i: usize, k: usize| (burst * 31 + i * 7 + k) as u8;
         let make = |burst: usize, n: usize| {
             let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
@@ -1314,26 +1341,13 @@ mod tests {
             got.iter().map(Burst::len).collect::<Vec<_>>(),
             [256, 256, 256, 256, 10, 8]
         );
-        for (burst, b) in got.iter().enumerate() {
-            for i in 0..b.len() {
-                let len = 64 + (i * 37) % 900;
-                assert_eq!(b.packets()[i].flow_id, (burst * 1000 + i) as u32);
-                let mut back = vec![0u8; len];
-                // SAFETY: the packet's device buffer holds `len` bytes, copied in full.
-                unsafe { gpudirect::read_device(0, b.segment_addr(i, 0), &mut back) }.unwrap();
-                let want: Vec<u8> = (0..len).map(|k| byte(burst, i, k)).collect();
-                assert_eq!(back, want, "burst {burst} packet {i}");
-            }
-        }
+        assert_landed(&got, |_, i| 64 + (i * 37) % 900, byte);
         drop(got);
         drop(stage);
         assert_eq!(regions.get(0).available(), 8192);
         assert_eq!(regions.get(1).available(), 8192);
     }
 
-    /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),
-    /// in both modes and for pageable and pinned host memory: every byte survives.
-    /// Skips without a CUDA driver.
     /// A layout region of 2 MiB gives copies of at most a sixth of it (about 341 KiB): a
     /// second 256 KiB burst no longer joins, so the copies in flight cannot hold the whole
     /// region.
@@ -1343,19 +1357,7 @@ mod tests {
             eprintln!("SKIP: no CUDA driver: copy groups are not run");
             return;
         }
-        let regions = Arc::new(
-            RegionSet::allocate(&[
-                MemoryRegionConfig::new("src", MemoryKind::HostPinned, 2048, 1024),
-                MemoryRegionConfig::new("gpu", MemoryKind::Device, 2048, 1024),
-            ])
-            .unwrap(),
-        );
-        let plan = StagePlan {
-            split_header_bytes: None,
-            gpu: Some(0),
-            mode: StageMode::Copy,
-        };
-        let mut stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        let (regions, mut stage) = copy_stage(MemoryKind::HostPinned, 2048);
         assert_eq!(stage.group_bytes, 2048 * regions.get(1).stride() / 6);
         for _ in 0..2 {
             let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 256).unwrap();
@@ -1383,19 +1385,7 @@ mod tests {
             eprintln!("SKIP: no CUDA driver: pageable uploads are not run");
             return;
         }
-        let regions = Arc::new(
-            RegionSet::allocate(&[
-                MemoryRegionConfig::new("src", MemoryKind::Host, 2048, 1024),
-                MemoryRegionConfig::new("gpu", MemoryKind::Device, 2048, 1024),
-            ])
-            .unwrap(),
-        );
-        let plan = StagePlan {
-            split_header_bytes: None,
-            gpu: Some(0),
-            mode: StageMode::Copy,
-        };
-        let mut stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        let (regions, mut stage) = copy_stage(MemoryKind::Host, 2048);
         let byte = |burst: usize, i: usize, k: usize| (burst * 29 + i * 5 + k) as u8;
         let mut got = Vec::new();
         for burst in 0..6 {
@@ -1424,23 +1414,16 @@ mod tests {
             got.push(done.map_err(|_| "stage").unwrap());
         }
         assert_eq!(got.len(), 6);
-        for (burst, b) in got.iter().enumerate() {
-            for i in 0..b.len() {
-                let len = 60 + (i * 53 + burst) % 965;
-                assert_eq!(b.packets()[i].flow_id, (burst * 1000 + i) as u32);
-                let mut back = vec![0u8; len];
-                // SAFETY: the packet's device buffer holds `len` bytes, copied in full.
-                unsafe { gpudirect::read_device(0, b.segment_addr(i, 0), &mut back) }.unwrap();
-                let want: Vec<u8> = (0..len).map(|k| byte(burst, i, k)).collect();
-                assert_eq!(back, want, "burst {burst} packet {i}");
-            }
-        }
+        assert_landed(&got, |burst, i| 60 + (i * 53 + burst) % 965, byte);
         drop(got);
         drop(stage);
         assert_eq!(regions.get(0).available(), 2048);
         assert_eq!(regions.get(1).available(), 2048);
     }
 
+    /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),
+    /// in both modes and for pageable and pinned host memory: every byte survives.
+    /// Skips without a CUDA driver.
     #[test]
     fn packets_go_into_gpu_memory_and_back_out_intact() {
         if gpudirect::device_count().is_err() {
