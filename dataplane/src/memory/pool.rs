@@ -1,5 +1,5 @@
-//! A region's buffer pool: a shared list of free buffer indices with a LIFO cache per
-//! thread in front of it, as DPDK's mempool cache.
+//! A region's buffer pool: a shared list of free buffer indices with, in LIFO pools, a
+//! LIFO cache per thread in front of it, as DPDK's mempool cache.
 //!
 //! The shared list hands buffers out in one of two orders ([`PoolOrder`]):
 //! - **LIFO** (host memory): both levels hand out the buffer freed last, so the buffers in
