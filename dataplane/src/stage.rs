@@ -156,6 +156,9 @@ struct OpenCopy {
     /// The table slot it will be marked in (reserved when it opened).
     slot: usize,
     bursts: usize,
+    /// Its source is the slot's staging, where pageable bursts were gathered (only such
+    /// bursts join it).
+    gathered: bool,
 }
 
 /// Bytes at which an open copy is issued (on the H200, back-to-back copies of 4 MiB
@@ -285,6 +288,17 @@ impl RxStage {
         let mode = plan.mode;
         #[cfg(not(feature = "cuda"))]
         let _ = mode;
+        // A sixth of the smallest layout region, at most GROUP_BYTES.
+        #[cfg(feature = "cuda")]
+        let group_bytes = layout
+            .iter()
+            .map(|&r| {
+                let region = regions.get(r);
+                region.num_bufs() * region.stride() / (DEPTH + 2)
+            })
+            .min()
+            .unwrap_or(GROUP_BYTES)
+            .min(GROUP_BYTES);
         Ok(Self {
             regions: regions.clone(),
             layout: layout.to_vec(),
@@ -299,26 +313,24 @@ impl RxStage {
             #[cfg(feature = "cuda")]
             copies_issued: 0,
             #[cfg(feature = "cuda")]
-            group_bytes: layout
-                .iter()
-                .map(|&r| {
-                    let region = regions.get(r);
-                    region.num_bufs() * region.stride() / (DEPTH + 2)
-                })
-                .min()
-                .unwrap_or(GROUP_BYTES)
-                .min(GROUP_BYTES),
+            group_bytes,
             #[cfg(feature = "cuda")]
             gpu: match plan.gpu {
                 None => None,
                 Some(ordinal) => {
+                    // Copy mode into one device region may gather pageable bursts into a
+                    // slot up to a whole group.
+                    let joins_gathers = mode == StageMode::Copy
+                        && split.is_none()
+                        && matches!(layout, [r] if regions.get(*r).kind() == MemoryKind::Device);
                     let slot_bytes = (batch
                         * layout
                             .iter()
                             .map(|&r| regions.get(r).stride())
                             .max()
                             .unwrap_or(0))
-                    .max(4096);
+                    .max(4096)
+                    .max(if joins_gathers { group_bytes } else { 0 });
                     Some(GpuPath {
                         gpu: gpudirect::Gpu::new(ordinal)?,
                         staging: gpudirect::PinnedBuffer::alloc(ordinal, slot_bytes * DEPTH)?,
@@ -678,8 +690,9 @@ impl RxStage {
 
     /// The pageable path of [`RxStage::pageable_upload`]: every packet copied by the CPU
     /// (the copy helpers sharing them) into a slot's pinned staging at its output
-    /// buffer's place, then one upload of the range, issued at once. Per packet it costs
-    /// one CPU copy and no move list, sort or run search.
+    /// buffer's place, then uploaded with the bursts gathered before it when its output
+    /// buffers continue theirs (right above), as one copy of up to the group size. Per
+    /// packet it costs one CPU copy and no move list, sort or run search.
     #[cfg(feature = "cuda")]
     fn submit_pageable(
         &mut self,
@@ -688,55 +701,85 @@ impl RxStage {
         dst: u64,
         width: usize,
     ) -> Result<(), StageError> {
-        self.flush_before(&burst)?;
-        let Some(slot) = self.take_slot() else {
-            return Err(StageError::NoBuffers(burst));
+        let stride = self.regions.get(self.layout[0]).stride();
+        let slot_bytes = self.gpu.as_ref().expect("a GPU path").slot_bytes;
+        let limit = self.group_bytes.min(slot_bytes);
+        // Where in the open copy's staging this burst goes when it continues it.
+        let joins_at = self.open.as_ref().and_then(|o| {
+            let at = o.span.packets * stride;
+            (o.gathered && dst == o.span.dst + at as u64 && at + width <= limit).then_some(at)
+        });
+        let (slot, at) = match (joins_at, &self.open) {
+            (Some(at), Some(open)) => (open.slot, at),
+            _ => {
+                self.flush_before(&burst)?;
+                let Some(slot) = self.take_slot() else {
+                    return Err(StageError::NoBuffers(burst));
+                };
+                (slot, 0)
+            }
         };
         let gpu = self
             .gpu
             .as_mut()
             .expect("a GPU path exists for device regions");
         // Checked in release builds: the gathers write `slot`'s staging only.
-        assert!(width <= gpu.slot_bytes, "staging sized for a burst");
+        assert!(at + width <= gpu.slot_bytes, "staging sized for a group");
         // SAFETY: the slot's staging area lies inside the staging buffer.
         let base = unsafe { gpu.staging.as_ptr().add(slot * gpu.slot_bytes) } as u64;
         let gathers = (0..burst.len()).map(|i| CopyJob {
             src: burst.segment_addr(i, 0),
-            dst: base + (out.segment_addr(i, 0) - dst),
+            dst: base + (at as u64 + out.segment_addr(i, 0) - dst),
             len: burst.packets()[i].segments()[0].len as usize,
         });
         // SAFETY: each source is a packet of the burst in pageable host memory; each
-        // destination lies in this slot's staging (output buffers are consecutive and
-        // `width` covers them), at its own buffer's place, so no two overlap; no copy in
-        // flight uses the slot's staging (its previous copy was handed back before the
-        // slot was taken again).
+        // destination lies in this slot's staging (the assert above; output buffers are
+        // consecutive and `width` covers them), at its own buffer's place past the bursts
+        // gathered before, so no two overlap; no copy in flight uses the slot's staging
+        // (its previous copy was handed back before the slot was taken again, and the open
+        // copy is not issued yet).
         unsafe { copy_with(self.helpers.as_mut(), gathers) };
-        let gpu = self
-            .gpu
-            .as_mut()
-            .expect("a GPU path exists for device regions");
-        let issued = gpu.gpu.bind().and_then(|()| {
-            // SAFETY: the staging stays untouched until the slot's mark completes; the
-            // destination range lies in the output burst's consecutive device buffers.
-            unsafe { gpu.gpu.copy_to_device(dst, base as *const u8, width) }?;
-            gpu.gpu.record_slot(slot)
-        });
-        if let Err(e) = issued {
-            return Err(StageError::Failed {
-                packets: burst.len() as u64,
-                reason: format!("GPU copy failed: {e}"),
-            });
+        let n = burst.len();
+        match (joins_at, self.open.as_mut()) {
+            (Some(_), Some(open)) => {
+                open.span.width = at + width;
+                open.span.packets += n;
+                open.bursts += 1;
+            }
+            _ => {
+                self.open = Some(OpenCopy {
+                    span: SpanCopy {
+                        src: base,
+                        dst,
+                        src_pitch: stride,
+                        dst_pitch: stride,
+                        width,
+                        rows: 1,
+                        from_device: false,
+                        packets: n,
+                    },
+                    slot,
+                    bursts: 1,
+                    gathered: true,
+                })
+            }
         }
-        self.copies_in_flight += 1;
-        self.copies_issued += 1;
         self.in_flight.push_back(InFlight {
             out,
             _source: burst,
             on_gpu: true,
-            ends_copy: true,
+            ends_copy: false,
             finish: Vec::new(),
             slot,
         });
+        // Issue now when a burst like this one would no longer fit.
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.span.packets * stride + width > limit)
+        {
+            self.flush()?;
+        }
         Ok(())
     }
 
@@ -746,10 +789,9 @@ impl RxStage {
     #[cfg(feature = "cuda")]
     fn submit_span(&mut self, span: SpanCopy, out: Burst, burst: Burst) -> Result<(), StageError> {
         let bytes = span.bytes();
-        let joined = self
-            .open
-            .as_mut()
-            .is_some_and(|o| o.span.bytes() + bytes <= self.group_bytes && o.span.extend(&span));
+        let joined = self.open.as_mut().is_some_and(|o| {
+            !o.gathered && o.span.bytes() + bytes <= self.group_bytes && o.span.extend(&span)
+        });
         let slot = if joined {
             let open = self.open.as_mut().expect("joined");
             open.bursts += 1;
@@ -763,6 +805,7 @@ impl RxStage {
                 span,
                 slot,
                 bursts: 1,
+                gathered: false,
             });
             slot
         };
@@ -1377,19 +1420,26 @@ mod tests {
     }
 
     /// Pageable bursts into consecutive device buffers: each packet gathered into staging
-    /// at its buffer's place and one upload per burst, whatever order the source buffers
-    /// came in (a LIFO host pool hands them out descending, the device pool ascending).
+    /// at its buffer's place, whatever order the source buffers came in (a LIFO host pool
+    /// hands them out descending, the device pool ascending), and bursts whose outputs
+    /// continue each other uploaded together, up to the group size.
     #[test]
-    fn pageable_bursts_go_up_in_one_upload_each_and_arrive_intact() {
+    fn pageable_bursts_are_gathered_into_joined_uploads_and_arrive_intact() {
         if gpudirect::device_count().is_err() {
             eprintln!("SKIP: no CUDA driver: pageable uploads are not run");
             return;
         }
-        let (regions, mut stage) = copy_stage(MemoryKind::Host, 2048);
+        // 8 MiB regions: groups of a sixth, 1365 KiB.
+        let (regions, mut stage) = copy_stage(MemoryKind::Host, 8192);
         let byte = |burst: usize, i: usize, k: usize| (burst * 29 + i * 5 + k) as u8;
+        let sizes = [256, 256, 256, 256, 17, 256, 256, 256];
         let mut got = Vec::new();
-        for burst in 0..6 {
-            let n = if burst == 3 { 17 } else { 256 };
+        let mut skipped = None;
+        for (burst, &n) in sizes.iter().enumerate() {
+            if burst == 7 {
+                // Output buffers taken in between: the next burst cannot continue the copy.
+                skipped = Burst::allocate(regions.clone(), 0, 0, &[1], 4);
+            }
             let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
             for i in 0..n {
                 let len = 60 + (i * 53 + burst) % 965;
@@ -1400,25 +1450,31 @@ mod tests {
                 b.set_flow_id(i, (burst * 1000 + i) as u32);
             }
             stage.submit(b).map_err(|_| "submit").unwrap();
-            assert_eq!(
-                stage.copies_issued,
-                burst as u64 + 1,
-                "one upload per burst"
-            );
             assert!(stage.moves.is_empty(), "no per-packet move list");
-            if !stage.has_room() {
-                got.push(stage.wait_oldest().unwrap().map_err(|_| "stage").unwrap());
+            let open = stage.open.as_ref().map(|o| (o.gathered, o.bursts));
+            match burst {
+                // 4 x 256 KiB and 17 KiB join; 256 KiB more still fits (1297 KiB), and
+                // as another would not, the copy goes at once.
+                0..=4 => assert_eq!((stage.copies_issued, open), (0, Some((true, burst + 1)))),
+                5 => assert_eq!((stage.copies_issued, open), (1, None)),
+                6 => assert_eq!((stage.copies_issued, open), (1, Some((true, 1)))),
+                _ => assert_eq!((stage.copies_issued, open), (2, Some((true, 1)))),
             }
         }
+        drop(skipped);
         while let Some(done) = stage.wait_oldest() {
             got.push(done.map_err(|_| "stage").unwrap());
         }
-        assert_eq!(got.len(), 6);
+        assert_eq!(stage.copies_issued, 3);
+        assert_eq!(
+            got.iter().map(Burst::len).collect::<Vec<_>>(),
+            sizes.to_vec()
+        );
         assert_landed(&got, |burst, i| 60 + (i * 53 + burst) % 965, byte);
         drop(got);
         drop(stage);
-        assert_eq!(regions.get(0).available(), 2048);
-        assert_eq!(regions.get(1).available(), 2048);
+        assert_eq!(regions.get(0).available(), 8192);
+        assert_eq!(regions.get(1).available(), 8192);
     }
 
     /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),
