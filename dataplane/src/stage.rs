@@ -17,9 +17,10 @@
 //!   other in both the source and the destination region go as one asynchronous copy per
 //!   run (lone ones go through the kernel); packets in pageable memory are gathered by the
 //!   CPU (and its copy helpers) into a pinned staging buffer laid out like their
-//!   destinations and copied one run of adjacent destination buffers at a time: one
-//!   upload per burst when the output buffers are consecutive, as the FIFO device pool
-//!   hands them out, with no per-packet move list;
+//!   destinations and copied one run of adjacent destination buffers at a time: when the
+//!   output buffers are consecutive, as the FIFO device pool hands them out, a burst is
+//!   gathered with no per-packet move list and joins the bursts gathered before it in one
+//!   upload, as pinned bursts join one copy;
 //! - `kernel`: a GPU gather kernel reads the packets straight from pinned (GPU-mapped)
 //!   memory and writes each to its buffer; packets in pageable memory are first gathered
 //!   into the pinned staging buffer.
