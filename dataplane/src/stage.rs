@@ -39,12 +39,12 @@
 //! copies 0.9, 4 MiB copies 0.95 (`bench gpu`, BENCHMARKS.md). So bursts that continue
 //! the previous one in both regions (as a busy queue's bursts do: pinned and device pools
 //! hand buffers out in the order they were freed, see [`crate::memory::pool`]) join one
-//! open copy of up to
-//! [`GROUP_BYTES`] (less where the layout region is small: a sixth of it, so every copy
-//! in flight, the one filling and the application's buffers fit), issued when it is full, when a burst does not continue it, when a pool
-//! runs dry, when the caller waits, or when the worker finds its port idle
-//! ([`RxStage::flush`]). A quiet queue therefore pays no extra latency; a busy one trades
-//! a few bursts of it for bandwidth.
+//! open copy of up to [`GROUP_BYTES`] (less where the layout region is small: a sixth of
+//! it, so every copy in flight, the one filling and the application's buffers fit),
+//! issued when it is full, when a burst does not continue it, when a pool runs dry, when
+//! the caller waits, or when the worker finds its port idle ([`RxStage::flush`]). A quiet
+//! queue therefore pays no extra latency; a busy one trades a few bursts of it for
+//! bandwidth.
 
 use crate::burst::Burst;
 use crate::config::MemoryKind;
