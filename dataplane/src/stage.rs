@@ -579,52 +579,19 @@ impl RxStage {
     /// path, which sets `out` again.
     #[cfg(feature = "cuda")]
     fn contiguous_span(&self, burst: &Burst, out: &mut Burst) -> Option<SpanCopy> {
-        let gpu = self.gpu.as_ref()?;
-        if gpu.mode != StageMode::Copy || self.layout.len() != 1 || self.split.is_some() {
-            return None;
-        }
         let first = *burst.packets().first()?.segments().first()?;
         let (src_region, dst_region) = (
             self.regions.get(first.region),
-            self.regions.get(self.layout[0]),
+            self.regions.get(*self.layout.first()?),
         );
         let from_device = match src_region.kind() {
             MemoryKind::Device => true,
             MemoryKind::HostPinned => false,
             _ => return None,
         };
-        if dst_region.kind() != MemoryKind::Device {
-            return None;
-        }
-        let cap = dst_region.buf_size();
+        // Sources and destinations must be consecutive the same way.
+        let (descending, longest) = self.fill_consecutive(burst, out, true)?;
         let n = burst.len();
-        let out_first = out.packets()[0].segments()[0].index;
-        // Buffers may come in ascending or descending order (a pool hands them back in
-        // the order they were freed); sources and destinations must agree.
-        let descending = n > 1 && burst.packets()[1].segments()[0].index < first.index;
-        let at = |base: u32, k: u32| {
-            if descending {
-                base.wrapping_sub(k)
-            } else {
-                base.wrapping_add(k)
-            }
-        };
-        let mut longest = 0;
-        for i in 0..n {
-            let p = burst.packets()[i];
-            let [s] = p.segments() else { return None };
-            let d = out.packets()[i].segments()[0];
-            let k = i as u32;
-            if s.region != first.region
-                || s.index != at(first.index, k)
-                || d.index != at(out_first, k)
-                || s.len as usize > cap
-            {
-                return None;
-            }
-            out.set_single(i, s.len as usize, p.flow_id, p.timestamp_ns);
-            longest = longest.max(s.len as usize);
-        }
         // From the lowest buffer; the last row ends with the highest buffer's packet.
         let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
         let (src_pitch, dst_pitch) = (src_region.stride(), dst_region.stride());
@@ -653,40 +620,73 @@ impl RxStage {
     /// burst to the general path, which sets `out` again.
     #[cfg(feature = "cuda")]
     fn pageable_upload(&self, burst: &Burst, out: &mut Burst) -> Option<(u64, usize)> {
-        let gpu = self.gpu.as_ref()?;
-        if gpu.mode != StageMode::Copy || self.layout.len() != 1 || self.split.is_some() {
-            return None;
-        }
         let first = *burst.packets().first()?.segments().first()?;
-        let dst_region = self.regions.get(self.layout[0]);
         if !matches!(
             self.regions.get(first.region).kind(),
             MemoryKind::Host | MemoryKind::Huge
-        ) || dst_region.kind() != MemoryKind::Device
+        ) {
+            return None;
+        }
+        let (descending, _) = self.fill_consecutive(burst, out, false)?;
+        let n = burst.len();
+        let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
+        let width = (n - 1) * self.regions.get(self.layout[0]).stride()
+            + out.packets()[high].segments()[0].len as usize;
+        let slot_bytes = self.gpu.as_ref()?.slot_bytes;
+        (width <= slot_bytes).then(|| (out.segment_addr(low, 0), width))
+    }
+
+    /// Copy mode into one device region, the shared check of [`RxStage::contiguous_span`]
+    /// and [`RxStage::pageable_upload`]: `burst`'s packets are single-segment, of one
+    /// region, fit their output buffers, and those are consecutive (ascending or
+    /// descending, as a pool hands back buffers in the order they were freed), with
+    /// `sources_too` the source buffers the same way. Sets the output burst's lengths,
+    /// flow ids and times on the way; returns whether the buffers descend and the longest
+    /// packet. `None` leaves the burst to the general path, which sets `out` again.
+    #[cfg(feature = "cuda")]
+    fn fill_consecutive(
+        &self,
+        burst: &Burst,
+        out: &mut Burst,
+        sources_too: bool,
+    ) -> Option<(bool, usize)> {
+        if self.gpu.as_ref()?.mode != StageMode::Copy
+            || self.layout.len() != 1
+            || self.split.is_some()
         {
             return None;
         }
+        let dst_region = self.regions.get(self.layout[0]);
+        if dst_region.kind() != MemoryKind::Device {
+            return None;
+        }
+        let first = *burst.packets().first()?.segments().first()?;
         let (cap, n) = (dst_region.buf_size(), burst.len());
         let out_first = out.packets()[0].segments()[0].index;
         let descending = n > 1 && out.packets()[1].segments()[0].index < out_first;
+        let at = |base: u32, k: u32| {
+            if descending {
+                base.wrapping_sub(k)
+            } else {
+                base.wrapping_add(k)
+            }
+        };
+        let mut longest = 0;
         for i in 0..n {
             let p = burst.packets()[i];
             let [s] = p.segments() else { return None };
-            let d = out.packets()[i].segments()[0].index;
             let k = i as u32;
-            let expected = if descending {
-                out_first.wrapping_sub(k)
-            } else {
-                out_first.wrapping_add(k)
-            };
-            if s.region != first.region || d != expected || s.len as usize > cap {
+            if s.region != first.region
+                || (sources_too && s.index != at(first.index, k))
+                || out.packets()[i].segments()[0].index != at(out_first, k)
+                || s.len as usize > cap
+            {
                 return None;
             }
             out.set_single(i, s.len as usize, p.flow_id, p.timestamp_ns);
+            longest = longest.max(s.len as usize);
         }
-        let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
-        let width = (n - 1) * dst_region.stride() + out.packets()[high].segments()[0].len as usize;
-        (width <= gpu.slot_bytes).then(|| (out.segment_addr(low, 0), width))
+        Some((descending, longest))
     }
 
     /// The pageable path of [`RxStage::pageable_upload`]: every packet copied by the CPU
@@ -1312,6 +1312,28 @@ mod tests {
         (regions, stage)
     }
 
+    /// Burst number `burst` of `n` packets in region 0: packet `i` holds `len(burst, i)`
+    /// bytes `byte(burst, i, k)` and flow id `burst * 1000 + i` (what [`assert_landed`]
+    /// checks).
+    fn source_burst(
+        regions: &Arc<RegionSet>,
+        burst: usize,
+        n: usize,
+        len: &dyn Fn(usize, usize) -> usize,
+        byte: &dyn Fn(usize, usize, usize) -> u8,
+    ) -> Burst {
+        let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
+        for i in 0..n {
+            let len = len(burst, i);
+            for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
+                *x = byte(burst, i, k);
+            }
+            b.set_len(i, 0, len);
+            b.set_flow_id(i, (burst * 1000 + i) as u32);
+        }
+        b
+    }
+
     /// Every packet `i` of burst `burst` in `got` (device memory) holds `len(burst, i)`
     /// bytes `byte(burst, i, k)` and flow id `burst * 1000 + i`.
     fn assert_landed(
@@ -1341,18 +1363,8 @@ mod tests {
         // 8 MiB regions: a sixth of one (the group size) holds five bursts.
         let (regions, mut stage) = copy_stage(MemoryKind::HostPinned, 8192);
         let byte = |burst: usize, i: usize, k: usize| (burst * 31 + i * 7 + k) as u8;
-        let make = |burst: usize, n: usize| {
-            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
-            for i in 0..n {
-                let len = 64 + (i * 37) % 900;
-                for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
-                    *x = byte(burst, i, k);
-                }
-                b.set_len(i, 0, len);
-                b.set_flow_id(i, (burst * 1000 + i) as u32);
-            }
-            b
-        };
+        let len = |_: usize, i: usize| 64 + (i * 37) % 900;
+        let make = |burst: usize, n: usize| source_burst(&regions, burst, n, &len, &byte);
         // Four bursts of 256 x 1 KiB buffers, one after the other in both regions: 1 MiB.
         for burst in 0..4 {
             stage
@@ -1385,7 +1397,7 @@ mod tests {
             got.iter().map(Burst::len).collect::<Vec<_>>(),
             [256, 256, 256, 256, 10, 8]
         );
-        assert_landed(&got, |_, i| 64 + (i * 37) % 900, byte);
+        assert_landed(&got, len, byte);
         drop(got);
         drop(stage);
         assert_eq!(regions.get(0).available(), 8192);
@@ -1433,6 +1445,7 @@ mod tests {
         // 8 MiB regions: groups of a sixth, 1365 KiB.
         let (regions, mut stage) = copy_stage(MemoryKind::Host, 8192);
         let byte = |burst: usize, i: usize, k: usize| (burst * 29 + i * 5 + k) as u8;
+        let len = |burst: usize, i: usize| 60 + (i * 53 + burst) % 965;
         let sizes = [256, 256, 256, 256, 17, 256, 256, 256];
         let mut got = Vec::new();
         let mut skipped = None;
@@ -1441,15 +1454,7 @@ mod tests {
                 // Output buffers taken in between: the next burst cannot continue the copy.
                 skipped = Burst::allocate(regions.clone(), 0, 0, &[1], 4);
             }
-            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
-            for i in 0..n {
-                let len = 60 + (i * 53 + burst) % 965;
-                for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
-                    *x = byte(burst, i, k);
-                }
-                b.set_len(i, 0, len);
-                b.set_flow_id(i, (burst * 1000 + i) as u32);
-            }
+            let b = source_burst(&regions, burst, n, &len, &byte);
             stage.submit(b).map_err(|_| "submit").unwrap();
             assert!(stage.moves.is_empty(), "no per-packet move list");
             let open = stage.open.as_ref().map(|o| (o.gathered, o.bursts));
@@ -1471,7 +1476,7 @@ mod tests {
             got.iter().map(Burst::len).collect::<Vec<_>>(),
             sizes.to_vec()
         );
-        assert_landed(&got, |burst, i| 60 + (i * 53 + burst) % 965, byte);
+        assert_landed(&got, len, byte);
         drop(got);
         drop(stage);
         assert_eq!(regions.get(0).available(), 8192);

@@ -439,6 +439,15 @@ impl Delivery {
         self.counters.drop_packets(DropReason::GpuCopy, packets);
     }
 
+    /// At the end: issues the stage's open copy and hands on what finished. True when
+    /// nothing is held here and no more is to come (`more_to_come`), or when the
+    /// application dropped its end.
+    fn settle(&mut self, more_to_come: bool) -> bool {
+        self.flush_stage();
+        self.drain_stage();
+        (!more_to_come && !self.holds()) || self.ring.is_abandoned()
+    }
+
     /// True while a burst is still held here (waiting, or in the stage).
     fn holds(&self) -> bool {
         self.ready.is_some()
@@ -606,9 +615,7 @@ impl RxTask {
         {
             self.out.deliver(b);
         }
-        self.out.flush_stage();
-        self.out.drain_stage();
-        !self.out.holds() || self.out.ring.is_abandoned()
+        self.out.settle(false)
     }
 }
 
@@ -689,9 +696,7 @@ impl StageTask {
             return false;
         }
         let _ = self.poll();
-        self.out.flush_stage();
-        self.out.drain_stage();
-        (self.input.is_empty() && !self.out.holds()) || self.out.ring.is_abandoned()
+        self.out.settle(!self.input.is_empty())
     }
 }
 

@@ -393,12 +393,10 @@ fn gather_bound(
     round: Duration,
     rounds: usize,
 ) -> Result<f64, GpuBenchError> {
-    let bufs =
-        (crate::stage::GROUP_BYTES / payload).max(BURST) * (gpudirect::kernels::TABLE_SLOTS + 2);
     let regions = Arc::new(RegionSet::allocate(&[MemoryRegionConfig::new(
         "src",
         MemoryKind::Host,
-        bufs,
+        stage_bufs(payload, 0),
         payload,
     )])?);
     // Every buffer in bursts held for the whole measurement, gathered in turn.
@@ -700,6 +698,11 @@ const RING_BURSTS: usize = 64;
 /// Packets per burst in the staged-ingest cases.
 const BURST: usize = 256;
 
+/// Buffers of each region [`stage_regions`] makes (see there).
+fn stage_bufs(payload: usize, extra: usize) -> usize {
+    (crate::stage::GROUP_BYTES / payload).max(BURST) * (gpudirect::kernels::TABLE_SLOTS + 2) + extra
+}
+
 /// A source region of `kind` (region 0) and a device region (1) of `payload`-byte
 /// buffers, with room for every table slot's copy at its largest (the stage coalesces
 /// bursts into copies of up to `GROUP_BYTES`), one more being filled and `extra` buffers,
@@ -710,9 +713,7 @@ fn stage_regions(
     mode: StageMode,
     extra: usize,
 ) -> Result<(Arc<RegionSet>, RxStage), GpuBenchError> {
-    let bufs = (crate::stage::GROUP_BYTES / payload).max(BURST)
-        * (gpudirect::kernels::TABLE_SLOTS + 2)
-        + extra;
+    let bufs = stage_bufs(payload, extra);
     let regions = Arc::new(RegionSet::allocate(&[
         MemoryRegionConfig::new("src", kind, bufs, payload),
         MemoryRegionConfig::new("dst", MemoryKind::Device, bufs, payload),
