@@ -527,7 +527,7 @@ pub enum RecvError {
 }
 
 /// Packets per burst of a connection's queues.
-const CONNECTION_BURST: usize = 64;
+pub(crate) const CONNECTION_BURST: usize = 64;
 
 /// The application's end of a connection (see [`DataPlane::accept`]): its queues, run by
 /// the worker of the connection's core. Dropping it closes the connection.
@@ -1190,7 +1190,15 @@ impl DataPlane {
             self.engine.capabilities().rx_overflow,
             rx_counters,
         );
+        let rx_task = match e.rx_stage {
+            Some(stage) => rx_task.with_stage(stage),
+            None => rx_task,
+        };
         let tx_task = TxTask::new(e.tx, tx_consumer, tx_counters);
+        let tx_task = match e.tx_stage {
+            Some(stage) => tx_task.with_stage(stage),
+            None => tx_task,
+        };
         let send_region = e.tx_regions.first().copied();
         worker
             .control

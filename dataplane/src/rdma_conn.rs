@@ -61,12 +61,38 @@ impl BurstConnection {
     ) -> Result<Self, VerbsError> {
         let mut registered = BTreeMap::new();
         for &r in tx_regions.iter().chain(std::iter::once(&rx_region)) {
-            if registered.contains_key(&r) {
-                continue;
+            if let std::collections::btree_map::Entry::Vacant(e) = registered.entry(r) {
+                e.insert(register(&conn, &regions, r)?);
             }
-            let (addr, len) = regions.get(r).extent();
-            let reg = register_region(&conn, &regions, r, addr, len)?;
-            registered.insert(r, reg);
+        }
+        Self::with_registrations(
+            conn,
+            regions,
+            rx_region,
+            registered,
+            (port, queue),
+            recv_window,
+        )
+    }
+
+    /// As [`BurstConnection::new`], with the regions already registered (see
+    /// [`register`]); `registered` must hold `rx_region` and every region sends come from.
+    pub(crate) fn with_registrations(
+        conn: Connection,
+        regions: Arc<RegionSet>,
+        rx_region: RegionId,
+        registered: BTreeMap<RegionId, Registration>,
+        (port, queue): (u16, u16),
+        recv_window: usize,
+    ) -> Result<Self, VerbsError> {
+        if !registered.contains_key(&rx_region) {
+            return Err(VerbsError::Call {
+                what: "posting receives",
+                detail: format!(
+                    "region `{}` is not registered with the connection",
+                    regions.get(rx_region).name()
+                ),
+            });
         }
         let mut c = Self {
             conn: Some(conn),
@@ -237,23 +263,23 @@ impl BurstConnection {
     }
 }
 
-/// Registers region `r` with the connection's PD: GPU memory through a dma-buf where the
-/// driver exports one (then `ibv_reg_dmabuf_mr`), otherwise, and for host memory, with
-/// `ibv_reg_mr` (GPU memory then needs nvidia-peermem).
-fn register_region(
+/// Registers region `r` with `conn`'s protection domain: GPU memory through a dma-buf where
+/// the driver exports one (then `ibv_reg_dmabuf_mr`), otherwise, and for host memory, with
+/// `ibv_reg_mr` (GPU memory then needs nvidia-peermem). Crate-private: the registration
+/// does not hold the region set, so its holder must (a [`BurstConnection`] does).
+pub(crate) fn register(
     conn: &Connection,
     regions: &RegionSet,
     r: RegionId,
-    addr: u64,
-    len: usize,
 ) -> Result<Registration, VerbsError> {
+    let (addr, len) = regions.get(r).extent();
     #[cfg(feature = "cuda")]
     if let Some(export) = regions.get(r).export_dmabuf() {
         use std::os::fd::AsRawFd;
         let dmabuf = match export {
             Ok(d) => {
-                // SAFETY: the region set (kept alive by the connection) owns the exported
-                // memory; the descriptor is closed when `d` drops, after registration.
+                // SAFETY: the region set (kept alive by the registration's holder, a
+                // `BurstConnection`) owns the exported memory; the descriptor is closed when `d` drops, after registration.
                 let reg = unsafe { conn.register_dmabuf(d.fd.as_raw_fd(), d.offset, len, addr) };
                 match reg {
                     Ok(reg) => return Ok(reg),
@@ -272,8 +298,8 @@ fn register_region(
         });
     }
     let _ = (regions, r);
-    // SAFETY: the region set is kept alive by this connection (an Arc), so the memory
-    // outlives the registration.
+    // SAFETY: the registration's holder (a `BurstConnection`, the only one: this function
+    // is crate-private) keeps the region set alive, so the memory outlives it.
     unsafe { conn.register(addr, len) }
 }
 

@@ -225,8 +225,8 @@ fn rdma_loopback_has_a_server_and_a_client_slot() {
     shipped("rdma_xhost.yaml");
 }
 
-/// `stage_core` asks for a stage on its own core; an RDMA connection lands in its regions
-/// as they are, so the key is refused by name rather than ignored.
+/// `stage_core` asks for a stage on its own core; an RDMA connection runs its stage (when it
+/// has one) on its own worker, so the key is refused by name rather than ignored.
 #[test]
 fn stage_core_on_an_rdma_queue_is_refused() {
     let name = "rdma_loopback.yaml";
@@ -240,8 +240,120 @@ fn stage_core_on_an_rdma_queue_is_refused() {
     let cfg = load(&text, name).unwrap();
     let e = Plan::from_config(&cfg).unwrap_err().to_string();
     assert!(
-        e.contains("RX queue 0")
-            && e.contains("stage_core is set, but the queue needs no stage: the rdma engine"),
+        e.contains("RX queue 0") && e.contains("stage_core is set, but the rdma engine has none"),
+        "{e}"
+    );
+}
+
+/// The loopback RDMA config with its server RX queue split into a 64-byte header region
+/// and the payload region, and the client's regions in GPU memory; `extra` goes into
+/// the client's `roce_config`.
+fn rdma_staged_config(client_roce: &str, server_roce: &str) -> Result<Plan, String> {
+    let name = "rdma_loopback.yaml";
+    let original =
+        fill_placeholders(&std::fs::read_to_string(root().join("configs").join(name)).unwrap());
+    let text = original
+        .replace(
+            r#"    - {name: "DATA_RX_GPU_SERVER""#,
+            "    - {name: \"HDR\", kind: \"host\", affinity: 0, num_bufs: 128, buf_size: 64}\n    - {name: \"DATA_RX_GPU_SERVER\"",
+        )
+        .replace(
+            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1}"#,
+            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1, memory_regions: ["HDR", "DATA_RX_GPU_SERVER"]}"#,
+        )
+        .replace(
+            r#"{name: "DATA_TX_GPU_CLIENT", kind: "host""#,
+            r#"{name: "DATA_TX_GPU_CLIENT", kind: "device""#,
+        )
+        .replace(
+            r#"{name: "DATA_RX_GPU_CLIENT", kind: "host""#,
+            r#"{name: "DATA_RX_GPU_CLIENT", kind: "device""#,
+        )
+        .replacen(
+            "transport_mode: RC",
+            &format!("transport_mode: RC\n        {server_roce}"),
+            1,
+        )
+        .replacen(
+            "        transport_mode: RC\n      tx:",
+            &format!("        transport_mode: RC\n        {client_roce}\n      tx:"),
+            1,
+        );
+    assert_eq!(text.matches("memory_regions: [\"HDR\"").count(), 1);
+    assert_eq!(text.matches("kind: \"device\"").count(), 2);
+    assert!(text.contains(client_roce) && text.contains(server_roce));
+    let cfg = load(&text, name).map_err(|e| e.to_string())?;
+    Plan::from_config(&cfg).map_err(|e| e.to_string())
+}
+
+/// A connection slot gets a host staging region where the NIC cannot deliver as the queue
+/// is laid out: always for a header-data split (a receive lands in one buffer), and for
+/// GPU memory as `gpu_memory_path` says (auto: only if registration fails, staged:
+/// always, direct: never).
+#[test]
+fn rdma_slots_are_staged_where_the_nic_cannot_reach_their_layout() {
+    let p = rdma_staged_config("gpu_memory_path: auto", "min_rnr_timer: 12").unwrap();
+    let region = |r: u16| &p.regions[r as usize];
+    let server = &p.rdma.iter().find(|i| i.listens()).unwrap().slots[0];
+    let client = &p.rdma.iter().find(|i| !i.listens()).unwrap().slots[0];
+    let names = |l: &[u16]| {
+        l.iter()
+            .map(|&r| region(r).name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&server.rx_layout), ["HDR", "DATA_RX_GPU_SERVER"]);
+    let split = server.rx_staging.as_ref().expect("a split is staged");
+    assert!(split.always);
+    assert_eq!(split.stage.split_header_bytes, Some(64));
+    assert_eq!(split.stage.gpu, None);
+    let staging = region(split.region);
+    assert_eq!(staging.name, "server.rx0.staging");
+    assert_eq!(
+        staging.kind,
+        MemoryKind::Host,
+        "no GPU memory in the layout"
+    );
+    assert_eq!(staging.buf_size, 64 + 65536, "a whole message");
+    assert_eq!(staging.num_bufs, 2 * server.recv_window);
+    assert!(server.tx_staging.is_none(), "host TX region: sent as it is");
+
+    let rx = client.rx_staging.as_ref().expect("device RX region");
+    let tx = client.tx_staging.as_ref().expect("device TX region");
+    assert!(
+        !rx.always && !tx.always,
+        "auto: only when registration fails"
+    );
+    assert_eq!((rx.stage.gpu, tx.stage.gpu), (Some(0), Some(0)));
+    assert_eq!(region(rx.region).kind, MemoryKind::HostPinned);
+    assert_eq!(region(tx.region).name, "client.tx0.staging");
+    assert_eq!(region(tx.region).buf_size, 65536);
+    let text = p.human();
+    assert!(
+        text.contains("receives staged through `client.rx0.staging` (GPU 0 stage) when the NIC cannot register the GPU memory"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "receives staged through `server.rx0.staging` (CPU stage, header-data split)"
+        ),
+        "{text}"
+    );
+
+    let p = rdma_staged_config("gpu_memory_path: staged", "min_rnr_timer: 12").unwrap();
+    let client = &p.rdma.iter().find(|i| !i.listens()).unwrap().slots[0];
+    assert!(client.rx_staging.as_ref().unwrap().always);
+    assert!(client.tx_staging.as_ref().unwrap().always);
+
+    let p = rdma_staged_config("gpu_memory_path: direct", "min_rnr_timer: 12").unwrap();
+    let client = &p.rdma.iter().find(|i| !i.listens()).unwrap().slots[0];
+    assert!(client.rx_staging.is_none() && client.tx_staging.is_none());
+    assert!(!p.regions.iter().any(|r| r.name.starts_with("client.")));
+
+    let e = rdma_staged_config("gpu_memory_path: auto", "gpu_memory_path: direct").unwrap_err();
+    assert!(
+        e.contains("server")
+            && e.contains("splits headers from payload")
+            && e.contains("gpu_memory_path direct"),
         "{e}"
     );
 }

@@ -105,6 +105,12 @@ pub struct ReorderResult {
     pub d2d_gbyte_s: f64,
     /// `reorder_gbyte_s / d2d_gbyte_s`.
     pub ratio: f64,
+    /// The same batches against a device-to-device copy that moves as many bytes as the
+    /// kernel does (it reads the input and writes the output, so the copy is of
+    /// `(input + output) / 2` bytes), both timed in this run: copy time over kernel time.
+    /// Equal to `ratio` without a conversion; for a widening conversion it is the measured
+    /// counterpart of `traffic_bound`.
+    pub ratio_to_equal_traffic_copy: f64,
     /// The highest ratio memory traffic allows: the copy reads and writes the input bytes
     /// once, a conversion reads them and writes its (larger or smaller) output, so at equal
     /// bandwidth the ratio is at most `2 * input / (input + output)` (1 without a
@@ -741,6 +747,10 @@ fn reorder_case(
     let input = gpudirect::DeviceBuffer::alloc(0, stride * ppb as usize)?;
     let output = gpudirect::DeviceBuffer::alloc(0, spec.batch_bytes())?;
     let copy_dst = gpudirect::DeviceBuffer::alloc(0, payload as usize * ppb as usize)?;
+    // The copy that moves what the kernel moves: it reads `bytes` and writes the output.
+    let equal_bytes = (payload as usize * ppb as usize + spec.batch_bytes()) / 2;
+    let equal_src = gpudirect::DeviceBuffer::alloc(0, equal_bytes)?;
+    let equal_dst = gpudirect::DeviceBuffer::alloc(0, equal_bytes)?;
     // Packets in reverse order: sequence number first, then payload bytes.
     let mut host = vec![0u8; stride * ppb as usize];
     for k in 0..ppb as usize {
@@ -758,7 +768,7 @@ fn reorder_case(
         .map(|k| (input.device_ptr() + k * stride as u64, payload + 64))
         .collect();
     let bytes = payload as f64 * ppb as f64;
-    let (mut r, mut c) = (Vec::new(), Vec::new());
+    let (mut r, mut c, mut equal) = (Vec::new(), Vec::new(), Vec::new());
     let (mut submit_us, mut wait_us) = (Vec::new(), Vec::new());
     const REPS: usize = 64;
     let slots = gpudirect::kernels::TABLE_SLOTS;
@@ -780,7 +790,8 @@ fn reorder_case(
             submitting += s.elapsed();
         }
         gpu.sync()?;
-        r.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
+        let reorder_s = t.elapsed().as_secs_f64();
+        r.push(bytes * REPS as f64 / reorder_s / 1e9);
         submit_us.push(submitting.as_secs_f64() * 1e6 / REPS as f64);
         wait_us.push(waiting.as_secs_f64() * 1e6 / REPS as f64);
         let t = Instant::now();
@@ -790,6 +801,15 @@ fn reorder_case(
         }
         gpu.sync()?;
         c.push(bytes * REPS as f64 / t.elapsed().as_secs_f64() / 1e9);
+        let t = Instant::now();
+        for _ in 0..REPS {
+            // SAFETY: both ranges are whole device buffers of `equal_bytes` bytes.
+            unsafe {
+                gpu.copy_device(equal_dst.device_ptr(), equal_src.device_ptr(), equal_bytes)
+            }?;
+        }
+        gpu.sync()?;
+        equal.push(t.elapsed().as_secs_f64() / reorder_s);
     }
     // The output of the last batch is checked against the CPU, so a fast wrong kernel
     // cannot pass.
@@ -813,6 +833,7 @@ fn reorder_case(
         reorder_gbyte_s,
         d2d_gbyte_s,
         ratio: reorder_gbyte_s / d2d_gbyte_s,
+        ratio_to_equal_traffic_copy: median(equal),
         traffic_bound: {
             let (input, output) = (
                 f64::from(spec.in_slot_bytes),
@@ -912,12 +933,13 @@ impl ReorderResult {
     /// Its line of [`GpuReport::human`].
     pub fn line(&self) -> String {
         format!(
-            "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2} (traffic allows {:.2}); per batch {:.1} us submitting, {:.1} us waiting",
+            "  {}: {:.1} GB/s, device copy {:.1} GB/s, ratio {:.2} (traffic allows {:.2}; {:.2} of a copy moving as many bytes); per batch {:.1} us submitting, {:.1} us waiting",
             self.case,
             self.reorder_gbyte_s,
             self.d2d_gbyte_s,
             self.ratio,
             self.traffic_bound,
+            self.ratio_to_equal_traffic_copy,
             self.submit_us_per_batch,
             self.wait_us_per_batch
         )

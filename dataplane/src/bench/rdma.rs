@@ -336,6 +336,10 @@ fn run_side(
                 }
             }
         }
+        // Read before draining: once closed, everything the connection received is in the
+        // queue, so the drain below takes it all and an empty drain means the end. (Read
+        // after, the worker could deliver its last burst between the drain and the check.)
+        let closed = stream.is_closed();
         let mut bad = Vec::new();
         while let Some(burst) = stream.poll() {
             progressed = true;
@@ -372,7 +376,7 @@ fn run_side(
         if rx_done && end_sent && side.outstanding() == 0 {
             break;
         }
-        if stream.is_closed() && !progressed {
+        if closed && !progressed {
             // Everything that arrived before the connection ended is in.
             r.errors += 1;
             r.problems.push(format!(

@@ -321,6 +321,24 @@ pub struct RoceConfig {
     /// `max_inflight_bytes`: bytes of SENDs in flight per connection; divided by the
     /// message size (the TX region's `buf_size`) it gives the send window.
     pub max_inflight_bytes: u64,
+    /// `gpu_memory_path` (ours): how a connection reaches a `device` region.
+    pub gpu_memory_path: GpuMemoryPath,
+}
+
+/// `roce_config.gpu_memory_path` (ours): how an RDMA connection reaches a queue's `device`
+/// region (the choice NCCL and UCX offer as their GPUDirect RDMA setting).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuMemoryPath {
+    /// Register GPU memory with the NIC (dma-buf, else peer memory); where the NIC or
+    /// driver cannot, stage through pinned host memory instead, and say why.
+    #[default]
+    Auto,
+    /// The NIC must read and write GPU memory itself: a connection whose GPU memory it
+    /// cannot register fails.
+    Direct,
+    /// Always stage through pinned host memory (the NIC never touches GPU memory).
+    Staged,
 }
 
 impl RoceConfig {
@@ -344,6 +362,7 @@ impl Default for RoceConfig {
             rnr_retry: 7,
             retry_count: 7,
             max_inflight_bytes: Self::DEFAULT_MAX_INFLIGHT_BYTES,
+            gpu_memory_path: GpuMemoryPath::Auto,
         }
     }
 }

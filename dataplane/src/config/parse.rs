@@ -519,6 +519,15 @@ fn interface(
                 r::uint_in(d, n, p, 1, 1 << 32)
             })
             .unwrap_or(defaults.max_inflight_bytes);
+        let gpu_memory_path = c
+            .optional(d, "gpu_memory_path", |d, n, p| {
+                r::choice(d, n, p, &["auto", "direct", "staged"]).map(|k| match k {
+                    "direct" => GpuMemoryPath::Direct,
+                    "staged" => GpuMemoryPath::Staged,
+                    _ => GpuMemoryPath::Auto,
+                })
+            })
+            .unwrap_or(defaults.gpu_memory_path);
         c.finish(d);
         Some(RoceConfig {
             transport_mode: mode.to_ascii_uppercase(),
@@ -526,6 +535,7 @@ fn interface(
             rnr_retry,
             retry_count,
             max_inflight_bytes,
+            gpu_memory_path,
         })
     });
     if let Some(n) = m.get("rdma_config") {

@@ -269,6 +269,11 @@ pub struct Established {
     /// The RDMA queue pair's retry and RNR settings (read back from the device).
     #[cfg(feature = "rdma")]
     pub qp: ::rdma::verbs::QpSettings,
+    /// The RX stage that moves what `rx` receives into the queue's layout, when the
+    /// connection cannot deliver it there itself.
+    pub(crate) rx_stage: Option<crate::stage::RxStage>,
+    /// The TX stage that copies the application's sends into what `tx` sends from.
+    pub(crate) tx_stage: Option<crate::stage::RxStage>,
 }
 
 /// Accept and connect, for engines whose queues are connections.

@@ -19,11 +19,11 @@ use super::{
     StreamState, StreamStats, TxPort,
 };
 use crate::burst::Burst;
-use crate::config::{RoceConfig, SocketMode};
-use crate::memory::RegionSet;
+use crate::config::{GpuMemoryPath, RoceConfig, SocketMode};
+use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
-use crate::plan::rdma::SlotPlan;
-use crate::rdma_conn::{BurstConnection, SendError};
+use crate::plan::rdma::{SlotPlan, SlotStaging};
+use crate::rdma_conn::{BurstConnection, SendError, register};
 use crate::stats::QueueCounters;
 use rdma::cm::{CmAction, CmEvent, ConfiguredInterface, Server};
 use rdma::verbs::{Connection, ConnectionParams, Listener, ListenerEvent, VerbsError};
@@ -334,11 +334,87 @@ fn establish(
     let iface = &shared.interfaces[position];
     let q = &iface.slots[slot];
     let qp = conn.qp_settings()?;
-    let conn = BurstConnection::new(
+    let regions = &shared.regions;
+    let name = |r: RegionId| regions.get(r).name().to_owned();
+    let path = iface.roce.gpu_memory_path;
+    let rx = reach(
+        q.rx_staging.as_ref(),
+        path,
+        || register(&conn, regions, q.rx_region),
+        |s| register(&conn, regions, s.region),
+    )?;
+    let tx = q
+        .tx_region
+        .map(|t| {
+            reach(
+                q.tx_staging.as_ref(),
+                path,
+                || register(&conn, regions, t),
+                |s| register(&conn, regions, s.region),
+            )
+        })
+        .transpose()?;
+    let mut registered = BTreeMap::new();
+    let layout: Vec<String> = q.rx_layout.iter().map(|&r| name(r)).collect();
+    let (rx_region, rx_stage) = match rx {
+        Reach::Direct(reg) => {
+            if regions.get(q.rx_region).host_accessible() {
+                tracing::debug!(
+                    "interface `{}` connection {slot}: receives land in `{}`",
+                    iface.name,
+                    layout[0]
+                );
+            } else {
+                tracing::info!(
+                    "interface `{}` connection {slot}: receives land in GPU memory `{}` (the NIC registered it)",
+                    iface.name,
+                    layout[0]
+                );
+            }
+            registered.insert(q.rx_region, reg);
+            (q.rx_region, None)
+        }
+        Reach::Staged(reg, why) => {
+            let s = q
+                .rx_staging
+                .as_ref()
+                .expect("staged only with a staging region");
+            tracing::info!(
+                "interface `{}` connection {slot}: receives land in `{}` and the RX stage moves them into `{}`: {why}",
+                iface.name,
+                name(s.region),
+                layout.join("` + `")
+            );
+            registered.insert(s.region, reg);
+            (s.region, Some(stage(regions, &q.rx_layout, &s.stage)?))
+        }
+    };
+    let tx_stage = match (tx, q.tx_region) {
+        (Some(Reach::Direct(reg)), Some(t)) => {
+            registered.insert(t, reg);
+            None
+        }
+        (Some(Reach::Staged(reg, why)), Some(t)) => {
+            let s = q
+                .tx_staging
+                .as_ref()
+                .expect("staged only with a staging region");
+            tracing::info!(
+                "interface `{}` connection {slot}: sends are staged out of `{}` into `{}` before the NIC reads them: {why}",
+                iface.name,
+                name(t),
+                name(s.region)
+            );
+            registered.insert(s.region, reg);
+            Some(stage(regions, &[s.region], &s.stage)?)
+        }
+        _ => None,
+    };
+    let conn = BurstConnection::with_registrations(
         conn,
         shared.regions.clone(),
-        q.rx_region,
-        &q.tx_region.into_iter().collect::<Vec<_>>(),
+        rx_region,
+        registered,
         (iface.index as u16, slot as u16),
         q.recv_window,
     )?;
@@ -364,8 +440,68 @@ fn establish(
         }),
         state: state.clone(),
         qp,
+        rx_stage,
+        tx_stage,
     };
     Ok((established, state))
+}
+
+/// How one side of a connection reaches the application's region.
+#[derive(Debug, PartialEq)]
+enum Reach<R> {
+    /// The NIC reads or writes it: its registration.
+    Direct(R),
+    /// Through the slot's host staging region: its registration, and why.
+    Staged(R, String),
+}
+
+/// Decides how one side of a slot reaches its region, registering what it uses: `direct`
+/// registers the application's region, `staged` the staging region. Without staging the
+/// side is direct; a split, or `gpu_memory_path: staged`, always stages; otherwise (GPU
+/// memory, `auto`) a direct registration is tried first and its failure is the reason to
+/// stage.
+fn reach<R>(
+    staging: Option<&SlotStaging>,
+    path: GpuMemoryPath,
+    direct: impl FnOnce() -> Result<R, VerbsError>,
+    staged: impl FnOnce(&SlotStaging) -> Result<R, VerbsError>,
+) -> Result<Reach<R>, VerbsError> {
+    let Some(s) = staging else {
+        return direct().map(Reach::Direct);
+    };
+    if s.always {
+        let why = if s.stage.split_header_bytes.is_some() {
+            "the queue splits headers from payload, and the NIC writes a message into one buffer"
+        } else if path == GpuMemoryPath::Staged {
+            "roce_config.gpu_memory_path is staged"
+        } else {
+            "the slot is always staged"
+        };
+        return staged(s).map(|r| Reach::Staged(r, why.to_owned()));
+    }
+    match direct() {
+        Ok(r) => Ok(Reach::Direct(r)),
+        Err(e) => {
+            let why = format!(
+                "the NIC cannot register the GPU memory ({e}); set roce_config.gpu_memory_path: direct to fail instead"
+            );
+            staged(s).map(|r| Reach::Staged(r, why))
+        }
+    }
+}
+
+/// The stage between a slot's staging region and `targets`.
+fn stage(
+    regions: &Arc<RegionSet>,
+    targets: &[RegionId],
+    plan: &crate::plan::StagePlan,
+) -> Result<crate::stage::RxStage, VerbsError> {
+    crate::stage::RxStage::new(regions, targets, crate::plane::CONNECTION_BURST, plan).map_err(
+        |e| VerbsError::Call {
+            what: "setting up the connection's GPU stage",
+            detail: e.to_string(),
+        },
+    )
 }
 
 /// The RDMA engine: the `roce://` interfaces, their listeners and the connection manager.
@@ -742,5 +878,98 @@ impl CmLoop {
         // connection and its slot. Nothing is joined here.
         state.close();
         self.server.on_event(&CmEvent::Disconnected(conn));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The choice between the NIC reaching a region and staging it. Registration is a
+    //! closure here: no machine has both a GPU and an RDMA device, so a NIC that cannot
+    //! register GPU memory is stood in for by a registration that fails. The staged path
+    //! itself runs over real verbs in `tests/rdma_bursts.rs` (a header-data split).
+    use super::*;
+    use crate::config::StageMode;
+    use crate::plan::StagePlan;
+    use std::cell::Cell;
+
+    fn staging(always: bool, split: Option<usize>) -> SlotStaging {
+        SlotStaging {
+            region: 7,
+            stage: StagePlan {
+                split_header_bytes: split,
+                gpu: Some(0),
+                mode: StageMode::Copy,
+            },
+            always,
+        }
+    }
+
+    fn refused() -> Result<&'static str, VerbsError> {
+        Err(VerbsError::Call {
+            what: "registering GPU memory",
+            detail: "no dma-buf; ibv_reg_mr: Bad address".into(),
+        })
+    }
+
+    #[test]
+    fn gpu_memory_is_registered_when_the_nic_can_and_staged_when_it_cannot() {
+        let auto = staging(false, None);
+        let tried = Cell::new(0);
+        let direct = || {
+            tried.set(tried.get() + 1);
+            Ok("gpu")
+        };
+        assert_eq!(
+            reach(Some(&auto), GpuMemoryPath::Auto, direct, |_| Ok("staging")).unwrap(),
+            Reach::Direct("gpu")
+        );
+        assert_eq!(tried.get(), 1);
+        match reach(Some(&auto), GpuMemoryPath::Auto, refused, |s| {
+            assert_eq!(s.region, 7);
+            Ok("staging")
+        })
+        .unwrap()
+        {
+            Reach::Staged("staging", why) => assert!(
+                why.contains("cannot register the GPU memory")
+                    && why.contains("Bad address")
+                    && why.contains("gpu_memory_path: direct"),
+                "{why}"
+            ),
+            other => panic!("expected staging, got {other:?}"),
+        }
+        // Nothing to fall back to: the failure is the connection's.
+        let e = reach(None, GpuMemoryPath::Auto, refused, |_| Ok("staging")).unwrap_err();
+        assert!(e.to_string().contains("Bad address"), "{e}");
+        // A staging region that cannot be registered either fails the connection.
+        assert!(reach(Some(&auto), GpuMemoryPath::Auto, refused, |_| refused()).is_err());
+    }
+
+    #[test]
+    fn splits_and_staged_paths_never_try_the_gpu_registration() {
+        for (s, path, says) in [
+            (
+                staging(true, Some(64)),
+                GpuMemoryPath::Auto,
+                "splits headers",
+            ),
+            (
+                staging(true, None),
+                GpuMemoryPath::Staged,
+                "gpu_memory_path is staged",
+            ),
+        ] {
+            let got = reach(
+                Some(&s),
+                path,
+                || -> Result<&str, VerbsError> { panic!("direct registration tried") },
+                |_| Ok("staging"),
+            )
+            .unwrap();
+            match got {
+                Reach::Staged("staging", why) => assert!(why.contains(says), "{why}"),
+                other => panic!("expected staging, got {other:?}"),
+            }
+        }
     }
 }

@@ -319,7 +319,7 @@ impl Plan {
             .then(|| dpdk::plan(config, &regions))
             .transpose()?;
         let rdma = if capabilities.connections {
-            // Connections land in their regions as they are: nothing to stage.
+            // A connection's stage, where it has one, runs on the connection's worker.
             if let Some((i, _, q)) = config
                 .queues()
                 .find(|(_, d, q)| *d == Direction::Rx && q.stage_core.is_some())
@@ -329,7 +329,7 @@ impl Plan {
                     direction: Direction::Rx,
                     queue: q.id,
                     reason: format!(
-                        "stage_core is set, but the queue needs no stage: the {} engine delivers into its memory regions as they are",
+                        "stage_core is set, but the {} engine has none: a connection that needs a stage (header-data split, GPU memory the NIC cannot register) runs it on its own worker",
                         config.engine.name()
                     ),
                 });
@@ -617,17 +617,41 @@ impl Plan {
                 i.name, i.mode, i.local, i.retry_connect_s
             );
             for (n, slot) in i.slots.iter().enumerate() {
+                let name = |r: u16| self.regions[r as usize].name.as_str();
+                let layout: Vec<&str> = slot.rx_layout.iter().map(|&r| name(r)).collect();
                 let _ = writeln!(
                     s,
                     "  slot {n}: rx region `{}`{}, core {}, recv window {}, send window {}",
-                    self.regions[slot.rx_region as usize].name,
+                    layout.join("` + `"),
                     slot.tx_region
-                        .map(|t| format!(", tx region `{}`", self.regions[t as usize].name))
+                        .map(|t| format!(", tx region `{}`", name(t)))
                         .unwrap_or_default(),
                     slot.core,
                     slot.recv_window,
                     slot.send_window
                 );
+                for (side, staging) in [("receives", &slot.rx_staging), ("sends", &slot.tx_staging)]
+                {
+                    let Some(st) = staging else { continue };
+                    let _ = writeln!(
+                        s,
+                        "    {side} staged through `{}` ({} stage{}){}",
+                        name(st.region),
+                        st.stage
+                            .gpu
+                            .map_or("CPU".to_owned(), |g| format!("GPU {g}")),
+                        if st.stage.split_header_bytes.is_some() {
+                            ", header-data split"
+                        } else {
+                            ""
+                        },
+                        if st.always {
+                            ""
+                        } else {
+                            " when the NIC cannot register the GPU memory"
+                        }
+                    );
+                }
             }
         }
         s

@@ -2,7 +2,9 @@
 //! and DPDK virtual devices, which copy frames on the CPU and cannot reach GPU memory): a
 //! queue whose layout is elsewhere (GPU memory; for sockets also header-data split) gets a
 //! host region of its own that the engine receives into or sends from, and the worker's
-//! stage moves packets between it and the queue's layout.
+//! stage moves packets between it and the queue's layout. RDMA connection slots get theirs
+//! from [`super::rdma`]: a NIC writes one buffer per message and may be unable to register
+//! GPU memory.
 
 use crate::config::{
     Config, Direction, EngineKind, InterfaceConfig, MemoryKind, MemoryRegionConfig,
@@ -48,6 +50,12 @@ fn staging_buffers(batch: usize) -> usize {
 /// then go by DMA), plain host memory otherwise.
 pub fn with_staging_regions(config: &Config) -> Config {
     let mut c = config.clone();
+    // Connection slots the NIC cannot deliver as laid out ([`super::rdma::SlotPlan`]).
+    for m in super::rdma::staging_regions(config) {
+        if c.memory_region(&m.name).is_none() {
+            c.memory_regions.push(m);
+        }
+    }
     let kind_of = |name: &String| config.memory_region(name).map(|m| (m.kind, m));
     for iface in &config.interfaces {
         let Some(copies) = cpu_copies(config, iface) else {
