@@ -358,6 +358,33 @@ fn rdma_slots_are_staged_where_the_nic_cannot_reach_their_layout() {
     );
 }
 
+/// Regions a connection cannot use are refused, not left unused: a SEND leaves from one
+/// buffer, and a message splits into at most headers and payload.
+#[test]
+fn rdma_queues_with_regions_a_connection_cannot_use_are_refused() {
+    let name = "rdma_loopback.yaml";
+    let original =
+        fill_placeholders(&std::fs::read_to_string(root().join("configs").join(name)).unwrap());
+    for (from, to, says) in [
+        (
+            r#"{name: "Client_TX_Queue", id: 0, cpu_core: 0, batch_size: 1}"#,
+            r#"{name: "Client_TX_Queue", id: 0, cpu_core: 0, batch_size: 1, memory_regions: ["DATA_TX_GPU_CLIENT", "DATA_TX_GPU_SERVER"]}"#,
+            "TX queue 0 has 2 memory regions; an RDMA SEND goes out of one buffer",
+        ),
+        (
+            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1}"#,
+            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1, memory_regions: ["DATA_RX_GPU_SERVER", "DATA_RX_GPU_CLIENT", "DATA_TX_GPU_SERVER"]}"#,
+            "RX queue 0 has 3 memory regions; a connection splits each message into at most two",
+        ),
+    ] {
+        let text = original.replace(from, to);
+        assert_ne!(text, original);
+        let cfg = load(&text, name).unwrap();
+        let e = Plan::from_config(&cfg).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}
+
 #[test]
 fn every_other_shipped_config_plans() {
     let mut names: Vec<String> = std::fs::read_dir(root().join("configs"))
