@@ -2,6 +2,8 @@
 //! the plan's key facts. No machine is needed: planning makes no system call (cores are
 //! taken as present, so configurations for bigger hosts plan here too).
 
+mod common;
+
 use dataplane::config::{self, Config, Direction, MemoryKind, StageMode};
 use dataplane::plan::dpdk::RxReceive;
 use dataplane::plan::{EthSrc, Overflow, Plan, PlanError};
@@ -252,15 +254,7 @@ fn rdma_staged_config(client_roce: &str, server_roce: &str) -> Result<Plan, Stri
     let name = "rdma_loopback.yaml";
     let original =
         fill_placeholders(&std::fs::read_to_string(root().join("configs").join(name)).unwrap());
-    let text = original
-        .replace(
-            r#"    - {name: "DATA_RX_GPU_SERVER""#,
-            "    - {name: \"HDR\", kind: \"host\", affinity: 0, num_bufs: 128, buf_size: 64}\n    - {name: \"DATA_RX_GPU_SERVER\"",
-        )
-        .replace(
-            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1}"#,
-            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1, memory_regions: ["HDR", "DATA_RX_GPU_SERVER"]}"#,
-        )
+    let text = common::rdma_loopback_with_split_server_rx(&original)
         .replace(
             r#"{name: "DATA_TX_GPU_CLIENT", kind: "host""#,
             r#"{name: "DATA_TX_GPU_CLIENT", kind: "device""#,
@@ -279,7 +273,6 @@ fn rdma_staged_config(client_roce: &str, server_roce: &str) -> Result<Plan, Stri
             &format!("        transport_mode: RC\n        {client_roce}\n      tx:"),
             1,
         );
-    assert_eq!(text.matches("memory_regions: [\"HDR\"").count(), 1);
     assert_eq!(text.matches("kind: \"device\"").count(), 2);
     assert!(text.contains(client_roce) && text.contains(server_roce));
     let cfg = load(&text, name).map_err(|e| e.to_string())?;

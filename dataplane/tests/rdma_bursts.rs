@@ -3,6 +3,8 @@
 //! order, and every buffer is back in its pool at the end. Without an RDMA device it prints
 //! SKIP.
 
+mod common;
+
 use dataplane::Burst;
 use dataplane::config::{Access, MemoryKind, MemoryRegionConfig};
 use dataplane::memory::RegionSet;
@@ -328,16 +330,7 @@ fn a_split_rx_queue_receives_through_its_staging_region_into_both_regions() {
         eprintln!("SKIP: {e}");
         return;
     }
-    let text = loopback_config_text()
-        .replace(
-            r#"    - {name: "DATA_RX_GPU_SERVER""#,
-            "    - {name: \"HDR\", kind: \"host\", affinity: 0, num_bufs: 128, buf_size: 64}\n    - {name: \"DATA_RX_GPU_SERVER\"",
-        )
-        .replace(
-            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1}"#,
-            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1, memory_regions: ["HDR", "DATA_RX_GPU_SERVER"]}"#,
-        );
-    assert!(text.contains(r#"memory_regions: ["HDR""#));
+    let text = common::rdma_loopback_with_split_server_rx(&loopback_config_text());
     let cfg = dataplane::config::load_str(&text, "split.yaml")
         .expect("config")
         .config;

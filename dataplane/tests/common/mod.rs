@@ -287,3 +287,23 @@ pub fn assert_quantize_verified(report: &dataplane::bench::raw::RawReport) {
     assert_eq!(r.verified_chunks, r.aggregated_packets * 32);
     assert_eq!(r.aggregated_packets, report.tx_packets);
 }
+
+/// `configs/rdma_loopback.yaml`'s text with the server's RX queue split: a 64-byte header
+/// region `HDR` first, then `DATA_RX_GPU_SERVER` for the payload.
+pub fn rdma_loopback_with_split_server_rx(original: &str) -> String {
+    let text = original
+        .replace(
+            r#"    - {name: "DATA_RX_GPU_SERVER""#,
+            "    - {name: \"HDR\", kind: \"host\", affinity: 0, num_bufs: 128, buf_size: 64}\n    - {name: \"DATA_RX_GPU_SERVER\"",
+        )
+        .replace(
+            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1}"#,
+            r#"{name: "Server_RX_Queue", id: 0, cpu_core: 1, batch_size: 1, memory_regions: ["HDR", "DATA_RX_GPU_SERVER"]}"#,
+        );
+    assert_eq!(
+        text.matches(r#"memory_regions: ["HDR""#).count(),
+        1,
+        "the split applies"
+    );
+    text
+}
