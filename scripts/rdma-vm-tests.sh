@@ -27,11 +27,13 @@ trap 'rm -rf "$work"' EXIT
 cat > "$work/run.sh" <<EOF2
 #!/bin/sh
 for b in $(echo $bins); do "\$b" --test-threads=1 --nocapture || exit \$?; done
-echo "--- dataplane bench rdma configs/rdma_loopback.yaml --mode both"
-"$dp" bench rdma "$PWD/configs/rdma_loopback.yaml" --mode both --seconds 3 --json
+for c in rdma_loopback rdma_split; do
+  echo "--- dataplane bench rdma configs/\$c.yaml --mode both"
+  "$dp" bench rdma "$PWD/configs/\$c.yaml" --mode both --seconds 3 --json || exit \$?
+done
 EOF2
 chmod +x "$work/run.sh"
-files=(--file "$work" --file "$dp" --file "$PWD/configs/rdma_loopback.yaml")
+files=(--file "$work" --file "$dp" --file "$PWD/configs/rdma_loopback.yaml" --file "$PWD/configs/rdma_split.yaml")
 for b in $bins; do files+=(--file "$b"); done
 for l in $( (ldd "$dp"; for b in $bins; do ldd "$b"; done) | grep -o '=> /[^ ]*\|^\s*/[^ ]*' | grep -o '/[^ ]*' | sort -u); do files+=(--file "$l"); done
 "$TOOLS/rxe-vm" --timeout 600 "${files[@]}" -- "$work/run.sh" 2>&1 | tee "$work/out.txt"
@@ -40,8 +42,10 @@ rc=${PIPESTATUS[0]}
 python3 - "$work/out.txt" <<'PY'
 import json, sys
 lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith('{"mode"')]
-r = json.loads(lines[-1])
-assert r["errors"] == 0 and r["server"]["messages_received"] > 0 and r["client"]["messages_received"] > 0, r
-print(f"rdma-vm-tests: bench --mode both: server received {r['server']['messages_received']}, "
-      f"client received {r['client']['messages_received']}, errors 0")
+assert len(lines) == 2, f"expected reports for rdma_loopback and rdma_split, got {len(lines)}"
+for name, line in zip(["rdma_loopback", "rdma_split"], lines):
+    r = json.loads(line)
+    assert r["errors"] == 0 and r["server"]["messages_received"] > 0 and r["client"]["messages_received"] > 0, r
+    print(f"rdma-vm-tests: bench {name} --mode both: server received {r['server']['messages_received']}, "
+          f"client received {r['client']['messages_received']}, errors 0")
 PY

@@ -274,6 +274,8 @@ fn run_side(
     let mut r = SideReport::default();
     let mut next_rx = 0u64;
     let mut peer_total: Option<u64> = None;
+    // Scratch space that joins the segments of a split message.
+    let mut joined: Vec<u8> = Vec::new();
     let start = Instant::now();
     let send_until = start + Duration::from_secs_f64(seconds);
     // Messages filled so far; `unsent` holds a filled burst the connection's queue
@@ -344,7 +346,18 @@ fn run_side(
         while let Some(burst) = stream.poll() {
             progressed = true;
             for i in 0..burst.len() {
-                let Some(m) = burst.data(i, 0) else {
+                // A split queue (headers, payload) holds a message in two segments.
+                let segments = burst.packets()[i].segments().len();
+                let m = if segments == 1 {
+                    burst.data(i, 0)
+                } else {
+                    joined.clear();
+                    (0..segments)
+                        .map(|seg| burst.data(i, seg).map(|d| joined.extend_from_slice(d)))
+                        .collect::<Option<()>>()
+                        .map(|()| joined.as_slice())
+                };
+                let Some(m) = m else {
                     bad.push("a message arrived in memory the CPU cannot read".to_owned());
                     continue;
                 };
