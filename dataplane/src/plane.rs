@@ -11,6 +11,7 @@ use crate::engine::{
 };
 use crate::hugepages::{self, PreflightError};
 use crate::memory::{MemoryError, RegionId, RegionSet};
+use crate::plan::rdma::CONNECTION_BURST;
 use crate::plan::{EthSrc, Plan, PlanError};
 use crate::stats::{QueueCounters, QueueStats, Snapshot};
 use crate::steering::{FlowError, FlowHandle, InterfaceSteering};
@@ -525,9 +526,6 @@ pub enum RecvError {
     #[error("the data plane was shut down")]
     Stopped,
 }
-
-/// Packets per burst of a connection's queues.
-pub(crate) const CONNECTION_BURST: usize = 64;
 
 /// The application's end of a connection (see [`DataPlane::accept`]): its queues, run by
 /// the worker of the connection's core. Dropping it closes the connection.

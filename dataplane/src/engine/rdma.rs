@@ -496,7 +496,7 @@ fn stage(
     targets: &[RegionId],
     plan: &crate::plan::StagePlan,
 ) -> Result<crate::stage::RxStage, VerbsError> {
-    crate::stage::RxStage::new(regions, targets, crate::plane::CONNECTION_BURST, plan).map_err(
+    crate::stage::RxStage::new(regions, targets, crate::plan::rdma::CONNECTION_BURST, plan).map_err(
         |e| VerbsError::Call {
             what: "setting up the connection's GPU stage",
             detail: e.to_string(),

@@ -12,6 +12,9 @@ use crate::config::{
 use serde::Serialize;
 use std::net::SocketAddr;
 
+/// Packets per burst of a connection's queues (and of its stages).
+pub const CONNECTION_BURST: usize = 64;
+
 /// Largest receive window per connection (the RX region may hold fewer buffers).
 pub const MAX_RECV_WINDOW: usize = 1024;
 
