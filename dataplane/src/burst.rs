@@ -146,6 +146,45 @@ impl Burst {
         Some(burst)
     }
 
+    /// A burst with one buffer of `region` for each packet of `like`, whose descriptors
+    /// are `like`'s (length, flow id, time) with the new buffer in place of their one
+    /// segment: each written once, as a whole copy, where [`Burst::allocate`] and setting
+    /// the lengths after would write every descriptor twice, field by field (the stage's
+    /// per-burst CPU cost at small packets). Segment bytes are not copied.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn allocate_like(like: &Burst, region: RegionId) -> Result<Self, AllocateLike> {
+        let cap = like.regions.get(region).buf_size();
+        if like
+            .packets
+            .iter()
+            .any(|p| p.num_segments != 1 || p.segments[0].len as usize > cap)
+        {
+            return Err(AllocateLike::Shape);
+        }
+        let n = like.packets.len();
+        let mut on_stack = [0u32; 512];
+        let mut on_heap = Vec::new();
+        let indices: &mut [u32] = if n <= on_stack.len() {
+            &mut on_stack[..n]
+        } else {
+            on_heap.resize(n, 0);
+            &mut on_heap
+        };
+        if !like.regions.get(region).alloc_bulk(indices) {
+            return Err(AllocateLike::NoBuffers);
+        }
+        let mut burst = Self::empty(like.regions.clone(), like.port, like.queue, n);
+        burst
+            .packets
+            .extend(like.packets.iter().zip(indices.iter()).map(|(p, &index)| {
+                let mut q = *p;
+                q.segments[0].region = region;
+                q.segments[0].index = index;
+                q
+            }));
+        Ok(burst)
+    }
+
     /// Interface index (port id).
     pub fn port(&self) -> u16 {
         self.port
@@ -228,23 +267,6 @@ impl Burst {
         let p = &self.packets[i];
         let s = p.segments[..p.num_segments as usize][seg];
         self.regions.get(s.region).buf_size()
-    }
-
-    /// Sets a one-segment packet's length, flow id and timestamp at once (what a stage copies
-    /// from the packet it stands for); the length is checked against the buffer as in
-    /// [`Burst::set_len`].
-    #[cfg(feature = "cuda")]
-    #[inline]
-    pub(crate) fn set_single(&mut self, i: usize, len: usize, flow_id: u32, timestamp_ns: u64) {
-        let p = &mut self.packets[i];
-        let cap = self.regions.get(p.segments[0].region).buf_size();
-        assert!(
-            p.num_segments >= 1 && len <= cap,
-            "segment length {len} exceeds the {cap}-byte buffer"
-        );
-        p.segments[0].len = len as u32;
-        p.flow_id = flow_id;
-        p.timestamp_ns = timestamp_ns;
     }
 
     /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
@@ -495,6 +517,16 @@ fn assert_same_memory(from: &Burst, outputs: &[Burst]) {
     );
 }
 
+/// Why [`Burst::allocate_like`] made no burst.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllocateLike {
+    /// A packet has more than one segment or more bytes than the region's buffers hold.
+    Shape,
+    /// The region has too few free buffers.
+    NoBuffers,
+}
+
 impl Drop for Burst {
     fn drop(&mut self) {
         // Return buffers in bulk per region: one pool operation per run of equal regions.
@@ -561,6 +593,56 @@ mod tests {
             location: Default::default(),
         };
         Arc::new(RegionSet::allocate(&[mk("hdr", 16), mk("data", 8)]).unwrap())
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
+        let mk =
+            |name: &str, n, buf_size| MemoryRegionConfig::new(name, MemoryKind::Host, n, buf_size);
+        let r = Arc::new(RegionSet::allocate(&[mk("src", 16, 512), mk("dst", 8, 256)]).unwrap());
+        let mut src = Burst::allocate(r.clone(), 3, 7, &[0], 4).unwrap();
+        for i in 0..4 {
+            src.set_len(i, 0, 10 * i + 1);
+            src.set_flow_id(i, 100 + i as u32);
+            src.set_timestamp(i, 1000 + i as u64);
+        }
+        let out = Burst::allocate_like(&src, 1).unwrap();
+        assert_eq!((out.port(), out.queue(), out.len()), (3, 7, 4));
+        assert_eq!(r.get(1).available(), 4, "one buffer per packet");
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, p) in out.packets().iter().enumerate() {
+            let [s] = p.segments() else {
+                panic!("one segment")
+            };
+            assert_eq!((s.region, s.len), (1, 10 * i as u32 + 1));
+            assert_eq!(
+                (p.flow_id, p.timestamp_ns),
+                (100 + i as u32, 1000 + i as u64)
+            );
+            assert!(seen.insert(s.index), "each buffer once");
+        }
+        drop(out);
+        assert_eq!(r.get(1).available(), 8, "every buffer back");
+
+        // Too few buffers: nothing taken.
+        let many = Burst::allocate(r.clone(), 0, 0, &[0], 9).unwrap();
+        assert_eq!(
+            Burst::allocate_like(&many, 1).err(),
+            Some(AllocateLike::NoBuffers)
+        );
+        // A packet longer than the buffers, or with two segments: refused, nothing taken.
+        src.set_len(2, 0, 257);
+        assert_eq!(
+            Burst::allocate_like(&src, 1).err(),
+            Some(AllocateLike::Shape)
+        );
+        let two = Burst::allocate(r.clone(), 0, 0, &[0, 0], 1).unwrap();
+        assert_eq!(
+            Burst::allocate_like(&two, 1).err(),
+            Some(AllocateLike::Shape)
+        );
+        assert_eq!(r.get(1).available(), 8);
     }
 
     #[test]

@@ -450,25 +450,47 @@ impl RxStage {
             return Ok(());
         }
         let n = burst.len();
-        let Some(mut out) = Burst::allocate(
-            self.regions.clone(),
-            burst.port(),
-            burst.queue(),
-            &self.layout,
-            n,
-        ) else {
+        // Copy mode into one device region: the output descriptors are the source's,
+        // written once (lengths, flows and times included), for the one-copy paths below.
+        #[cfg(feature = "cuda")]
+        let like = if self.copies_into_one_device_region() {
+            match Burst::allocate_like(&burst, self.layout[0]) {
+                Ok(out) => Some(Some(out)),
+                Err(crate::burst::AllocateLike::NoBuffers) => Some(None),
+                // Not single-segment packets that fit: the general path says why.
+                Err(crate::burst::AllocateLike::Shape) => None,
+            }
+        } else {
+            None
+        };
+        #[cfg(not(feature = "cuda"))]
+        let like: Option<Option<Burst>> = None;
+        let shaped = like.is_some();
+        let out = match like {
+            Some(out) => out,
+            None => Burst::allocate(
+                self.regions.clone(),
+                burst.port(),
+                burst.queue(),
+                &self.layout,
+                n,
+            ),
+        };
+        let Some(mut out) = out else {
             // Buffers held by the open copy come back only once it is issued.
             self.flush_before(&burst)?;
             return Err(StageError::NoBuffers(burst));
         };
         #[cfg(feature = "cuda")]
-        if let Some(span) = self.contiguous_span(&burst, &mut out) {
+        if shaped && let Some(span) = self.contiguous_span(&burst, &out) {
             return self.submit_span(span, out, burst);
         }
         #[cfg(feature = "cuda")]
-        if let Some((dst, width)) = self.pageable_upload(&burst, &mut out) {
+        if shaped && let Some((dst, width)) = self.pageable_upload(&burst, &out) {
             return self.submit_pageable(burst, out, dst, width);
         }
+        #[cfg(not(feature = "cuda"))]
+        let _ = shaped;
         #[cfg(feature = "cuda")]
         {
             self.flush_before(&burst)?;
@@ -574,11 +596,10 @@ impl RxStage {
     /// buffers of one DMA-reachable region (pinned host or device memory, as a pool hands
     /// them out under load), going into consecutive buffers of a device region, whole
     /// packets, copy mode. One contiguous copy when both regions have the same stride,
-    /// else one strided (2D) copy of the longest packet's bytes per buffer. Fills `out`'s
-    /// lengths, flow ids and times on the way; `None` leaves the burst to the general
-    /// path, which sets `out` again.
+    /// else one strided (2D) copy of the longest packet's bytes per buffer. `out` is
+    /// [`Burst::allocate_like`]'s; `None` leaves the burst to the general path.
     #[cfg(feature = "cuda")]
-    fn contiguous_span(&self, burst: &Burst, out: &mut Burst) -> Option<SpanCopy> {
+    fn contiguous_span(&self, burst: &Burst, out: &Burst) -> Option<SpanCopy> {
         let first = *burst.packets().first()?.segments().first()?;
         let (src_region, dst_region) = (
             self.regions.get(first.region),
@@ -590,7 +611,7 @@ impl RxStage {
             _ => return None,
         };
         // Sources and destinations must be consecutive the same way.
-        let (descending, longest) = self.fill_consecutive(burst, out, true)?;
+        let (descending, longest) = self.consecutive(burst, out, true)?;
         let n = burst.len();
         // From the lowest buffer; the last row ends with the highest buffer's packet.
         let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
@@ -615,11 +636,11 @@ impl RxStage {
 
     /// Copy mode, a burst of single-segment packets from pageable memory going into
     /// consecutive buffers of a device region (either direction): the output burst's
-    /// lengths, flow ids and times set, and the device range one upload covers (lowest
-    /// buffer's address, bytes up to the highest buffer's packet end). `None` leaves the
-    /// burst to the general path, which sets `out` again.
+    /// device range one upload covers (lowest buffer's address, bytes up to the highest
+    /// buffer's packet end). `out` is [`Burst::allocate_like`]'s; `None` leaves the burst
+    /// to the general path.
     #[cfg(feature = "cuda")]
-    fn pageable_upload(&self, burst: &Burst, out: &mut Burst) -> Option<(u64, usize)> {
+    fn pageable_upload(&self, burst: &Burst, out: &Burst) -> Option<(u64, usize)> {
         let first = *burst.packets().first()?.segments().first()?;
         if !matches!(
             self.regions.get(first.region).kind(),
@@ -627,7 +648,7 @@ impl RxStage {
         ) {
             return None;
         }
-        let (descending, _) = self.fill_consecutive(burst, out, false)?;
+        let (descending, _) = self.consecutive(burst, out, false)?;
         let n = burst.len();
         let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
         let width = (n - 1) * self.regions.get(self.layout[0]).stride()
@@ -636,32 +657,26 @@ impl RxStage {
         (width <= slot_bytes).then(|| (out.segment_addr(low, 0), width))
     }
 
-    /// Copy mode into one device region, the shared check of [`RxStage::contiguous_span`]
-    /// and [`RxStage::pageable_upload`]: `burst`'s packets are single-segment, of one
-    /// region, fit their output buffers, and those are consecutive (ascending or
-    /// descending, as a pool hands back buffers in the order they were freed), with
-    /// `sources_too` the source buffers the same way. Sets the output burst's lengths,
-    /// flow ids and times on the way; returns whether the buffers descend and the longest
-    /// packet. `None` leaves the burst to the general path, which sets `out` again.
+    /// Copy mode into one device region, whole packets: where the one-copy paths apply
+    /// and [`Burst::allocate_like`] makes the output burst.
     #[cfg(feature = "cuda")]
-    fn fill_consecutive(
-        &self,
-        burst: &Burst,
-        out: &mut Burst,
-        sources_too: bool,
-    ) -> Option<(bool, usize)> {
-        if self.gpu.as_ref()?.mode != StageMode::Copy
-            || self.layout.len() != 1
-            || self.split.is_some()
-        {
-            return None;
-        }
-        let dst_region = self.regions.get(self.layout[0]);
-        if dst_region.kind() != MemoryKind::Device {
-            return None;
-        }
+    fn copies_into_one_device_region(&self) -> bool {
+        self.gpu.as_ref().is_some_and(|g| g.mode == StageMode::Copy)
+            && self.layout.len() == 1
+            && self.split.is_none()
+            && self.regions.get(self.layout[0]).kind() == MemoryKind::Device
+    }
+
+    /// The shared check of [`RxStage::contiguous_span`] and [`RxStage::pageable_upload`]:
+    /// `burst`'s packets are of one region and their output buffers (in `out`, from
+    /// [`Burst::allocate_like`], so single-segment and fitting) are consecutive
+    /// (ascending or descending, as a pool hands back buffers in the order they were
+    /// freed), with `sources_too` the source buffers the same way. Returns whether the
+    /// buffers descend and the longest packet; `None` leaves the burst to the general path.
+    #[cfg(feature = "cuda")]
+    fn consecutive(&self, burst: &Burst, out: &Burst, sources_too: bool) -> Option<(bool, usize)> {
         let first = *burst.packets().first()?.segments().first()?;
-        let (cap, n) = (dst_region.buf_size(), burst.len());
+        let n = burst.len();
         let out_first = out.packets()[0].segments()[0].index;
         let descending = n > 1 && out.packets()[1].segments()[0].index < out_first;
         let at = |base: u32, k: u32| {
@@ -672,18 +687,15 @@ impl RxStage {
             }
         };
         let mut longest = 0;
-        for i in 0..n {
-            let p = burst.packets()[i];
-            let [s] = p.segments() else { return None };
-            let k = i as u32;
+        for (k, (p, o)) in burst.packets().iter().zip(out.packets()).enumerate() {
+            let (s, d) = (p.segments()[0], o.segments()[0]);
+            let k = k as u32;
             if s.region != first.region
                 || (sources_too && s.index != at(first.index, k))
-                || out.packets()[i].segments()[0].index != at(out_first, k)
-                || s.len as usize > cap
+                || d.index != at(out_first, k)
             {
                 return None;
             }
-            out.set_single(i, s.len as usize, p.flow_id, p.timestamp_ns);
             longest = longest.max(s.len as usize);
         }
         Some((descending, longest))
