@@ -12,7 +12,9 @@
 
 #![forbid(unsafe_code)]
 
-use crate::config::{Config, EngineKind, MemoryKind, Transport, validate::is_pci_address};
+use crate::config::{
+    Config, EngineKind, GpuMemoryPath, MemoryKind, Transport, validate::is_pci_address,
+};
 use crate::plan::Plan;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -880,8 +882,30 @@ fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
             );
         }
     }
-    let rdma_into_gpu =
-        c.engine == EngineKind::Rdma && gpu_regions.iter().any(|r| r.kind == MemoryKind::Device);
+    // RDMA interfaces that would register GPU memory, and whether one insists
+    // (`gpu_memory_path: direct`; `auto` stages where it cannot, `staged` always does).
+    let rdma_paths: Vec<GpuMemoryPath> = if c.engine == EngineKind::Rdma
+        && gpu_regions.iter().any(|r| r.kind == MemoryKind::Device)
+    {
+        c.interfaces
+            .iter()
+            .filter(|i| {
+                i.socket
+                    .as_ref()
+                    .is_some_and(|s| s.transport == Transport::Roce)
+            })
+            .map(|i| {
+                i.roce
+                    .as_ref()
+                    .map_or(GpuMemoryPath::Auto, |r| r.gpu_memory_path)
+            })
+            .filter(|&p| p != GpuMemoryPath::Staged)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let rdma_into_gpu = !rdma_paths.is_empty();
+    let rdma_must_register = rdma_paths.contains(&GpuMemoryPath::Direct);
     let dpdk_pci_gpu = c.engine == EngineKind::Dpdk
         && c.interfaces.iter().any(|i| is_pci_address(&i.address))
         && gpu_regions.iter().any(|r| r.kind == MemoryKind::Device);
@@ -904,12 +928,20 @@ fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
                 ),
                 None,
             );
-        } else {
+        } else if dpdk_pci_gpu || rdma_must_register {
             push(
                 out,
                 "gpu",
                 Severity::Block,
                 "device regions on a NIC need dma-buf (NVIDIA open kernel modules) or nvidia-peermem; neither is there".into(),
+                Some("modprobe nvidia-peermem (or install the open kernel modules: nvidia-open)".into()),
+            );
+        } else {
+            push(
+                out,
+                "gpu",
+                Severity::Warn,
+                "the NIC cannot register GPU memory here (no dma-buf, no nvidia-peermem): RDMA connections will stage their device regions through pinned host memory (gpu_memory_path auto), a copy each way".into(),
                 Some("modprobe nvidia-peermem (or install the open kernel modules: nvidia-open)".into()),
             );
         }

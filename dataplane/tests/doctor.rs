@@ -195,6 +195,81 @@ fn rdma_needs_a_roce_v2_gid_for_its_address_and_room_to_register_its_regions() {
     );
 }
 
+/// The tuned server with the NVIDIA driver's proprietary modules and no nvidia-peermem:
+/// its NIC cannot register GPU memory. A copy made here from `tuned-server`.
+fn server_without_gpu_registration() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(tree("tuned-server").join("."))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::fs::remove_dir_all(dir.path().join("sys/module/nvidia_peermem")).unwrap();
+    let version = dir.path().join("proc/driver/nvidia/version");
+    let text = std::fs::read_to_string(&version).unwrap();
+    assert!(text.contains("Open Kernel Module"), "{text}");
+    std::fs::write(
+        &version,
+        text.replace("Open Kernel Module", "Kernel Module"),
+    )
+    .unwrap();
+    dir
+}
+
+/// RDMA into GPU memory where the NIC cannot register it: connections stage through
+/// pinned host memory (a warning), unless `gpu_memory_path: direct` insists (blocking);
+/// `staged` never registers GPU memory, so nothing is said.
+#[test]
+fn rdma_into_gpu_memory_without_dma_buf_or_peer_memory_stages_unless_told_not_to() {
+    let root = server_without_gpu_registration();
+    let config = |path: &str| {
+        RDMA.replace(
+            "{name: DATA_RX_GPU_SERVER, kind: host,",
+            "{name: DATA_RX_GPU_SERVER, kind: device,",
+        )
+        .replace(
+            "roce_config: {transport_mode: RC}",
+            &format!("roce_config: {{transport_mode: RC, gpu_memory_path: {path}}}"),
+        )
+    };
+    assert!(
+        config("auto").contains("kind: device") && config("auto").contains("gpu_memory_path: auto")
+    );
+    let (status, f) = doctor(Some(&config("auto")), root.path());
+    assert_eq!(status, 0, "{f:#?}");
+    assert!(
+        has(
+            &of(&f, "gpu", "warn"),
+            "RDMA connections will stage their device regions through pinned host memory (gpu_memory_path auto), a copy each way | modprobe nvidia-peermem"
+        ),
+        "{f:#?}"
+    );
+    let (status, f) = doctor(Some(&config("direct")), root.path());
+    assert_eq!(status, 1, "{f:#?}");
+    assert!(
+        has(
+            &of(&f, "gpu", "block"),
+            "neither is there | modprobe nvidia-peermem"
+        ),
+        "{f:#?}"
+    );
+    let (_, f) = doctor(Some(&config("staged")), root.path());
+    assert!(
+        !f.iter()
+            .any(|x| x["check"] == "gpu" && x["message"].as_str().unwrap().contains("register")),
+        "{f:#?}"
+    );
+    // Where the NIC can register it, all three say so or say nothing.
+    let (status, f) = doctor(Some(&config("direct")), &tree("tuned-server"));
+    assert_eq!(status, 0, "{f:#?}");
+    assert!(has(
+        &of(&f, "gpu", "ok"),
+        "GPU memory can be registered with the NIC"
+    ));
+}
+
 #[test]
 fn kernel_sockets_want_socket_buffer_limits_raised() {
     let (_, f) = doctor(Some("socket_udp_bench.yaml"), &tree("untuned-server"));
