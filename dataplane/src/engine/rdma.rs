@@ -343,17 +343,17 @@ fn establish(
         || register(&conn, regions, q.rx_region),
         |s| register(&conn, regions, s.region),
     )?;
-    let tx = q
-        .tx_region
-        .map(|t| {
-            reach(
-                q.tx_staging.as_ref(),
-                path,
-                || register(&conn, regions, t),
-                |s| register(&conn, regions, s.region),
-            )
-        })
-        .transpose()?;
+    let tx = match q.tx_region {
+        // One region for both: registered once, for the receives.
+        Some(t) if t == q.rx_region && matches!(rx, Reach::Direct(_)) => None,
+        Some(t) => Some(reach(
+            q.tx_staging.as_ref(),
+            path,
+            || register(&conn, regions, t),
+            |s| register(&conn, regions, s.region),
+        )?),
+        None => None,
+    };
     let mut registered = BTreeMap::new();
     let layout: Vec<String> = q.rx_layout.iter().map(|&r| name(r)).collect();
     let (rx_region, rx_stage) = match rx {
@@ -391,6 +391,13 @@ fn establish(
     };
     let tx_stage = match (tx, q.tx_region) {
         (Some(Reach::Direct(reg)), Some(t)) => {
+            if !regions.get(t).host_accessible() {
+                tracing::info!(
+                    "interface `{}` connection {slot}: sends leave GPU memory `{}` (the NIC registered it)",
+                    iface.name,
+                    name(t)
+                );
+            }
             registered.insert(t, reg);
             None
         }
