@@ -86,15 +86,8 @@ impl Burst {
     ) -> Option<Self> {
         assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
         let mut burst = Self::empty(regions, port, queue, count);
-        // Index scratch space on the stack for usual burst sizes.
-        let mut on_stack = [0u32; 512];
-        let mut on_heap = Vec::new();
-        let indices: &mut [u32] = if count <= on_stack.len() {
-            &mut on_stack[..count]
-        } else {
-            on_heap.resize(count, 0);
-            &mut on_heap
-        };
+        let mut scratch = IndexScratch::new();
+        let indices = scratch.get(count);
         // Buffers of `region` into `indices`: how many (all or none when `exact`).
         let take = |regions: &RegionSet, region: RegionId, indices: &mut [u32]| {
             let pool = regions.get(region);
@@ -162,14 +155,8 @@ impl Burst {
             return Err(AllocateLike::Shape);
         }
         let n = like.packets.len();
-        let mut on_stack = [0u32; 512];
-        let mut on_heap = Vec::new();
-        let indices: &mut [u32] = if n <= on_stack.len() {
-            &mut on_stack[..n]
-        } else {
-            on_heap.resize(n, 0);
-            &mut on_heap
-        };
+        let mut scratch = IndexScratch::new();
+        let indices = scratch.get(n);
         if !like.regions.get(region).alloc_bulk(indices) {
             return Err(AllocateLike::NoBuffers);
         }
@@ -515,6 +502,31 @@ fn assert_same_memory(from: &Burst, outputs: &[Burst]) {
         outputs.iter().all(|o| from.same_memory(o)),
         "packet descriptors moved between bursts of different region sets"
     );
+}
+
+/// Buffer indices being allocated: on the stack for usual burst sizes.
+struct IndexScratch {
+    on_stack: [u32; 512],
+    on_heap: Vec<u32>,
+}
+
+impl IndexScratch {
+    fn new() -> Self {
+        Self {
+            on_stack: [0; 512],
+            on_heap: Vec::new(),
+        }
+    }
+
+    /// Room for `n` indices.
+    fn get(&mut self, n: usize) -> &mut [u32] {
+        if n <= self.on_stack.len() {
+            &mut self.on_stack[..n]
+        } else {
+            self.on_heap.resize(n, 0);
+            &mut self.on_heap
+        }
+    }
 }
 
 /// Why [`Burst::allocate_like`] made no burst.
