@@ -450,32 +450,30 @@ impl RxStage {
             return Ok(());
         }
         let n = burst.len();
-        // Copy mode into one device region: the output descriptors are the source's,
-        // written once (lengths, flows and times included), for the one-copy paths below.
-        #[cfg(feature = "cuda")]
-        let like = if self.copies_into_one_device_region() {
-            match Burst::allocate_like(&burst, self.layout[0]) {
-                Ok(out) => Some(Some(out)),
-                Err(crate::burst::AllocateLike::NoBuffers) => Some(None),
-                // Not single-segment packets that fit: the general path says why.
-                Err(crate::burst::AllocateLike::Shape) => None,
-            }
-        } else {
-            None
-        };
-        #[cfg(not(feature = "cuda"))]
-        let like: Option<Option<Burst>> = None;
-        let shaped = like.is_some();
-        let out = match like {
-            Some(out) => out,
-            None => Burst::allocate(
+        let allocate = || {
+            Burst::allocate(
                 self.regions.clone(),
                 burst.port(),
                 burst.queue(),
                 &self.layout,
                 n,
-            ),
+            )
         };
+        // Copy mode into one device region: the output descriptors are the source's,
+        // written once (lengths, flows and times included), and the one-copy paths below
+        // may take the burst (`shaped`).
+        #[cfg(feature = "cuda")]
+        let (out, shaped) = match self
+            .copies_into_one_device_region()
+            .then(|| Burst::allocate_like(&burst, self.layout[0]))
+        {
+            Some(Ok(out)) => (Some(out), true),
+            Some(Err(crate::burst::AllocateLike::NoBuffers)) => (None, true),
+            // Not single-segment packets that fit: the general path says why.
+            Some(Err(crate::burst::AllocateLike::Shape)) | None => (allocate(), false),
+        };
+        #[cfg(not(feature = "cuda"))]
+        let out = allocate();
         let Some(mut out) = out else {
             // Buffers held by the open copy come back only once it is issued.
             self.flush_before(&burst)?;
@@ -489,8 +487,6 @@ impl RxStage {
         if shaped && let Some((dst, width)) = self.pageable_upload(&burst, &out) {
             return self.submit_pageable(burst, out, dst, width);
         }
-        #[cfg(not(feature = "cuda"))]
-        let _ = shaped;
         #[cfg(feature = "cuda")]
         {
             self.flush_before(&burst)?;
@@ -777,20 +773,33 @@ impl RxStage {
                 })
             }
         }
+        // Issue now when a burst like this one would no longer fit.
+        let full = self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.span.packets * stride + width > limit);
+        self.behind_open_copy(out, burst, slot, full)
+    }
+
+    /// Queues `out` (and its source) behind the open copy, in `slot`, and issues that copy
+    /// when `full`.
+    #[cfg(feature = "cuda")]
+    fn behind_open_copy(
+        &mut self,
+        out: Burst,
+        source: Burst,
+        slot: usize,
+        full: bool,
+    ) -> Result<(), StageError> {
         self.in_flight.push_back(InFlight {
             out,
-            _source: burst,
+            _source: source,
             on_gpu: true,
             ends_copy: false,
             finish: Vec::new(),
             slot,
         });
-        // Issue now when a burst like this one would no longer fit.
-        if self
-            .open
-            .as_ref()
-            .is_some_and(|o| o.span.packets * stride + width > limit)
-        {
+        if full {
             self.flush()?;
         }
         Ok(())
@@ -822,23 +831,12 @@ impl RxStage {
             });
             slot
         };
-        self.in_flight.push_back(InFlight {
-            out,
-            _source: burst,
-            on_gpu: true,
-            ends_copy: false,
-            finish: Vec::new(),
-            slot,
-        });
         // Issue now when a burst like this one would no longer fit.
-        if self
+        let full = self
             .open
             .as_ref()
-            .is_some_and(|o| o.span.bytes() + bytes > self.group_bytes)
-        {
-            self.flush()?;
-        }
-        Ok(())
+            .is_some_and(|o| o.span.bytes() + bytes > self.group_bytes);
+        self.behind_open_copy(out, burst, slot, full)
     }
 
     /// The oldest submitted burst once its copies finished (arrival order is kept).
@@ -1301,10 +1299,6 @@ mod tests {
         assert_eq!((one.rows, one.packets, one.width), (2, 2, 500));
     }
 
-    /// Bursts in consecutive pinned buffers join one copy into device memory, nothing is
-    /// handed back before it is issued, the bursts come back in order once it is done, and
-    /// every byte arrives. A burst that does not continue the copy issues it and opens the
-    /// next. Skips without a CUDA driver.
     /// Regions `src` (of `src_kind`) and `gpu` (device) of `bufs` 1 KiB buffers, and a
     /// copy-mode stage from the first into the second for bursts of up to 256 packets.
     fn copy_stage(src_kind: MemoryKind, bufs: usize) -> (Arc<RegionSet>, RxStage) {
@@ -1366,6 +1360,35 @@ mod tests {
         }
     }
 
+    /// Waits for every burst still in the stage, after those in `got`.
+    fn drain(stage: &mut RxStage, got: &mut Vec<Burst>) {
+        while let Some(done) = stage.wait_oldest() {
+            got.push(done.map_err(|_| "stage").unwrap());
+        }
+    }
+
+    /// `got` holds bursts of `sizes` packets, each as [`assert_landed`] checks; once they
+    /// and the stage are dropped, every buffer of both regions is back.
+    fn assert_landed_and_released(
+        regions: &RegionSet,
+        stage: RxStage,
+        got: Vec<Burst>,
+        sizes: &[usize],
+        len: impl Fn(usize, usize) -> usize,
+        byte: impl Fn(usize, usize, usize) -> u8,
+    ) {
+        assert_eq!(got.iter().map(Burst::len).collect::<Vec<_>>(), sizes);
+        assert_landed(&got, len, byte);
+        drop(got);
+        drop(stage);
+        assert_eq!(regions.get(0).available(), regions.get(0).num_bufs());
+        assert_eq!(regions.get(1).available(), regions.get(1).num_bufs());
+    }
+
+    /// Bursts in consecutive pinned buffers join one copy into device memory, nothing is
+    /// handed back before it is issued, the bursts come back in order once it is done, and
+    /// every byte arrives. A burst that does not continue the copy issues it and opens the
+    /// next. Skips without a CUDA driver.
     #[test]
     fn consecutive_bursts_share_one_copy_and_arrive_intact() {
         if gpudirect::device_count().is_err() {
@@ -1401,19 +1424,16 @@ mod tests {
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(1));
         drop(skipped);
         let mut got = Vec::new();
-        while let Some(done) = stage.wait_oldest() {
-            got.push(done.map_err(|_| "stage").unwrap());
-        }
+        drain(&mut stage, &mut got);
         assert_eq!(stage.copies_in_flight, 0);
-        assert_eq!(
-            got.iter().map(Burst::len).collect::<Vec<_>>(),
-            [256, 256, 256, 256, 10, 8]
+        assert_landed_and_released(
+            &regions,
+            stage,
+            got,
+            &[256, 256, 256, 256, 10, 8],
+            len,
+            byte,
         );
-        assert_landed(&got, len, byte);
-        drop(got);
-        drop(stage);
-        assert_eq!(regions.get(0).available(), 8192);
-        assert_eq!(regions.get(1).available(), 8192);
     }
 
     /// A layout region of 2 MiB gives copies of at most a sixth of it (about 341 KiB): a
@@ -1480,19 +1500,9 @@ mod tests {
             }
         }
         drop(skipped);
-        while let Some(done) = stage.wait_oldest() {
-            got.push(done.map_err(|_| "stage").unwrap());
-        }
+        drain(&mut stage, &mut got);
         assert_eq!(stage.copies_issued, 3);
-        assert_eq!(
-            got.iter().map(Burst::len).collect::<Vec<_>>(),
-            sizes.to_vec()
-        );
-        assert_landed(&got, len, byte);
-        drop(got);
-        drop(stage);
-        assert_eq!(regions.get(0).available(), 8192);
-        assert_eq!(regions.get(1).available(), 8192);
+        assert_landed_and_released(&regions, stage, got, &sizes, len, byte);
     }
 
     /// Host to GPU and back (the way a TX queue in device memory reaches host RX queues),

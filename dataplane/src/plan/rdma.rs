@@ -145,10 +145,9 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
                     "RX queue {n} splits headers from payload, which a connection does through a host staging region; gpu_memory_path direct forbids staging (use auto)"
                 )));
             }
-            let staging = |dir: Direction, need: &Option<StagingNeed>| {
+            let staging = |need: &Option<StagingNeed>| {
                 need.as_ref().map(|need| SlotStaging {
-                    region: region_id(&super::staging::staging_name(&iface.name, dir, n as u16))
-                        .expect("with_staging_regions made it"),
+                    region: region_id(&need.region.name).expect("with_staging_regions made it"),
                     stage: StagePlan {
                         split_header_bytes: need.split_header_bytes,
                         gpu: need.gpu,
@@ -157,8 +156,8 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
                     always: need.always,
                 })
             };
-            let rx_staging = staging(Direction::Rx, &needs.rx);
-            let tx_staging = staging(Direction::Tx, &needs.tx);
+            let rx_staging = staging(&needs.rx);
+            let tx_staging = staging(&needs.tx);
             let size_of = |r: u16| config.memory_regions[r as usize].buf_size;
             let message = tx_region.map_or(size_of(rx_region), size_of);
             slots.push(SlotPlan {
@@ -257,8 +256,9 @@ struct StagingNeed {
     split_header_bytes: Option<usize>,
     gpu: Option<u32>,
     always: bool,
-    /// The staging region to make.
-    region: (MemoryKind, u32, usize, usize),
+    /// The staging region to make (named as [`super::staging::staging_name`] names a
+    /// queue's).
+    region: MemoryRegionConfig,
 }
 
 /// The staging each side of a slot needs.
@@ -273,6 +273,12 @@ fn staging_needs(config: &Config, iface: &InterfaceConfig, slot: &SlotQueues) ->
         .as_ref()
         .map_or(GpuMemoryPath::Auto, |r| r.gpu_memory_path);
     let region = |n: &String| config.memory_region(n);
+    let staging_region = |dir, kind, affinity, num_bufs, buf_size| {
+        let name = super::staging::staging_name(&iface.name, dir, slot.n as u16);
+        let mut m = MemoryRegionConfig::new(&name, kind, num_bufs, buf_size);
+        m.affinity = affinity;
+        m
+    };
     let rx_layout: Vec<&MemoryRegionConfig> = slot.rx_layout.iter().filter_map(region).collect();
     let gpu_of = |rs: &[&MemoryRegionConfig]| {
         rs.iter()
@@ -292,7 +298,8 @@ fn staging_needs(config: &Config, iface: &InterfaceConfig, slot: &SlotQueues) ->
             split_header_bytes: split.then(|| rx_layout[0].buf_size),
             gpu: rx_gpu,
             always: split || path == GpuMemoryPath::Staged,
-            region: (
+            region: staging_region(
+                Direction::Rx,
                 if rx_gpu.is_some() {
                     MemoryKind::HostPinned
                 } else {
@@ -314,35 +321,30 @@ fn staging_needs(config: &Config, iface: &InterfaceConfig, slot: &SlotQueues) ->
             split_header_bytes: None,
             gpu: Some(m.affinity),
             always: path == GpuMemoryPath::Staged,
-            region: (MemoryKind::HostPinned, m.affinity, m.num_bufs, m.buf_size),
+            region: staging_region(
+                Direction::Tx,
+                MemoryKind::HostPinned,
+                m.affinity,
+                m.num_bufs,
+                m.buf_size,
+            ),
         });
     SlotStagingNeeds { rx, tx }
 }
 
-/// The host staging regions the connection slots of `config` need (see [`SlotPlan`]),
-/// named as [`super::staging::staging_name`] names a queue's.
+/// The host staging regions the connection slots of `config` need (see [`SlotPlan`]).
 pub(super) fn staging_regions(config: &Config) -> Vec<MemoryRegionConfig> {
-    let mut out = Vec::new();
-    for iface in &config.interfaces {
-        if iface.socket.as_ref().map(|s| s.transport) != Some(Transport::Roce) {
-            continue;
-        }
-        for slot in slot_queues(config, iface) {
-            let needs = staging_needs(config, iface, &slot);
-            for (dir, need) in [(Direction::Rx, needs.rx), (Direction::Tx, needs.tx)] {
-                let Some(StagingNeed {
-                    region: (kind, affinity, num_bufs, buf_size),
-                    ..
-                }) = need
-                else {
-                    continue;
-                };
-                let name = super::staging::staging_name(&iface.name, dir, slot.n as u16);
-                let mut m = MemoryRegionConfig::new(&name, kind, num_bufs, buf_size);
-                m.affinity = affinity;
-                out.push(m);
-            }
-        }
-    }
-    out
+    config
+        .interfaces
+        .iter()
+        .filter(|i| i.socket.as_ref().map(|s| s.transport) == Some(Transport::Roce))
+        .flat_map(|iface| {
+            slot_queues(config, iface)
+                .into_iter()
+                .flat_map(move |slot| {
+                    let needs = staging_needs(config, iface, &slot);
+                    [needs.rx, needs.tx].into_iter().flatten().map(|n| n.region)
+                })
+        })
+        .collect()
 }
