@@ -7,15 +7,29 @@
 pub use crate::descriptor::{MAX_SEGMENTS, Packet, Segment};
 use crate::descriptor::{RegionId, ReorderInfo};
 use crate::memory::RegionSet;
+use once_cell::race::OnceBox;
 use std::sync::Arc;
 
 /// A batch of packets for one queue of one interface.
+///
+/// A burst made by [`Burst::allocate_run`] is a *run*: consecutive buffers of one region,
+/// each one segment of the same length, with no flow id or time. It carries no
+/// per-packet descriptors: lengths, addresses and freeing are worked out from the run,
+/// so the threads it passes through (an engine, the GPU stage, the application) touch
+/// no descriptor memory. Its descriptors are made on first demand ([`Burst::packets`]);
+/// any change to one packet's descriptor turns it into an ordinary burst.
 pub struct Burst {
     regions: Arc<RegionSet>,
     port: u16,
     queue: u16,
     epoch: u64,
+    /// The descriptors; empty while `run` is set.
     packets: Vec<Packet>,
+    /// Set while the burst is a run.
+    run: Option<Run>,
+    /// A run's descriptors, made on the first read of them (one pointer: a burst stays
+    /// small for the rings it travels in, and runs are rarely asked for descriptors).
+    run_descriptors: OnceBox<Vec<Packet>>,
     /// Set on the aggregate bursts a reorder produces.
     reorder: Option<Box<ReorderInfo>>,
     /// The CUDA stream (raw `CUstream`) that wrote this burst's GPU segments; 0 when none
@@ -33,9 +47,78 @@ impl Burst {
             queue,
             epoch: 0,
             packets,
+            run: None,
+            run_descriptors: OnceBox::new(),
             reorder: None,
             gpu_stream: 0,
         }
+    }
+
+    /// A run of `count` consecutive buffers of `region`, each holding `len` bytes (at most
+    /// the region's buf_size) in one segment: see [`Burst`]. `None` when the region's pool
+    /// cannot hand out `count` consecutive buffers now (too few free, or its next ones are
+    /// not consecutive, or it is not a FIFO pool): [`Burst::allocate`] works in every case.
+    pub fn allocate_run(
+        regions: Arc<RegionSet>,
+        port: u16,
+        queue: u16,
+        region: RegionId,
+        count: usize,
+        len: usize,
+    ) -> Option<Self> {
+        let r = regions.get(region);
+        assert!(
+            len <= r.buf_size(),
+            "segment length {len} exceeds the {}-byte buffer",
+            r.buf_size()
+        );
+        let count32 = std::num::NonZeroU32::new(u32::try_from(count).ok()?)?;
+        let first = r.alloc_run(count)?;
+        Some(Self {
+            regions,
+            port,
+            queue,
+            epoch: 0,
+            packets: Vec::new(),
+            run: Some(Run {
+                region,
+                first,
+                count: count32,
+                len: len as u32,
+            }),
+            run_descriptors: OnceBox::new(),
+            reorder: None,
+            gpu_stream: 0,
+        })
+    }
+
+    /// The run this burst is, if it is one (see [`Burst`]).
+    #[inline]
+    pub(crate) fn run(&self) -> Option<Run> {
+        self.run
+    }
+
+    /// The descriptors, made from the run the first time a run is asked for them.
+    #[inline]
+    fn descriptors(&self) -> &[Packet] {
+        match &self.run {
+            None => &self.packets,
+            Some(run) => self
+                .run_descriptors
+                .get_or_init(|| Box::new(run.descriptors(&self.regions))),
+        }
+    }
+
+    /// The descriptors for changing: a run becomes an ordinary burst first.
+    #[inline]
+    fn descriptors_mut(&mut self) -> &mut Vec<Packet> {
+        if let Some(run) = self.run.take() {
+            self.packets = match std::mem::take(&mut self.run_descriptors).get() {
+                Some(made) => made.clone(),
+                None => run.descriptors(&self.regions),
+            };
+        }
+        &mut self.packets
     }
 
     /// Appends a one-segment packet whose buffer `index` of `region` the caller hands over
@@ -47,7 +130,7 @@ impl Burst {
             ..Packet::default()
         };
         p.segments[0] = Segment { region, index, len };
-        self.packets.push(p);
+        self.descriptors_mut().push(p);
     }
 
     /// Allocates `count` packets with one buffer from each of `segment_regions` (all or
@@ -145,16 +228,30 @@ impl Burst {
     /// the lengths after would write every descriptor twice, field by field (the stage's
     /// per-burst CPU cost at small packets). Segment bytes are not copied.
     #[cfg(feature = "cuda")]
+    /// A run comes out as a run where the region's pool has its buffers consecutive.
     pub(crate) fn allocate_like(like: &Burst, region: RegionId) -> Result<Self, AllocateLike> {
         let cap = like.regions.get(region).buf_size();
-        if like
-            .packets
+        if let Some(run) = like.run
+            && run.len as usize <= cap
+            && let Some(burst) = Self::allocate_run(
+                like.regions.clone(),
+                like.port,
+                like.queue,
+                region,
+                run.count(),
+                run.len as usize,
+            )
+        {
+            return Ok(burst);
+        }
+        let packets = like.packets();
+        if packets
             .iter()
             .any(|p| p.num_segments != 1 || p.segments[0].len as usize > cap)
         {
             return Err(AllocateLike::Shape);
         }
-        let n = like.packets.len();
+        let n = packets.len();
         let mut scratch = IndexScratch::new();
         let indices = scratch.get(n);
         if !like.regions.get(region).alloc_bulk(indices) {
@@ -163,7 +260,7 @@ impl Burst {
         let mut burst = Self::empty(like.regions.clone(), like.port, like.queue, n);
         burst
             .packets
-            .extend(like.packets.iter().zip(indices.iter()).map(|(p, &index)| {
+            .extend(packets.iter().zip(indices.iter()).map(|(p, &index)| {
                 let mut q = *p;
                 q.segments[0].region = region;
                 q.segments[0].index = index;
@@ -202,64 +299,82 @@ impl Burst {
     /// Number of packets.
     #[inline]
     pub fn len(&self) -> usize {
-        self.packets.len()
+        match &self.run {
+            Some(run) => run.count(),
+            None => self.packets.len(),
+        }
     }
 
     /// True when the burst holds no packet.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.packets.is_empty()
+        self.len() == 0
     }
 
     /// Packet descriptors.
     #[inline]
     pub fn packets(&self) -> &[Packet] {
-        &self.packets
+        self.descriptors()
     }
 
     /// Total bytes of all packets.
     pub fn bytes(&self) -> u64 {
-        self.packets.iter().map(|p| p.len() as u64).sum()
+        match &self.run {
+            Some(run) => u64::from(run.count.get()) * u64::from(run.len),
+            None => self.packets.iter().map(|p| p.len() as u64).sum(),
+        }
     }
 
     /// Sets the flow id of packet `i`.
     pub fn set_flow_id(&mut self, i: usize, flow_id: u32) {
-        self.packets[i].flow_id = flow_id;
+        self.descriptors_mut()[i].flow_id = flow_id;
     }
 
     /// Sets the timestamp (ns since the Unix epoch) of packet `i`: on a TX queue with
     /// `accurate_send`, the time before which it is not sent.
     pub fn set_timestamp(&mut self, i: usize, ns: u64) {
-        self.packets[i].timestamp_ns = ns;
+        self.descriptors_mut()[i].timestamp_ns = ns;
     }
 
     /// Moves packets `at..` into a new burst of the same queue, in order.
     pub(crate) fn split_off(&mut self, at: usize) -> Burst {
         let mut rest = Burst::empty(self.regions.clone(), self.port, self.queue, 0);
         rest.epoch = self.epoch;
-        rest.packets
-            .extend(self.packets.drain(at.min(self.packets.len())..));
+        let packets = self.descriptors_mut();
+        let at = at.min(packets.len());
+        rest.packets.extend(packets.drain(at..));
         rest
     }
 
     /// Stamps packets `from..` with `ns` (an RX worker's receive time).
     pub(crate) fn stamp_from(&mut self, from: usize, ns: u64) {
-        for p in self.packets.iter_mut().skip(from) {
+        if from >= self.len() {
+            return;
+        }
+        for p in self.descriptors_mut().iter_mut().skip(from) {
             p.timestamp_ns = ns;
         }
     }
 
     /// Bytes segment `seg` of packet `i` can hold (its region's buf_size).
     pub fn capacity(&self, i: usize, seg: usize) -> usize {
+        if let Some(run) = &self.run {
+            run.index(i, seg);
+            return self.regions.get(run.region).buf_size();
+        }
         let p = &self.packets[i];
         let s = p.segments[..p.num_segments as usize][seg];
         self.regions.get(s.region).buf_size()
     }
 
     /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
+    /// A run keeps being one when `len` is its packets' length already.
     pub fn set_len(&mut self, i: usize, seg: usize, len: usize) {
         let cap = self.capacity(i, seg);
-        let p = &mut self.packets[i];
+        if self.run.is_some_and(|run| run.len as usize == len) {
+            return;
+        }
+        let p = &mut self.descriptors_mut()[i];
         let s = &mut p.segments[..p.num_segments as usize][seg];
         assert!(
             len <= cap,
@@ -272,7 +387,7 @@ impl Burst {
     /// segment lives in GPU memory.
     #[inline]
     pub fn data(&self, i: usize, seg: usize) -> Option<&[u8]> {
-        let s = self.packets[i].segments()[seg];
+        let s = self.segment(i, seg);
         let region = self.regions.get(s.region);
         if !region.host_accessible() {
             return None;
@@ -288,7 +403,7 @@ impl Burst {
     /// `None` when the segment lives in GPU memory.
     #[inline]
     pub fn buffer_mut(&mut self, i: usize, seg: usize) -> Option<&mut [u8]> {
-        let s = self.packets[i].segments()[seg];
+        let s = self.segment(i, seg);
         let region = self.regions.get(s.region);
         if !region.host_accessible() {
             return None;
@@ -306,9 +421,10 @@ impl Burst {
     /// packet, in order, for an engine that fills them in one call (`recvmmsg`, `readv`);
     /// empty when a packet's segment lives in GPU memory.
     pub(crate) fn buffers_mut(&mut self, seg: usize, len: usize) -> Vec<std::io::IoSliceMut<'_>> {
-        let mut out = Vec::with_capacity(self.packets.len());
-        for p in &self.packets {
-            let s = p.segments()[seg];
+        let n = self.len();
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = self.segment(i, seg);
             let region = self.regions.get(s.region);
             if !region.host_accessible() {
                 return Vec::new();
@@ -331,8 +447,28 @@ impl Burst {
     /// Address of segment `seg` of packet `i` (a device address for GPU regions), for
     /// engines and GPU kernels.
     pub fn segment_addr(&self, i: usize, seg: usize) -> u64 {
-        let s = self.packets[i].segments()[seg];
+        let s = self.segment(i, seg);
         self.regions.get(s.region).buffer_addr(s.index)
+    }
+
+    /// Bytes in segment `seg` of packet `i` (a run answers without descriptors).
+    #[inline]
+    pub fn segment_len(&self, i: usize, seg: usize) -> usize {
+        self.segment(i, seg).len as usize
+    }
+
+    /// Segment `seg` of packet `i` (a run answers without descriptors); panics when there
+    /// is no such segment.
+    #[inline]
+    pub fn segment(&self, i: usize, seg: usize) -> Segment {
+        match &self.run {
+            Some(run) => Segment {
+                region: run.region,
+                index: run.index(i, seg),
+                len: run.len,
+            },
+            None => self.packets[i].segments()[seg],
+        }
     }
 
     /// True when `other`'s buffers come from the same region set as this burst's, so that
@@ -360,15 +496,19 @@ impl Burst {
             self.same_memory(from),
             "Burst::take_from: the bursts belong to different region sets (two data planes)"
         );
-        let n = max.min(from.packets.len());
-        if self.packets.is_empty() {
+        let n = max.min(from.len());
+        if self.is_empty() {
             self.epoch = from.epoch;
         }
-        if self.packets.is_empty() && n == from.packets.len() {
-            // Whole burst into an empty one: exchange the vectors instead of copying.
+        if self.is_empty() && n == from.len() {
+            // Whole burst into an empty one: exchange the descriptors (or the run) instead
+            // of copying. An empty burst is no run, so `from` is left an empty ordinary one.
             std::mem::swap(&mut self.packets, &mut from.packets);
+            std::mem::swap(&mut self.run, &mut from.run);
+            std::mem::swap(&mut self.run_descriptors, &mut from.run_descriptors);
         } else {
-            self.packets.extend(from.packets.drain(..n));
+            let moved = from.descriptors_mut().drain(..n);
+            self.descriptors_mut().extend(moved);
         }
         n
     }
@@ -376,7 +516,8 @@ impl Burst {
     /// Keeps the first `n` packets; the buffers of the rest go back to their pools.
     #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn truncate(&mut self, n: usize) {
-        if n < self.packets.len() {
+        if n < self.len() {
+            self.descriptors_mut();
             let mut gone = Burst::empty(self.regions.clone(), self.port, self.queue, 0);
             gone.packets.extend(self.packets.drain(n..));
         }
@@ -387,7 +528,8 @@ impl Burst {
     /// return to their pools.
     #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn hand_over_front(&mut self, k: usize, owned_elsewhere: impl Fn(usize) -> bool) {
-        let k = k.min(self.packets.len());
+        let k = k.min(self.len());
+        self.descriptors_mut();
         let mut gone = Burst::empty(self.regions.clone(), self.port, self.queue, k);
         for (i, p) in self.packets.drain(..k).enumerate() {
             if !owned_elsewhere(i) {
@@ -401,7 +543,8 @@ impl Burst {
     /// order. Returns how many were freed.
     #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn drop_front_where(&mut self, n: usize, unwanted: impl Fn(usize) -> bool) -> usize {
-        let n = n.min(self.packets.len());
+        let n = n.min(self.len());
+        self.descriptors_mut();
         let mut gone = Burst::empty(self.regions.clone(), self.port, self.queue, 0);
         let mut i = 0;
         self.packets.retain(|p| {
@@ -426,13 +569,14 @@ impl Burst {
         mut route: impl FnMut(&Burst, usize) -> Option<(usize, u32)>,
     ) -> usize {
         assert_same_memory(&self, outputs);
+        self.descriptors_mut();
         let mut kept = 0;
         for i in 0..self.packets.len() {
             match route(&self, i) {
                 Some((out, flow_id)) => {
                     let mut p = self.packets[i];
                     p.flow_id = flow_id;
-                    outputs[out].packets.push(p);
+                    outputs[out].descriptors_mut().push(p);
                 }
                 None => {
                     self.packets[kept] = self.packets[i];
@@ -452,11 +596,12 @@ impl Burst {
         mut pick: impl FnMut(&Packet) -> Option<usize>,
     ) {
         assert_same_memory(self, outputs);
+        self.descriptors_mut();
         let mut kept = 0;
         for i in 0..self.packets.len() {
             let p = self.packets[i];
             match pick(&p) {
-                Some(out) => outputs[out].packets.push(p),
+                Some(out) => outputs[out].descriptors_mut().push(p),
                 None => {
                     self.packets[kept] = p;
                     kept += 1;
@@ -504,6 +649,59 @@ fn assert_same_memory(from: &Burst, outputs: &[Burst]) {
     );
 }
 
+/// A burst's packets when it is a run: buffers `first..first + count` of `region`, each
+/// `len` bytes in one segment, with flow id and time 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// The region of every buffer.
+    pub(crate) region: RegionId,
+    /// The first buffer's index.
+    pub(crate) first: u32,
+    /// How many packets (buffers); a run has at least one (and `Option<Run>` needs no
+    /// room of its own for `None`).
+    pub(crate) count: std::num::NonZeroU32,
+    /// Bytes in each buffer.
+    pub(crate) len: u32,
+}
+
+impl Run {
+    /// How many packets.
+    #[inline]
+    pub(crate) fn count(&self) -> usize {
+        self.count.get() as usize
+    }
+
+    /// The run's packet descriptors.
+    fn descriptors(&self, regions: &RegionSet) -> Vec<Packet> {
+        let mut v = regions.descriptor_vec(self.count());
+        v.extend((self.first..self.first + self.count.get()).map(|index| {
+            let mut p = Packet {
+                num_segments: 1,
+                ..Packet::default()
+            };
+            p.segments[0] = Segment {
+                region: self.region,
+                index,
+                len: self.len,
+            };
+            p
+        }));
+        v
+    }
+
+    /// Buffer index of packet `i`, or a panic naming it when the run has no such packet or
+    /// `seg` is not 0: the same checks indexing the descriptors makes.
+    #[inline]
+    fn index(&self, i: usize, seg: usize) -> u32 {
+        assert!(
+            i < self.count() && seg == 0,
+            "packet {i} segment {seg} is not in a run of {} one-segment packets",
+            self.count
+        );
+        self.first + i as u32
+    }
+}
+
 /// Buffer indices being allocated: on the stack for usual burst sizes.
 struct IndexScratch {
     on_stack: [u32; 512],
@@ -541,6 +739,12 @@ pub(crate) enum AllocateLike {
 
 impl Drop for Burst {
     fn drop(&mut self) {
+        if let Some(run) = self.run {
+            self.regions
+                .get(run.region)
+                .free_run(run.first, run.count());
+            return;
+        }
         // Return buffers in bulk per region: one pool operation per run of equal regions.
         const CHUNK: usize = 256;
         let mut pending: [u32; CHUNK] = [0; CHUNK];
@@ -582,7 +786,8 @@ impl std::fmt::Debug for Burst {
         f.debug_struct("Burst")
             .field("port", &self.port)
             .field("queue", &self.queue)
-            .field("packets", &self.packets.len())
+            .field("packets", &self.len())
+            .field("run", &self.run)
             .finish()
     }
 }
@@ -605,6 +810,103 @@ mod tests {
             location: Default::default(),
         };
         Arc::new(RegionSet::allocate(&[mk("hdr", 16), mk("data", 8)]).unwrap())
+    }
+
+    /// Two FIFO regions of 256-byte buffers: `a` of 8, `b` of 16.
+    fn fifo_regions() -> Arc<RegionSet> {
+        let mk = |name: &str, n| MemoryRegionConfig::new(name, MemoryKind::Host, n, 256);
+        Arc::new(RegionSet::allocate_fifo(&[mk("a", 8), mk("b", 16)]).unwrap())
+    }
+
+    /// A run answers lengths, bytes, addresses and buffers without descriptors, makes the
+    /// right descriptors when asked, stays a run through a whole-burst move and a length it
+    /// already has, and frees exactly its buffers.
+    #[test]
+    fn a_run_reads_like_the_burst_it_stands_for_and_frees_its_buffers() {
+        let r = fifo_regions();
+        let mut run = Burst::allocate_run(r.clone(), 1, 2, 1, 5, 100).unwrap();
+        assert_eq!(
+            (run.len(), run.bytes(), run.port(), run.queue()),
+            (5, 500, 1, 2)
+        );
+        assert_eq!(r.get(1).available(), 11);
+        for i in 0..5 {
+            assert_eq!(run.segment_addr(i, 0), r.get(1).buffer_addr(i as u32));
+            assert_eq!(run.segment_len(i, 0), 100);
+            assert_eq!(run.capacity(i, 0), 256);
+            run.buffer_mut(i, 0).unwrap()[..100].fill(i as u8);
+            run.set_len(i, 0, 100);
+        }
+        assert!(run.run().is_some(), "the same length keeps it a run");
+        assert_eq!(run.data(3, 0).unwrap(), &[3u8; 100][..]);
+        let p = run.packets();
+        assert_eq!(p.len(), 5);
+        for (i, p) in p.iter().enumerate() {
+            assert_eq!(
+                p.segments(),
+                &[Segment {
+                    region: 1,
+                    index: i as u32,
+                    len: 100
+                }]
+            );
+            assert_eq!((p.flow_id, p.timestamp_ns), (0, 0));
+        }
+        let mut into = Burst::empty(r.clone(), 1, 2, 0);
+        assert_eq!(into.take_from(&mut run, 5), 5);
+        assert!(into.run().is_some() && run.run().is_none() && run.is_empty());
+        drop(run);
+        drop(into);
+        assert_eq!(r.get(1).available(), 16);
+    }
+
+    /// Changing one packet turns a run into descriptors with every other field kept;
+    /// moving part of a run moves descriptors; no buffer is lost or freed twice.
+    #[test]
+    fn a_changed_run_becomes_descriptors_and_keeps_ownership_single() {
+        let r = fifo_regions();
+        let mut run = Burst::allocate_run(r.clone(), 0, 0, 1, 6, 64).unwrap();
+        run.set_len(2, 0, 10);
+        assert!(run.run().is_none());
+        assert_eq!(run.bytes(), 5 * 64 + 10);
+        assert_eq!(run.packets()[2].segments()[0].index, 2);
+        let mut other = Burst::allocate_run(r.clone(), 0, 0, 1, 4, 64).unwrap();
+        other.set_flow_id(0, 9);
+        assert_eq!(other.packets()[0].flow_id, 9);
+        let mut part = Burst::allocate_run(r.clone(), 0, 0, 1, 4, 32).unwrap();
+        let mut into = Burst::empty(r.clone(), 0, 0, 0);
+        assert_eq!(into.take_from(&mut part, 3), 3);
+        assert_eq!((into.len(), part.len()), (3, 1));
+        assert_eq!(part.packets()[0].segments()[0].index, 13);
+        let tail = run.split_off(4);
+        assert_eq!(tail.len(), 2);
+        assert_eq!(r.get(1).available(), 2);
+        drop((run, other, part, into, tail));
+        assert_eq!(r.get(1).available(), 16);
+        let mut all = [0u32; 16];
+        assert!(r.get(1).alloc_bulk(&mut all));
+        let mut sorted = all.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..16).collect::<Vec<u32>>(), "each buffer once");
+    }
+
+    /// No run where the pool cannot give consecutive buffers (too few, out of order, or a
+    /// LIFO pool); nothing is taken then.
+    #[test]
+    fn no_run_without_consecutive_buffers() {
+        let r = fifo_regions();
+        assert!(Burst::allocate_run(r.clone(), 0, 0, 0, 9, 1).is_none());
+        let a = Burst::allocate_run(r.clone(), 0, 0, 0, 4, 1).unwrap();
+        let b = Burst::allocate(r.clone(), 0, 0, &[0], 4).unwrap();
+        drop(b);
+        drop(a);
+        // Free order now 4..8, 0..4: a run of 5 would cross from 7 to 0.
+        assert!(Burst::allocate_run(r.clone(), 0, 0, 0, 5, 1).is_none());
+        assert_eq!(r.get(0).available(), 8);
+        assert!(
+            Burst::allocate_run(regions(), 0, 0, 0, 2, 1).is_none(),
+            "LIFO"
+        );
     }
 
     #[cfg(feature = "cuda")]

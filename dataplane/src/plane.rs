@@ -233,9 +233,10 @@ pub enum TxFailure {
     /// indices mean nothing here.
     #[error("burst was allocated from another data plane's memory regions")]
     ForeignMemory,
-    /// The queue's worker died; nothing sent on this queue goes anywhere.
+    /// The queue's worker died; nothing sent on this queue goes anywhere. (Boxed: a send
+    /// error carries the burst back, and stays small for it.)
     #[error(transparent)]
-    WorkerFailed(WorkerFailed),
+    WorkerFailed(Box<WorkerFailed>),
     /// The data plane was shut down (or dropped); nothing sent on this queue goes
     /// anywhere.
     #[error("the data plane was shut down")]
@@ -328,7 +329,7 @@ impl TxQueue {
     /// [`TxFailure::Stopped`] instead of `PoolEmpty` once the plane is shut down.
     pub fn alloc(&self, count: usize) -> Result<Burst, TxFailure> {
         if let Some(f) = self.health.failure() {
-            return Err(TxFailure::WorkerFailed(f.clone()));
+            return Err(TxFailure::WorkerFailed(Box::new(f.clone())));
         }
         Burst::allocate(
             self.regions.clone(),
@@ -345,6 +346,32 @@ impl TxQueue {
                 TxFailure::PoolEmpty
             }
         })
+    }
+
+    /// As [`TxQueue::alloc`], for `count` frames of `len` bytes each in one segment
+    /// (lengths set): a run ([`Burst::allocate_run`]) when the queue has one segment region
+    /// whose pool hands out consecutive buffers, so the bytes can be written and the burst
+    /// sent, staged and freed with no per-packet descriptor; an ordinary burst otherwise.
+    pub fn alloc_frames(&self, count: usize, len: usize) -> Result<Burst, TxFailure> {
+        if let &[region] = self.segment_regions.as_slice()
+            && self.health.failure().is_none()
+            && len <= self.regions.get(region).buf_size()
+            && let Some(run) = Burst::allocate_run(
+                self.regions.clone(),
+                self.port,
+                self.queue,
+                region,
+                count,
+                len,
+            )
+        {
+            return Ok(run);
+        }
+        let mut burst = self.alloc(count)?;
+        for i in 0..burst.len() {
+            burst.set_len(i, 0, len);
+        }
+        Ok(burst)
     }
 
     /// Byte capacity of each segment's buffers.
@@ -380,7 +407,7 @@ impl TxQueue {
         if let Some(f) = self.health.failure() {
             return Err(SendError {
                 burst,
-                reason: TxFailure::WorkerFailed(f.clone()),
+                reason: TxFailure::WorkerFailed(Box::new(f.clone())),
             });
         }
         if self.health.is_stopped() {

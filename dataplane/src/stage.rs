@@ -436,13 +436,16 @@ impl RxStage {
     /// A burst already in the layout is handed back as it is. Call only with
     /// [`RxStage::has_room`].
     pub(crate) fn submit(&mut self, burst: Burst) -> Result<(), StageError> {
-        let in_layout = burst.packets().iter().all(|p| {
-            p.segments().len() == self.layout.len()
-                && p.segments()
-                    .iter()
-                    .zip(&self.layout)
-                    .all(|(s, r)| s.region == *r)
-        });
+        let in_layout = match burst.run() {
+            Some(run) => self.layout == [run.region],
+            None => burst.packets().iter().all(|p| {
+                p.segments().len() == self.layout.len()
+                    && p.segments()
+                        .iter()
+                        .zip(&self.layout)
+                        .all(|(s, r)| s.region == *r)
+            }),
+        };
         if burst.is_empty() || in_layout {
             self.flush_before(&burst)?;
             let empty = Burst::empty(self.regions.clone(), burst.port(), burst.queue(), 0);
@@ -596,9 +599,12 @@ impl RxStage {
     /// [`Burst::allocate_like`]'s; `None` leaves the burst to the general path.
     #[cfg(feature = "cuda")]
     fn contiguous_span(&self, burst: &Burst, out: &Burst) -> Option<SpanCopy> {
-        let first = *burst.packets().first()?.segments().first()?;
+        let first_region = match burst.run() {
+            Some(run) => run.region,
+            None => burst.packets().first()?.segments().first()?.region,
+        };
         let (src_region, dst_region) = (
-            self.regions.get(first.region),
+            self.regions.get(first_region),
             self.regions.get(*self.layout.first()?),
         );
         let from_device = match src_region.kind() {
@@ -606,15 +612,19 @@ impl RxStage {
             MemoryKind::HostPinned => false,
             _ => return None,
         };
-        // Sources and destinations must be consecutive the same way.
-        let (descending, longest) = self.consecutive(burst, out, true)?;
+        // Sources and destinations must be consecutive the same way: runs are, ascending,
+        // with no descriptor to read.
+        let (descending, longest) = match (burst.run(), out.run()) {
+            (Some(run), Some(_)) => (false, run.len as usize),
+            _ => self.consecutive(burst, out, true)?,
+        };
         let n = burst.len();
         // From the lowest buffer; the last row ends with the highest buffer's packet.
         let (low, high) = if descending { (n - 1, 0) } else { (0, n - 1) };
         let (src_pitch, dst_pitch) = (src_region.stride(), dst_region.stride());
         let same_pitch = src_pitch == dst_pitch;
         let width = if same_pitch {
-            (n - 1) * dst_pitch + burst.packets()[high].segments()[0].len as usize
+            (n - 1) * dst_pitch + burst.segment_len(high, 0)
         } else {
             longest
         };
@@ -1436,6 +1446,62 @@ mod tests {
         );
     }
 
+    /// Runs of consecutive pinned buffers stay runs through the stage: they join one copy
+    /// into device memory as descriptor bursts do, an output run that does not continue
+    /// the copy opens the next, and each comes back a run holding every byte. Skips
+    /// without a CUDA driver.
+    #[test]
+    fn runs_join_one_copy_and_arrive_as_runs() {
+        if gpudirect::device_count().is_err() {
+            eprintln!("SKIP: no CUDA driver: runs through the stage are not run");
+            return;
+        }
+        let (regions, mut stage) = copy_stage(MemoryKind::HostPinned, 8192);
+        let byte = |burst: usize, i: usize, k: usize| (burst * 29 + i * 5 + k) as u8;
+        let make = |burst: usize| {
+            let mut b = Burst::allocate_run(regions.clone(), 0, 0, 0, 256, 1000).unwrap();
+            for i in 0..256 {
+                for (k, x) in b.buffer_mut(i, 0).unwrap()[..1000].iter_mut().enumerate() {
+                    *x = byte(burst, i, k);
+                }
+            }
+            assert!(b.run().is_some());
+            b
+        };
+        for burst in 0..4 {
+            stage.submit(make(burst)).map_err(|_| "submit").unwrap();
+        }
+        assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(4));
+        assert_eq!(stage.copies_issued, 0);
+        // Device buffers taken in between: the next output run does not continue the copy.
+        let skipped = Burst::allocate(regions.clone(), 0, 0, &[1], 3).unwrap();
+        stage.submit(make(4)).map_err(|_| "submit").unwrap();
+        assert_eq!(stage.copies_issued, 1, "the first copy was issued");
+        drop(skipped);
+        let mut got = Vec::new();
+        drain(&mut stage, &mut got);
+        assert_eq!(stage.copies_issued, 2);
+        for (burst, b) in got.iter().enumerate() {
+            let run = b.run().expect("delivered as a run");
+            assert_eq!((run.region, b.len(), b.bytes()), (1, 256, 256 * 1000));
+            let mut back = vec![0u8; 1000];
+            for i in 0..256 {
+                // SAFETY: the packet's device buffer holds 1000 bytes, copied in full.
+                unsafe { gpudirect::read_device(0, b.segment_addr(i, 0), &mut back) }.unwrap();
+                assert!(
+                    back.iter()
+                        .enumerate()
+                        .all(|(k, &x)| x == byte(burst, i, k)),
+                    "burst {burst} packet {i}"
+                );
+            }
+        }
+        drop(got);
+        drop(stage);
+        assert_eq!(regions.get(0).available(), regions.get(0).num_bufs());
+        assert_eq!(regions.get(1).available(), regions.get(1).num_bufs());
+    }
+
     /// A layout region of 2 MiB gives copies of at most a sixth of it (about 341 KiB): a
     /// second 256 KiB burst no longer joins, so the copies in flight cannot hold the whole
     /// region.
@@ -1646,17 +1712,10 @@ impl DeviceDigest {
         sum_from: u32,
         (head, tail): (u32, u32),
     ) -> Result<(), gpudirect::GpuError> {
-        let Some(first) = bursts
-            .iter()
-            .find_map(|b| b.packets().first().map(|p| (b, p)))
-        else {
+        let Some(first) = bursts.iter().find(|b| !b.is_empty()) else {
             return Ok(());
         };
-        let ordinal = first
-            .0
-            .regions()
-            .get(first.1.segments()[seg].region)
-            .affinity();
+        let ordinal = first.regions().get(first.segment(0, seg).region).affinity();
         if self.gpu.is_none() {
             self.gpu = Some(gpudirect::Gpu::new(ordinal)?);
         }
@@ -1665,8 +1724,7 @@ impl DeviceDigest {
         let packets: Vec<(u64, u32)> = bursts
             .iter()
             .flat_map(|b| {
-                (0..b.len())
-                    .map(move |i| (b.segment_addr(i, seg), b.packets()[i].segments()[seg].len))
+                (0..b.len()).map(move |i| (b.segment_addr(i, seg), b.segment(i, seg).len))
             })
             .collect();
         let n = packets.len();

@@ -131,7 +131,7 @@ fn a_worker_that_panics_fails_its_queues_and_shutdown() {
         while let Ok(Some(_)) = rx.poll() {}
         let mut burst = match tx.alloc(64) {
             Ok(b) => b,
-            Err(TxFailure::WorkerFailed(f)) => break f,
+            Err(TxFailure::WorkerFailed(f)) => break *f,
             Err(_) => continue,
         };
         for i in 0..burst.len() {
@@ -140,7 +140,7 @@ fn a_worker_that_panics_fails_its_queues_and_shutdown() {
         match tx.send(burst) {
             Ok(()) => {}
             Err(e) => match e.reason {
-                TxFailure::WorkerFailed(f) => break f,
+                TxFailure::WorkerFailed(f) => break *f,
                 TxFailure::RingFull => std::thread::yield_now(),
                 other => panic!("unexpected send failure: {other}"),
             },

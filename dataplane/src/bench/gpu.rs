@@ -26,6 +26,13 @@ pub struct StageResult {
     pub source: &'static str,
     /// `kernel` or `copy`.
     pub mode: &'static str,
+    /// The source bursts are runs ([`Burst::allocate_run`]: consecutive buffers and one
+    /// length, no per-packet descriptors) rather than bursts of descriptors, as an engine
+    /// that fills consecutive buffers can hand over.
+    pub runs: bool,
+    /// Share of the bursts delivered into device memory that were still runs (the stage
+    /// keeps a run a run when the device pool hands out consecutive buffers).
+    pub delivered_as_runs: f64,
     /// Threads: 1, the source bursts, the stage and their consumer on one thread, as on an
     /// RX worker staging its own queue; 3, each on its own, as with `stage_core` (the
     /// engine's worker, the stage's, the application), the stage running as the
@@ -258,31 +265,34 @@ pub fn run(
         let gather_gbps = g.gbps;
         gathers.push(g);
         let of_gather = |kind, gbps: f64| (kind == MemoryKind::Host).then(|| gbps / gather_gbps);
-        for (source, kind) in [
-            ("host", MemoryKind::Host),
-            ("host_pinned", MemoryKind::HostPinned),
+        // Pinned sources also as runs (copy mode, where the stage keeps them runs).
+        for (source, kind, runs) in [
+            ("host", MemoryKind::Host, false),
+            ("host_pinned", MemoryKind::HostPinned, false),
+            ("host_pinned", MemoryKind::HostPinned, true),
         ] {
-            for (mode_name, mode) in [("kernel", StageMode::Kernel), ("copy", StageMode::Copy)] {
-                let (
-                    gbps,
-                    submit_us_per_burst,
-                    wait_us_per_burst,
-                    source_us_per_burst,
-                    bursts_per_copy,
-                ) = stage_case(payload, kind, mode, round, rounds)?;
+            let modes: &[(&'static str, StageMode)] = if runs {
+                &[("copy", StageMode::Copy)]
+            } else {
+                &[("kernel", StageMode::Kernel), ("copy", StageMode::Copy)]
+            };
+            for &(mode_name, mode) in modes {
+                let c = stage_case(payload, kind, mode, runs, round, rounds)?;
                 let r = StageResult {
                     payload,
                     source,
                     mode: mode_name,
+                    runs,
+                    delivered_as_runs: c.delivered_as_runs,
                     threads: 1,
                     copy_helpers: 0,
-                    gbps,
-                    ratio_to_h2d: gbps / h2d_pinned_gbps,
-                    submit_us_per_burst: Some(submit_us_per_burst),
-                    wait_us_per_burst: Some(wait_us_per_burst),
-                    source_us_per_burst: Some(source_us_per_burst),
-                    bursts_per_copy,
-                    ratio_to_gather: of_gather(kind, gbps),
+                    gbps: c.gbps,
+                    ratio_to_h2d: c.gbps / h2d_pinned_gbps,
+                    submit_us_per_burst: Some(c.submit_us),
+                    wait_us_per_burst: Some(c.wait_us),
+                    source_us_per_burst: Some(c.source_us),
+                    bursts_per_copy: c.bursts_per_copy,
+                    ratio_to_gather: of_gather(kind, c.gbps),
                 };
                 progress(&r.line());
                 stage.push(r);
@@ -294,12 +304,22 @@ pub fn run(
                 &[0]
             };
             for &helpers in helper_counts {
-                let (gbps, bursts_per_copy) =
-                    stage_case_threads(payload, kind, StageMode::Copy, helpers, round, rounds)?;
+                let c = stage_case_threads(
+                    payload,
+                    kind,
+                    StageMode::Copy,
+                    runs,
+                    helpers,
+                    round,
+                    rounds,
+                )?;
+                let gbps = c.gbps;
                 let r = StageResult {
                     payload,
                     source,
                     mode: "copy",
+                    runs,
+                    delivered_as_runs: c.delivered_as_runs,
                     threads: 3 + helpers as u32,
                     copy_helpers: helpers as u32,
                     gbps,
@@ -307,7 +327,7 @@ pub fn run(
                     submit_us_per_burst: None,
                     wait_us_per_burst: None,
                     source_us_per_burst: None,
-                    bursts_per_copy,
+                    bursts_per_copy: c.bursts_per_copy,
                     ratio_to_gather: of_gather(kind, gbps),
                 };
                 progress(&r.line());
@@ -511,13 +531,39 @@ fn copy_ceiling(
 /// Payload Gb/s of the RX stage moving bursts of 256 packets from `kind` memory into a
 /// device region, and the microseconds per burst spent submitting, waiting and making the
 /// source burst (medians of the rounds).
+/// What [`stage_case`] and [`stage_case_threads`] measured (medians over the rounds; the
+/// CPU times per burst from [`stage_case`] only).
+#[derive(Default)]
+struct StageCase {
+    gbps: f64,
+    submit_us: f64,
+    wait_us: f64,
+    source_us: f64,
+    bursts_per_copy: f64,
+    delivered_as_runs: f64,
+}
+
+/// A source burst of [`BURST`] `payload`-byte packets in `src`, as an engine would hand it
+/// over: a run when `runs` and the pool's next buffers are consecutive, else descriptors.
+fn source_burst(regions: &Arc<RegionSet>, src: u16, payload: usize, runs: bool) -> Option<Burst> {
+    if runs && let Some(b) = Burst::allocate_run(regions.clone(), 0, 0, src, BURST, payload) {
+        return Some(b);
+    }
+    let mut b = Burst::allocate(regions.clone(), 0, 0, &[src], BURST)?;
+    for i in 0..BURST {
+        b.set_len(i, 0, payload);
+    }
+    Some(b)
+}
+
 fn stage_case(
     payload: usize,
     kind: MemoryKind,
     mode: StageMode,
+    runs: bool,
     round: Duration,
     rounds: usize,
-) -> Result<(f64, f64, f64, f64, f64), GpuBenchError> {
+) -> Result<StageCase, GpuBenchError> {
     let (regions, mut stage) = stage_regions(payload, kind, mode, 0)?;
     let src = 0;
     let fail = |e| match e {
@@ -526,7 +572,7 @@ fn stage_case(
     };
     let (mut results, mut submit_us, mut wait_us, mut source_us) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut all_bursts = 0u64;
+    let (mut all_bursts, mut delivered, mut as_runs) = (0u64, 0u64, 0u64);
     for _ in 0..rounds {
         let (mut bytes, t) = (0u64, Instant::now());
         let (mut submitting, mut waiting, mut sourcing, mut bursts) =
@@ -535,15 +581,12 @@ fn stage_case(
             // Keep the stage's pipeline full, as an RX worker under load does.
             while stage.has_room() {
                 let made = Instant::now();
-                let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[src], BURST) else {
+                let Some(b) = source_burst(&regions, src, payload, runs) else {
                     if stage.in_flight() == 0 {
                         return Err(GpuBenchError::PoolEmpty("source"));
                     }
                     break; // the stage holds the rest: wait for it
                 };
-                for i in 0..BURST {
-                    b.set_len(i, 0, payload);
-                }
                 let s = Instant::now();
                 sourcing += s - made;
                 let r = stage.submit(b);
@@ -562,11 +605,15 @@ fn stage_case(
             let done = stage.wait_oldest();
             waiting += w.elapsed();
             if let Some(done) = done {
-                bytes += done.map_err(fail)?.bytes();
+                let done = done.map_err(fail)?;
+                (delivered, as_runs) = (delivered + 1, as_runs + u64::from(done.run().is_some()));
+                bytes += done.bytes();
             }
         }
         while let Some(done) = stage.wait_oldest() {
-            bytes += done.map_err(fail)?.bytes();
+            let done = done.map_err(fail)?;
+            (delivered, as_runs) = (delivered + 1, as_runs + u64::from(done.run().is_some()));
+            bytes += done.bytes();
         }
         results.push(bytes as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
         let per = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(bursts.max(1));
@@ -574,13 +621,14 @@ fn stage_case(
         wait_us.push(per(waiting));
         source_us.push(per(sourcing));
     }
-    Ok((
-        median(results),
-        median(submit_us),
-        median(wait_us),
-        median(source_us),
-        all_bursts as f64 / stage.copies_issued().max(1) as f64,
-    ))
+    Ok(StageCase {
+        gbps: median(results),
+        submit_us: median(submit_us),
+        wait_us: median(wait_us),
+        source_us: median(source_us),
+        bursts_per_copy: all_bursts as f64 / stage.copies_issued().max(1) as f64,
+        delivered_as_runs: as_runs as f64 / delivered.max(1) as f64,
+    })
 }
 
 /// As [`stage_case`] with the work on three threads, as a queue with `stage_core` runs:
@@ -593,10 +641,11 @@ fn stage_case_threads(
     payload: usize,
     kind: MemoryKind,
     mode: StageMode,
+    runs: bool,
     helpers: usize,
     round: Duration,
     rounds: usize,
-) -> Result<(f64, f64), GpuBenchError> {
+) -> Result<StageCase, GpuBenchError> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     // The bursts waiting in the two rings need buffers too.
     let (regions, mut stage) = stage_regions(payload, kind, mode, BURST * 2 * RING_BURSTS)?;
@@ -621,13 +670,14 @@ fn stage_case_threads(
         (0, 0),
     );
     let stop = AtomicBool::new(false);
-    let delivered = AtomicU64::new(0);
+    let (delivered, delivered_bursts, as_runs) =
+        (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let mut results = Vec::new();
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut idle_marked = false;
             while !stop.load(Ordering::Relaxed) {
-                let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[src], BURST) else {
+                let Some(b) = source_burst(&regions, src, payload, runs) else {
                     // As an RX worker whose engine has no buffers to receive into: its
                     // port idles, and it tells the stage task so (an empty burst) once.
                     if !idle_marked {
@@ -639,9 +689,6 @@ fn stage_case_threads(
                     continue;
                 };
                 idle_marked = false;
-                for i in 0..BURST {
-                    b.set_len(i, 0, payload);
-                }
                 let mut pending = b;
                 loop {
                     match to_stage.push(pending) {
@@ -660,6 +707,10 @@ fn stage_case_threads(
                 match from_stage.pop() {
                     Ok(b) => {
                         delivered.fetch_add(b.bytes(), Ordering::Relaxed);
+                        if !b.is_empty() {
+                            delivered_bursts.fetch_add(1, Ordering::Relaxed);
+                            as_runs.fetch_add(u64::from(b.run().is_some()), Ordering::Relaxed);
+                        }
                     }
                     Err(_) => std::hint::spin_loop(),
                 }
@@ -692,10 +743,13 @@ fn stage_case_threads(
         )));
     }
     let bursts = packets / BURST as u64;
-    Ok((
-        median(results),
-        bursts as f64 / task.copies_issued().max(1) as f64,
-    ))
+    Ok(StageCase {
+        gbps: median(results),
+        bursts_per_copy: bursts as f64 / task.copies_issued().max(1) as f64,
+        delivered_as_runs: as_runs.load(Ordering::Relaxed) as f64
+            / delivered_bursts.load(Ordering::Relaxed).max(1) as f64,
+        ..StageCase::default()
+    })
 }
 
 /// Bursts each ring between the threads of [`stage_case_threads`] holds (as a queue's).
@@ -915,8 +969,16 @@ impl StageResult {
             .ratio_to_gather
             .map(|r| format!(" = {r:.2} x one core's gather"))
             .unwrap_or_default();
+        let runs = if self.runs {
+            format!(
+                ", runs: {:.0} % delivered as runs",
+                self.delivered_as_runs * 100.0
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}{helpers}): {:>7.1} Gb/s = {:.2} x pinned copy{of_gather}; {per_burst}; {:.1} bursts per copy",
+            "  staged ingest {:>5} B from {:<11} ({:<6}, {} thread{}{helpers}): {:>7.1} Gb/s = {:.2} x pinned copy{of_gather}; {per_burst}; {:.1} bursts per copy{runs}",
             self.payload,
             self.source,
             self.mode,

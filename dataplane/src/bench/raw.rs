@@ -58,10 +58,10 @@ fn prefetch_for_read(addr: u64) {
 /// taken as `len` bytes long (its current length when `None`).
 #[inline(always)]
 fn prefetch_frame(burst: &crate::Burst, i: usize, len: Option<usize>) {
-    let Some(p) = burst.packets().get(i) else {
+    if i >= burst.len() {
         return;
-    };
-    let s = p.segments()[0];
+    }
+    let s = burst.segment(i, 0);
     let r = burst.regions().get(s.region);
     if !r.host_accessible() {
         return;
@@ -368,9 +368,13 @@ impl FrameReader {
         #[cfg(feature = "cuda")]
         {
             let regions = burst.regions();
-            let whole_gpu = burst.packets().first().is_some_and(|p| {
-                p.segments().len() == 1 && !regions.get(p.segments()[0].region).host_accessible()
-            });
+            let whole_gpu = match burst.run() {
+                Some(run) => !regions.get(run.region).host_accessible(),
+                None => burst.packets().first().is_some_and(|p| {
+                    p.segments().len() == 1
+                        && !regions.get(p.segments()[0].region).host_accessible()
+                }),
+            };
             if whole_gpu {
                 self.pending_packets += burst.len();
                 self.pending.push((burst, polled));
@@ -410,12 +414,12 @@ impl FrameReader {
                     checker.counts.corrupt += burst.len() as u64;
                     continue;
                 }
-                for p in burst.packets() {
+                for i in 0..burst.len() {
                     let d = &self.digest.digests[k * per..(k + 1) * per];
                     checker.check_parts(
                         &d[..L2_L4_HEADER],
                         &d[L2_L4_HEADER..],
-                        p.len(),
+                        burst.segment_len(i, 0),
                         Some(self.digest.sums[k]),
                     );
                     k += 1;
@@ -432,6 +436,21 @@ impl FrameReader {
     /// Checks every frame of `burst`, received at `polled` (epoch ns) unless a packet
     /// carries its own receive time.
     fn check(&mut self, burst: &crate::Burst, checker: &mut Checker, polled: u64) {
+        if let Some(run) = burst.run()
+            && burst.regions().get(run.region).host_accessible()
+        {
+            // One segment each and no receive times: no descriptor to read.
+            checker.receive_time = polled;
+            self.polled += burst.len() as u64;
+            for i in 0..PREFETCH_AHEAD {
+                prefetch_frame(burst, i, None);
+            }
+            for i in 0..burst.len() {
+                prefetch_frame(burst, i + PREFETCH_AHEAD, None);
+                checker.check(burst.data(i, 0).expect("host memory"));
+            }
+            return;
+        }
         let Some(first) = burst.packets().first() else {
             return;
         };
@@ -1169,7 +1188,7 @@ pub fn run(
                     let started = timed.then(Instant::now);
                     let burst = match pending.take() {
                         Some(b) => b,
-                        None => match q.alloc(batch) {
+                        None => match q.alloc_frames(batch, frame_len) {
                             Ok(mut burst) if gpu_writer.is_some() => {
                                 builder.set_send_time(clock.now_ns());
                                 let w = gpu_writer.as_mut().expect("checked");
@@ -1186,7 +1205,7 @@ pub fn run(
                                 }
                                 for i in 0..burst.len() {
                                     prefetch_frame(&burst, i + PREFETCH_AHEAD, Some(frame_len));
-                                    let idx = burst.packets()[i].segments()[0].index as usize;
+                                    let idx = burst.segment(i, 0).index as usize;
                                     let buf = burst.buffer_mut(i, 0).expect("host memory");
                                     // Headers and fill are written once per buffer.
                                     let (word, bit) = (idx / 64, idx % 64);

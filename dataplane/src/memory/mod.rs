@@ -342,6 +342,24 @@ impl Region {
         self.pool.alloc_up_to(out)
     }
 
+    /// Takes `n` consecutive buffers and returns the first, when the pool's next `n` are
+    /// consecutive (see [`BufferPool::alloc_run`]); `None` takes nothing.
+    #[inline]
+    pub(crate) fn alloc_run(&self, n: usize) -> Option<u32> {
+        self.pool.alloc_run(n)
+    }
+
+    /// Returns the buffers `first..first + n`, each taken from this pool and returned once
+    /// ([`crate::Burst`] guarantees that for runs it owns).
+    pub(crate) fn free_run(&self, first: u32, n: usize) {
+        if let Some(lender) = self.lender.get() {
+            let all: Vec<u32> = (first..first + n as u32).collect();
+            lender.give_back(&all);
+            return;
+        }
+        self.pool.free_run(first, n);
+    }
+
     /// Buffers each thread keeps in its own cache of this region (0: none).
     pub fn cache_size(&self) -> usize {
         self.pool.cache_size()
@@ -534,6 +552,18 @@ impl RegionSet {
             regions,
             spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
         })
+    }
+
+    /// As [`RegionSet::allocate`] with every pool handing buffers out in FIFO order, as
+    /// pinned and device regions' pools do: for tests of what FIFO pools allow (runs) on
+    /// machines where pinned memory needs a GPU driver that is not there.
+    #[cfg(test)]
+    pub(crate) fn allocate_fifo(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
+        let mut set = Self::allocate(cfgs)?;
+        for r in &mut set.regions {
+            r.pool = BufferPool::ordered(&r.name, r.num_bufs, PoolOrder::Fifo);
+        }
+        Ok(set)
     }
 
     /// An empty descriptor vector with room for `capacity` packets, reused when possible.

@@ -368,6 +368,56 @@ impl BufferPool {
         self.shared.push(indices);
     }
 
+    /// Takes `n` (at least 1) consecutive buffers, `first..first + n`, when the next `n` a
+    /// FIFO pool hands out are exactly those (as they are under load: a burst freed whole
+    /// comes back whole); `None` leaves the pool as it was (too few free, not consecutive,
+    /// or a LIFO pool, whose thread caches shuffle buffers). Checks 4 bytes per buffer and
+    /// writes nothing per buffer: a run's burst needs no descriptors.
+    pub fn alloc_run(&self, n: usize) -> Option<u32> {
+        if self.shared.order != PoolOrder::Fifo || n == 0 {
+            return None;
+        }
+        let mut stack = self.shared.stack();
+        let first = *stack.front()?;
+        let consecutive = stack.len() >= n
+            && first.checked_add(n as u32 - 1).is_some()
+            && stack
+                .range(..n)
+                .zip(first..)
+                .all(|(&index, want)| index == want);
+        if !consecutive {
+            return None;
+        }
+        stack.drain(..n);
+        Some(first)
+    }
+
+    /// Returns the buffers `first..first + n` (each taken from this pool and returned
+    /// once), in that order.
+    pub fn free_run(&self, first: u32, n: usize) {
+        if self.shared.order == PoolOrder::Fifo {
+            let mut stack = self.shared.stack();
+            assert!(
+                stack.len() + n <= self.shared.capacity,
+                "memory region {}: buffer returned twice",
+                self.shared.name
+            );
+            stack.extend(first..first + n as u32);
+            return;
+        }
+        let mut chunk = [0u32; 256];
+        let mut next = first;
+        let end = first + n as u32;
+        while next < end {
+            let k = ((end - next) as usize).min(chunk.len());
+            for (slot, index) in chunk.iter_mut().zip(next..) {
+                *slot = index;
+            }
+            self.free_bulk(&chunk[..k]);
+            next += k as u32;
+        }
+    }
+
     /// Takes every buffer, or none: this thread's cache is emptied first; buffers in other
     /// threads' caches count as in use.
     pub fn take_all(&self) -> Option<Vec<u32>> {
@@ -575,5 +625,36 @@ mod tests {
         source.join().unwrap();
         app.join().unwrap();
         assert_eq!((src.available(), dst.available()), (n, n));
+    }
+
+    /// A FIFO pool hands out a run while its next buffers are consecutive and nothing
+    /// otherwise (taking nothing); runs freed come back in order, a run freed twice is
+    /// caught, and LIFO pools give no runs.
+    #[test]
+    fn runs_come_from_consecutive_fifo_buffers_only() {
+        let pool = BufferPool::ordered("r", 10, PoolOrder::Fifo);
+        assert_eq!(pool.alloc_run(4), Some(0));
+        assert_eq!(pool.alloc_run(4), Some(4));
+        assert_eq!(pool.alloc_run(4), None, "two left");
+        assert_eq!(pool.alloc_run(0), None);
+        assert_eq!(pool.available(), 2);
+        // 8, 9, then 0..4 freed: not consecutive across the wrap.
+        pool.free_run(0, 4);
+        assert_eq!(pool.alloc_run(3), None, "8, 9, 0 is no run");
+        assert_eq!(pool.available(), 6, "a refused run takes nothing");
+        let mut two = [0u32; 2];
+        assert!(pool.alloc_bulk(&mut two));
+        assert_eq!(two, [8, 9]);
+        assert_eq!(pool.alloc_run(4), Some(0));
+        pool.free_run(0, 4);
+        pool.free_run(4, 4);
+        pool.free_bulk(&two);
+        assert_eq!(pool.available(), 10);
+        let twice = std::panic::catch_unwind(|| pool.free_run(0, 1));
+        assert!(twice.is_err(), "a buffer returned twice is caught");
+        let lifo = BufferPool::ordered("l", 10, PoolOrder::Lifo);
+        assert_eq!(lifo.alloc_run(2), None);
+        lifo.free_run(0, 0);
+        assert_eq!(lifo.available(), 10);
     }
 }
