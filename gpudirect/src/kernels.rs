@@ -564,8 +564,10 @@ pub struct Gpu {
     slot_marks: [u32; TABLE_SLOTS],
     /// Per table slot: its last mark went on the slot's own stream, not the main one.
     marked_on_slot_stream: [bool; TABLE_SLOTS],
-    /// Output of `frame_digest` (grown on demand).
-    digest_out: Option<PinnedBuffer>,
+    /// Each table slot's digest output (sums, then heads and tails; grown on demand) and
+    /// the packets and head-and-tail bytes of the digest last queued there.
+    digest_out: [Option<PinnedBuffer>; TABLE_SLOTS],
+    digest_queued: [(usize, usize); TABLE_SLOTS],
     ordinal: u32,
     /// src, dst (u64 each) and len (u32) per item, then reorder metadata.
     table: PinnedBuffer,
@@ -620,7 +622,8 @@ impl Gpu {
             stream_mem_ops: false,
             slot_marks: [0; TABLE_SLOTS],
             marked_on_slot_stream: [false; TABLE_SLOTS],
-            digest_out: None,
+            digest_out: Default::default(),
+            digest_queued: [(0, 0); TABLE_SLOTS],
             ordinal,
             table: PinnedBuffer::alloc(ordinal, TABLE_BYTES)?,
             stream,
@@ -667,10 +670,6 @@ impl Gpu {
         self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))
     }
 
-    fn table_parts(&mut self) -> (&mut [u64], &mut [u64], &mut [u32], &mut [u32]) {
-        self.table_parts_in(0)
-    }
-
     fn table_parts_in(&mut self, slot: usize) -> (&mut [u64], &mut [u64], &mut [u32], &mut [u32]) {
         assert!(slot < TABLE_SLOTS);
         // SAFETY: each slot is TABLE_SLOT_BYTES of pinned memory owned by `self`, 8-byte
@@ -686,10 +685,6 @@ impl Gpu {
                 std::slice::from_raw_parts_mut(base.add(MAX_ITEMS * 20).cast::<u32>(), 16),
             )
         }
-    }
-
-    fn table_addrs(&self) -> (u64, u64, u64, u64) {
-        self.table_addrs_in(0)
     }
 
     fn table_addrs_in(&self, slot: usize) -> (u64, u64, u64, u64) {
@@ -942,23 +937,61 @@ impl Gpu {
         digests: &mut [u8],
     ) -> Result<(), GpuError> {
         let n = packets.len();
-        assert!(n <= MAX_ITEMS, "more than MAX_ITEMS packets");
         let per = (head + tail) as usize;
         assert!(sums.len() >= n && digests.len() >= n * per);
+        // SAFETY: the caller keeps the packets readable until this returns, after the wait.
+        unsafe { self.queue_frame_digest(0, packets.iter().copied(), sum_from, (head, tail)) }?;
+        let (s, d) = self.frame_digest_output(0, n, per)?;
+        sums[..n].copy_from_slice(s);
+        digests[..n * per].copy_from_slice(d);
+        Ok(())
+    }
+
+    /// The first half of [`Gpu::frame_digest`]: queues the digest of `packets` (at most
+    /// [`MAX_ITEMS`]) in table `slot`, with an output of its own, and returns without
+    /// waiting, so the caller can work while the GPU digests. [`Gpu::frame_digest_output`]
+    /// waits for it. Two slots in turn keep one digest running while the previous one's
+    /// output is read.
+    ///
+    /// # Safety
+    /// The packets must stay readable by the GPU until [`Gpu::frame_digest_output`] for
+    /// this slot returned; the slot's previous digest must have been waited for.
+    pub unsafe fn queue_frame_digest(
+        &mut self,
+        slot: usize,
+        packets: impl ExactSizeIterator<Item = (u64, u32)>,
+        sum_from: u32,
+        (head, tail): (u32, u32),
+    ) -> Result<(), GpuError> {
+        let n = packets.len();
+        assert!(n <= MAX_ITEMS, "more than MAX_ITEMS packets");
+        let per = (head + tail) as usize;
+        self.digest_queued[slot] = (0, 0);
         if n == 0 {
             return Ok(());
         }
         let need = n * (8 + per);
-        if self.digest_out.as_ref().is_none_or(|b| b.len() < need) {
-            self.digest_out = Some(PinnedBuffer::alloc(self.ordinal, need.max(MAX_ITEMS * 72))?);
+        if self.digest_out[slot]
+            .as_ref()
+            .is_none_or(|b| b.len() < need)
+        {
+            self.digest_out[slot] =
+                Some(PinnedBuffer::alloc(self.ordinal, need.max(MAX_ITEMS * 72))?);
         }
-        let (src, _, len, _) = self.table_parts();
-        for (k, &(a, l)) in packets.iter().enumerate() {
+        let (src, _, len, _) = self.table_parts_in(slot);
+        let mut written = 0;
+        for (k, (a, l)) in packets.enumerate().take(n) {
             src[k] = a;
             len[k] = l;
+            written += 1;
         }
-        let out = self.digest_out.as_ref().expect("just allocated").as_ptr();
-        let (s, _, l, _) = self.table_addrs();
+        // Checked in release builds: a short iterator would leave stale table entries.
+        assert_eq!(written, n, "the packet iterator's length was wrong");
+        let out = self.digest_out[slot]
+            .as_ref()
+            .expect("just allocated")
+            .as_ptr();
+        let (s, _, l, _) = self.table_addrs_in(slot);
         let (sums_at, digest_at) = (out as u64, out as u64 + 8 * n as u64);
         let n32 = n as u32;
         self.bind()?;
@@ -972,17 +1005,45 @@ impl Gpu {
             .arg(&tail)
             .arg(&digest_at)
             .arg(&sums_at);
-        // SAFETY: the signature matches; table and output stay valid until the sync.
+        // SAFETY: the signature matches; table and output stay valid until the wait.
         unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(frame_digest)"))?;
         // A mark in pinned memory rather than a stream sync: no driver call while waiting.
-        self.record_slot(0)?;
-        self.wait_slot(0)?;
-        // SAFETY: the output holds n sums then n digests, written by the finished kernel.
-        unsafe {
-            std::ptr::copy_nonoverlapping(out.cast::<u64>(), sums.as_mut_ptr(), n);
-            std::ptr::copy_nonoverlapping(out.add(8 * n), digests.as_mut_ptr(), n * per);
-        }
+        self.record_slot(slot)?;
+        self.digest_queued[slot] = (n, per);
         Ok(())
+    }
+
+    /// Waits for the digest [`Gpu::queue_frame_digest`] queued in `slot` for `n` packets
+    /// of `per` head and tail bytes each, and gives its sums and digests, read in place.
+    pub fn frame_digest_output(
+        &self,
+        slot: usize,
+        n: usize,
+        per: usize,
+    ) -> Result<(&[u64], &[u8]), GpuError> {
+        if n == 0 {
+            return Ok((&[], &[]));
+        }
+        let out = match &self.digest_out[slot] {
+            Some(out) if self.digest_queued[slot] == (n, per) => out,
+            _ => {
+                return Err(GpuError::Unsupported(format!(
+                    "no digest of {n} packets of {per} bytes queued in slot {slot}"
+                )));
+            }
+        };
+        self.wait_slot(slot)?;
+        let out = out.as_ptr();
+        // SAFETY: the digest last queued in this slot (checked above) wrote n sums, then n
+        // digests of `per` bytes, into this pinned output owned by `self` (sized for them
+        // when queued), and it has finished; `&self` keeps the slot from being queued
+        // again while the views live.
+        Ok(unsafe {
+            (
+                std::slice::from_raw_parts(out.cast::<u64>(), n),
+                std::slice::from_raw_parts(out.add(8 * n), n * per),
+            )
+        })
     }
 
     /// Queues the writing of test frames: frame `fields` of template `t` at each address

@@ -348,11 +348,60 @@ struct FrameReader {
     #[cfg(feature = "cuda")]
     digest: crate::stage::DeviceDigest,
     /// Bursts wholly in GPU memory waiting to be digested together, with their receive
-    /// times: one launch and one wait per [`GPU_CHECK_PACKETS`] packets, not per burst.
+    /// times: one launch per [`GPU_CHECK_PACKETS`] packets, not per burst.
     #[cfg(feature = "cuda")]
-    pending: Vec<(crate::Burst, u64)>,
+    pending: Vec<crate::Burst>,
+    #[cfg(feature = "cuda")]
+    pending_polled: Vec<u64>,
     #[cfg(feature = "cuda")]
     pending_packets: usize,
+    /// The group being digested (its digest slot and receive times), checked once the
+    /// next group is queued or the queue goes idle.
+    #[cfg(feature = "cuda")]
+    digesting: Option<(usize, Vec<u64>)>,
+    #[cfg(feature = "cuda")]
+    next_slot: usize,
+}
+
+/// Checks the frames of `bursts` (received at `polled`) against their GPU digests (word
+/// sums, then heads and tails); a failed digest counts them all as corrupt. Adds the
+/// frames to `frames_polled`.
+#[cfg(feature = "cuda")]
+#[allow(clippy::type_complexity)]
+fn check_digests(
+    frames_polled: &mut u64,
+    bursts: &[crate::Burst],
+    polled: &[u64],
+    digests: Result<(&[u64], &[u8]), gpudirect::GpuError>,
+    checker: &mut Checker,
+) {
+    use super::traffic::{L2_L4_HEADER, TRAILER};
+    let per = L2_L4_HEADER + TRAILER;
+    let mut k = 0;
+    for (burst, &polled) in bursts.iter().zip(polled) {
+        checker.receive_time = polled;
+        *frames_polled += burst.len() as u64;
+        let (sums, heads) = match &digests {
+            Ok(d) => d,
+            Err(e) => {
+                checker
+                    .first_problem
+                    .get_or_insert(format!("GPU check: {e}"));
+                checker.counts.corrupt += burst.len() as u64;
+                continue;
+            }
+        };
+        for i in 0..burst.len() {
+            let d = &heads[k * per..(k + 1) * per];
+            checker.check_parts(
+                &d[..L2_L4_HEADER],
+                &d[L2_L4_HEADER..],
+                burst.segment_len(i, 0),
+                Some(sums[k]),
+            );
+            k += 1;
+        }
+    }
 }
 
 /// Packets of GPU-resident bursts the checker digests in one launch (the queue going idle
@@ -362,8 +411,9 @@ const GPU_CHECK_PACKETS: usize = 2048;
 
 impl FrameReader {
     /// Checks `burst`: frames in host memory at once; bursts wholly in GPU memory are held
-    /// and digested together by [`FrameReader::flush`] (the caller flushes when the queue
-    /// is idle and at the end).
+    /// and digested together, a group at a time, each group checked while the GPU digests
+    /// the next (the caller calls [`FrameReader::flush`] when the queue is idle and at the
+    /// end, which checks everything held).
     fn take(&mut self, burst: crate::Burst, checker: &mut Checker, polled: u64) {
         #[cfg(feature = "cuda")]
         {
@@ -377,9 +427,10 @@ impl FrameReader {
             };
             if whole_gpu {
                 self.pending_packets += burst.len();
-                self.pending.push((burst, polled));
+                self.pending.push(burst);
+                self.pending_polled.push(polled);
                 if self.pending_packets >= GPU_CHECK_PACKETS {
-                    self.flush(checker);
+                    self.advance(checker);
                 }
                 return;
             }
@@ -387,47 +438,43 @@ impl FrameReader {
         self.check(&burst, checker, polled);
     }
 
-    /// Digests the held GPU bursts in one launch and checks their frames.
-    fn flush(&mut self, checker: &mut Checker) {
-        #[cfg(feature = "cuda")]
-        {
-            use super::traffic::{L2_L4_HEADER, PAYLOAD_SUM_FROM, TRAILER};
-            if self.pending.is_empty() {
-                return;
-            }
-            let bursts: Vec<&crate::Burst> = self.pending.iter().map(|(b, _)| b).collect();
-            let run = self.digest.run_many(
-                &bursts,
+    /// Queues the held GPU bursts' digest, then checks the group digested before them.
+    #[cfg(feature = "cuda")]
+    fn advance(&mut self, checker: &mut Checker) {
+        use super::traffic::{L2_L4_HEADER, PAYLOAD_SUM_FROM, TRAILER};
+        let previous = self.digesting.take();
+        if !self.pending.is_empty() {
+            let slot = self.next_slot;
+            self.next_slot = (slot + 1) % crate::stage::QUEUED_DIGESTS;
+            let bursts = std::mem::take(&mut self.pending);
+            let polled = std::mem::take(&mut self.pending_polled);
+            self.pending_packets = 0;
+            match self.digest.queue(
+                slot,
+                bursts,
                 0,
                 PAYLOAD_SUM_FROM as u32,
                 (L2_L4_HEADER as u32, TRAILER as u32),
-            );
-            let per = L2_L4_HEADER + TRAILER;
-            let mut k = 0;
-            for (burst, polled) in &self.pending {
-                checker.receive_time = *polled;
-                self.polled += burst.len() as u64;
-                if let Err(e) = &run {
-                    checker
-                        .first_problem
-                        .get_or_insert(format!("GPU check: {e}"));
-                    checker.counts.corrupt += burst.len() as u64;
-                    continue;
-                }
-                for i in 0..burst.len() {
-                    let d = &self.digest.digests[k * per..(k + 1) * per];
-                    checker.check_parts(
-                        &d[..L2_L4_HEADER],
-                        &d[L2_L4_HEADER..],
-                        burst.segment_len(i, 0),
-                        Some(self.digest.sums[k]),
-                    );
-                    k += 1;
+            ) {
+                Ok(()) => self.digesting = Some((slot, polled)),
+                Err((bursts, e)) => {
+                    check_digests(&mut self.polled, &bursts, &polled, Err(e), checker)
                 }
             }
-            // The bursts go back to their pools here.
-            self.pending.clear();
-            self.pending_packets = 0;
+        }
+        if let Some((slot, polled)) = previous {
+            // The digests are read where the GPU wrote them.
+            let (bursts, out) = self.digest.finish(slot);
+            check_digests(&mut self.polled, &bursts, &polled, out, checker);
+        }
+    }
+
+    /// Digests and checks every GPU burst held (the queue is idle, or the run ended).
+    fn flush(&mut self, checker: &mut Checker) {
+        #[cfg(feature = "cuda")]
+        {
+            self.advance(checker);
+            self.advance(checker);
         }
         #[cfg(not(feature = "cuda"))]
         let _ = checker;
@@ -1010,17 +1057,25 @@ pub fn run(
                             packets += info.source_packets as u64;
                             bytes += info.payload_bytes;
                         } else {
-                            for p in burst.packets() {
-                                marks.count(p.flow_id);
-                                bytes += p.len() as u64;
+                            // A run: one length and flow 0 for all, no descriptor to read.
+                            let whole = burst
+                                .run()
+                                .map(|run| (0, run.len as usize, burst.len() as u64));
+                            let each = burst.run().is_none().then(|| burst.packets());
+                            let per_packet = each
+                                .into_iter()
+                                .flatten()
+                                .map(|p| (p.flow_id, p.len(), 1));
+                            for (flow, len, n) in whole.into_iter().chain(per_packet) {
+                                marks.count(flow, n);
+                                bytes += len as u64 * n;
                                 if let Some(max) = max_packet
-                                    && p.len() > max
+                                    && len > max
                                 {
-                                    checker.counts.corrupt += 1;
+                                    checker.counts.corrupt += n;
                                     checker.first_problem.get_or_insert_with(|| {
                                         format!(
-                                            "a {}-byte packet, longer than bench_rx max_packet_size {max}",
-                                            p.len()
+                                            "a {len}-byte packet, longer than bench_rx max_packet_size {max}"
                                         )
                                     });
                                 }
@@ -1634,16 +1689,17 @@ struct FlowMarks {
 impl FlowMarks {
     const SMALL: u32 = 1024;
 
+    /// Counts `n` packets of flow `id`.
     #[inline]
-    fn count(&mut self, id: u32) {
+    fn count(&mut self, id: u32, n: u64) {
         if id < Self::SMALL {
             let i = id as usize;
             if self.small.len() <= i {
                 self.small.resize(i + 1, 0);
             }
-            self.small[i] += 1;
+            self.small[i] += n;
         } else {
-            *self.large.entry(id).or_default() += 1;
+            *self.large.entry(id).or_default() += n;
         }
     }
 
