@@ -226,9 +226,9 @@ impl Burst {
     /// are `like`'s (length, flow id, time) with the new buffer in place of their one
     /// segment: each written once, as a whole copy, where [`Burst::allocate`] and setting
     /// the lengths after would write every descriptor twice, field by field (the stage's
-    /// per-burst CPU cost at small packets). Segment bytes are not copied.
+    /// per-burst CPU cost at small packets). Segment bytes are not copied. A run comes out
+    /// as a run where the region's pool has its next buffers consecutive.
     #[cfg(feature = "cuda")]
-    /// A run comes out as a run where the region's pool has its buffers consecutive.
     pub(crate) fn allocate_like(like: &Burst, region: RegionId) -> Result<Self, AllocateLike> {
         let cap = like.regions.get(region).buf_size();
         if let Some(run) = like.run

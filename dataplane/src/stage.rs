@@ -1697,9 +1697,12 @@ pub struct DeviceDigest {
     queued_shape: [(usize, usize); QUEUED_DIGESTS],
 }
 
-/// Digests [`DeviceDigest::queue`] keeps in flight at once.
+/// Digests [`DeviceDigest::queue`] keeps in flight at once (table slots 0 and 1; the
+/// waiting [`DeviceDigest::run_many`] uses the last slot, so the two can mix).
 #[cfg(feature = "cuda")]
 pub const QUEUED_DIGESTS: usize = 2;
+#[cfg(feature = "cuda")]
+const _: () = assert!(QUEUED_DIGESTS < gpudirect::kernels::TABLE_SLOTS);
 
 #[cfg(feature = "cuda")]
 impl Drop for DeviceDigest {

@@ -939,9 +939,11 @@ impl Gpu {
         let n = packets.len();
         let per = (head + tail) as usize;
         assert!(sums.len() >= n && digests.len() >= n * per);
+        // The last slot, so that digests queued in the first ones stay undisturbed.
+        let slot = TABLE_SLOTS - 1;
         // SAFETY: the caller keeps the packets readable until this returns, after the wait.
-        unsafe { self.queue_frame_digest(0, packets.iter().copied(), sum_from, (head, tail)) }?;
-        let (s, d) = self.frame_digest_output(0, n, per)?;
+        unsafe { self.queue_frame_digest(slot, packets.iter().copied(), sum_from, (head, tail)) }?;
+        let (s, d) = self.frame_digest_output(slot, n, per)?;
         sums[..n].copy_from_slice(s);
         digests[..n * per].copy_from_slice(d);
         Ok(())
@@ -951,7 +953,7 @@ impl Gpu {
     /// [`MAX_ITEMS`]) in table `slot`, with an output of its own, and returns without
     /// waiting, so the caller can work while the GPU digests. [`Gpu::frame_digest_output`]
     /// waits for it. Two slots in turn keep one digest running while the previous one's
-    /// output is read.
+    /// output is read. [`Gpu::frame_digest`] uses the last slot.
     ///
     /// # Safety
     /// The packets must stay readable by the GPU until [`Gpu::frame_digest_output`] for

@@ -374,13 +374,15 @@ impl BufferPool {
     /// or a LIFO pool, whose thread caches shuffle buffers). Checks 4 bytes per buffer and
     /// writes nothing per buffer: a run's burst needs no descriptors.
     pub fn alloc_run(&self, n: usize) -> Option<u32> {
+        let n32 = u32::try_from(n).ok()?;
         if self.shared.order != PoolOrder::Fifo || n == 0 {
             return None;
         }
         let mut stack = self.shared.stack();
         let first = *stack.front()?;
+        // `first + n` must exist too: the run's end, as its owner computes it.
         let consecutive = stack.len() >= n
-            && first.checked_add(n as u32 - 1).is_some()
+            && first.checked_add(n32).is_some()
             && stack
                 .range(..n)
                 .zip(first..)
