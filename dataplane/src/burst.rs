@@ -112,7 +112,8 @@ impl Burst {
     /// The descriptors for changing: a run becomes an ordinary burst first.
     #[inline]
     fn descriptors_mut(&mut self) -> &mut Vec<Packet> {
-        if let Some(run) = self.run.take() {
+        if let Some(run) = self.run {
+            self.run = None;
             self.packets = match std::mem::take(&mut self.run_descriptors).get() {
                 Some(made) => made.clone(),
                 None => run.descriptors(&self.regions),
@@ -142,7 +143,33 @@ impl Burst {
         segment_regions: &[RegionId],
         count: usize,
     ) -> Option<Self> {
-        Self::allocate_with(regions, port, queue, segment_regions, count, true)
+        Self::allocate_with(regions, port, queue, segment_regions, count, true, 0)
+    }
+
+    /// As [`Burst::allocate`], with the first segment of every packet `len` bytes long
+    /// (each descriptor written once; at most the first region's buf_size).
+    pub(crate) fn allocate_frames(
+        regions: Arc<RegionSet>,
+        port: u16,
+        queue: u16,
+        segment_regions: &[RegionId],
+        count: usize,
+        len: usize,
+    ) -> Option<Self> {
+        let cap = regions.get(*segment_regions.first()?).buf_size();
+        assert!(
+            len <= cap,
+            "segment length {len} exceeds the {cap}-byte buffer"
+        );
+        Self::allocate_with(
+            regions,
+            port,
+            queue,
+            segment_regions,
+            count,
+            true,
+            len as u32,
+        )
     }
 
     /// Allocates up to `max` packets with one buffer from each of `segment_regions`, as
@@ -154,11 +181,12 @@ impl Burst {
         segment_regions: &[RegionId],
         max: usize,
     ) -> Option<Self> {
-        Self::allocate_with(regions, port, queue, segment_regions, max, false)
+        Self::allocate_with(regions, port, queue, segment_regions, max, false, 0)
     }
 
     /// `count` packets (exactly, or as many as the pools give), segment by segment; the
-    /// packets short of a segment give back the segments they have.
+    /// packets short of a segment give back the segments they have. The first segment
+    /// holds `first_len` bytes (checked by the caller), the others 0.
     fn allocate_with(
         regions: Arc<RegionSet>,
         port: u16,
@@ -166,6 +194,7 @@ impl Burst {
         segment_regions: &[RegionId],
         count: usize,
         exact: bool,
+        first_len: u32,
     ) -> Option<Self> {
         assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
         let mut burst = Self::empty(regions, port, queue, count);
@@ -196,7 +225,7 @@ impl Burst {
                 p.segments[0] = Segment {
                     region,
                     index,
-                    len: 0,
+                    len: first_len,
                 };
                 p
             }));
@@ -210,7 +239,7 @@ impl Burst {
                 p.segments[s] = Segment {
                     region,
                     index,
-                    len: 0,
+                    len: if s == 0 { first_len } else { 0 },
                 };
                 p.num_segments = s as u8 + 1;
             }

@@ -328,15 +328,21 @@ impl TxQueue {
     /// stranded in the queue's ring, so the pool would only ever look empty), and with
     /// [`TxFailure::Stopped`] instead of `PoolEmpty` once the plane is shut down.
     pub fn alloc(&self, count: usize) -> Result<Burst, TxFailure> {
+        self.alloc_with_len(count, 0)
+    }
+
+    /// [`TxQueue::alloc`] with first segments `len` bytes long.
+    fn alloc_with_len(&self, count: usize, len: usize) -> Result<Burst, TxFailure> {
         if let Some(f) = self.health.failure() {
             return Err(TxFailure::WorkerFailed(Box::new(f.clone())));
         }
-        Burst::allocate(
+        Burst::allocate_frames(
             self.regions.clone(),
             self.port,
             self.queue,
             &self.segment_regions,
             count,
+            len,
         )
         .ok_or_else(|| {
             // After shutdown no worker returns buffers: waiting for them would be in vain.
@@ -351,7 +357,9 @@ impl TxQueue {
     /// As [`TxQueue::alloc`], for `count` frames of `len` bytes each in one segment
     /// (lengths set): a run ([`Burst::allocate_run`]) when the queue has one segment region
     /// whose pool hands out consecutive buffers, so the bytes can be written and the burst
-    /// sent, staged and freed with no per-packet descriptor; an ordinary burst otherwise.
+    /// sent, staged and freed with no per-packet descriptor; an ordinary burst otherwise,
+    /// each descriptor written once. Panics when `len` exceeds the first segment's
+    /// buffers, as [`Burst::set_len`] does.
     pub fn alloc_frames(&self, count: usize, len: usize) -> Result<Burst, TxFailure> {
         if let &[region] = self.segment_regions.as_slice()
             && self.health.failure().is_none()
@@ -367,11 +375,7 @@ impl TxQueue {
         {
             return Ok(run);
         }
-        let mut burst = self.alloc(count)?;
-        for i in 0..burst.len() {
-            burst.set_len(i, 0, len);
-        }
-        Ok(burst)
+        self.alloc_with_len(count, len)
     }
 
     /// Byte capacity of each segment's buffers.

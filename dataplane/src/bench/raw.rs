@@ -1057,18 +1057,11 @@ pub fn run(
                             packets += info.source_packets as u64;
                             bytes += info.payload_bytes;
                         } else {
-                            // A run: one length and flow 0 for all, no descriptor to read.
-                            let whole = burst
-                                .run()
-                                .map(|run| (0, run.len as usize, burst.len() as u64));
-                            let each = burst.run().is_none().then(|| burst.packets());
-                            let per_packet = each
-                                .into_iter()
-                                .flatten()
-                                .map(|p| (p.flow_id, p.len(), 1));
-                            for (flow, len, n) in whole.into_iter().chain(per_packet) {
-                                marks.count(flow, n);
-                                bytes += len as u64 * n;
+                            if let Some(run) = burst.run() {
+                                // One length and flow 0 for all: no descriptor to read.
+                                let (n, len) = (burst.len() as u64, run.len as usize);
+                                marks.count(0, n);
+                                bytes += n * len as u64;
                                 if let Some(max) = max_packet
                                     && len > max
                                 {
@@ -1078,6 +1071,22 @@ pub fn run(
                                             "a {len}-byte packet, longer than bench_rx max_packet_size {max}"
                                         )
                                     });
+                                }
+                            } else {
+                                for p in burst.packets() {
+                                    marks.count(p.flow_id, 1);
+                                    bytes += p.len() as u64;
+                                    if let Some(max) = max_packet
+                                        && p.len() > max
+                                    {
+                                        checker.counts.corrupt += 1;
+                                        checker.first_problem.get_or_insert_with(|| {
+                                            format!(
+                                                "a {}-byte packet, longer than bench_rx max_packet_size {max}",
+                                                p.len()
+                                            )
+                                        });
+                                    }
                                 }
                             }
                             packets += burst.len() as u64;
@@ -1275,7 +1284,7 @@ pub fn run(
                                         TxWork::Full => builder.write_next(buf),
                                         TxWork::Headers => builder.write_headers(buf),
                                     }
-                                    burst.set_len(i, 0, frame_len);
+                                    // The length is set: `alloc_frames` did it.
                                 }
                                 burst
                             }
