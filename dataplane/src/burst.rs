@@ -125,12 +125,8 @@ impl Burst {
     /// Appends a one-segment packet whose buffer `index` of `region` the caller hands over
     /// (an engine receiving into lent buffers); dropping the burst frees it.
     pub(crate) fn push_owned(&mut self, region: RegionId, index: u32, len: u32, flow_id: u32) {
-        let mut p = Packet {
-            num_segments: 1,
-            flow_id,
-            ..Packet::default()
-        };
-        p.segments[0] = Segment { region, index, len };
+        let mut p = one_segment(Segment { region, index, len });
+        p.flow_id = flow_id;
         self.descriptors_mut().push(p);
     }
 
@@ -218,16 +214,11 @@ impl Burst {
                 return None;
             }
             burst.packets.extend(indices[..got].iter().map(|&index| {
-                let mut p = Packet {
-                    num_segments: 1,
-                    ..Packet::default()
-                };
-                p.segments[0] = Segment {
+                one_segment(Segment {
                     region,
                     index,
                     len: first_len,
-                };
-                p
+                })
             }));
             return Some(burst);
         }
@@ -387,13 +378,7 @@ impl Burst {
 
     /// Bytes segment `seg` of packet `i` can hold (its region's buf_size).
     pub fn capacity(&self, i: usize, seg: usize) -> usize {
-        if let Some(run) = &self.run {
-            run.index(i, seg);
-            return self.regions.get(run.region).buf_size();
-        }
-        let p = &self.packets[i];
-        let s = p.segments[..p.num_segments as usize][seg];
-        self.regions.get(s.region).buf_size()
+        self.regions.get(self.segment(i, seg).region).buf_size()
     }
 
     /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
@@ -678,6 +663,17 @@ fn assert_same_memory(from: &Burst, outputs: &[Burst]) {
     );
 }
 
+/// A packet of one segment, flow id and time 0.
+#[inline]
+fn one_segment(segment: Segment) -> Packet {
+    let mut p = Packet {
+        num_segments: 1,
+        ..Packet::default()
+    };
+    p.segments[0] = segment;
+    p
+}
+
 /// A burst's packets when it is a run: buffers `first..first + count` of `region`, each
 /// `len` bytes in one segment, with flow id and time 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -704,16 +700,11 @@ impl Run {
     fn descriptors(&self, regions: &RegionSet) -> Vec<Packet> {
         let mut v = regions.descriptor_vec(self.count());
         v.extend((self.first..self.first + self.count.get()).map(|index| {
-            let mut p = Packet {
-                num_segments: 1,
-                ..Packet::default()
-            };
-            p.segments[0] = Segment {
+            one_segment(Segment {
                 region: self.region,
                 index,
                 len: self.len,
-            };
-            p
+            })
         }));
         v
     }

@@ -928,13 +928,16 @@ fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
                 ),
                 None,
             );
-        } else if dpdk_pci_gpu || rdma_must_register {
+            return;
+        }
+        let fix = "modprobe nvidia-peermem (or install the open kernel modules: nvidia-open)";
+        if dpdk_pci_gpu || rdma_must_register {
             push(
                 out,
                 "gpu",
                 Severity::Block,
                 "device regions on a NIC need dma-buf (NVIDIA open kernel modules) or nvidia-peermem; neither is there".into(),
-                Some("modprobe nvidia-peermem (or install the open kernel modules: nvidia-open)".into()),
+                Some(fix.into()),
             );
         } else {
             push(
@@ -942,7 +945,7 @@ fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
                 "gpu",
                 Severity::Warn,
                 "the NIC cannot register GPU memory here (no dma-buf, no nvidia-peermem): RDMA connections will stage their device regions through pinned host memory (gpu_memory_path auto), a copy each way".into(),
-                Some("modprobe nvidia-peermem (or install the open kernel modules: nvidia-open)".into()),
+                Some(fix.into()),
             );
         }
     }

@@ -363,7 +363,6 @@ impl TxQueue {
     pub fn alloc_frames(&self, count: usize, len: usize) -> Result<Burst, TxFailure> {
         if let &[region] = self.segment_regions.as_slice()
             && self.health.failure().is_none()
-            && len <= self.regions.get(region).buf_size()
             && let Some(run) = Burst::allocate_run(
                 self.regions.clone(),
                 self.port,

@@ -1389,6 +1389,11 @@ mod tests {
     ) {
         assert_eq!(got.iter().map(Burst::len).collect::<Vec<_>>(), sizes);
         assert_landed(&got, len, byte);
+        assert_released(regions, stage, got);
+    }
+
+    /// Once `got` and the stage are dropped, every buffer of both regions is back.
+    fn assert_released(regions: &RegionSet, stage: RxStage, got: Vec<Burst>) {
         drop(got);
         drop(stage);
         assert_eq!(regions.get(0).available(), regions.get(0).num_bufs());
@@ -1496,10 +1501,7 @@ mod tests {
                 );
             }
         }
-        drop(got);
-        drop(stage);
-        assert_eq!(regions.get(0).available(), regions.get(0).num_bufs());
-        assert_eq!(regions.get(1).available(), regions.get(1).num_bufs());
+        assert_released(&regions, stage, got);
     }
 
     /// A layout region of 2 MiB gives copies of at most a sixth of it (about 341 KiB): a
@@ -1697,6 +1699,10 @@ pub struct DeviceDigest {
     queued_shape: [(usize, usize); QUEUED_DIGESTS],
 }
 
+/// A finished digest: word sums, then `head + tail` bytes per packet, or why it failed.
+#[cfg(feature = "cuda")]
+pub type Digests<'a> = Result<(&'a [u64], &'a [u8]), gpudirect::GpuError>;
+
 /// Digests [`DeviceDigest::queue`] keeps in flight at once (table slots 0 and 1; the
 /// waiting [`DeviceDigest::run_many`] uses the last slot, so the two can mix).
 #[cfg(feature = "cuda")]
@@ -1764,13 +1770,10 @@ impl DeviceDigest {
         let packets = bursts.iter().flat_map(|b| {
             (0..b.len()).map(move |i| (b.segment_addr(i, seg), b.segment(i, seg).len))
         });
-        let packets = ExactLen {
-            inner: packets,
-            left: n,
-        };
         // SAFETY: the packets are segments of `bursts`, which this digest holds (and its
         // drop waits for the GPU) until `finish` has waited for the slot.
-        if let Err(e) = unsafe { gpu.queue_frame_digest(slot, packets, sum_from, (head, tail)) } {
+        if let Err(e) = unsafe { gpu.queue_frame_digest(slot, n, packets, sum_from, (head, tail)) }
+        {
             return Err((bursts, e));
         }
         self.queued_shape[slot] = (n, (head + tail) as usize);
@@ -1780,11 +1783,7 @@ impl DeviceDigest {
 
     /// Waits for the digest queued in `slot` and hands back its bursts with its word sums
     /// and `head + tail` bytes per packet, in packet order.
-    #[allow(clippy::type_complexity)]
-    pub fn finish(
-        &mut self,
-        slot: usize,
-    ) -> (Vec<Burst>, Result<(&[u64], &[u8]), gpudirect::GpuError>) {
+    pub fn finish(&mut self, slot: usize) -> (Vec<Burst>, Digests<'_>) {
         let bursts = std::mem::take(&mut self.queued[slot]);
         let (n, per) = std::mem::take(&mut self.queued_shape[slot]);
         let out = match &self.gpu {
@@ -1849,27 +1848,3 @@ impl DeviceDigest {
         Ok(())
     }
 }
-
-/// An iterator whose length is known ahead (what [`gpudirect::Gpu::queue_frame_digest`]
-/// takes): `left` items of `inner`.
-#[cfg(feature = "cuda")]
-struct ExactLen<I> {
-    inner: I,
-    left: usize,
-}
-
-#[cfg(feature = "cuda")]
-impl<I: Iterator> Iterator for ExactLen<I> {
-    type Item = I::Item;
-    fn next(&mut self) -> Option<I::Item> {
-        let item = self.inner.next()?;
-        self.left = self.left.saturating_sub(1);
-        Some(item)
-    }
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, Some(self.left))
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl<I: Iterator> ExactSizeIterator for ExactLen<I> {}

@@ -942,15 +942,17 @@ impl Gpu {
         // The last slot, so that digests queued in the first ones stay undisturbed.
         let slot = TABLE_SLOTS - 1;
         // SAFETY: the caller keeps the packets readable until this returns, after the wait.
-        unsafe { self.queue_frame_digest(slot, packets.iter().copied(), sum_from, (head, tail)) }?;
+        unsafe {
+            self.queue_frame_digest(slot, n, packets.iter().copied(), sum_from, (head, tail))
+        }?;
         let (s, d) = self.frame_digest_output(slot, n, per)?;
         sums[..n].copy_from_slice(s);
         digests[..n * per].copy_from_slice(d);
         Ok(())
     }
 
-    /// The first half of [`Gpu::frame_digest`]: queues the digest of `packets` (at most
-    /// [`MAX_ITEMS`]) in table `slot`, with an output of its own, and returns without
+    /// The first half of [`Gpu::frame_digest`]: queues the digest of the `n` `packets` (at
+    /// most [`MAX_ITEMS`]) in table `slot`, with an output of its own, and returns without
     /// waiting, so the caller can work while the GPU digests. [`Gpu::frame_digest_output`]
     /// waits for it. Two slots in turn keep one digest running while the previous one's
     /// output is read. [`Gpu::frame_digest`] uses the last slot.
@@ -961,11 +963,11 @@ impl Gpu {
     pub unsafe fn queue_frame_digest(
         &mut self,
         slot: usize,
-        packets: impl ExactSizeIterator<Item = (u64, u32)>,
+        n: usize,
+        packets: impl Iterator<Item = (u64, u32)>,
         sum_from: u32,
         (head, tail): (u32, u32),
     ) -> Result<(), GpuError> {
-        let n = packets.len();
         assert!(n <= MAX_ITEMS, "more than MAX_ITEMS packets");
         let per = (head + tail) as usize;
         self.digest_queued[slot] = (0, 0);
@@ -988,7 +990,7 @@ impl Gpu {
             written += 1;
         }
         // Checked in release builds: a short iterator would leave stale table entries.
-        assert_eq!(written, n, "the packet iterator's length was wrong");
+        assert_eq!(written, n, "fewer packets than `n`");
         let out = self.digest_out[slot]
             .as_ref()
             .expect("just allocated")

@@ -367,12 +367,11 @@ struct FrameReader {
 /// sums, then heads and tails); a failed digest counts them all as corrupt. Adds the
 /// frames to `frames_polled`.
 #[cfg(feature = "cuda")]
-#[allow(clippy::type_complexity)]
 fn check_digests(
     frames_polled: &mut u64,
     bursts: &[crate::Burst],
     polled: &[u64],
-    digests: Result<(&[u64], &[u8]), gpudirect::GpuError>,
+    digests: crate::stage::Digests<'_>,
     checker: &mut Checker,
 ) {
     use super::traffic::{L2_L4_HEADER, TRAILER};

@@ -407,17 +407,9 @@ impl BufferPool {
             stack.extend(first..first + n as u32);
             return;
         }
-        let mut chunk = [0u32; 256];
-        let mut next = first;
-        let end = first + n as u32;
-        while next < end {
-            let k = ((end - next) as usize).min(chunk.len());
-            for (slot, index) in chunk.iter_mut().zip(next..) {
-                *slot = index;
-            }
-            self.free_bulk(&chunk[..k]);
-            next += k as u32;
-        }
+        // A LIFO pool never hands out runs; take them back all the same.
+        let indices: Vec<u32> = (first..first + n as u32).collect();
+        self.free_bulk(&indices);
     }
 
     /// Takes every buffer, or none: this thread's cache is emptied first; buffers in other
