@@ -5,10 +5,12 @@
 //!
 //! File names: every file this process creates starts with [`file_prefix`],
 //! `dataplane_<pid>_<nonce>`, followed by `map_<region index>`. That follows DPDK's
-//! `<file-prefix>map_<n>` convention, so one rule covers our files and DPDK's: a regular file
-//! in a hugetlbfs mount whose name starts with `dataplane_` or `rtemap_` or contains `map_`
-//! is a leftover when an exclusive non-blocking `flock` on it succeeds (a live owner holds a
-//! lock: we hold `LOCK_EX`, DPDK `LOCK_SH`).
+//! `<file-prefix>map_<n>` convention, and our DPDK engine passes the same prefix to EAL, so
+//! one rule covers every file a data plane made. Cleanup touches nothing else: a regular
+//! file in a hugetlbfs mount is a leftover only when its name is `dataplane_<pid>_...`, no
+//! process `<pid>` exists, and an exclusive non-blocking `flock` on it succeeds (a live
+//! owner holds a lock: we hold `LOCK_EX`, DPDK `LOCK_SH`). Other applications' files,
+//! DPDK's `rtemap_*` of other programs included, are never removed.
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::mm::{MapFlags, ProtFlags};
@@ -426,9 +428,9 @@ impl Drop for HugeFile {
     }
 }
 
-/// Whether a file name follows our or DPDK's naming.
+/// Whether a file name is one a data plane makes: `dataplane_<pid>_...`.
 pub fn is_candidate_name(name: &str) -> bool {
-    name.starts_with(OUR_PREFIX) || name.starts_with("rtemap_") || name.contains("map_")
+    pid_of_prefix(name).is_some()
 }
 
 /// A file found in a hugetlbfs mount.
@@ -445,13 +447,13 @@ pub struct FoundFile {
 /// The verdict on one file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FileState {
-    /// Ours or DPDK's, and no live process holds it: a leftover.
+    /// A data plane's, its process is gone and nothing holds it: a leftover.
     Dead,
-    /// Ours or DPDK's, and a live process holds a lock on it.
+    /// A data plane's, and its process runs or a live process holds a lock on it.
     Live,
     /// Not a regular file (a symlink, a directory, ...): never touched.
     NotRegular,
-    /// A name that is neither ours nor DPDK's: never touched.
+    /// A name without the `dataplane_<pid>_` prefix: never touched.
     Foreign,
     /// Could not be examined.
     Unreadable(String),
@@ -464,7 +466,7 @@ impl FileState {
             FileState::Dead => "dead (no process holds it)".into(),
             FileState::Live => "live (held by a running process)".into(),
             FileState::NotRegular => "not a regular file".into(),
-            FileState::Foreign => "not a data plane or DPDK file".into(),
+            FileState::Foreign => "not a data plane file (no dataplane_<pid>_ prefix)".into(),
             FileState::Unreadable(e) => format!("cannot examine: {e}"),
         }
     }
@@ -481,8 +483,11 @@ fn examine(path: &Path) -> (FileState, u64, Option<OwnedFd>) {
     if !meta.file_type().is_file() {
         return (FileState::NotRegular, 0, None);
     }
-    if !is_candidate_name(name) {
+    let Some(owner) = pid_of_prefix(name) else {
         return (FileState::Foreign, meta.len(), None);
+    };
+    if process_alive(owner) {
+        return (FileState::Live, meta.len(), None);
     }
     let fd = match rustix::fs::open(
         path,
@@ -608,6 +613,7 @@ fn pid_of_prefix(name: &str) -> Option<i32> {
         .next()?
         .parse()
         .ok()
+        .filter(|&pid: &i32| pid > 0)
 }
 
 fn process_alive(pid: i32) -> bool {

@@ -17,6 +17,7 @@ pub mod cycles;
 pub mod descriptor;
 pub mod doctor;
 pub mod engine;
+pub mod files;
 pub mod hugepages;
 pub mod memory;
 pub mod metrics;

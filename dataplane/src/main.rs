@@ -922,7 +922,10 @@ fn bench_raw(
     };
     let result = raw::run(&c, &opts, &signals.any);
     if let (Some(path), Ok(report)) = (csv, &result)
-        && let Err(e) = std::fs::write(path, dataplane::stats::series_csv(&report.series))
+        && let Err(e) = dataplane::files::write_new(
+            path,
+            dataplane::stats::series_csv(&report.series).as_bytes(),
+        )
     {
         eprintln!("error: writing {}: {e}", path.display());
         return ExitCode::FAILURE;

@@ -28,11 +28,13 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use std::net::SocketAddr;
+use rustix::event::{PollFd, PollFlags};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One queue as the endpoint reports it.
 pub struct QueueSource {
@@ -274,7 +276,16 @@ pub struct MetricsError {
     pub reason: String,
 }
 
-/// The running endpoint; dropping it stops its thread (within 100 ms).
+/// Connections answered at once; more wait in the kernel's accept backlog.
+pub const MAX_CLIENTS: usize = 8;
+/// How long one connection may take to send its request and read the answer; a client
+/// that stalls longer is dropped, so it holds a slot for this long at most.
+pub const CLIENT_DEADLINE: Duration = Duration::from_secs(2);
+/// The largest request head read; a longer one is answered 431 and closed.
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
+
+/// The running endpoint; dropping it stops its thread (within 100 ms, whatever its clients
+/// do: every socket is non-blocking, so no read or write waits on one).
 pub struct MetricsServer {
     address: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -282,23 +293,31 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    /// Listens on `address` (port 0: any free port) and serves `GET /metrics`.
+    /// Listens on `address` (port 0: any free port) and serves `GET /metrics`. A bare port
+    /// (`9464` or `:9464`) listens on 127.0.0.1; a non-loopback address is served with a
+    /// warning, since the counters then reach anyone who can connect.
     pub fn start(address: &str, sources: Sources) -> Result<Self, MetricsError> {
         let err = |reason: String| MetricsError {
             address: address.to_owned(),
             reason,
         };
-        let server = tiny_http::Server::http(address).map_err(|e| err(e.to_string()))?;
-        let bound = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| err("not an IP address".into()))?;
+        let wanted = crate::config::metrics_listen_address(address).map_err(err)?;
+        let listener = TcpListener::bind(wanted).map_err(|e| err(e.to_string()))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| err(e.to_string()))?;
+        let bound = listener.local_addr().map_err(|e| err(e.to_string()))?;
+        if !bound.ip().is_loopback() {
+            tracing::warn!(
+                "metrics: listening on {bound}, not a loopback address: anyone who can reach it reads the counters"
+            );
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let sources = Arc::new(sources);
         let thread = std::thread::Builder::new()
             .name("dp-metrics".into())
-            .spawn(move || serve(&server, &sources, &flag))
+            .spawn(move || serve(&listener, &sources, &flag))
             .map_err(|e| err(e.to_string()))?;
         tracing::info!("metrics: http://{bound}/metrics");
         Ok(Self {
@@ -314,28 +333,137 @@ impl MetricsServer {
     }
 }
 
-fn serve(server: &tiny_http::Server, sources: &Arc<Sources>, stop: &AtomicBool) {
-    const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    while !stop.load(Ordering::Relaxed) {
-        let request = match server.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!("metrics endpoint: {e}");
-                continue;
+/// One connection being answered.
+struct Client {
+    stream: TcpStream,
+    since: Instant,
+    head: Vec<u8>,
+    /// The answer and how much of it went out.
+    answer: Option<(Vec<u8>, usize)>,
+}
+
+impl Client {
+    /// Moves the exchange on as far as the socket allows; false when it is over.
+    fn progress(&mut self, sources: &Arc<Sources>) -> bool {
+        if self.answer.is_none() {
+            let mut buf = [0u8; 1024];
+            loop {
+                match self.stream.read(&mut buf) {
+                    Ok(0) => return false,
+                    Ok(n) => self.head.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => return false,
+                }
+                if self.head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    self.answer = Some((answer(&self.head, sources), 0));
+                    break;
+                }
+                if self.head.len() > MAX_REQUEST_HEAD {
+                    self.answer = Some((response(431, "text/plain", "request too large\n"), 0));
+                    break;
+                }
             }
-        };
-        let response = if request.url() == "/metrics" || request.url().starts_with("/metrics?") {
-            let header =
-                tiny_http::Header::from_bytes("Content-Type", OPENMETRICS).expect("a valid header");
-            tiny_http::Response::from_string(render(sources.clone())).with_header(header)
-        } else {
-            tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
-                .with_status_code(404)
-        };
-        if let Err(e) = request.respond(response) {
-            tracing::debug!("metrics endpoint: answering a scrape: {e}");
         }
+        let Some((bytes, sent)) = &mut self.answer else {
+            return true;
+        };
+        while *sent < bytes.len() {
+            match self.stream.write(&bytes[*sent..]) {
+                Ok(0) => return false,
+                Ok(n) => *sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        false
+    }
+}
+
+/// The HTTP answer to a request head.
+fn answer(head: &[u8], sources: &Arc<Sources>) -> Vec<u8> {
+    const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split(' ');
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    if method != "GET" {
+        return response(405, "text/plain", "only GET is served\n");
+    }
+    if path == "/metrics" || path.starts_with("/metrics?") {
+        response(200, OPENMETRICS, &render(sources.clone()))
+    } else {
+        response(
+            404,
+            "text/plain",
+            "not found: the metrics are at /metrics\n",
+        )
+    }
+}
+
+fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Request Header Fields Too Large",
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The endpoint's thread: accepts up to [`MAX_CLIENTS`] connections, moves each on when
+/// its socket is ready, drops those past [`CLIENT_DEADLINE`], and ends when `stop` is set.
+fn serve(listener: &TcpListener, sources: &Arc<Sources>, stop: &AtomicBool) {
+    let mut clients: Vec<Client> = Vec::new();
+    let tick = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000_000,
+    };
+    while !stop.load(Ordering::Relaxed) {
+        while clients.len() < MAX_CLIENTS {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_ok() {
+                        clients.push(Client {
+                            stream,
+                            since: Instant::now(),
+                            head: Vec::new(),
+                            answer: None,
+                        });
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::debug!("metrics endpoint: accept: {e}");
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        clients
+            .retain_mut(|c| now.duration_since(c.since) < CLIENT_DEADLINE && c.progress(sources));
+        // Wait for the listener (while there is room) or a client to be ready.
+        let mut fds: Vec<PollFd> = clients
+            .iter()
+            .map(|c| {
+                let wants = if c.answer.is_some() {
+                    PollFlags::OUT
+                } else {
+                    PollFlags::IN
+                };
+                PollFd::new(&c.stream, wants)
+            })
+            .collect();
+        if clients.len() < MAX_CLIENTS {
+            fds.push(PollFd::new(listener, PollFlags::IN));
+        }
+        let _ = rustix::event::poll(&mut fds, Some(&tick));
     }
 }
 

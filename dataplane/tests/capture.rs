@@ -293,3 +293,37 @@ fn the_reference_writer_examples_capture_verified_frames() {
     assert_eq!(common::check_captured_frames(bytes.chunks(316)), written);
     assert!(written > 0, "{r}");
 }
+
+#[test]
+fn captures_never_overwrite_or_follow_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let precious = dir.path().join("precious");
+    std::fs::write(&precious, b"keep").unwrap();
+    let link = dir.path().join("out.pcap");
+    std::os::unix::fs::symlink(&precious, &link).unwrap();
+    for path in [&precious, &link] {
+        for format in [
+            CaptureFormat::Pcap,
+            CaptureFormat::Raw,
+            CaptureFormat::RawPerPacket,
+        ] {
+            let e = CaptureSink::create(&CaptureConfig::new(path, format))
+                .err()
+                .unwrap_or_else(|| panic!("{} opened as {format:?}", path.display()));
+            assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        }
+    }
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep");
+    // Several queues' files get the interface's name made safe: no `/` or `..` escapes.
+    let yaml = "dataplane:\n  cfg:\n    version: 1\n    stream_type: raw\n    master_core: 0\n    loopback: \"sw\"\n    memory_regions:\n    - {name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}\n    interfaces:\n    - name: \"../../x\"\n      address: loopback\n      rx: {queues: [{name: a, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}, {name: b, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]}\nbench_rx:\n- {interface_name: \"../../x\", queue_id: -1, cpu_core: -1}\n";
+    let config = match dataplane::config::load_str(yaml, "names") {
+        Ok(l) => l.config,
+        Err(e) => panic!("{e}"),
+    };
+    let out = dir.path().join("cap.pcap");
+    let c = dataplane::capture::capture_bench_rx(&config, &out, CaptureFormat::Pcap, false);
+    for q in c.interfaces[0].rx.iter().flat_map(|r| &r.queues) {
+        let path = std::path::PathBuf::from(&q.capture.as_ref().unwrap().path);
+        assert_eq!(path.parent(), Some(dir.path()), "{}", path.display());
+    }
+}

@@ -208,6 +208,8 @@ fn hugepage_files_are_cleaned_on_every_path() {
     rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
     let foreign = env.mount.join("notes.txt");
     fs::File::create(&foreign).unwrap();
+    // Another program's DPDK file, unlocked: not ours, so never removed.
+    fs::File::create(env.mount.join("rtemap_0")).unwrap();
     fs::create_dir(env.mount.join("rtemap_9")).unwrap();
 
     let (out, so, _) = run.output(run.cmd(&["hugepages", "cleanup", "--dry-run"]));
@@ -217,7 +219,7 @@ fn hugepage_files_are_cleaned_on_every_path() {
         2,
         "{so}"
     );
-    assert_eq!(files(&env.mount).len(), 5, "a dry run removes nothing");
+    assert_eq!(files(&env.mount).len(), 6, "a dry run removes nothing");
 
     let (out, so, _) = run.output(run.cmd(&["hugepages", "status"]));
     assert!(out.status.success());
@@ -245,13 +247,19 @@ fn hugepage_files_are_cleaned_on_every_path() {
         "{so}"
     );
     assert!(
-        so.contains("notes.txt: not a data plane or DPDK file"),
+        so.contains("notes.txt: not a data plane file")
+            && so.contains("rtemap_0: not a data plane file"),
         "{so}"
     );
     assert!(so.contains("rtemap_9: not a regular file"), "{so}");
     assert_eq!(
         files(&env.mount),
-        vec!["dataplane_1_000000map_0", "notes.txt", "rtemap_9"]
+        vec![
+            "dataplane_1_000000map_0",
+            "notes.txt",
+            "rtemap_0",
+            "rtemap_9"
+        ]
     );
     assert_eq!(read_u64(FREE), free_before, "the pages came back");
     drop(held);
@@ -274,7 +282,7 @@ fn hugepage_files_are_cleaned_on_every_path() {
     );
     assert_eq!(
         files(&env.mount),
-        vec!["notes.txt", "rtemap_9"],
+        vec!["notes.txt", "rtemap_0", "rtemap_9"],
         "a normal exit leaves nothing"
     );
 
@@ -290,7 +298,7 @@ fn hugepage_files_are_cleaned_on_every_path() {
     assert_eq!(status.code(), Some(143), "{status:?}");
     assert!(last.contains("\"lossless\":true"), "{last}");
     assert!(last.contains("\"interrupted\":true"), "{last}");
-    assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_9"]);
+    assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_0", "rtemap_9"]);
 
     // 4. Init failing after the regions were made (the engine rejects the interface).
     let bad = cfg_dir.path().join("bad.yaml");
@@ -312,7 +320,7 @@ fn hugepage_files_are_cleaned_on_every_path() {
     assert!(se.contains("has none"), "{se}");
     assert_eq!(
         files(&env.mount),
-        vec!["notes.txt", "rtemap_9"],
+        vec!["notes.txt", "rtemap_0", "rtemap_9"],
         "and removed again"
     );
 
@@ -329,7 +337,7 @@ fn hugepage_files_are_cleaned_on_every_path() {
     ] {
         assert!(se.contains(needle), "`{needle}` missing in:\n{se}");
     }
-    assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_9"]);
+    assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_0", "rtemap_9"]);
     assert_eq!(read_u64(FREE), free_before);
 }
 

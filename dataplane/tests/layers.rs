@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
         "clock",
         "cycles",
         "packet",
+        "files",
     ],
     // The configuration schema, parser and validation.
     &["config"],

@@ -52,6 +52,18 @@ impl DataPlane {
     }
 }
 
+impl DataPlane {
+    /// Starts the plane of a loaded configuration, without the GIL.
+    fn start(py: Python<'_>, config: dataplane::config::Config) -> PyResult<Self> {
+        let plane = py
+            .detach(|| dataplane::DataPlane::start(&config))
+            .map_err(err)?;
+        Ok(Self {
+            plane: Mutex::new(Some(plane)),
+        })
+    }
+}
+
 #[pymethods]
 impl DataPlane {
     /// Starts a plane from configuration text (the reference's YAML schema); `name` names
@@ -60,19 +72,17 @@ impl DataPlane {
     #[pyo3(signature = (yaml, name = "<string>"))]
     fn new(py: Python<'_>, yaml: &str, name: &str) -> PyResult<Self> {
         let config = dataplane::config::load_str(yaml, name).map_err(err)?.config;
-        let plane = py
-            .detach(|| dataplane::DataPlane::start(&config))
-            .map_err(err)?;
-        Ok(Self {
-            plane: Mutex::new(Some(plane)),
-        })
+        Self::start(py, config)
     }
 
     /// Starts a plane from a configuration file.
     #[staticmethod]
     fn from_file(py: Python<'_>, path: &str) -> PyResult<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("{path}: {e}")))?;
-        Self::new(py, &text, path)
+        // The library's reader: regular files only, size-limited (as the CLI reads them).
+        let config = dataplane::config::load_file(std::path::Path::new(path))
+            .map_err(err)?
+            .config;
+        Self::start(py, config)
     }
 
     /// `(interface, [RX queue ids], [TX queue ids])` for every interface.

@@ -166,3 +166,28 @@ def test_errors_are_exceptions_with_the_loaders_messages():
         tx.send(burst, timeout=60.0)
     with pytest.raises(dataplane.Stopped):
         plane.stats()
+
+
+def test_configuration_files_have_the_same_limits_as_the_cli(tmp_path):
+    import os
+    import time
+
+    good = tmp_path / "good.yaml"
+    good.write_text(CONFIG)
+    dataplane.DataPlane.from_file(str(good)).shutdown()
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (20 * 1000 * 1000))
+    for path, why in [
+        ("/dev/zero", "not a regular file"),
+        (str(fifo), "a FIFO"),
+        (str(big), "limited to"),
+    ]:
+        started = time.monotonic()
+        with pytest.raises(dataplane.Error, match=why):
+            dataplane.DataPlane.from_file(path)
+        # A bound on hanging, not a speed measurement.
+        assert time.monotonic() - started < 30, path
+    with pytest.raises(dataplane.Error, match="limited to"):
+        dataplane.DataPlane("#" * (20 * 1000 * 1000))

@@ -261,10 +261,10 @@ enum FileOut {
 impl FileOut {
     fn open(path: &Path, format: CaptureFormat) -> Result<Self, OpenError> {
         if format == CaptureFormat::RawPerPacket {
-            std::fs::create_dir_all(path).map_err(OpenError::Io)?;
+            crate::files::output_dir(path).map_err(OpenError::Io)?;
             // cuFile must work before the first packet, so a bad setup fails at start.
             let probe = path.join(".cufile-probe");
-            let f = std::fs::File::create(&probe).map_err(OpenError::Io)?;
+            let f = crate::files::create_new(&probe).map_err(OpenError::Io)?;
             let registered = GdsFile::register(f).map(drop);
             let _ = std::fs::remove_file(&probe);
             registered.map_err(OpenError::Gpu)?;
@@ -273,7 +273,7 @@ impl FileOut {
                 next: 0,
             });
         }
-        let mut file = std::fs::File::create(path).map_err(OpenError::Io)?;
+        let mut file = crate::files::create_output(path).map_err(OpenError::Io)?;
         let header = file_header(format);
         file.write_all(&header).map_err(OpenError::Io)?;
         Ok(FileOut::Single {
@@ -312,7 +312,7 @@ impl FileOut {
             FileOut::PerPacket { dir, next } => {
                 for r in &f.records {
                     let path = dir.join(format!("{next:012}.bin"));
-                    let file = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+                    let file = crate::files::create_new(&path).map_err(|e| e.to_string())?;
                     let file = GdsFile::register(file).map_err(|e| e.to_string())?;
                     file.write(&f.staging, r.at as usize, r.len as usize, 0)
                         .map_err(|e| e.to_string())?;

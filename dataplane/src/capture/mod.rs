@@ -73,7 +73,8 @@ impl CaptureFormat {
 
 /// `config` with a capture sink on every RX queue its `bench_rx` entries read, writing to
 /// `path` in `format` (what `dataplane capture` runs). Several queues get one file each,
-/// `path` with `_INTERFACE_qID` added before the extension. Without `keep_tx` the
+/// `path` with `_INTERFACE_qID` added before the extension (the interface name reduced to
+/// a safe file-name component, so it cannot leave `path`'s directory). Without `keep_tx` the
 /// `bench_tx` generators are removed, so only traffic from elsewhere is captured.
 pub fn capture_bench_rx(
     config: &crate::config::Config,
@@ -98,7 +99,7 @@ pub fn capture_bench_rx(
     }
     let single = targets.len() == 1;
     for (i, id) in targets {
-        let name = c.interfaces[i].name.clone();
+        let name = crate::files::file_component(&c.interfaces[i].name);
         let file = if single {
             path.to_owned()
         } else {
@@ -499,13 +500,13 @@ enum Output {
 impl Output {
     fn open(path: &Path, format: CaptureFormat) -> std::io::Result<Self> {
         if format == CaptureFormat::RawPerPacket {
-            std::fs::create_dir_all(path)?;
+            crate::files::output_dir(path)?;
             return Ok(Output::PerPacket {
                 dir: path.to_owned(),
                 next: 0,
             });
         }
-        let mut file = std::fs::File::create(path)?;
+        let mut file = crate::files::create_output(path)?;
         file.write_all(&file_header(format))?;
         Ok(Output::File(file))
     }
@@ -517,7 +518,7 @@ impl Output {
             Output::PerPacket { dir, next } => {
                 for &(at, len) in &batch.records {
                     let data = &batch.data[at as usize..(at + len) as usize];
-                    std::fs::write(dir.join(format!("{next:012}.bin")), data)?;
+                    crate::files::write_new(&dir.join(format!("{next:012}.bin")), data)?;
                     *next += 1;
                 }
                 Ok(())

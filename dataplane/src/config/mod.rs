@@ -31,8 +31,9 @@ pub struct Loaded {
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Reads and validates a configuration file. Only regular files of at most
-/// [`MAX_FILE_BYTES`] are read: a device (`/dev/zero`) or a FIFO is refused before it is
-/// opened for reading, so nothing blocks or reads without end.
+/// [`MAX_FILE_BYTES`] are read: a device (`/dev/zero`) or a FIFO is refused before anything
+/// is read from it, so nothing blocks or reads without end. Text handed over directly
+/// ([`load_str`], Python, C) has the same limit.
 pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     let name = path.display().to_string();
     match read_config_file(path) {
@@ -52,7 +53,15 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
 
 fn read_config_file(path: &Path) -> Result<String, String> {
     use std::io::Read;
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened without blocking (a FIFO would wait for a writer), then examined through the
+    // descriptor, so what is read is what was checked.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err(format!(
             "not a regular file ({}); give the path of a YAML file",
@@ -60,12 +69,8 @@ fn read_config_file(path: &Path) -> Result<String, String> {
         ));
     }
     if meta.len() > MAX_FILE_BYTES {
-        return Err(format!(
-            "the file is {} bytes; configurations are limited to {MAX_FILE_BYTES} bytes",
-            meta.len()
-        ));
+        return Err(too_large(meta.len()));
     }
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     // The file may grow between the check and the read: read one byte past the limit.
     let mut text = String::new();
     file.take(MAX_FILE_BYTES + 1)
@@ -77,6 +82,12 @@ fn read_config_file(path: &Path) -> Result<String, String> {
         ));
     }
     Ok(text)
+}
+
+fn too_large(len: u64) -> String {
+    format!(
+        "the configuration is {len} bytes; configurations are limited to {MAX_FILE_BYTES} bytes"
+    )
 }
 
 fn describe_file_type(t: &std::fs::FileType) -> &'static str {
@@ -113,6 +124,16 @@ pub fn load_with(
     online: &dyn Fn(u32) -> bool,
 ) -> Result<Loaded, ConfigError> {
     let mut d = Diagnostics::default();
+    // The same limit as a file's, whichever entry point the text came through (Python, C).
+    if text.len() as u64 > MAX_FILE_BYTES {
+        d.error(
+            DiagnosticKind::Invalid,
+            "",
+            None,
+            too_large(text.len() as u64),
+        );
+        return Err(d.into_error(source_name));
+    }
     let root = match yaml::parse(text) {
         Ok(root) => root,
         Err(e) => {

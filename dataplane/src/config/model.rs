@@ -23,8 +23,18 @@ pub enum StageMode {
 /// `metrics` (ours): where the Prometheus / OpenMetrics endpoint listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetricsConfig {
-    /// `listen`: IP:PORT (port 0: any free port).
+    /// `listen`: IP:PORT, or a bare port on 127.0.0.1 (port 0: any free port).
     pub listen: String,
+}
+
+/// `IP:PORT`, or a bare port (`9464`, `:9464`) on 127.0.0.1.
+pub fn metrics_listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    let port = text.strip_prefix(':').unwrap_or(text);
+    if let Ok(port) = port.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse()
+        .map_err(|e| format!("`{text}` is not IP:PORT or a port ({e}); for example 127.0.0.1:9464"))
 }
 
 /// A whole configuration file.

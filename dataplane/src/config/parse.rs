@@ -190,20 +190,16 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
     })
 }
 
-/// `metrics: {listen: "IP:PORT"}` (ours): the Prometheus endpoint.
+/// `metrics: {listen: "IP:PORT" | PORT}` (ours): the Prometheus endpoint (a bare port on
+/// 127.0.0.1).
 fn metrics_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MetricsConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let listen = m.required(d, "listen", |d, n, p| {
         let text = r::string(d, n, p)?;
-        match text.parse::<std::net::SocketAddr>() {
+        match super::model::metrics_listen_address(&text) {
             Ok(_) => Some(text),
-            Err(e) => {
-                d.error(
-                    Kind::Invalid,
-                    p,
-                    Some(n.location),
-                    format!("`{text}` is not IP:PORT ({e}); for example 127.0.0.1:9464"),
-                );
+            Err(why) => {
+                d.error(Kind::Invalid, p, Some(n.location), why);
                 None
             }
         }
