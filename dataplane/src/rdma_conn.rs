@@ -10,6 +10,7 @@
 
 use crate::burst::Burst;
 use crate::memory::{RegionId, RegionSet};
+use rdma::verbs::RemoteAccess::None as Local;
 use rdma::verbs::{Completion, Connection, ExternalBuffer, Registration, VerbsError};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -263,7 +264,8 @@ impl BurstConnection {
     }
 }
 
-/// Registers region `r` with `conn`'s protection domain: GPU memory through a dma-buf where
+/// Registers region `r` with `conn`'s protection domain for local access only (connections
+/// run SEND/RECV, so a peer can neither READ nor WRITE a region): GPU memory through a dma-buf where
 /// the driver exports one (then `ibv_reg_dmabuf_mr`), otherwise, and for host memory, with
 /// `ibv_reg_mr` (GPU memory then needs nvidia-peermem). Crate-private: the registration
 /// does not hold the region set, so its holder must (a [`BurstConnection`] does).
@@ -280,7 +282,7 @@ pub(crate) fn register(
             Ok(d) => {
                 // SAFETY: the region set (kept alive by the registration's holder, a
                 // `BurstConnection`) owns the exported memory; the descriptor is closed when `d` drops, after registration.
-                let reg = unsafe { conn.register_dmabuf(d.fd.as_raw_fd(), d.offset, len, addr) };
+                let reg = unsafe { conn.register_dmabuf(d.fd.as_raw_fd(), d.offset, len, addr, Local) };
                 match reg {
                     Ok(reg) => return Ok(reg),
                     Err(e) => format!("dma-buf registration failed ({e})"),
@@ -289,7 +291,7 @@ pub(crate) fn register(
             Err(e) => format!("no dma-buf ({e})"),
         };
         // SAFETY: as above; the memory outlives the registration.
-        return unsafe { conn.register(addr, len) }.map_err(|e| VerbsError::Call {
+        return unsafe { conn.register(addr, len, Local) }.map_err(|e| VerbsError::Call {
             what: "registering GPU memory",
             detail: format!(
                 "region `{}`: {dmabuf}; ibv_reg_mr: {e} (load nvidia-peermem, or use a NIC and driver with dma-buf support)",
@@ -300,7 +302,7 @@ pub(crate) fn register(
     let _ = (regions, r);
     // SAFETY: the registration's holder (a `BurstConnection`, the only one: this function
     // is crate-private) keeps the region set alive, so the memory outlives it.
-    unsafe { conn.register(addr, len) }
+    unsafe { conn.register(addr, len, Local) }
 }
 
 impl Drop for BurstConnection {

@@ -136,6 +136,36 @@ pub fn device_present() -> Result<usize, VerbsError> {
     Ok(n)
 }
 
+/// What a peer may do to memory we register, beyond our own local use. Memory is
+/// registered with the least of these its use needs: message slots and buffers that are
+/// only sent from or received into get [`RemoteAccess::None`], so a peer that learns or
+/// guesses their key still cannot READ or WRITE them (its request fails with a remote
+/// access error).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RemoteAccess {
+    /// Local access only (SEND/RECV).
+    #[default]
+    None,
+    /// Peers may RDMA WRITE (and WRITE with immediate) into it.
+    Write,
+    /// Peers may RDMA READ it.
+    Read,
+    /// Peers may READ and WRITE.
+    ReadWrite,
+}
+
+impl RemoteAccess {
+    fn flags(self) -> AccessFlags {
+        let local = AccessFlags::LocalWrite;
+        match self {
+            RemoteAccess::None => local,
+            RemoteAccess::Write => local | AccessFlags::RemoteWrite,
+            RemoteAccess::Read => local | AccessFlags::RemoteRead,
+            RemoteAccess::ReadWrite => local | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+        }
+    }
+}
+
 /// Queue and flow-control settings of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionParams {
@@ -155,6 +185,10 @@ pub struct ConnectionParams {
     pub retry_count: u8,
     /// Bytes of the window the peer may WRITE into and READ from.
     pub window_size: usize,
+    /// What the peer may do to the window: nothing by default, so a connection for
+    /// SEND/RECV exposes no memory. The window's key leaves the process (in
+    /// [`Connection::exchange_keys`]) only when this grants something.
+    pub window_access: RemoteAccess,
     /// Post the connection's own receive slots (off when the caller posts receives into
     /// its own registered buffers with [`Connection::post_external_receives`]).
     pub own_receives: bool,
@@ -172,6 +206,7 @@ impl Default for ConnectionParams {
             min_rnr_timer: 12,
             retry_count: 7,
             window_size: 64 * 1024,
+            window_access: RemoteAccess::None,
             own_receives: true,
             timeout: Duration::from_secs(10),
         }
@@ -451,7 +486,10 @@ pub struct Connection {
     send_cq: GenericCompletionQueue,
     recv_cq: GenericCompletionQueue,
     qp: GenericQueuePair,
+    /// The message slots, local access only.
     mr: Arc<MemoryRegion>,
+    /// The window, with the access `params.window_access` grants (none: not registered).
+    window_mr: Option<Arc<MemoryRegion>>,
     area: Box<[u8]>,
     params: ConnectionParams,
     free_send: Vec<u32>,
@@ -744,16 +782,34 @@ impl Connection {
         let slots = (params.recv_depth + params.send_depth) as usize;
         // Receive slots, send slots, then the window the peer may write and read.
         let area = vec![0u8; slots * params.message_size + params.window_size].into_boxed_slice();
-        // SAFETY: `area` lives as long as the connection, and the MR is deregistered before
-        // it is freed (fields drop in declaration order; `mr` comes before `area`).
+        let window_at = slots * params.message_size;
+        // SAFETY: `area` lives as long as the connection, and both MRs are deregistered
+        // before it is freed (fields drop in declaration order; `mr` and `window_mr` come
+        // before `area`). The slots are registered for local access only, the window with
+        // what the connection's mode grants the peer.
         let mr = unsafe {
             pd.reg_mr(
                 area.as_ptr() as usize,
-                area.len(),
-                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+                window_at,
+                RemoteAccess::None.flags(),
             )
         }
         .map_err(call("ibv_reg_mr"))?;
+        let window_mr = match params.window_access {
+            RemoteAccess::None => None,
+            _ if params.window_size == 0 => None,
+            access => Some(
+                // SAFETY: as above; the window is the tail of `area`.
+                unsafe {
+                    pd.reg_mr(
+                        area.as_ptr() as usize + window_at,
+                        params.window_size,
+                        access.flags(),
+                    )
+                }
+                .map_err(call("ibv_reg_mr (window)"))?,
+            ),
+        };
         Ok(Self {
             id,
             channel,
@@ -762,6 +818,7 @@ impl Connection {
             recv_cq,
             qp,
             mr,
+            window_mr,
             area,
             params,
             free_send: (0..params.send_depth).rev().collect(),
@@ -818,27 +875,28 @@ impl Connection {
     }
 
     /// Registers `len` bytes at `addr` (host memory, or GPU memory where the NIC and
-    /// driver allow it) with this connection's protection domain.
+    /// driver allow it) with this connection's protection domain, with the remote access
+    /// `access` grants (buffers for SEND/RECV: [`RemoteAccess::None`]).
     ///
     /// # Safety
     /// The memory must stay mapped for as long as the registration and any work request
     /// using it live.
-    pub unsafe fn register(&self, addr: u64, len: usize) -> Result<Registration, VerbsError> {
+    pub unsafe fn register(
+        &self,
+        addr: u64,
+        len: usize,
+        access: RemoteAccess,
+    ) -> Result<Registration, VerbsError> {
         // SAFETY: the caller keeps the memory mapped (see above).
-        let mr = unsafe {
-            self._pd.reg_mr(
-                addr as usize,
-                len,
-                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
-            )
-        }
+        let mr = unsafe { self._pd.reg_mr(addr as usize, len, access.flags()) }
         .map_err(call("ibv_reg_mr"))?;
         Ok(Registration { mr })
     }
 
     /// Registers `len` bytes of a dma-buf (GPU memory exported with
     /// `gpudirect::DeviceBuffer::export_dmabuf`), starting `offset` bytes into it, reachable
-    /// in work requests at address `iova` (the device pointer). Needs a NIC and driver with
+    /// in work requests at address `iova` (the device pointer), with the remote access
+    /// `access` grants. Needs a NIC and driver with
     /// dma-buf support (Soft-RoCE has none); the descriptor may be closed afterwards.
     ///
     /// # Safety
@@ -850,17 +908,10 @@ impl Connection {
         offset: u64,
         len: usize,
         iova: u64,
+        access: RemoteAccess,
     ) -> Result<Registration, VerbsError> {
         // SAFETY: the caller keeps the exported memory allocated (see above).
-        let mr = unsafe {
-            self._pd.reg_dmabuf_mr(
-                offset,
-                len,
-                iova,
-                fd,
-                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
-            )
-        }
+        let mr = unsafe { self._pd.reg_dmabuf_mr(offset, len, iova, fd, access.flags()) }
         .map_err(call("ibv_reg_dmabuf_mr"))?;
         Ok(Registration { mr })
     }
@@ -945,10 +996,7 @@ impl Connection {
     /// READs `len` bytes at `offset` of the peer's window into a send slot. Returns a token
     /// that the matching `ReadDone` carries, or `None` when every send slot is in flight.
     pub fn read(&mut self, offset: u64, len: usize) -> Result<Option<u32>, VerbsError> {
-        assert!(
-            len <= self.params.message_size,
-            "read of {len} bytes exceeds message_size"
-        );
+        self.check_message_len(len)?;
         let (rkey, raddr) = self.remote_range(offset, len)?;
         let Some(slot) = self.free_send.pop() else {
             return Ok(None);
@@ -968,12 +1016,26 @@ impl Connection {
         Ok(Some(slot))
     }
 
+    fn check_message_len(&self, len: usize) -> Result<(), VerbsError> {
+        if len > self.params.message_size {
+            return Err(VerbsError::Call {
+                what: "posting a message",
+                detail: format!(
+                    "{len} bytes exceed the connection's message_size {}",
+                    self.params.message_size
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn remote_range(&self, offset: u64, len: usize) -> Result<(u32, u64), VerbsError> {
         let r = self.remote.ok_or(VerbsError::Call {
             what: "RDMA READ/WRITE",
             detail: "the peer's window is unknown: call exchange_keys first".into(),
         })?;
-        if offset + len as u64 > r.len {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > r.len) {
             return Err(VerbsError::Call {
                 what: "RDMA READ/WRITE",
                 detail: format!(
@@ -982,7 +1044,7 @@ impl Connection {
                 ),
             });
         }
-        Ok((r.rkey, r.addr + offset))
+        Ok((r.rkey, r.addr.wrapping_add(offset)))
     }
 
     fn post_from_slot(
@@ -1010,11 +1072,7 @@ impl Connection {
         remote: Option<(u32, u64)>,
         imm: Option<u32>,
     ) -> Result<bool, VerbsError> {
-        assert!(
-            len <= self.params.message_size,
-            "message of {len} bytes exceeds message_size {}",
-            self.params.message_size
-        );
+        self.check_message_len(len)?;
         let Some(slot) = self.free_send.pop() else {
             return Ok(false);
         };
@@ -1049,14 +1107,20 @@ impl Connection {
     }
 
     /// Tells the peer where our window is and learns where its window is: one SEND each
-    /// way, before any other traffic. READ and WRITE need it.
+    /// way, before any other traffic. READ and WRITE need it. A side whose
+    /// `window_access` grants nothing sends an empty window (no key, no address), so the
+    /// peer's READs and WRITEs are refused before they are posted.
     pub fn exchange_keys(&mut self, timeout: Duration) -> Result<RemoteWindow, VerbsError> {
-        let (rkey, addr) = self.remote_key();
+        let ours = self.remote_key().unwrap_or(RemoteWindow {
+            addr: 0,
+            rkey: 0,
+            len: 0,
+        });
         let mut hello = Vec::with_capacity(24);
         hello.extend_from_slice(&KEY_MAGIC);
-        hello.extend_from_slice(&addr.to_le_bytes());
-        hello.extend_from_slice(&rkey.to_le_bytes());
-        hello.extend_from_slice(&(self.params.window_size as u64).to_le_bytes());
+        hello.extend_from_slice(&ours.addr.to_le_bytes());
+        hello.extend_from_slice(&ours.rkey.to_le_bytes());
+        hello.extend_from_slice(&ours.len.to_le_bytes());
         let deadline = Instant::now() + timeout;
         while !self.send(&hello)? {
             self.poll_completions(|_| {})?;
@@ -1256,12 +1320,33 @@ impl Connection {
         })
     }
 
-    /// The remote key and address of our window (for RDMA READ/WRITE by the peer).
-    pub fn remote_key(&self) -> (u32, u64) {
-        (
-            self.mr.rkey(),
-            self.area.as_ptr() as u64 + self.window_offset() as u64,
-        )
+    /// Our window as the peer addresses it (for its READ/WRITE), or `None` when
+    /// `window_access` grants the peer nothing.
+    pub fn remote_key(&self) -> Option<RemoteWindow> {
+        let mr = self.window_mr.as_ref()?;
+        Some(RemoteWindow {
+            addr: self.area.as_ptr() as u64 + self.window_offset() as u64,
+            rkey: mr.rkey(),
+            len: self.params.window_size as u64,
+        })
+    }
+
+    /// Where the message slots are and their key, as a peer would address them. They are
+    /// registered for local access only, so a peer's READ or WRITE there fails with a
+    /// remote access error; this exists so tests can show exactly that.
+    pub fn message_slots_key(&self) -> RemoteWindow {
+        RemoteWindow {
+            addr: self.area.as_ptr() as u64,
+            rkey: self.mr.rkey(),
+            len: self.window_offset() as u64,
+        }
+    }
+
+    /// Uses `window` as the peer's window without [`Connection::exchange_keys`] (keys
+    /// learned some other way). The peer's registration decides what succeeds: outside
+    /// what it granted, the operation completes with a remote access error.
+    pub fn assume_remote_window(&mut self, window: RemoteWindow) {
+        self.remote = Some(window);
     }
 }
 

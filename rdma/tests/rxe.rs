@@ -4,7 +4,7 @@
 //! and the no-device test checks the error instead.
 
 use rdma::cm::{CmAction, CmEvent, ConfiguredInterface, Server};
-use rdma::verbs::{self, Connection, ConnectionParams, Listener};
+use rdma::verbs::{self, Completion, Connection, ConnectionParams, Listener, RemoteAccess, RemoteWindow};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -194,6 +194,7 @@ fn write_with_immediate_and_read_move_data_one_sided() {
     let params = ConnectionParams {
         message_size: 4096,
         window_size: 16 * 4096,
+        window_access: RemoteAccess::ReadWrite,
         ..ConnectionParams::default()
     };
     let (_l, mut server, mut client) = pair(7474, params);
@@ -548,4 +549,107 @@ fn a_rejected_client_hears_so_at_once_and_does_not_retry() {
     let err = err.expect("the client is refused");
     eprintln!("client refused after {took:?}: {err}");
     assert!(err.contains("Rejected"), "{err}");
+}
+
+/// Posts `op` on `client` and waits for its completion: `Ok` when it succeeded, the
+/// completion's status text when it failed.
+fn one_sided(client: &mut Connection, write: bool, offset: u64, len: usize) -> Result<(), String> {
+    let posted = if write {
+        client.write(&vec![0xEE; len], offset, None).map(|ok| assert!(ok))
+    } else {
+        client.read(offset, len).map(|t| assert!(t.is_some()))
+    };
+    posted.map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no completion");
+        let mut done = false;
+        match client.poll_completions(|c| {
+            done |= matches!(c, Completion::Sent | Completion::ReadDone { .. })
+        }) {
+            Err(verbs::VerbsError::Completion(e)) => return Err(e.status_text),
+            Err(e) => panic!("{e}"),
+            Ok(_) if done => return Ok(()),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A client with the server's keys in hand (learned out of band: the strongest peer),
+/// trying one READ or WRITE on a fresh connection each (a failed one breaks its QP).
+fn attempt(port: u16, server_params: ConnectionParams, write: bool, target: impl Fn(&Connection) -> RemoteWindow, offset: u64) -> (Result<(), String>, Connection) {
+    let listener = Listener::bind(addr(SERVER, port), 8).expect("listen");
+    let client_params = ConnectionParams {
+        message_size: 4096,
+        ..ConnectionParams::default()
+    };
+    let client = std::thread::spawn(move || {
+        Connection::connect(addr(CLIENT, 0), addr(SERVER, port), client_params)
+    });
+    let req = listener.next_request(Duration::from_secs(60), &|| false).expect("a request");
+    let server = req.accept(server_params).expect("accept");
+    let mut client = client.join().unwrap().expect("client connected");
+    client.assume_remote_window(target(&server));
+    (one_sided(&mut client, write, offset, 64), server)
+}
+
+#[test]
+fn peers_can_touch_only_what_the_mode_grants() {
+    if !have_device() {
+        return;
+    }
+    let remote_access = |r: Result<(), String>, what: &str| {
+        assert_eq!(r, Err("remote access error".to_owned()), "{what}");
+    };
+    // A SEND/RECV server (the default): its message slots and a buffer registered the way
+    // the data plane registers its regions take neither READ nor WRITE, keys or not.
+    let sendrecv = ConnectionParams {
+        message_size: 4096,
+        ..ConnectionParams::default()
+    };
+    let slots = |s: &Connection| s.message_slots_key();
+    let (r, _s) = attempt(7480, sendrecv, false, slots, 0);
+    remote_access(r, "READ of a SEND/RECV server's slots");
+    let (r, _s) = attempt(7481, sendrecv, true, slots, 0);
+    remote_access(r, "WRITE into a SEND/RECV server's slots");
+    let buffer = vec![0x55u8; 1 << 16];
+    let buffer_at = buffer.as_ptr() as u64;
+    let registered = std::sync::Mutex::new(None);
+    let (r, s) = attempt(7482, sendrecv, true, |s| {
+        // SAFETY: `buffer` outlives the registration (dropped at the end of the test).
+        let reg = unsafe { s.register(buffer_at, buffer.len(), RemoteAccess::None) }.unwrap();
+        let w = RemoteWindow { addr: buffer_at, rkey: reg.rkey(), len: buffer.len() as u64 };
+        *registered.lock().unwrap() = Some(reg);
+        w
+    }, 0);
+    remote_access(r, "WRITE into a buffer registered for SEND/RECV");
+    assert!(buffer.iter().all(|&b| b == 0x55), "the buffer was written");
+    drop((registered, s));
+    // And it hands out no key: the exchange gives an empty window.
+    assert!(pair(7483, sendrecv).1.remote_key().is_none());
+
+    // A WRITE server: its window takes WRITEs, not READs, and nothing outside it is
+    // reachable with the window's key.
+    let write_server = ConnectionParams {
+        message_size: 4096,
+        window_size: 4 * 4096,
+        window_access: RemoteAccess::Write,
+        ..ConnectionParams::default()
+    };
+    let window = |s: &Connection| s.remote_key().expect("a WRITE server has a window");
+    let (r, s) = attempt(7484, write_server, true, window, 4096);
+    assert_eq!(r, Ok(()), "WRITE into the window");
+    assert!(s.window()[4096..4096 + 64].iter().all(|&b| b == 0xEE));
+    let (r, _s) = attempt(7485, write_server, false, window, 0);
+    remote_access(r, "READ of a WRITE-only window");
+    // The window's key, aimed just before the window (at the send slots).
+    let before = |s: &Connection| {
+        let w = s.remote_key().unwrap();
+        RemoteWindow { addr: w.addr - 4096, len: w.len + 4096, ..w }
+    };
+    let (r, s) = attempt(7486, write_server, true, before, 0);
+    remote_access(r, "WRITE before the window with its key");
+    assert!(s.window().iter().all(|&b| b == 0), "the window was written");
+    let (r, _s) = attempt(7487, write_server, true, slots, 0);
+    remote_access(r, "WRITE into a WRITE server's slots");
 }

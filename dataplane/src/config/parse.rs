@@ -356,13 +356,24 @@ fn memory_region(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MemoryR
                     .iter()
                     .enumerate()
                     .filter_map(|(i, a)| {
-                        r::choice(d, a, &index(p, i), &["local", "rdma_read", "rdma_write"]).map(
-                            |w| match w {
-                                "local" => Access::Local,
-                                "rdma_read" => Access::RdmaRead,
-                                _ => Access::RdmaWrite,
-                            },
-                        )
+                        let w = r::choice(d, a, &index(p, i), &["local", "rdma_read", "rdma_write"])?;
+                        if w != "local" {
+                            // Least privilege: no mode of the RDMA engine is one-sided, so
+                            // no region is registered for a peer's READ or WRITE.
+                            d.error(
+                                Kind::NotSupported,
+                                &index(p, i),
+                                Some(a.location),
+                                format!(
+                                    "not supported: {p}: {w} (RDMA connections run SEND/RECV, so regions are registered for local access only; peers cannot read or write them)"
+                                ),
+                            );
+                        }
+                        Some(match w {
+                            "local" => Access::Local,
+                            "rdma_read" => Access::RdmaRead,
+                            _ => Access::RdmaWrite,
+                        })
                     })
                     .collect::<Vec<_>>(),
             )
