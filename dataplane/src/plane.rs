@@ -241,8 +241,11 @@ pub enum TxFailure {
     /// anywhere.
     #[error("the data plane was shut down")]
     Stopped,
-    /// A forwarded burst has a segment in GPU memory, which TX engines read with the CPU.
-    #[error("a forwarded burst has a segment in GPU memory; forward host-memory bursts only")]
+    /// The burst has a segment in GPU memory, and this queue's engine reads bytes with
+    /// the CPU (forwarding, or a queue without a stage out of GPU memory).
+    #[error(
+        "the burst has a segment in GPU memory, which this queue's engine reads with the CPU; send host-memory bursts, or give the queue a device region so it stages them"
+    )]
     GpuMemory,
     /// A forwarded burst is a reorder's aggregate, whose packets are not frames.
     #[error("a reorder's aggregate burst holds no frames to forward")]
@@ -318,6 +321,10 @@ pub struct TxQueue {
     health: Arc<WorkerHealth>,
     /// Every region of the plane is host memory: forwarded bursts need no per-packet check.
     all_regions_host: bool,
+    /// The engine reads this queue's bytes with the CPU from host memory only (no stage
+    /// moves them out of GPU memory), and the plane has GPU regions: sent bursts are
+    /// checked for segments in GPU memory.
+    refuses_gpu_memory: bool,
     link: Option<Arc<Link>>,
     lateness: Option<Arc<crate::worker::SendLateness>>,
 }
@@ -425,6 +432,12 @@ impl TxQueue {
                 reason: TxFailure::WrongQueue,
             });
         }
+        if self.refuses_gpu_memory && self.in_gpu_memory(&burst) {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::GpuMemory,
+            });
+        }
         if let Some(link) = &self.link
             && !link.is_up()
         {
@@ -453,13 +466,7 @@ impl TxQueue {
             });
         }
         if !self.all_regions_host && burst.belongs_to(&self.regions) {
-            let regions = &self.regions;
-            let in_gpu = burst.packets().iter().any(|p| {
-                p.segments()
-                    .iter()
-                    .any(|s| !regions.get(s.region).host_accessible())
-            });
-            if in_gpu {
+            if self.in_gpu_memory(&burst) {
                 return Err(SendError {
                     burst,
                     reason: TxFailure::GpuMemory,
@@ -472,6 +479,16 @@ impl TxQueue {
             e.burst.readdress(port, queue);
             e.burst.set_steering_epoch(epoch);
             e
+        })
+    }
+
+    /// True when a segment of `burst` (of this plane's regions) is in GPU memory.
+    fn in_gpu_memory(&self, burst: &Burst) -> bool {
+        let regions = &self.regions;
+        burst.packets().iter().any(|p| {
+            p.segments()
+                .iter()
+                .any(|s| !regions.get(s.region).host_accessible())
         })
     }
 
@@ -918,6 +935,8 @@ impl DataPlane {
                             batch_size: q.batch,
                             health: worker_health,
                             all_regions_host: regions.iter().all(|r| r.host_accessible()),
+                            refuses_gpu_memory: q.host_memory_only
+                                && !regions.iter().all(|r| r.host_accessible()),
                             link: engine.link(port, Direction::Tx, q.id),
                             lateness: lateness.clone(),
                         },
@@ -1253,6 +1272,7 @@ impl DataPlane {
                 batch_size: CONNECTION_BURST,
                 health: worker.health.clone(),
                 all_regions_host: self.regions.iter().all(|r| r.host_accessible()),
+                refuses_gpu_memory: false,
                 link: None,
                 lateness: None,
             }),

@@ -282,7 +282,8 @@ pub(crate) fn register(
             Ok(d) => {
                 // SAFETY: the region set (kept alive by the registration's holder, a
                 // `BurstConnection`) owns the exported memory; the descriptor is closed when `d` drops, after registration.
-                let reg = unsafe { conn.register_dmabuf(d.fd.as_raw_fd(), d.offset, len, addr, Local) };
+                let reg =
+                    unsafe { conn.register_dmabuf(d.fd.as_raw_fd(), d.offset, len, addr, Local) };
                 match reg {
                     Ok(reg) => return Ok(reg),
                     Err(e) => format!("dma-buf registration failed ({e})"),

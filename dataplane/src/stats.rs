@@ -26,6 +26,72 @@ pub enum DropReason {
     /// Queued for a connection that ended before they were sent (kernel TCP; the TX
     /// worker took them off the queue, so they also count as sent).
     Disconnected,
+    /// From a source outside the interface's `allowed_peers`, or not the peer a UDP
+    /// server already answers.
+    RejectedPeer,
+}
+
+/// Lets a warning that traffic can trigger through at most once a second, and says how
+/// many were held back meanwhile, so a remote sender cannot flood the log. Counters, not
+/// the log, are where every event is counted.
+#[derive(Debug, Default)]
+pub struct WarnLimiter {
+    /// Milliseconds since [`WarnLimiter::epoch`] before which nothing passes.
+    next_ms: AtomicU64,
+    held: AtomicU64,
+}
+
+impl WarnLimiter {
+    /// How long after one warning the next may pass.
+    pub const PERIOD_MS: u64 = 1000;
+
+    /// A limiter that lets the first warning through.
+    pub const fn new() -> Self {
+        Self {
+            next_ms: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+        }
+    }
+
+    fn epoch() -> std::time::Instant {
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        *EPOCH.get_or_init(std::time::Instant::now)
+    }
+
+    /// `Some(n)` when a warning may be logged now (`n` were held back since the last),
+    /// `None` when it is to be held back.
+    pub fn allow(&self) -> Option<u64> {
+        self.allow_at(Self::epoch().elapsed().as_millis() as u64)
+    }
+
+    /// [`WarnLimiter::allow`] at `now_ms` milliseconds on the limiter's clock.
+    pub fn allow_at(&self, now_ms: u64) -> Option<u64> {
+        let next = self.next_ms.load(Ordering::Relaxed);
+        if now_ms < next
+            || self
+                .next_ms
+                .compare_exchange(
+                    next,
+                    now_ms + Self::PERIOD_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.held.swap(0, Ordering::Relaxed))
+    }
+
+    /// " (N similar warnings held back)" for `held` > 0, else "".
+    pub fn note(held: u64) -> String {
+        if held == 0 {
+            String::new()
+        } else {
+            format!(" ({held} similar warning(s) held back in the last second(s))")
+        }
+    }
 }
 
 /// Counters of one queue. Each counter has one writer (the queue's worker, or the thread
@@ -34,7 +100,7 @@ pub enum DropReason {
 pub struct QueueCounters {
     packets: AtomicU64,
     bytes: AtomicU64,
-    drops: [AtomicU64; 8],
+    drops: [AtomicU64; 9],
     copied: AtomicU64,
     busy_ns: AtomicU64,
     stage_in_flight: AtomicU64,
@@ -145,6 +211,7 @@ impl QueueCounters {
                 gpu_copy: d(DropReason::GpuCopy),
                 injected: d(DropReason::Injected),
                 disconnected: d(DropReason::Disconnected),
+                rejected_peer: d(DropReason::RejectedPeer),
             },
         )
     }
@@ -169,6 +236,8 @@ pub struct Drops {
     pub injected: u64,
     /// Queued for a connection that ended first.
     pub disconnected: u64,
+    /// From a peer the interface does not take traffic from.
+    pub rejected_peer: u64,
 }
 
 impl Drops {
@@ -182,11 +251,12 @@ impl Drops {
             + self.gpu_copy
             + self.injected
             + self.disconnected
+            + self.rejected_peer
     }
 
     /// Every reason's name (as the JSON fields, metric labels and CSV columns say it) with
     /// its count, in a fixed order.
-    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 9] {
         [
             ("ring_full", self.ring_full),
             ("pool_empty", self.pool_empty),
@@ -196,6 +266,7 @@ impl Drops {
             ("gpu_copy", self.gpu_copy),
             ("injected", self.injected),
             ("disconnected", self.disconnected),
+            ("rejected_peer", self.rejected_peer),
         ]
     }
 
@@ -210,6 +281,7 @@ impl Drops {
             gpu_copy: self.gpu_copy.saturating_sub(earlier.gpu_copy),
             injected: self.injected.saturating_sub(earlier.injected),
             disconnected: self.disconnected.saturating_sub(earlier.disconnected),
+            rejected_peer: self.rejected_peer.saturating_sub(earlier.rejected_peer),
         }
     }
 
@@ -223,6 +295,7 @@ impl Drops {
         self.gpu_copy += o.gpu_copy;
         self.injected += o.injected;
         self.disconnected += o.disconnected;
+        self.rejected_peer += o.rejected_peer;
     }
 }
 
@@ -451,5 +524,19 @@ mod series_tests {
             "{csv}"
         );
         assert!(lines[1].starts_with("1.500,6.0000,3.0720,6.0000,3.0720,5,0"));
+    }
+}
+
+#[cfg(test)]
+mod warn_limiter_tests {
+    use super::WarnLimiter;
+
+    #[test]
+    fn a_flood_of_warnings_passes_once_a_period_and_counts_the_rest() {
+        let w = WarnLimiter::new();
+        assert_eq!(w.allow_at(5), Some(0));
+        assert!((0..10_000).all(|i| w.allow_at(5 + i % 999).is_none()));
+        assert_eq!(w.allow_at(5 + WarnLimiter::PERIOD_MS), Some(10_000));
+        assert_eq!(w.allow_at(6 + WarnLimiter::PERIOD_MS), None);
     }
 }

@@ -557,6 +557,9 @@ pub enum Completion<'a> {
     },
 }
 
+/// `IBV_WC_WR_FLUSH_ERR`: the request was flushed because its QP had failed.
+const FLUSHED: u32 = 5;
+
 /// Work request ids of caller buffers carry this bit (own slots never reach it).
 const EXTERNAL: u64 = 1 << 63;
 
@@ -889,7 +892,7 @@ impl Connection {
     ) -> Result<Registration, VerbsError> {
         // SAFETY: the caller keeps the memory mapped (see above).
         let mr = unsafe { self._pd.reg_mr(addr as usize, len, access.flags()) }
-        .map_err(call("ibv_reg_mr"))?;
+            .map_err(call("ibv_reg_mr"))?;
         Ok(Registration { mr })
     }
 
@@ -911,7 +914,10 @@ impl Connection {
         access: RemoteAccess,
     ) -> Result<Registration, VerbsError> {
         // SAFETY: the caller keeps the exported memory allocated (see above).
-        let mr = unsafe { self._pd.reg_dmabuf_mr(offset, len, iova, fd, access.flags()) }
+        let mr = unsafe {
+            self._pd
+                .reg_dmabuf_mr(offset, len, iova, fd, access.flags())
+        }
         .map_err(call("ibv_reg_dmabuf_mr"))?;
         Ok(Registration { mr })
     }
@@ -1181,13 +1187,23 @@ impl Connection {
         const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
         let mut out = Polled::default();
         let mut repost = Vec::new();
-        let mut failed = None;
+        let mut failed: Option<CompletionError> = None;
+        // The cause, not its echo: when a QP fails, every request still posted completes
+        // as "flushed"; the failed one's own status is what is reported.
+        let mut note = |e: CompletionError| {
+            if failed
+                .as_ref()
+                .is_none_or(|f| f.status == FLUSHED && e.status != FLUSHED)
+            {
+                failed = Some(e);
+            }
+        };
         if let Ok(poller) = self.recv_cq.start_poll() {
             for wc in poller {
                 let slot = wc.wr_id() as u32;
                 self.posted_recv -= 1;
                 if wc.status() != WorkCompletionStatus::Success as u32 {
-                    failed.get_or_insert(completion_error(
+                    note(completion_error(
                         "recv",
                         wc.wr_id(),
                         wc.status(),
@@ -1224,7 +1240,7 @@ impl Connection {
                 if wc.wr_id() & EXTERNAL != 0 {
                     self.external_sends -= 1;
                     if wc.status() != WorkCompletionStatus::Success as u32 {
-                        failed.get_or_insert(completion_error(
+                        note(completion_error(
                             "send",
                             wc.wr_id() & !EXTERNAL,
                             wc.status(),
@@ -1240,7 +1256,7 @@ impl Connection {
                 }
                 let slot = wc.wr_id() as u32;
                 if wc.status() != WorkCompletionStatus::Success as u32 {
-                    failed.get_or_insert(completion_error(
+                    note(completion_error(
                         "send",
                         wc.wr_id(),
                         wc.status(),

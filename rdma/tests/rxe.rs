@@ -4,7 +4,9 @@
 //! and the no-device test checks the error instead.
 
 use rdma::cm::{CmAction, CmEvent, ConfiguredInterface, Server};
-use rdma::verbs::{self, Completion, Connection, ConnectionParams, Listener, RemoteAccess, RemoteWindow};
+use rdma::verbs::{
+    self, Completion, Connection, ConnectionParams, Listener, RemoteAccess, RemoteWindow,
+};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -555,7 +557,9 @@ fn a_rejected_client_hears_so_at_once_and_does_not_retry() {
 /// completion's status text when it failed.
 fn one_sided(client: &mut Connection, write: bool, offset: u64, len: usize) -> Result<(), String> {
     let posted = if write {
-        client.write(&vec![0xEE; len], offset, None).map(|ok| assert!(ok))
+        client
+            .write(&vec![0xEE; len], offset, None)
+            .map(|ok| assert!(ok))
     } else {
         client.read(offset, len).map(|t| assert!(t.is_some()))
     };
@@ -577,7 +581,13 @@ fn one_sided(client: &mut Connection, write: bool, offset: u64, len: usize) -> R
 
 /// A client with the server's keys in hand (learned out of band: the strongest peer),
 /// trying one READ or WRITE on a fresh connection each (a failed one breaks its QP).
-fn attempt(port: u16, server_params: ConnectionParams, write: bool, target: impl Fn(&Connection) -> RemoteWindow, offset: u64) -> (Result<(), String>, Connection) {
+fn attempt(
+    port: u16,
+    server_params: ConnectionParams,
+    write: bool,
+    target: impl Fn(&Connection) -> RemoteWindow,
+    offset: u64,
+) -> (Result<(), String>, Connection) {
     let listener = Listener::bind(addr(SERVER, port), 8).expect("listen");
     let client_params = ConnectionParams {
         message_size: 4096,
@@ -586,7 +596,9 @@ fn attempt(port: u16, server_params: ConnectionParams, write: bool, target: impl
     let client = std::thread::spawn(move || {
         Connection::connect(addr(CLIENT, 0), addr(SERVER, port), client_params)
     });
-    let req = listener.next_request(Duration::from_secs(60), &|| false).expect("a request");
+    let req = listener
+        .next_request(Duration::from_secs(60), &|| false)
+        .expect("a request");
     let server = req.accept(server_params).expect("accept");
     let mut client = client.join().unwrap().expect("client connected");
     client.assume_remote_window(target(&server));
@@ -615,13 +627,23 @@ fn peers_can_touch_only_what_the_mode_grants() {
     let buffer = vec![0x55u8; 1 << 16];
     let buffer_at = buffer.as_ptr() as u64;
     let registered = std::sync::Mutex::new(None);
-    let (r, s) = attempt(7482, sendrecv, true, |s| {
-        // SAFETY: `buffer` outlives the registration (dropped at the end of the test).
-        let reg = unsafe { s.register(buffer_at, buffer.len(), RemoteAccess::None) }.unwrap();
-        let w = RemoteWindow { addr: buffer_at, rkey: reg.rkey(), len: buffer.len() as u64 };
-        *registered.lock().unwrap() = Some(reg);
-        w
-    }, 0);
+    let (r, s) = attempt(
+        7482,
+        sendrecv,
+        true,
+        |s| {
+            // SAFETY: `buffer` outlives the registration (dropped at the end of the test).
+            let reg = unsafe { s.register(buffer_at, buffer.len(), RemoteAccess::None) }.unwrap();
+            let w = RemoteWindow {
+                addr: buffer_at,
+                rkey: reg.rkey(),
+                len: buffer.len() as u64,
+            };
+            *registered.lock().unwrap() = Some(reg);
+            w
+        },
+        0,
+    );
     remote_access(r, "WRITE into a buffer registered for SEND/RECV");
     assert!(buffer.iter().all(|&b| b == 0x55), "the buffer was written");
     drop((registered, s));
@@ -645,7 +667,11 @@ fn peers_can_touch_only_what_the_mode_grants() {
     // The window's key, aimed just before the window (at the send slots).
     let before = |s: &Connection| {
         let w = s.remote_key().unwrap();
-        RemoteWindow { addr: w.addr - 4096, len: w.len + 4096, ..w }
+        RemoteWindow {
+            addr: w.addr - 4096,
+            len: w.len + 4096,
+            ..w
+        }
     };
     let (r, s) = attempt(7486, write_server, true, before, 0);
     remote_access(r, "WRITE before the window with its key");

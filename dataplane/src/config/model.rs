@@ -314,6 +314,53 @@ pub struct SocketConfig {
     /// equal-sized datagrams of a flow as one read. Off by default: the kernel then counts
     /// a dropped coalesced read as one drop, so `engine_missed` undercounts datagrams.
     pub udp_gro: bool,
+    /// `allowed_peers` (this project's key): addresses and prefixes that may reach the
+    /// interface; `None` when not given (see [`SocketConfig::peer_filter`]).
+    pub allowed_peers: Option<Vec<Ipv4Prefix>>,
+    /// `idle_timeout_s` (this project's key, TCP servers, default 60): a connection that
+    /// moved no byte either way for this long is closed, freeing its lane; 0 = never.
+    pub idle_timeout_s: u32,
+}
+
+impl SocketConfig {
+    /// Who may reach the interface: `allowed_peers` when given; otherwise the configured
+    /// remote address alone where there is one (connected modes); otherwise anyone.
+    pub fn peer_filter(&self) -> PeerFilter {
+        match (&self.allowed_peers, self.remote) {
+            (Some(list), _) => PeerFilter::Only(list.clone()),
+            (None, Some(r)) => PeerFilter::Only(vec![Ipv4Prefix {
+                addr: r.ip,
+                len: 32,
+            }]),
+            (None, None) => PeerFilter::Any,
+        }
+    }
+}
+
+/// Which peers a listening interface takes traffic and connections from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PeerFilter {
+    /// Anyone.
+    #[default]
+    Any,
+    /// Only sources inside one of these prefixes.
+    Only(Vec<Ipv4Prefix>),
+}
+
+impl PeerFilter {
+    /// True when `peer` may reach the interface (IPv4 only: these engines speak IPv4, so
+    /// an IPv6 source never passes a list; an IPv4-mapped one is read as IPv4).
+    pub fn allows(&self, peer: std::net::IpAddr) -> bool {
+        let v4 = match peer {
+            std::net::IpAddr::V4(a) => Some(a),
+            std::net::IpAddr::V6(a) => a.to_ipv4_mapped(),
+        };
+        match (self, v4) {
+            (PeerFilter::Any, _) => true,
+            (PeerFilter::Only(list), Some(a)) => list.iter().any(|p| p.contains(u32::from(a))),
+            (PeerFilter::Only(_), None) => false,
+        }
+    }
 }
 
 /// `roce_config`.

@@ -635,6 +635,20 @@ fn socket_config(
         .unwrap_or(0) as u32;
     let udp_gso = m.optional(d, "udp_gso", r::boolean).unwrap_or(true);
     let udp_gro = m.optional(d, "udp_gro", r::boolean).unwrap_or(false);
+    let allowed_peers = m.optional(d, "allowed_peers", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        let prefixes: Vec<_> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| ipv4_prefix(d, a, &index(p, i)))
+            .collect();
+        (prefixes.len() == items.len()).then_some(prefixes)
+    });
+    let idle_timeout_s = m
+        .optional(d, "idle_timeout_s", |d, n, p| {
+            r::uint_in(d, n, p, 0, 86_400)
+        })
+        .unwrap_or(60) as u32;
     m.not_supported(d, "max_burst_interval_ms");
     m.not_supported(d, "min_ipg_ns");
     m.finish(d);
@@ -670,6 +684,16 @@ fn socket_config(
             "a server needs local_addr with a non-zero port",
         );
     }
+    if transport == Transport::Roce && allowed_peers.is_some() {
+        // Not silently ignored: the RDMA engine's connection manager (sideway 0.4.3)
+        // exposes no request's source address to check against.
+        d.error(
+            Kind::NotSupported,
+            &format!("{path}.allowed_peers"),
+            Some(node.location),
+            format!("not supported: {path}.allowed_peers on roce:// interfaces (the RDMA connection manager does not expose a request's source address yet); filter with the host firewall"),
+        );
+    }
     if mode == SocketMode::Client && transport != Transport::Roce && remote.is_none() {
         d.error(
             Kind::Missing,
@@ -688,6 +712,8 @@ fn socket_config(
         busy_poll_us,
         udp_gso,
         udp_gro,
+        allowed_peers,
+        idle_timeout_s,
     })
 }
 

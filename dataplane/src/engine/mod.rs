@@ -141,6 +141,7 @@ pub struct Link {
     up: AtomicBool,
     connections: AtomicU64,
     disconnects: AtomicU64,
+    rejected: AtomicU64,
     peer: Mutex<Option<SocketAddr>>,
     last_error: Mutex<Option<String>>,
 }
@@ -156,6 +157,9 @@ pub struct LinkStatus {
     pub connections: u64,
     /// Connections that ended.
     pub disconnects: u64,
+    /// Connections (TCP) and datagrams (UDP) refused: from outside `allowed_peers`, or
+    /// beyond the lanes, or not the peer a UDP server already answers.
+    pub rejected_peers: u64,
     /// The last error (a refused connect, a reset connection).
     pub last_error: Option<String>,
 }
@@ -189,6 +193,12 @@ impl Link {
         self.failed(why);
     }
 
+    /// Counts `n` connections or datagrams refused from `peer`, for `why`.
+    pub fn rejected(&self, n: u64, peer: SocketAddr, why: &str) {
+        self.rejected.fetch_add(n, Ordering::Relaxed);
+        self.failed(format!("refused {peer}: {why}"));
+    }
+
     /// Records an error without changing whether the link is up.
     pub fn failed(&self, why: String) {
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
@@ -201,6 +211,7 @@ impl Link {
             peer: *self.peer.lock().unwrap_or_else(|e| e.into_inner()),
             connections: self.connections.load(Ordering::Relaxed),
             disconnects: self.disconnects.load(Ordering::Relaxed),
+            rejected_peers: self.rejected.load(Ordering::Relaxed),
             last_error: self
                 .last_error
                 .lock()

@@ -193,6 +193,9 @@ pub struct QueuePlan {
     pub timestamps: bool,
     /// TX: `accurate_send`: the worker sends no packet before its `timestamp_ns`.
     pub send_at_time: bool,
+    /// TX: the engine reads packet bytes with the CPU and no stage moves them out of GPU
+    /// memory, so a burst with a segment in GPU memory is refused at send.
+    pub host_memory_only: bool,
     /// RX: the capture sink (`capture`), fed as the application polls.
     #[serde(skip)]
     pub capture: Option<crate::config::CaptureSpec>,
@@ -807,7 +810,11 @@ fn queues(
                         )));
                     }
                 };
+                let host_memory_only = dir == Direction::Tx
+                    && staging::cpu_copies(config, iface).is_some()
+                    && stage.is_none();
                 out.push(QueuePlan {
+                    host_memory_only,
                     interface: i,
                     interface_name: iface.name.clone(),
                     direction: dir,

@@ -26,16 +26,43 @@ mod udp;
 
 use super::wire::WireGrid;
 use super::{Capabilities, Engine, EngineError, Link, RxPort, TxPort};
+use crate::burst::Burst;
 use crate::config::{Config, Direction, InterfaceConfig, SocketMode, Transport};
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::{Plan, QueuePlan};
-use crate::stats::QueueCounters;
+use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use crate::steering::InterfaceSteering;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 
 /// Largest UDP payload over IPv4.
 pub const MAX_UDP_PAYLOAD: usize = 65507;
+
+/// Frees the packets of `burst` with a segment the CPU cannot read (GPU memory the queue's
+/// stage did not move out; the plane refuses such bursts at send, so this is the last
+/// guard), counting them as `malformed`: a packet is sent whole or not at all, never
+/// truncated. True when nothing is left to send.
+fn drop_unreadable(burst: &mut Burst, counters: &QueueCounters, warn: &WarnLimiter) -> bool {
+    if burst.regions().iter().all(|r| r.host_accessible()) {
+        return false;
+    }
+    let unreadable =
+        |i: usize| (0..burst.packets()[i].segments().len()).any(|s| burst.data(i, s).is_none());
+    let bad: Vec<bool> = (0..burst.len()).map(unreadable).collect();
+    let n = bad.iter().filter(|&&b| b).count();
+    if n > 0 {
+        let len = burst.len();
+        burst.drop_front_where(len, |i| bad[i]);
+        counters.drop_packets(DropReason::Malformed, n as u64);
+        if let Some(held) = warn.allow() {
+            tracing::warn!(
+                "{n} packet(s) with a segment in GPU memory dropped before a socket send (counted as malformed){}",
+                WarnLimiter::note(held)
+            );
+        }
+    }
+    burst.is_empty()
+}
 /// Socket buffer asked for per socket at most (the kernel may cap it further).
 const MAX_SOCKET_BUFFER: usize = 64 << 20;
 /// Socket buffer asked for per socket at least.
@@ -162,6 +189,7 @@ impl SocketEngine {
                             gso: socket.udp_gso,
                             gro: socket.udp_gro,
                             timestamps: iface.rx.as_ref().is_some_and(|r| r.timestamps),
+                            peers: socket.peer_filter(),
                         },
                         regions,
                         steering,
@@ -177,6 +205,10 @@ impl SocketEngine {
                         tx,
                         buffers,
                         retry_connect_s: socket.retry_connect_s,
+                        peers: socket.peer_filter(),
+                        idle_timeout: (socket.mode == SocketMode::Server
+                            && socket.idle_timeout_s > 0)
+                            .then(|| std::time::Duration::from_secs(socket.idle_timeout_s.into())),
                     })
                     .map_err(bad)?
                     .with_regions(regions);

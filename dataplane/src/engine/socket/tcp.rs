@@ -3,10 +3,10 @@
 
 use super::{QueueSetup, lane_in, lane_of, side, sys};
 use crate::burst::Burst;
-use crate::config::{Direction, SocketMode};
+use crate::config::{Direction, PeerFilter, SocketMode};
 use crate::engine::{Link, RxPort, TxPort};
 use crate::memory::{RegionId, RegionSet};
-use crate::stats::{DropReason, QueueCounters};
+use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use arc_swap::ArcSwapOption;
 use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -26,11 +26,36 @@ fn tcp_uri(a: impl std::fmt::Display) -> String {
     format!("tcp://{a}")
 }
 
+/// Milliseconds since the first call, on a clock shared by every connection.
+fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
 /// One established connection.
 struct Connection {
     stream: TcpStream,
     peer: SocketAddr,
     dead: AtomicBool,
+    /// When a byte last moved either way ([`now_ms`]), for the idle timeout.
+    active_ms: AtomicU64,
+}
+
+impl Connection {
+    fn new(stream: TcpStream, peer: SocketAddr) -> Self {
+        Self {
+            stream,
+            peer,
+            dead: AtomicBool::new(false),
+            active_ms: AtomicU64::new(now_ms()),
+        }
+    }
+
+    /// Notes that bytes moved (one store per read or write call, not per packet).
+    #[inline]
+    fn moved_bytes(&self) {
+        self.active_ms.store(now_ms(), Ordering::Relaxed);
+    }
 }
 
 /// A lane: the connection its RX and TX queues use now.
@@ -110,6 +135,10 @@ pub(super) struct TcpSetup<'a> {
     pub tx: Vec<QueueSetup>,
     pub buffers: (usize, usize),
     pub retry_connect_s: u32,
+    /// Who may connect (servers).
+    pub peers: PeerFilter,
+    /// Servers: a connection that moved nothing for this long is closed.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// What the connection thread works on for one interface.
@@ -122,6 +151,9 @@ pub(super) struct TcpShared {
     retry: Duration,
     buffers: (usize, usize),
     lanes: Vec<Arc<Lane>>,
+    peers: PeerFilter,
+    idle_timeout: Option<Duration>,
+    warn_refused: WarnLimiter,
 }
 
 /// A TCP interface.
@@ -175,6 +207,9 @@ impl TcpInterface {
                 retry: Duration::from_secs(u64::from(s.retry_connect_s))
                     .max(Duration::from_millis(100)),
                 buffers: s.buffers,
+                peers: s.peers,
+                idle_timeout: s.idle_timeout,
+                warn_refused: WarnLimiter::new(),
                 lanes: (0..lanes)
                     .map(|_| {
                         Arc::new(Lane {
@@ -227,6 +262,7 @@ impl TcpInterface {
             view: LaneView::new(self.shared.lanes[k].clone()),
             pending: None,
             counters,
+            warn_unreadable: WarnLimiter::new(),
         }))
     }
 
@@ -280,7 +316,10 @@ fn connector_loop(interfaces: &[Arc<TcpShared>], stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         for (i, iface) in interfaces.iter().enumerate() {
             match iface.mode {
-                SocketMode::Server => accept_pending(iface),
+                SocketMode::Server => {
+                    accept_pending(iface);
+                    close_idle(iface);
+                }
                 SocketMode::Client => connect_free_lanes(iface, &mut next_attempt[i], stop),
             }
         }
@@ -309,14 +348,31 @@ fn accept_pending(iface: &TcpShared) {
     loop {
         match listener.accept() {
             Ok((stream, peer)) => {
-                let Some(lane) = iface.lanes.iter().find(|l| l.is_free()) else {
-                    tracing::warn!(
-                        "interface `{}`: refused {} : every one of its {} connection lane(s) is busy",
-                        iface.name,
-                        tcp_uri(peer),
+                let free = iface.lanes.iter().find(|l| l.is_free());
+                let refusal = if !iface.peers.allows(peer.ip()) {
+                    Some("not in allowed_peers".to_owned())
+                } else if free.is_none() {
+                    Some(format!(
+                        "every one of its {} connection lane(s) is busy",
                         iface.lanes.len()
-                    );
+                    ))
+                } else {
+                    None
+                };
+                let (Some(lane), None) = (free, &refusal) else {
+                    // Closed at once, before a byte is read: one connection attempt costs
+                    // an accept and a close.
                     drop(stream);
+                    let why = refusal.unwrap_or_default();
+                    iface.lanes[0].link.rejected(1, peer, &why);
+                    if let Some(held) = iface.warn_refused.allow() {
+                        tracing::warn!(
+                            "interface `{}`: refused {}: {why}{}",
+                            iface.name,
+                            tcp_uri(peer),
+                            WarnLimiter::note(held)
+                        );
+                    }
                     continue;
                 };
                 if let Err(e) = prepare(iface, &stream) {
@@ -325,16 +381,35 @@ fn accept_pending(iface: &TcpShared) {
                     continue;
                 }
                 tracing::info!("interface `{}`: accepted {}", iface.name, tcp_uri(peer));
-                lane.install(Connection {
-                    stream,
-                    peer,
-                    dead: AtomicBool::new(false),
-                });
+                lane.install(Connection::new(stream, peer));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(e) => {
                 tracing::warn!("interface `{}`: accept: {e}", iface.name);
                 return;
+            }
+        }
+    }
+}
+
+/// Closes server connections that moved no byte for the idle timeout, so one peer cannot
+/// hold a lane without using it.
+fn close_idle(iface: &TcpShared) {
+    let Some(limit) = iface.idle_timeout else {
+        return;
+    };
+    let now = now_ms();
+    for lane in &iface.lanes {
+        if let Some(c) = lane.conn.load_full() {
+            let idle = now.saturating_sub(c.active_ms.load(Ordering::Relaxed));
+            if idle >= limit.as_millis() as u64 {
+                lane.retire(
+                    &c,
+                    format!(
+                        "idle for {:.0} s (socket_config.idle_timeout_s)",
+                        limit.as_secs_f64()
+                    ),
+                );
             }
         }
     }
@@ -379,11 +454,7 @@ fn connect_free_lanes(iface: &TcpShared, next: &mut [Instant], stop: &AtomicBool
                     iface.name,
                     tcp_uri(remote)
                 );
-                lane.install(Connection {
-                    stream,
-                    peer: SocketAddr::V4(remote),
-                    dead: AtomicBool::new(false),
-                });
+                lane.install(Connection::new(stream, SocketAddr::V4(remote)));
             }
             Err(e) => {
                 let why = format!(
@@ -461,7 +532,10 @@ impl TcpRx {
                     .retire(&conn, "the peer closed the connection".into());
                 return 0;
             }
-            Ok(n) => n,
+            Ok(n) => {
+                conn.moved_bytes();
+                n
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 self.spare = Some(spare);
                 return 0;
@@ -499,6 +573,7 @@ struct TcpTx {
     view: LaneView,
     pending: Option<Pending>,
     counters: Arc<QueueCounters>,
+    warn_unreadable: WarnLimiter,
 }
 
 impl TcpTx {
@@ -515,16 +590,24 @@ impl TcpTx {
             return;
         };
         loop {
+            // Every segment of every packet, the first packet from where the last write
+            // ended (`offset` counts into the packet's segments joined).
             let mut slices: Vec<IoSlice> = Vec::with_capacity(MAX_SLICES);
-            for i in p.packet..p.burst.len() {
-                if slices.len() == MAX_SLICES {
-                    break;
+            'packets: for i in p.packet..p.burst.len() {
+                let mut skip = if i == p.packet { p.offset } else { 0 };
+                for s in 0..p.burst.packets()[i].segments().len() {
+                    if slices.len() == MAX_SLICES {
+                        break 'packets;
+                    }
+                    // Host memory only: `transmit` took out packets with other segments.
+                    let d = p.burst.data(i, s).unwrap_or_default();
+                    if skip >= d.len() {
+                        skip -= d.len();
+                        continue;
+                    }
+                    slices.push(IoSlice::new(&d[skip..]));
+                    skip = 0;
                 }
-                let Some(d) = p.burst.data(i, 0) else {
-                    break;
-                };
-                let d = if i == p.packet { &d[p.offset..] } else { d };
-                slices.push(IoSlice::new(d));
             }
             if slices.is_empty() {
                 self.pending = None;
@@ -540,6 +623,7 @@ impl TcpTx {
                 }
                 Ok(mut n) => {
                     drop(slices);
+                    conn.moved_bytes();
                     while n > 0 {
                         let len = p.burst.packets()[p.packet].len() - p.offset;
                         if n >= len {
@@ -578,7 +662,10 @@ impl TcpTx {
 }
 
 impl TxPort for TcpTx {
-    fn transmit(&mut self, burst: Burst) -> Option<Burst> {
+    fn transmit(&mut self, mut burst: Burst) -> Option<Burst> {
+        if super::drop_unreadable(&mut burst, &self.counters, &self.warn_unreadable) {
+            return None;
+        }
         if self.pending.is_some() {
             self.flush();
             if self.pending.is_some() {

@@ -3,11 +3,11 @@
 use super::sys::{self, Outgoing, Received};
 use super::{QueueSetup, grid, lane_in, lane_of, side, udp_uri, warn_if_capped};
 use crate::burst::Burst;
-use crate::config::{Direction, SocketMode};
+use crate::config::{Direction, PeerFilter, SocketMode};
 use crate::engine::wire::{Ingress, WireGrid, WireReceiver};
 use crate::engine::{EngineError, Link, RxPort, TxPort};
 use crate::memory::RegionSet;
-use crate::stats::{DropReason, QueueCounters};
+use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use crate::steering::InterfaceSteering;
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -29,9 +29,28 @@ const GRO_MAX_BYTES: usize = 65535;
 struct LearnedPeer(AtomicU64);
 
 impl LearnedPeer {
+    fn packed(a: SocketAddrV4) -> u64 {
+        ((u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())) + 1
+    }
+
     fn store(&self, a: SocketAddrV4) -> bool {
-        let v = ((u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())) + 1;
+        let v = Self::packed(a);
         self.0.swap(v, Ordering::Relaxed) != v
+    }
+
+    /// Learns `a` if no peer is learned yet: `Some(true)` when it was learned now,
+    /// `Some(false)` when it is the peer already learned, `None` for any other source
+    /// (which never takes the learned peer's place).
+    fn pin(&self, a: SocketAddrV4) -> Option<bool> {
+        let v = Self::packed(a);
+        match self
+            .0
+            .compare_exchange(0, v, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Some(true),
+            Err(current) if current == v => Some(false),
+            Err(_) => None,
+        }
     }
 
     fn load(&self) -> Option<SocketAddrV4> {
@@ -71,6 +90,8 @@ pub(super) struct UdpSetup<'a> {
     pub gso: bool,
     pub gro: bool,
     pub timestamps: bool,
+    /// Who may send to the interface.
+    pub peers: PeerFilter,
 }
 
 /// A UDP interface: its lanes and the wires from lanes to RX queues.
@@ -90,6 +111,8 @@ pub(super) struct UdpInterface {
     regions: Arc<RegionSet>,
     /// Ingress points not yet handed to an RX port (one per lane).
     ingresses: Mutex<Vec<Option<Ingress>>>,
+    /// Who may send to the interface.
+    peers: PeerFilter,
 }
 
 impl UdpInterface {
@@ -222,6 +245,7 @@ impl UdpInterface {
             grid,
             regions: regions.clone(),
             ingresses: Mutex::new(ingresses),
+            peers: s.peers,
         })
     }
 
@@ -247,6 +271,12 @@ impl UdpInterface {
             learned: lane.learned.clone(),
             link: lane.link.clone(),
             server: self.mode == SocketMode::Server && self.remote.is_none(),
+            // A server that answers its learned peer keeps it: no other source takes
+            // its place (or gets its traffic delivered).
+            pin: self.mode == SocketMode::Server && self.remote.is_none() && !self.tx.is_empty(),
+            peers: self.peers.clone(),
+            warn_rejected: WarnLimiter::new(),
+            warn_malformed: WarnLimiter::new(),
             regions: self.regions.clone(),
             port: self.port,
             queue,
@@ -290,6 +320,7 @@ impl UdpInterface {
             link: lane.link.clone(),
             counters,
             interface: self.name.clone(),
+            warn_unreadable: WarnLimiter::new(),
         }))
     }
 
@@ -313,6 +344,12 @@ struct UdpRx {
     link: Arc<Link>,
     /// A server without `remote_addr` learns whom to answer from what it receives.
     server: bool,
+    /// The learned peer, once learned, is the only source taken.
+    pin: bool,
+    /// Sources outside are dropped as `rejected_peer`.
+    peers: PeerFilter,
+    warn_rejected: WarnLimiter,
+    warn_malformed: WarnLimiter,
     regions: Arc<RegionSet>,
     port: u16,
     queue: u16,
@@ -442,12 +479,19 @@ impl UdpRx {
         let mut left = Burst::empty(self.regions.clone(), self.port, self.queue, usable);
         self.sources.clear();
         let mut malformed = 0u64;
+        let mut rejected: Option<(u64, SocketAddrV4)> = None;
         let received = std::mem::take(&mut self.received);
         for (m, r) in received.iter().enumerate() {
             let mut block = Burst::empty(self.regions.clone(), self.port, self.queue, per_read);
             block.take_from(&mut spare, per_read);
             let size = r.segment.unwrap_or(r.len);
             let count = if size == 0 { 1 } else { r.len.div_ceil(size) };
+            if !self.admits(r.from) {
+                let n = rejected.map_or(0, |(n, _)| n);
+                rejected = Some((n + count as u64, r.from));
+                left.take_from(&mut block, per_read);
+                continue;
+            }
             if r.truncated || size > buf_size {
                 // Longer than a buffer: the kernel cut it (or it cannot be laid out).
                 malformed += count as u64;
@@ -487,13 +531,34 @@ impl UdpRx {
         self.spare = Some(left);
         if malformed > 0 {
             self.counters.drop_packets(DropReason::Malformed, malformed);
-            tracing::warn!(
-                "interface `{}` RX queue {}: {malformed} datagram(s) longer than the {buf_size}-byte buffers, dropped (counted as malformed)",
-                self.interface,
-                self.queue,
-            );
+            if let Some(held) = self.warn_malformed.allow() {
+                tracing::warn!(
+                    "interface `{}` RX queue {}: {malformed} datagram(s) longer than the {buf_size}-byte buffers, dropped (counted as malformed){}",
+                    self.interface,
+                    self.queue,
+                    WarnLimiter::note(held)
+                );
+            }
+        }
+        if let Some((n, from)) = rejected {
+            self.counters.drop_packets(DropReason::RejectedPeer, n);
+            let why = if self.peers.allows(std::net::IpAddr::V4(*from.ip())) {
+                "not the peer this server answers"
+            } else {
+                "not in allowed_peers"
+            };
+            self.link.rejected(n, SocketAddr::V4(from), why);
+            if let Some(held) = self.warn_rejected.allow() {
+                tracing::warn!(
+                    "interface `{}` RX queue {}: {n} datagram(s) from {from} dropped: {why} (counted as rejected_peer){}",
+                    self.interface,
+                    self.queue,
+                    WarnLimiter::note(held)
+                );
+            }
         }
         if self.server
+            && !self.pin
             && let Some(&last) = self.sources.last()
             && self.learned.store(last)
         {
@@ -503,6 +568,25 @@ impl UdpRx {
             self.held = self
                 .ingress
                 .steer_datagrams(got, self.queue, &self.sources, self.local);
+        }
+    }
+
+    /// Whether a datagram from `from` is taken: its source passes `allowed_peers`, and a
+    /// pinning server has learned no peer yet (then `from` becomes it) or learned `from`.
+    fn admits(&mut self, from: SocketAddrV4) -> bool {
+        if !self.peers.allows(std::net::IpAddr::V4(*from.ip())) {
+            return false;
+        }
+        if !self.pin {
+            return true;
+        }
+        match self.learned.pin(from) {
+            Some(true) => {
+                self.link.connected(SocketAddr::V4(from));
+                true
+            }
+            Some(false) => true,
+            None => false,
         }
     }
 
@@ -606,6 +690,7 @@ struct UdpTx {
     link: Arc<Link>,
     counters: Arc<QueueCounters>,
     interface: String,
+    warn_unreadable: WarnLimiter,
 }
 
 /// A run of packets sent as one message.
@@ -669,6 +754,9 @@ impl TxPort for UdpTx {
                 None => return Some(burst),
             },
         };
+        if super::drop_unreadable(&mut burst, &self.counters, &self.warn_unreadable) {
+            return None;
+        }
         let too_large = burst
             .packets()
             .iter()
