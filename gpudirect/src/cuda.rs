@@ -151,8 +151,10 @@ impl DeviceBuffer {
         ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         // Over-allocate so the start can be rounded up to the NIC page size.
         // SAFETY: the context is bound to this thread; the result is freed in Drop.
-        let raw =
-            unsafe { result::malloc_sync(len + DEVICE_ALIGNMENT) }.map_err(driver("cuMemAlloc"))?;
+        let padded = len.checked_add(DEVICE_ALIGNMENT).ok_or_else(|| {
+            GpuError::OutOfRange(format!("a device buffer of {len} bytes"))
+        })?;
+        let raw = unsafe { result::malloc_sync(padded) }.map_err(driver("cuMemAlloc"))?;
         let aligned = raw.div_ceil(DEVICE_ALIGNMENT as u64) * DEVICE_ALIGNMENT as u64;
         let mut one: u32 = 1;
         // SAFETY: `aligned` lies inside the allocation just made; the attribute takes a u32.
@@ -193,12 +195,14 @@ impl DeviceBuffer {
         self.len == 0
     }
 
+    /// Checks that `len` bytes at `offset` lie inside the buffer (no overflow either).
+    fn check_range(&self, offset: usize, len: usize) -> Result<(), GpuError> {
+        crate::check_range(offset, len, self.len)
+    }
+
     /// Copies `data` to `offset` (synchronous; for set-up and tests, not the packet path).
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
-        assert!(
-            offset + data.len() <= self.len,
-            "write past the end of a device buffer"
-        );
+        self.check_range(offset, data.len())?;
         self.ctx
             .bind_to_thread()
             .map_err(driver("cuCtxSetCurrent"))?;
@@ -209,10 +213,7 @@ impl DeviceBuffer {
 
     /// Copies from `offset` into `out` (synchronous).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
-        assert!(
-            offset + out.len() <= self.len,
-            "read past the end of a device buffer"
-        );
+        self.check_range(offset, out.len())?;
         self.ctx
             .bind_to_thread()
             .map_err(driver("cuCtxSetCurrent"))?;
@@ -248,10 +249,7 @@ impl DeviceBuffer {
     /// pages, as the driver requires. Fails with `Unsupported` where the GPU or driver has
     /// no dma-buf support (proprietary kernel module, kernel before 5.12, integrated GPU).
     pub fn export_dmabuf(&self, offset: usize, len: usize) -> Result<DmaBuf, GpuError> {
-        assert!(
-            offset + len <= self.len,
-            "range past the end of a device buffer"
-        );
+        self.check_range(offset, len)?;
         let supported = self
             .ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)

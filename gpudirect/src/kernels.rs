@@ -15,7 +15,7 @@
 
 use crate::frames::{FrameFields, FrameTemplate};
 use crate::reorder::{Method, ReorderSpec};
-use crate::{GpuError, PinnedBuffer, context, driver};
+use crate::{GpuError, PinnedBuffer, context, digest_bytes, driver};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -937,8 +937,15 @@ impl Gpu {
         digests: &mut [u8],
     ) -> Result<(), GpuError> {
         let n = packets.len();
-        let per = (head + tail) as usize;
-        assert!(sums.len() >= n && digests.len() >= n * per);
+        let per = digest_bytes(head, tail)?;
+        if sums.len() < n || digests.len() < n * per {
+            return Err(GpuError::OutOfRange(format!(
+                "{n} packets need {n} sums and {} digest bytes; {} and {} given",
+                n * per,
+                sums.len(),
+                digests.len()
+            )));
+        }
         // The last slot, so that digests queued in the first ones stay undisturbed.
         let slot = TABLE_SLOTS - 1;
         // SAFETY: the caller keeps the packets readable until this returns, after the wait.
@@ -968,8 +975,12 @@ impl Gpu {
         sum_from: u32,
         (head, tail): (u32, u32),
     ) -> Result<(), GpuError> {
-        assert!(n <= MAX_ITEMS, "more than MAX_ITEMS packets");
-        let per = (head + tail) as usize;
+        if n > MAX_ITEMS || slot >= TABLE_SLOTS {
+            return Err(GpuError::OutOfRange(format!(
+                "a digest of {n} packets (at most {MAX_ITEMS}) in table slot {slot} (of {TABLE_SLOTS})"
+            )));
+        }
+        let per = digest_bytes(head, tail)?;
         self.digest_queued[slot] = (0, 0);
         if n == 0 {
             return Ok(());
@@ -990,7 +1001,11 @@ impl Gpu {
             written += 1;
         }
         // Checked in release builds: a short iterator would leave stale table entries.
-        assert_eq!(written, n, "fewer packets than `n`");
+        if written != n {
+            return Err(GpuError::OutOfRange(format!(
+                "{written} packets given for a digest of {n}"
+            )));
+        }
         let out = self.digest_out[slot]
             .as_ref()
             .expect("just allocated")
@@ -1028,7 +1043,7 @@ impl Gpu {
         if n == 0 {
             return Ok((&[], &[]));
         }
-        let out = match &self.digest_out[slot] {
+        let out = match self.digest_out.get(slot).and_then(|o| o.as_ref()) {
             Some(out) if self.digest_queued[slot] == (n, per) => out,
             _ => {
                 return Err(GpuError::Unsupported(format!(

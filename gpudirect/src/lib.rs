@@ -29,6 +29,46 @@ pub use kernels::Gpu;
 pub const MAX_ITEMS: usize = 4096;
 /// Argument tables (so launches) in flight per [`Gpu`] at most.
 pub const TABLE_SLOTS: usize = 4;
+/// Most head and tail bytes a frame digest copies out per packet.
+pub const MAX_DIGEST_BYTES: u32 = 4096;
+
+/// Checks that `len` bytes at `offset` lie inside `size` bytes, without overflow (in
+/// release builds too): device copies and exports go through it.
+pub fn check_range(offset: usize, len: usize, size: usize) -> Result<(), GpuError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(GpuError::OutOfRange(format!(
+            "{len} bytes at offset {offset} of a {size}-byte buffer"
+        ))),
+    }
+}
+
+/// Bytes per packet of a frame digest of `head` leading and `tail` trailing bytes, at most
+/// [`MAX_DIGEST_BYTES`] (the kernel indexes its output with this product).
+pub fn digest_bytes(head: u32, tail: u32) -> Result<usize, GpuError> {
+    match head.checked_add(tail) {
+        Some(per) if per <= MAX_DIGEST_BYTES => Ok(per as usize),
+        _ => Err(GpuError::OutOfRange(format!(
+            "a digest of {head} head and {tail} tail bytes per packet (at most {MAX_DIGEST_BYTES} in all)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    #[test]
+    fn ranges_and_digest_sizes_that_overflow_are_errors() {
+        assert!(check_range(0, 10, 10).is_ok());
+        assert!(check_range(1, 10, 10).is_err());
+        assert!(check_range(usize::MAX, 2, 10).is_err());
+        assert!(check_range(2, usize::MAX, 10).is_err());
+        assert_eq!(digest_bytes(16, 16).unwrap(), 32);
+        assert!(digest_bytes(u32::MAX, 2).is_err());
+        assert!(digest_bytes(MAX_DIGEST_BYTES, 1).is_err());
+    }
+}
 
 /// Alignment of device allocations: NICs register GPU memory in 64 KiB pages.
 pub const DEVICE_ALIGNMENT: usize = 64 * 1024;
@@ -60,6 +100,10 @@ pub enum GpuError {
     /// The GPU or driver cannot do what was asked.
     #[error("{0}")]
     Unsupported(String),
+    /// An offset, length or count outside what the buffer or table holds (checked in
+    /// release builds: nothing is copied or launched).
+    #[error("out of range: {0}")]
+    OutOfRange(String),
     /// A CUDA call failed.
     #[cfg(feature = "cuda")]
     #[error("{call} failed: {source}")]
