@@ -29,6 +29,12 @@ test: setup
 	$(CC) -O2 -Wall -Wextra -Werror -I capi/include capi/examples/loopback.c \
 		-L target/release -ldataplane_c -Wl,-rpath,$(CURDIR)/target/release -o target/c-loopback
 	./target/c-loopback
+	# Its thread-safety contract from several threads, then both under valgrind, with
+	# the unsafe-heavy crates' unit tests.
+	$(CC) -O2 -Wall -Wextra -Werror -pthread -I capi/include capi/examples/threads.c \
+		-L target/release -ldataplane_c -Wl,-rpath,$(CURDIR)/target/release -o target/c-threads
+	./target/c-threads
+	./scripts/memcheck.sh
 	# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
 	LD_LIBRARY_PATH=$$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 $(CARGO) test --release -p gpudirect kernels::tests
 	$(MAKE) python-test

@@ -18,6 +18,8 @@ command -v dpdk-test >/dev/null || need+=(dpdk-dev)
 # sideway (RDMA) builds its vendored rdma-core headers with cmake; it loads libibverbs and
 # librdmacm at run time.
 command -v cmake >/dev/null || need+=(cmake)
+# Memory checking of the C API examples and the unsafe-heavy crates' tests.
+command -v valgrind >/dev/null || need+=(valgrind)
 # A TrueType font for the text of `dataplane plot`.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/x86_64-linux-gnu/libclang*.so >/dev/null 2>&1 || need+=(libclang-dev)

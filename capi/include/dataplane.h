@@ -1,3 +1,12 @@
+/*
+ * Thread safety: handles (DpPlane, DpRxQueue, DpTxQueue, DpBurst) may be used from any
+ * thread, one call per handle at a time. A call on a handle that another thread is using
+ * returns DP_STATUS_BUSY and does nothing (dp_burst_len returns 0); it never races.
+ * Different handles are independent: each queue may have its own thread. Freeing
+ * (dp_*_free, dp_shutdown, a successful dp_tx_send of a burst) ends a handle: no call on
+ * it may run at the same time or afterwards. dp_last_error is per thread.
+ */
+
 #ifndef DATAPLANE_H
 #define DATAPLANE_H
 
@@ -36,28 +45,57 @@ typedef enum {
    * Anything else (configuration error, worker failure, ...); see `dp_last_error`.
    */
   DP_STATUS_ERROR = 5,
+  /**
+   * The handle is in use by a call on another thread; nothing was done. Each handle
+   * takes one call at a time (see the header's thread-safety contract).
+   */
+  DP_STATUS_BUSY = 6,
 } DpStatus;
+
+/**
+ * A handle's contents behind a flag that lets one call at a time in: a call that finds
+ * the handle in use on another thread returns `DP_STATUS_BUSY` instead of racing it.
+ */
+typedef struct Exclusive_DataPlane Exclusive_DataPlane;
+
+/**
+ * A handle's contents behind a flag that lets one call at a time in: a call that finds
+ * the handle in use on another thread returns `DP_STATUS_BUSY` instead of racing it.
+ */
+typedef struct Exclusive_Option_Burst Exclusive_Option_Burst;
+
+/**
+ * A handle's contents behind a flag that lets one call at a time in: a call that finds
+ * the handle in use on another thread returns `DP_STATUS_BUSY` instead of racing it.
+ */
+typedef struct Exclusive_RxQueue Exclusive_RxQueue;
+
+/**
+ * A handle's contents behind a flag that lets one call at a time in: a call that finds
+ * the handle in use on another thread returns `DP_STATUS_BUSY` instead of racing it.
+ */
+typedef struct Exclusive_TxQueue Exclusive_TxQueue;
+
+/**
+ * A running data plane.
+ */
+typedef Exclusive_DataPlane DpPlane;
+
+/**
+ * The application's end of an RX queue.
+ */
+typedef Exclusive_RxQueue DpRxQueue;
+
+/**
+ * The application's end of a TX queue.
+ */
+typedef Exclusive_TxQueue DpTxQueue;
 
 /**
  * A burst of packets, owned by the caller until freed or sent. (Empty only if a send
  * panicked midway; it is then reported invalid, never used.)
  */
-typedef struct DpBurst DpBurst;
-
-/**
- * A running data plane.
- */
-typedef struct DpPlane DpPlane;
-
-/**
- * The application's end of an RX queue.
- */
-typedef struct DpRxQueue DpRxQueue;
-
-/**
- * The application's end of a TX queue.
- */
-typedef struct DpTxQueue DpTxQueue;
+typedef Exclusive_Option_Burst DpBurst;
 
 /**
  * Totals over every queue of a plane.

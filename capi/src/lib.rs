@@ -9,9 +9,10 @@
 //! return `DP_STATUS_STOPPED`, never hang.
 
 use dataplane::{Burst, DataPlane, RecvError, RxQueue, TxFailure, TxQueue};
-use std::cell::RefCell;
+use std::cell::{RefCell, UnsafeCell};
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Result of a call.
@@ -30,25 +31,81 @@ pub enum DpStatus {
     InvalidArgument = 4,
     /// Anything else (configuration error, worker failure, ...); see `dp_last_error`.
     Error = 5,
+    /// The handle is in use by a call on another thread; nothing was done. Each handle
+    /// takes one call at a time (see the header's thread-safety contract).
+    Busy = 6,
+}
+
+/// A handle's contents behind a flag that lets one call at a time in: a call that finds
+/// the handle in use on another thread returns `DP_STATUS_BUSY` instead of racing it.
+pub struct Exclusive<T> {
+    busy: AtomicBool,
+    inner: UnsafeCell<T>,
+}
+
+// SAFETY: the contents are reached only through `Exclusive::with`, which hands them to one
+// thread at a time (the flag is taken with Acquire and given back with Release).
+unsafe impl<T: Send> Sync for Exclusive<T> {}
+
+impl<T> Exclusive<T> {
+    fn boxed(inner: T) -> *mut Self {
+        Box::into_raw(Box::new(Self {
+            busy: AtomicBool::new(false),
+            inner: UnsafeCell::new(inner),
+        }))
+    }
+
+    /// Runs `f` on the contents, or returns `DP_STATUS_BUSY` while another call uses them.
+    fn with(&self, f: impl FnOnce(&mut T) -> DpStatus) -> DpStatus {
+        if self.busy.swap(true, Ordering::Acquire) {
+            set_error("the handle is in use by another thread (one call per handle at a time)");
+            return DpStatus::Busy;
+        }
+        /// Gives the flag back on every way out, a panic included.
+        struct Release<'a>(&'a AtomicBool);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _release = Release(&self.busy);
+        // SAFETY: the flag was free and is ours until `_release` drops, so no other
+        // reference to the contents exists meanwhile.
+        f(unsafe { &mut *self.inner.get() })
+    }
 }
 
 /// A running data plane.
-pub struct DpPlane(DataPlane);
+pub type DpPlane = Exclusive<DataPlane>;
 /// The application's end of an RX queue.
-pub struct DpRxQueue(RxQueue);
+pub type DpRxQueue = Exclusive<RxQueue>;
 /// The application's end of a TX queue.
-pub struct DpTxQueue(TxQueue);
+pub type DpTxQueue = Exclusive<TxQueue>;
 /// A burst of packets, owned by the caller until freed or sent. (Empty only if a send
 /// panicked midway; it is then reported invalid, never used.)
-pub struct DpBurst(Option<Burst>);
+pub type DpBurst = Exclusive<Option<Burst>>;
 
-impl DpBurst {
-    fn get(&self) -> Result<&Burst, DpStatus> {
-        self.0.as_ref().ok_or_else(|| invalid("the burst is empty"))
-    }
+/// The handle behind `p`, or `DP_STATUS_INVALID_ARGUMENT` for NULL.
+///
+/// # Safety
+/// `p` is NULL or a live handle of this library.
+unsafe fn handle<'a, T>(p: *const Exclusive<T>, what: &str) -> Result<&'a Exclusive<T>, DpStatus> {
+    // SAFETY: the caller's promise.
+    unsafe { p.as_ref() }.ok_or_else(|| invalid(&format!("{what} is NULL")))
+}
 
-    fn get_mut(&mut self) -> Result<&mut Burst, DpStatus> {
-        self.0.as_mut().ok_or_else(|| invalid("the burst is empty"))
+/// Runs `f` on the burst of handle `p` (one call at a time).
+///
+/// # Safety
+/// `p` is NULL or a live burst.
+unsafe fn with_burst(p: *const DpBurst, f: impl FnOnce(&mut Burst) -> DpStatus) -> DpStatus {
+    // SAFETY: the caller's promise.
+    match unsafe { handle(p, "burst") } {
+        Ok(h) => h.with(|b| match b.as_mut() {
+            Some(b) => f(b),
+            None => invalid("the burst is empty"),
+        }),
+        Err(s) => s,
     }
 }
 
@@ -149,7 +206,7 @@ pub unsafe extern "C" fn dp_start_yaml(
         match DataPlane::start(&config) {
             Ok(p) => {
                 // SAFETY: checked non-NULL; the caller's promise that it is writable.
-                unsafe { *out = Box::into_raw(Box::new(DpPlane(p))) };
+                unsafe { *out = DpPlane::boxed(p) };
                 DpStatus::Ok
             }
             Err(e) => {
@@ -170,24 +227,24 @@ unsafe fn take_queue<Q>(
     queue: u16,
     direction: &str,
     take: impl FnOnce(&mut DataPlane, &str) -> Option<Q>,
-) -> *mut Q {
+) -> *mut Exclusive<Q> {
     let mut got = std::ptr::null_mut();
     guard(|| {
         // SAFETY: the caller's promise.
-        let (Some(p), Ok(name)) = (unsafe { plane.as_mut() }, unsafe {
+        let (Ok(p), Ok(name)) = (unsafe { handle(plane, "plane") }, unsafe {
             text(interface, "interface")
         }) else {
             return invalid("plane or interface is NULL");
         };
-        match take(&mut p.0, name) {
+        p.with(|p| match take(p, name) {
             Some(q) => {
-                got = Box::into_raw(Box::new(q));
+                got = Exclusive::boxed(q);
                 DpStatus::Ok
             }
             None => invalid(&format!(
                 "`{name}` has no {direction} queue {queue}, or it was taken"
             )),
-        }
+        })
     });
     got
 }
@@ -206,7 +263,7 @@ pub unsafe extern "C" fn dp_rx_queue(
     // SAFETY: the caller's promise, passed on.
     unsafe {
         take_queue(plane, interface, queue, "RX", |p, name| {
-            p.take_rx_queue(name, queue).map(DpRxQueue)
+            p.take_rx_queue(name, queue)
         })
     }
 }
@@ -224,7 +281,7 @@ pub unsafe extern "C" fn dp_tx_queue(
     // SAFETY: the caller's promise, passed on.
     unsafe {
         take_queue(plane, interface, queue, "TX", |p, name| {
-            p.take_tx_queue(name, queue).map(DpTxQueue)
+            p.take_tx_queue(name, queue)
         })
     }
 }
@@ -243,16 +300,17 @@ pub unsafe extern "C" fn dp_rx_recv(
 ) -> DpStatus {
     guard(|| {
         // SAFETY: the caller's promise.
-        let Some(q) = (unsafe { queue.as_mut() }) else {
-            return invalid("queue is NULL");
+        let q = match unsafe { handle(queue, "queue") } {
+            Ok(q) => q,
+            Err(s) => return s,
         };
         if out.is_null() {
             return invalid("out is NULL");
         }
-        match q.0.recv(micros(timeout_us)) {
+        q.with(|q| match q.recv(micros(timeout_us)) {
             Ok(Some(b)) => {
                 // SAFETY: checked non-NULL; the caller's promise.
-                unsafe { *out = Box::into_raw(Box::new(DpBurst(Some(b)))) };
+                unsafe { *out = DpBurst::boxed(Some(b)) };
                 DpStatus::Ok
             }
             Ok(None) => DpStatus::Timeout,
@@ -261,7 +319,7 @@ pub unsafe extern "C" fn dp_rx_recv(
                 set_error(e.to_string());
                 DpStatus::Error
             }
-        }
+        })
     })
 }
 
@@ -278,20 +336,21 @@ pub unsafe extern "C" fn dp_tx_alloc(
 ) -> DpStatus {
     guard(|| {
         // SAFETY: the caller's promise.
-        let Some(q) = (unsafe { queue.as_mut() }) else {
-            return invalid("queue is NULL");
+        let q = match unsafe { handle(queue, "queue") } {
+            Ok(q) => q,
+            Err(s) => return s,
         };
         if out.is_null() {
             return invalid("out is NULL");
         }
-        match q.0.alloc(count) {
+        q.with(|q| match q.alloc(count) {
             Ok(b) => {
                 // SAFETY: checked non-NULL; the caller's promise.
-                unsafe { *out = Box::into_raw(Box::new(DpBurst(Some(b)))) };
+                unsafe { *out = DpBurst::boxed(Some(b)) };
                 DpStatus::Ok
             }
             Err(e) => tx_status(e),
-        }
+        })
     })
 }
 
@@ -318,33 +377,34 @@ pub unsafe extern "C" fn dp_tx_send(
     burst: *mut DpBurst,
     timeout_us: u64,
 ) -> DpStatus {
-    guard(|| {
+    let status = guard(|| {
         // SAFETY: the caller's promise.
-        let Some(q) = (unsafe { queue.as_mut() }) else {
-            return invalid("queue is NULL");
+        let (q, b) = match unsafe { (handle(queue, "queue"), handle(burst, "burst")) } {
+            (Ok(q), Ok(b)) => (q, b),
+            (Err(s), _) | (_, Err(s)) => return s,
         };
-        if burst.is_null() {
-            return invalid("burst is NULL");
-        }
-        // SAFETY: a live burst made by this library, the caller's until this succeeds.
-        let slot = unsafe { &mut *burst };
-        let Some(inner) = slot.0.take() else {
-            return invalid("the burst is empty");
-        };
-        match q.0.send_within(inner, micros(timeout_us)) {
-            Ok(()) => {
-                // SAFETY: the allocation made for this burst, now empty; the caller
-                // does not use it again (the contract of DP_STATUS_OK).
-                drop(unsafe { Box::from_raw(burst) });
-                DpStatus::Ok
-            }
-            Err(e) => {
-                // Back to the caller, unchanged.
-                slot.0 = Some(e.burst);
-                tx_status(e.reason)
-            }
-        }
-    })
+        q.with(|q| {
+            b.with(|slot| {
+                let Some(inner) = slot.take() else {
+                    return invalid("the burst is empty");
+                };
+                match q.send_within(inner, micros(timeout_us)) {
+                    Ok(()) => DpStatus::Ok,
+                    Err(e) => {
+                        // Back to the caller, unchanged.
+                        *slot = Some(e.burst);
+                        tx_status(e.reason)
+                    }
+                }
+            })
+        })
+    });
+    if status == DpStatus::Ok {
+        // SAFETY: the allocation made for this burst, now empty and no longer in use by
+        // this call; the caller does not use it again (the contract of DP_STATUS_OK).
+        drop(unsafe { Box::from_raw(burst) });
+    }
+    status
 }
 
 /// Packets in `burst` (0 for NULL).
@@ -353,10 +413,15 @@ pub unsafe extern "C" fn dp_tx_send(
 /// `burst` is NULL or a live burst.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_burst_len(burst: *const DpBurst) -> usize {
+    let mut len = 0;
     // SAFETY: the caller's promise.
-    unsafe { burst.as_ref() }
-        .and_then(|b| b.0.as_ref())
-        .map_or(0, |b| b.len())
+    unsafe {
+        with_burst(burst, |b| {
+            len = b.len();
+            DpStatus::Ok
+        })
+    };
+    len
 }
 
 /// Packet `index`'s first segment: its bytes (`*data`, host memory) and length (`*len`).
@@ -374,31 +439,27 @@ pub unsafe extern "C" fn dp_burst_packet(
     device_address: *mut u64,
 ) -> DpStatus {
     guard(|| {
-        // SAFETY: the caller's promise.
-        let Some(b) = (unsafe { burst.as_ref() }) else {
-            return invalid("burst is NULL");
-        };
-        let b = match b.get() {
-            Ok(b) => b,
-            Err(s) => return s,
-        };
-        if index >= b.len() || data.is_null() || len.is_null() {
-            return invalid("index out of range, or data or len is NULL");
-        }
-        let bytes = b.data(index, 0);
-        // SAFETY: checked non-NULL; the caller's promise that they are writable.
-        unsafe {
-            *len = b.packets()[index].segments()[0].len as usize;
-            *data = bytes.map_or(std::ptr::null(), |d| d.as_ptr());
-            if !device_address.is_null() {
-                *device_address = if bytes.is_none() {
-                    b.segment_addr(index, 0)
-                } else {
-                    0
-                };
+        let fill = |b: &mut Burst| {
+            if index >= b.len() || data.is_null() || len.is_null() {
+                return invalid("index out of range, or data or len is NULL");
             }
-        }
-        DpStatus::Ok
+            let bytes = b.data(index, 0);
+            // SAFETY: checked non-NULL; the caller's promise that they are writable.
+            unsafe {
+                *len = b.packets()[index].segments()[0].len as usize;
+                *data = bytes.map_or(std::ptr::null(), |d| d.as_ptr());
+                if !device_address.is_null() {
+                    *device_address = if bytes.is_none() {
+                        b.segment_addr(index, 0)
+                    } else {
+                        0
+                    };
+                }
+            }
+            DpStatus::Ok
+        };
+        // SAFETY: the caller's promise.
+        unsafe { with_burst(burst, fill) }
     })
 }
 
@@ -415,28 +476,24 @@ pub unsafe extern "C" fn dp_burst_buffer(
     capacity: *mut usize,
 ) -> DpStatus {
     guard(|| {
-        // SAFETY: the caller's promise.
-        let Some(b) = (unsafe { burst.as_mut() }) else {
-            return invalid("burst is NULL");
-        };
-        let b = match b.get_mut() {
-            Ok(b) => b,
-            Err(s) => return s,
-        };
-        if index >= b.len() || data.is_null() || capacity.is_null() {
-            return invalid("index out of range, or data or capacity is NULL");
-        }
-        match b.buffer_mut(index, 0) {
-            Some(buf) => {
-                // SAFETY: checked non-NULL; the caller's promise.
-                unsafe {
-                    *capacity = buf.len();
-                    *data = buf.as_mut_ptr();
-                }
-                DpStatus::Ok
+        let fill = |b: &mut Burst| {
+            if index >= b.len() || data.is_null() || capacity.is_null() {
+                return invalid("index out of range, or data or capacity is NULL");
             }
-            None => invalid("the buffer is in GPU memory"),
-        }
+            match b.buffer_mut(index, 0) {
+                Some(buf) => {
+                    // SAFETY: checked non-NULL; the caller's promise.
+                    unsafe {
+                        *capacity = buf.len();
+                        *data = buf.as_mut_ptr();
+                    }
+                    DpStatus::Ok
+                }
+                None => invalid("the buffer is in GPU memory"),
+            }
+        };
+        // SAFETY: the caller's promise.
+        unsafe { with_burst(burst, fill) }
     })
 }
 
@@ -451,23 +508,19 @@ pub unsafe extern "C" fn dp_burst_set_len(
     len: usize,
 ) -> DpStatus {
     guard(|| {
+        let fill = |b: &mut Burst| {
+            if index >= b.len() {
+                return invalid("index out of range");
+            }
+            let cap = b.capacity(index, 0);
+            if len > cap {
+                return invalid(&format!("length {len} is past the {cap}-byte buffer"));
+            }
+            b.set_len(index, 0, len);
+            DpStatus::Ok
+        };
         // SAFETY: the caller's promise.
-        let Some(b) = (unsafe { burst.as_mut() }) else {
-            return invalid("burst is NULL");
-        };
-        let b = match b.get_mut() {
-            Ok(b) => b,
-            Err(s) => return s,
-        };
-        if index >= b.len() {
-            return invalid("index out of range");
-        }
-        let cap = b.capacity(index, 0);
-        if len > cap {
-            return invalid(&format!("length {len} is past the {cap}-byte buffer"));
-        }
-        b.set_len(index, 0, len);
-        DpStatus::Ok
+        unsafe { with_burst(burst, fill) }
     })
 }
 
@@ -500,23 +553,25 @@ pub unsafe extern "C" fn dp_burst_free(burst: *mut DpBurst) {
 pub unsafe extern "C" fn dp_stats(plane: *const DpPlane, out: *mut DpStats) -> DpStatus {
     guard(|| {
         // SAFETY: the caller's promise.
-        let (Some(p), false) = (unsafe { plane.as_ref() }, out.is_null()) else {
+        let (Ok(p), false) = (unsafe { handle(plane, "plane") }, out.is_null()) else {
             return invalid("plane or out is NULL");
         };
-        let s = p.0.snapshot();
-        let (rx_packets, rx_bytes) = s.total(dataplane::config::Direction::Rx);
-        let (tx_packets, tx_bytes) = s.total(dataplane::config::Direction::Tx);
-        // SAFETY: checked non-NULL; the caller's promise.
-        unsafe {
-            *out = DpStats {
-                rx_packets,
-                rx_bytes,
-                tx_packets,
-                tx_bytes,
-                dropped: s.drops().total(),
-            }
-        };
-        DpStatus::Ok
+        p.with(|p| {
+            let s = p.snapshot();
+            let (rx_packets, rx_bytes) = s.total(dataplane::config::Direction::Rx);
+            let (tx_packets, tx_bytes) = s.total(dataplane::config::Direction::Tx);
+            // SAFETY: checked non-NULL; the caller's promise.
+            unsafe {
+                *out = DpStats {
+                    rx_packets,
+                    rx_bytes,
+                    tx_packets,
+                    tx_bytes,
+                    dropped: s.drops().total(),
+                }
+            };
+            DpStatus::Ok
+        })
     })
 }
 
@@ -532,8 +587,15 @@ pub unsafe extern "C" fn dp_shutdown(plane: *mut DpPlane) -> DpStatus {
             return DpStatus::Ok;
         }
         // SAFETY: the caller's promise.
-        let p = unsafe { Box::from_raw(plane) };
-        match p.0.shutdown() {
+        let h = unsafe { &*plane };
+        if h.busy.swap(true, Ordering::Acquire) {
+            set_error("the plane is in use by another thread; shut it down after that call");
+            return DpStatus::Busy;
+        }
+        // SAFETY: a live plane of this library, not in use (the flag is ours), not used
+        // afterwards (the caller's promise).
+        let p = unsafe { Box::from_raw(plane) }.inner.into_inner();
+        match p.shutdown() {
             Ok(()) => DpStatus::Ok,
             Err(failed) => {
                 let text: Vec<String> = failed.iter().map(|f| f.to_string()).collect();
@@ -590,5 +652,44 @@ mod tests {
                 path.display()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod exclusive_tests {
+    use super::*;
+
+    /// A second caller of a handle in use gets `Busy` and does not run.
+    #[test]
+    fn a_handle_in_use_answers_busy() {
+        // SAFETY: a fresh handle, freed at the end of the test.
+        let h = unsafe { &*Exclusive::boxed(0u32) };
+        let (entered, leave) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                h.with(|v| {
+                    *v += 1;
+                    entered.wait();
+                    leave.wait();
+                    DpStatus::Ok
+                })
+            });
+            entered.wait();
+            assert_eq!(
+                h.with(|_| panic!("ran beside the other call")),
+                DpStatus::Busy
+            );
+            leave.wait();
+        });
+        assert_eq!(
+            h.with(|v| if *v == 1 {
+                DpStatus::Ok
+            } else {
+                DpStatus::Error
+            }),
+            DpStatus::Ok
+        );
+        // SAFETY: made above with `boxed`, used no more.
+        drop(unsafe { Box::from_raw(h as *const Exclusive<u32> as *mut Exclusive<u32>) });
     }
 }

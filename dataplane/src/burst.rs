@@ -192,7 +192,20 @@ impl Burst {
         exact: bool,
         first_len: u32,
     ) -> Option<Self> {
-        assert!(!segment_regions.is_empty() && segment_regions.len() <= MAX_SEGMENTS);
+        if segment_regions.is_empty() || segment_regions.len() > MAX_SEGMENTS {
+            return None;
+        }
+        // More packets than a region has buffers can never be had (and must not size an
+        // allocation: a count of 2^40 would abort the process).
+        let most = segment_regions
+            .iter()
+            .map(|&r| regions.try_get(r).map(|r| r.num_bufs()))
+            .min()??;
+        let count = match count {
+            c if c <= most => c,
+            _ if exact => return None,
+            _ => most,
+        };
         let mut burst = Self::empty(regions, port, queue, count);
         let mut scratch = IndexScratch::new();
         let indices = scratch.get(count);

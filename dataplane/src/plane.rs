@@ -250,6 +250,14 @@ pub enum TxFailure {
     /// A forwarded burst is a reorder's aggregate, whose packets are not frames.
     #[error("a reorder's aggregate burst holds no frames to forward")]
     NotFrames,
+    /// More packets than the queue's memory regions hold were asked for at once.
+    #[error("a burst of {count} packets was asked for; the queue's regions hold {most}")]
+    TooLarge {
+        /// Packets asked for.
+        count: usize,
+        /// Buffers of the smallest of the queue's regions.
+        most: usize,
+    },
     /// The queue's peer is not there (a TCP connection down or not made yet, a UDP server
     /// that has heard from nobody); says why. Try again later.
     #[error("not connected: {0}")]
@@ -342,6 +350,15 @@ impl TxQueue {
     fn alloc_with_len(&self, count: usize, len: usize) -> Result<Burst, TxFailure> {
         if let Some(f) = self.health.failure() {
             return Err(TxFailure::WorkerFailed(Box::new(f.clone())));
+        }
+        let most = self
+            .segment_regions
+            .iter()
+            .map(|&r| self.regions.get(r).num_bufs())
+            .min()
+            .unwrap_or(0);
+        if count > most {
+            return Err(TxFailure::TooLarge { count, most });
         }
         Burst::allocate_frames(
             self.regions.clone(),
@@ -465,13 +482,11 @@ impl TxQueue {
                 reason: TxFailure::NotFrames,
             });
         }
-        if !self.all_regions_host && burst.belongs_to(&self.regions) {
-            if self.in_gpu_memory(&burst) {
-                return Err(SendError {
-                    burst,
-                    reason: TxFailure::GpuMemory,
-                });
-            }
+        if !self.all_regions_host && burst.belongs_to(&self.regions) && self.in_gpu_memory(&burst) {
+            return Err(SendError {
+                burst,
+                reason: TxFailure::GpuMemory,
+            });
         }
         let (port, queue, epoch) = (burst.port(), burst.queue(), burst.steering_epoch());
         burst.readdress(self.port, self.queue);

@@ -150,10 +150,10 @@ impl DeviceBuffer {
         let ctx = context(ordinal)?;
         ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         // Over-allocate so the start can be rounded up to the NIC page size.
+        let padded = len
+            .checked_add(DEVICE_ALIGNMENT)
+            .ok_or_else(|| GpuError::OutOfRange(format!("a device buffer of {len} bytes")))?;
         // SAFETY: the context is bound to this thread; the result is freed in Drop.
-        let padded = len.checked_add(DEVICE_ALIGNMENT).ok_or_else(|| {
-            GpuError::OutOfRange(format!("a device buffer of {len} bytes"))
-        })?;
         let raw = unsafe { result::malloc_sync(padded) }.map_err(driver("cuMemAlloc"))?;
         let aligned = raw.div_ceil(DEVICE_ALIGNMENT as u64) * DEVICE_ALIGNMENT as u64;
         let mut one: u32 = 1;

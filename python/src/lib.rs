@@ -259,8 +259,7 @@ impl RxQueue {
     /// none came. Raises `Stopped` once the plane is shut down and drained.
     #[pyo3(signature = (timeout = 1.0))]
     fn recv(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<Burst>> {
-        let wait = Duration::try_from_secs_f64(timeout.max(0.0))
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let wait = wait_of(timeout)?;
         let q = &self.q;
         match py.detach(|| lock(q).recv(wait)) {
             Ok(b) => Ok(b.map(Burst::new)),
@@ -276,6 +275,15 @@ impl RxQueue {
 #[pyclass(module = "dataplane")]
 struct TxQueue {
     q: Mutex<dataplane::TxQueue>,
+}
+
+/// A timeout in seconds: negative is 0, `math.inf` waits as long as it takes, NaN is an
+/// error.
+fn wait_of(timeout: f64) -> PyResult<Duration> {
+    if timeout.is_nan() {
+        return Err(PyValueError::new_err("timeout is NaN"));
+    }
+    Ok(Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::MAX))
 }
 
 fn tx_error(e: dataplane::TxFailure) -> PyErr {
@@ -301,12 +309,12 @@ impl TxQueue {
                 "views of this burst's packets are alive (memoryview, numpy arrays): release them before sending",
             ));
         }
+        // Before the burst is taken: a bad timeout leaves it with the caller.
+        let wait = wait_of(timeout)?;
         let b = burst
             .inner
             .take()
             .ok_or_else(|| PyValueError::new_err("this burst was sent already"))?;
-        let wait = Duration::try_from_secs_f64(timeout.max(0.0))
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let q = &self.q;
         match py.detach(|| lock(q).send_within(b, wait)) {
             Ok(()) => Ok(()),

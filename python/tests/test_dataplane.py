@@ -191,3 +191,26 @@ def test_configuration_files_have_the_same_limits_as_the_cli(tmp_path):
         assert time.monotonic() - started < 30, path
     with pytest.raises(dataplane.Error, match="limited to"):
         dataplane.DataPlane("#" * (20 * 1000 * 1000))
+
+
+def test_bad_counts_and_timeouts_are_errors_and_keep_the_burst():
+    import math
+
+    plane = dataplane.DataPlane(CONFIG)
+    rx = plane.rx_queue("loop0", 0)
+    tx = plane.tx_queue("loop0", 0)
+    with pytest.raises(dataplane.Error, match="holds 4096"):
+        tx.alloc(2**40)
+    burst = tx.alloc(1)
+    buf = np.frombuffer(burst.buffer(0), dtype=np.uint8)
+    frame = udp_frame(5000, np.arange(16, dtype=np.uint8))
+    buf[: len(frame)] = frame
+    del buf
+    burst.set_len(0, len(frame))
+    with pytest.raises(ValueError, match="NaN"):
+        tx.send(burst, timeout=math.nan)
+    assert len(burst) == 1, "a refused send keeps the burst"
+    tx.send(burst, timeout=math.inf)  # waits as long as it takes: sent at once here
+    got = rx.recv(timeout=30.0)
+    assert got is not None and len(got) == 1
+    plane.shutdown()

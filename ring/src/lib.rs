@@ -118,12 +118,13 @@ unsafe fn copy_items<T: Copy>(src: *const T, dst: *mut T, n: usize) {
 
 impl<T: Copy> Core<T> {
     fn new(capacity: usize, producers: Mode, consumers: Mode) -> Result<Self, CapacityError> {
-        let size = capacity.max(1).next_power_of_two();
+        // Checked first: rounding usize::MAX up to a power of two overflows.
         if capacity > MAX_CAPACITY {
             return Err(CapacityError {
                 requested: capacity,
             });
         }
+        let size = capacity.max(1).next_power_of_two();
         let slots = (0..size)
             .map(|_| Cell::new(MaybeUninit::uninit()))
             .collect();
@@ -532,6 +533,12 @@ mod tests {
             Ring::<u8>::new(MAX_CAPACITY + 1).err(),
             Some(CapacityError {
                 requested: MAX_CAPACITY + 1
+            })
+        );
+        assert_eq!(
+            Ring::<u8>::new(usize::MAX).err(),
+            Some(CapacityError {
+                requested: usize::MAX
             })
         );
         let r = Ring::<u8>::new(8).unwrap();

@@ -595,6 +595,11 @@ impl RegionSet {
         &self.regions[id as usize]
     }
 
+    /// Region `id`, or `None` when the set has no such region.
+    pub fn try_get(&self, id: RegionId) -> Option<&Region> {
+        self.regions.get(id as usize)
+    }
+
     /// Region id by name.
     pub fn id_of(&self, name: &str) -> Option<RegionId> {
         self.regions
