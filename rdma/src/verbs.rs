@@ -514,6 +514,40 @@ pub struct RemoteWindow {
     pub len: u64,
 }
 
+impl RemoteWindow {
+    /// Bytes of the key-exchange message: magic, address, key, length.
+    pub const MESSAGE_LEN: usize = 24;
+
+    /// The key-exchange message that announces this window.
+    pub fn encode(&self) -> [u8; Self::MESSAGE_LEN] {
+        let mut m = [0u8; Self::MESSAGE_LEN];
+        m[..4].copy_from_slice(&KEY_MAGIC);
+        m[4..12].copy_from_slice(&self.addr.to_le_bytes());
+        m[12..16].copy_from_slice(&self.rkey.to_le_bytes());
+        m[16..24].copy_from_slice(&self.len.to_le_bytes());
+        m
+    }
+
+    /// The window a peer's key-exchange message announces, or `None` for anything else
+    /// (any length, any bytes: the message comes from the network).
+    pub fn decode(m: &[u8]) -> Option<Self> {
+        let m: &[u8; Self::MESSAGE_LEN] = m.try_into().ok()?;
+        if m[..4] != KEY_MAGIC {
+            return None;
+        }
+        let word = |r: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&m[r]);
+            u64::from_le_bytes(b)
+        };
+        Some(Self {
+            addr: word(4..12),
+            rkey: word(12..16) as u32,
+            len: word(16..24),
+        })
+    }
+}
+
 /// The operation a send slot carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SendOp {
@@ -1122,11 +1156,7 @@ impl Connection {
             rkey: 0,
             len: 0,
         });
-        let mut hello = Vec::with_capacity(24);
-        hello.extend_from_slice(&KEY_MAGIC);
-        hello.extend_from_slice(&ours.addr.to_le_bytes());
-        hello.extend_from_slice(&ours.rkey.to_le_bytes());
-        hello.extend_from_slice(&ours.len.to_le_bytes());
+        let hello = ours.encode();
         let deadline = Instant::now() + timeout;
         while !self.send(&hello)? {
             self.poll_completions(|_| {})?;
@@ -1139,14 +1169,9 @@ impl Connection {
             }
             self.poll_completions(|c| {
                 if let Completion::Received(m) = c {
-                    if m.len() == 24 && m[..4] == KEY_MAGIC {
-                        got = Some(RemoteWindow {
-                            addr: u64::from_le_bytes(m[4..12].try_into().expect("8 bytes")),
-                            rkey: u32::from_le_bytes(m[12..16].try_into().expect("4 bytes")),
-                            len: u64::from_le_bytes(m[16..24].try_into().expect("8 bytes")),
-                        });
-                    } else {
-                        unexpected = true;
+                    match RemoteWindow::decode(m) {
+                        Some(w) => got = Some(w),
+                        None => unexpected = true,
                     }
                 }
             })?;
@@ -1398,5 +1423,36 @@ pub fn status_name(status: u32) -> &'static str {
         12 => "transport retry counter exceeded",
         13 => "RNR retry counter exceeded",
         _ => "other error",
+    }
+}
+
+#[cfg(test)]
+mod key_message_tests {
+    use super::RemoteWindow;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever a peer sends, decoding neither panics nor accepts a message that is
+        /// not exactly a key-exchange message.
+        #[test]
+        fn any_bytes_decode_without_panic(
+            magic in any::<bool>(),
+            rest in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            // Half of them start like a key message, so lengths around 24 are exercised.
+            let mut m = if magic { b"DPKX".to_vec() } else { Vec::new() };
+            m.extend_from_slice(&rest);
+            let w = RemoteWindow::decode(&m);
+            prop_assert_eq!(w.is_some(), m.len() == RemoteWindow::MESSAGE_LEN && m[..4] == *b"DPKX");
+        }
+
+        /// What we send is what the peer reads.
+        #[test]
+        fn windows_round_trip(addr in any::<u64>(), rkey in any::<u32>(), len in any::<u64>()) {
+            let w = RemoteWindow { addr, rkey, len };
+            prop_assert_eq!(RemoteWindow::decode(&w.encode()), Some(w));
+        }
     }
 }
