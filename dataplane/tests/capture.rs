@@ -327,3 +327,57 @@ fn captures_never_overwrite_or_follow_links() {
         assert_eq!(path.parent(), Some(dir.path()), "{}", path.display());
     }
 }
+
+/// A disk that fills up mid-capture: a 1 MiB tmpfs (root only; skipped otherwise). The
+/// failure comes back as an I/O error with the packets lost, never as a full queue.
+#[test]
+fn a_full_disk_is_an_io_error_with_the_packets_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = rustix::process::geteuid().is_root()
+        && Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIP: a full disk needs root to mount a small tmpfs");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(dir.path());
+    let mut cfg = CaptureConfig::new(dir.path().join("full.pcap"), CaptureFormat::Pcap);
+    // Room for everything: nothing may be dropped as writer_full.
+    cfg.queue_bytes = 64 << 20;
+    let mut sink = CaptureSink::create(&cfg).expect("sink");
+    let regions = std::sync::Arc::new(
+        dataplane::memory::RegionSet::allocate(&[config::MemoryRegionConfig::new(
+            "bufs",
+            config::MemoryKind::Host,
+            64,
+            1500,
+        )])
+        .unwrap(),
+    );
+    let mut b = dataplane::Burst::allocate(regions, 0, 0, &[0], 64).unwrap();
+    for i in 0..b.len() {
+        b.set_len(i, 0, 1500);
+    }
+    for _ in 0..100 {
+        sink.submit(&b);
+    }
+    let before = sink.stats();
+    assert_eq!(before.writer_full, 0, "{before:?}");
+    match sink.finish() {
+        Err(dataplane::capture::CaptureError::WriteFailed { source, lost, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::ENOSPC), "{source}");
+            // 1 MiB holds fewer than 700 packets of 1,516 bytes.
+            assert!(lost >= 6400 - 700, "{lost}");
+        }
+        other => panic!("a full disk gave {other:?}"),
+    }
+}

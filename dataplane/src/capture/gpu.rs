@@ -231,6 +231,7 @@ impl GpuSink {
             writer_full: self.writer_full,
             not_host: 0,
             copy_failed: self.copy_failed,
+            write_failed: 0,
         }
     }
 

@@ -164,6 +164,9 @@ pub struct CaptureStats {
     pub not_host: u64,
     /// Packets not captured because a GPU copy failed (a GPU sink; the error is logged).
     pub copy_failed: u64,
+    /// Packets lost because writing failed (an I/O error, a full disk): the batch being
+    /// written and every one after it. The sink's `finish` returns the error.
+    pub write_failed: u64,
 }
 
 /// The sink could not be created or the writer failed.
@@ -184,6 +187,16 @@ pub enum CaptureError {
         path: PathBuf,
         /// Why.
         reason: String,
+    },
+    /// Writing failed (an I/O error, a full disk); the writer stopped there.
+    #[error("capture to {path}: writing failed: {source}; {lost} packet(s) lost")]
+    WriteFailed {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+        /// Packets submitted and not written.
+        lost: u64,
     },
     /// The writer thread panicked.
     #[error("capture to {0}: the writer thread panicked")]
@@ -304,6 +317,9 @@ pub(crate) fn file_header(format: CaptureFormat) -> Vec<u8> {
 pub(crate) struct Shared {
     pub(crate) written_packets: AtomicU64,
     pub(crate) written_bytes: AtomicU64,
+    /// Set when the writer failed: later batches count as `write_failed`, not as a
+    /// full queue.
+    pub(crate) failed: std::sync::atomic::AtomicBool,
 }
 
 /// A capture sink (see the module documentation).
@@ -427,7 +443,11 @@ impl CaptureSink {
         match q.try_send(batch) {
             Ok(()) => {}
             Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => {
-                self.writer_full += b.records.len() as u64;
+                // After a write failure the writer is gone: the packets count as
+                // `write_failed` (see `stats`), not as a full queue.
+                if !self.shared.failed.load(Ordering::Acquire) {
+                    self.writer_full += b.records.len() as u64;
+                }
                 // Keep the allocation for the next batch.
                 self.filling = b;
                 self.filling.data.clear();
@@ -450,7 +470,19 @@ impl CaptureSink {
             writer_full: self.writer_full,
             not_host: self.not_host,
             copy_failed: 0,
+            write_failed: self.write_failed(),
         }
+    }
+
+    /// Packets lost to a failed write: once the writer failed, everything submitted and
+    /// neither written nor dropped for another reason (exact once the sink is closed).
+    fn write_failed(&self) -> u64 {
+        if !self.shared.failed.load(Ordering::Acquire) {
+            return 0;
+        }
+        let written = self.shared.written_packets.load(Ordering::Relaxed);
+        self.submitted
+            .saturating_sub(written + self.writer_full + self.not_host)
     }
 
     /// Writes what is left, closes the file and returns the counters.
@@ -468,13 +500,18 @@ impl CaptureSink {
             // The last batch may wait for room: nothing is lost at the end.
             let batch = std::mem::take(&mut self.filling);
             let n = batch.records.len() as u64;
-            if q.send(batch).is_err() {
+            if q.send(batch).is_err() && !self.shared.failed.load(Ordering::Acquire) {
                 self.writer_full += n;
             }
         }
         self.queue = None;
         match self.writer.take().map(|w| w.join()) {
             None => Ok(()),
+            Some(Ok(Err(CaptureError::Io { path, source }))) => Err(CaptureError::WriteFailed {
+                path,
+                source,
+                lost: self.write_failed(),
+            }),
             Some(Ok(r)) => r,
             Some(Err(_)) => Err(CaptureError::Panicked(self.path.clone())),
         }
@@ -535,10 +572,14 @@ fn write_loop(
 ) -> Result<(), CaptureError> {
     // Ends when the sink drops its sender (finish or drop).
     while let Ok(batch) = rx.recv() {
-        out.write(&batch).map_err(|source| CaptureError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        if let Err(source) = out.write(&batch) {
+            // Everything from this batch on is lost; the sink counts it (`write_failed`).
+            shared.failed.store(true, Ordering::Release);
+            return Err(CaptureError::Io {
+                path: path.to_owned(),
+                source,
+            });
+        }
         shared
             .written_packets
             .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
