@@ -252,6 +252,13 @@ DpStatus dp_stats(const DpPlane *plane, DpStats *out);
 DpStatus dp_shutdown(DpPlane *plane);
 
 /**
+ * Hands the buffers the calling thread's caches hold back to their pools, so a thread
+ * that frees bursts and then turns to other work strands none (the library's waits do
+ * this themselves when they stop spinning).
+ */
+void dp_flush_thread_caches(void);
+
+/**
  * Frees an RX queue. NULL is ignored.
  *
  * # Safety

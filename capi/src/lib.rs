@@ -606,6 +606,14 @@ pub unsafe extern "C" fn dp_shutdown(plane: *mut DpPlane) -> DpStatus {
     })
 }
 
+/// Hands the buffers the calling thread's caches hold back to their pools, so a thread
+/// that frees bursts and then turns to other work strands none (the library's waits do
+/// this themselves when they stop spinning).
+#[unsafe(no_mangle)]
+pub extern "C" fn dp_flush_thread_caches() {
+    dataplane::flush_thread_caches();
+}
+
 /// Frees an RX queue. NULL is ignored.
 ///
 /// # Safety

@@ -37,4 +37,5 @@ pub mod worker;
 pub use dataplane_ring as ring;
 
 pub use burst::{Burst, Packet, Segment};
+pub use memory::pool::flush_thread_caches;
 pub use plane::{DataPlane, RecvError, RxQueue, SendError, StartError, Stream, TxFailure, TxQueue};

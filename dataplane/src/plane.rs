@@ -564,6 +564,11 @@ impl Backoff {
 
     fn pause(&mut self) {
         self.rounds = self.rounds.saturating_add(1);
+        if self.rounds == 64 {
+            // Done spinning: this thread may wait a while, so its cached buffers go back
+            // where other threads can have them.
+            crate::memory::pool::flush_thread_caches();
+        }
         match self.rounds {
             0..64 => std::hint::spin_loop(),
             64..128 => std::thread::yield_now(),

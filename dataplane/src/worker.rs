@@ -1037,6 +1037,7 @@ impl Task {
 /// stopping are dropped here, which returns their buffers.
 pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
+    let mut caches_flushed = false;
     let mut passes = 0u64;
     let (mut busy_passes, mut busy_ticks) = (0u64, 0u64);
     let activity = &control.activity;
@@ -1078,6 +1079,7 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
         }
         if busy {
             idle = 0;
+            caches_flushed = false;
             busy_passes += 1;
             if tick_passes {
                 busy_ticks += crate::cycles::ticks().wrapping_sub(pass_started);
@@ -1086,6 +1088,12 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
             idle += 1;
             if idle >= IDLE_PASSES_BEFORE_YIELD {
                 idle = 0;
+                // Once per idle spell: buffers this worker's caches hold go back to the
+                // shared lists, so an idle worker strands none that another queue needs.
+                if !caches_flushed {
+                    caches_flushed = true;
+                    crate::memory::pool::flush_thread_caches();
+                }
                 std::thread::yield_now();
             }
             std::hint::spin_loop();

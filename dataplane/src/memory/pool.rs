@@ -164,6 +164,22 @@ thread_local! {
     static CACHES: RefCell<Vec<ThreadCache>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Hands every buffer this thread's caches hold back to their pools' shared lists, so a
+/// thread that stops allocating (an application thread gone quiet, a worker whose queues
+/// are idle) strands none of them: other threads, RX workers among them, can have them.
+/// Workers call it when their queues go idle and the library's waits (`recv`, `send_within`)
+/// when they stop spinning; an application thread that frees bursts and then does other
+/// work calls it itself. Cheap when the caches are empty.
+pub fn flush_thread_caches() {
+    let _ = CACHES.try_with(|caches| {
+        if let Ok(mut caches) = caches.try_borrow_mut() {
+            for c in caches.iter_mut().filter(|c| !c.buffers.is_empty()) {
+                c.flush_all();
+            }
+        }
+    });
+}
+
 /// The free buffers of one region.
 pub struct BufferPool {
     shared: Arc<Shared>,
@@ -509,6 +525,37 @@ mod tests {
         assert_eq!(pool.available(), 4096);
         let all = pool.take_all().expect("every buffer is back on the stack");
         assert_eq!(sorted(all), (0..4096).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_quiet_thread_strands_no_buffers_once_its_caches_are_flushed() {
+        let pool = Arc::new(BufferPool::with_cache("r", 1024, 64));
+        // This thread frees buffers into its cache, then goes quiet.
+        let mut mine = vec![0u32; 32];
+        assert!(pool.alloc_bulk(&mut mine));
+        pool.free_bulk(&mine);
+        let on_shared_stack = |pool: &Arc<BufferPool>| {
+            let p = pool.clone();
+            std::thread::spawn(move || {
+                let mut all = vec![0u32; 1024];
+                let got = p.alloc_bulk(&mut all);
+                if got {
+                    p.free_bulk(&all);
+                }
+                got
+            })
+            .join()
+            .unwrap()
+        };
+        assert!(
+            !on_shared_stack(&pool),
+            "some of them wait in this thread's cache"
+        );
+        flush_thread_caches();
+        assert!(
+            on_shared_stack(&pool),
+            "every buffer back where others can have it"
+        );
     }
 
     #[test]
