@@ -109,18 +109,24 @@ impl Machine {
     }
 }
 
-/// `0-3,8,10-11` as a set (an empty string is an empty set).
+/// Highest CPU number a CPU list may name (Linux's `NR_CPUS` is at most 8192): a range
+/// read from sysfs past it is cut there, so a corrupt file cannot make a set of billions.
+pub const MAX_CPU: u32 = 65_535;
+
+/// `0-3,8,10-11` as a set (an empty string is an empty set), CPUs up to [`MAX_CPU`].
 pub fn parse_cpu_list(s: &str) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => {
                 if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
-                    out.extend(a..=b);
+                    out.extend(a..=b.min(MAX_CPU));
                 }
             }
             None => {
-                if let Ok(c) = part.parse() {
+                if let Ok(c) = part.parse()
+                    && c <= MAX_CPU
+                {
                     out.insert(c);
                 }
             }
@@ -1094,6 +1100,8 @@ mod tests {
             [0, 1, 2, 3, 8, 10, 11].into_iter().collect()
         );
         assert!(parse_cpu_list("").is_empty());
+        assert_eq!(parse_cpu_list("0-4294967295").len(), MAX_CPU as usize + 1);
+        assert!(parse_cpu_list("4294967295").is_empty());
         assert_eq!(cpu_list(&parse_cpu_list("2,1")), "1,2");
         assert_eq!(
             cpu_list(&parse_cpu_list("0-3,5,7,8,10-31")),

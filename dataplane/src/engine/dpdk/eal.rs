@@ -10,18 +10,71 @@ use std::ffi::CString;
 
 /// The EAL arguments to start with: the plan's, then what only this process knows: its
 /// file prefix, the hugetlbfs mount our region files use (when the plan maps huge pages
-/// and there is one), and whatever the environment variable `DATAPLANE_EAL_ARGS` adds.
-pub fn eal_args(plan: &DpdkPlan, huge: bool) -> Vec<String> {
+/// and there is one), and whatever the environment variable `DATAPLANE_EAL_ARGS` adds
+/// (checked by [`extra_eal_args`]).
+pub fn eal_args(plan: &DpdkPlan, huge: bool) -> Result<Vec<String>, EngineError> {
     let mut a = plan.eal_args.clone();
     a.push(format!("--file-prefix={}", hugepages::file_prefix()));
     if huge && let Ok(Some(m)) = hugepages::mount_for(hugepages::default_page_size()) {
         a.push(format!("--huge-dir={}", m.path.display()));
     }
-    // Extra EAL options for debugging or tuning (e.g. `--log-level=pmd.net.tap:debug`).
-    if let Ok(extra) = std::env::var("DATAPLANE_EAL_ARGS") {
-        a.extend(extra.split_whitespace().map(str::to_owned));
+    if let Some(extra) = std::env::var_os(EXTRA_ARGS_ENV) {
+        let extra = extra
+            .to_str()
+            .ok_or_else(|| bad_extra("it is not UTF-8".into()))?;
+        a.extend(extra_eal_args(extra).map_err(bad_extra)?);
     }
-    a
+    Ok(a)
+}
+
+/// The environment variable with extra EAL options (debugging, tuning: e.g.
+/// `--log-level=pmd.net.tap:debug`). Trusted input, like the configuration: whoever sets
+/// the environment runs the process. Still checked, so a slip cannot make EAL misbehave.
+pub const EXTRA_ARGS_ENV: &str = "DATAPLANE_EAL_ARGS";
+
+/// Options EAL must not get from the environment: the file prefix and process type are
+/// what hugepage cleanup and the runtime directory rely on; `--help` and `--version`
+/// make EAL print and exit the process; `--no-shconf` and `--in-memory` change where its
+/// files go behind the plan's back.
+const REFUSED_EAL_OPTIONS: &[&str] = &[
+    "--file-prefix",
+    "--proc-type",
+    "--help",
+    "-h",
+    "--version",
+    "-v",
+    "--no-shconf",
+    "--in-memory",
+];
+
+fn bad_extra(why: String) -> EngineError {
+    EngineError::Interface {
+        interface: EXTRA_ARGS_ENV.into(),
+        reason: why,
+    }
+}
+
+/// The words of `DATAPLANE_EAL_ARGS`, each an option (starting with `-`, with any value
+/// joined by `=`), none of [`REFUSED_EAL_OPTIONS`], at most 64 of at most 4096 bytes.
+pub fn extra_eal_args(text: &str) -> Result<Vec<String>, String> {
+    let words: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
+    if words.len() > 64 || words.iter().any(|w| w.len() > 4096) {
+        return Err("more than 64 words, or a word over 4096 bytes".into());
+    }
+    for w in &words {
+        let name = w.split('=').next().unwrap_or_default();
+        if !w.starts_with('-') {
+            return Err(format!(
+                "`{w}` is not an option (write each as --name=value, one word)"
+            ));
+        }
+        if REFUSED_EAL_OPTIONS.contains(&name) {
+            return Err(format!(
+                "`{name}` is not allowed there (the data plane sets it, or EAL would exit or move its files)"
+            ));
+        }
+    }
+    Ok(words)
 }
 
 /// A running EAL. Everything made with DPDK (ports, pools) must be gone before it drops.
@@ -76,5 +129,32 @@ impl Drop for Eal {
         // the EAL handle), so nothing uses DPDK any more.
         unsafe { sys::rte_eal_cleanup() };
         remove_runtime_dir();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::extra_eal_args;
+
+    #[test]
+    fn environment_eal_options_are_checked() {
+        assert_eq!(
+            extra_eal_args(" --log-level=pmd.net.tap:debug  -l 0 ").unwrap_err(),
+            "`0` is not an option (write each as --name=value, one word)"
+        );
+        assert_eq!(
+            extra_eal_args("--log-level=pmd.net.tap:debug --iova-mode=va").unwrap(),
+            ["--log-level=pmd.net.tap:debug", "--iova-mode=va"]
+        );
+        for bad in [
+            "--help",
+            "--file-prefix=x",
+            "--proc-type=secondary",
+            "-v",
+            "--in-memory",
+        ] {
+            assert!(extra_eal_args(bad).is_err(), "{bad}");
+        }
+        assert!(extra_eal_args(&"-x ".repeat(65)).is_err());
     }
 }

@@ -80,7 +80,7 @@ impl DpdkEngine {
                 });
             }
         }
-        let eal = Eal::init(eal_args(dpdk, !plan.hugepages.regions.is_empty()))?;
+        let eal = Eal::init(eal_args(dpdk, !plan.hugepages.regions.is_empty())?)?;
         // Declared after `eal`, so on failure the ports made so far drop first.
         let mut ports = Vec::new();
         for (iface, planned) in config.interfaces.iter().zip(&dpdk.ports) {
