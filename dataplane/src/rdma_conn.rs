@@ -36,8 +36,9 @@ pub struct BurstConnection {
     conn: Option<Connection>,
     regions: Arc<RegionSet>,
     rx_region: RegionId,
-    /// Registrations by region (kept alive as long as the connection).
-    registered: BTreeMap<RegionId, Registration>,
+    /// Registrations by region (kept alive as long as the connection; each holds the
+    /// region set, so the memory outlives it whatever drops first).
+    registered: BTreeMap<RegionId, RegionRegistration>,
     port: u16,
     queue: u16,
     /// Receives to keep posted.
@@ -82,7 +83,7 @@ impl BurstConnection {
         conn: Connection,
         regions: Arc<RegionSet>,
         rx_region: RegionId,
-        registered: BTreeMap<RegionId, Registration>,
+        registered: BTreeMap<RegionId, RegionRegistration>,
         (port, queue): (u16, u16),
         recv_window: usize,
     ) -> Result<Self, VerbsError> {
@@ -264,12 +265,37 @@ impl BurstConnection {
     }
 }
 
+/// A region's registration with a connection. It holds the region set, and is declared
+/// before it, so the registration is gone before the memory can be: whatever is dropped
+/// first (the connection, this, the plane), the NIC never keeps a key to freed memory.
+pub(crate) struct RegionRegistration {
+    registration: Registration,
+    _memory: Arc<RegionSet>,
+}
+
+impl RegionRegistration {
+    /// Local key for work requests.
+    pub(crate) fn lkey(&self) -> u32 {
+        self.registration.lkey()
+    }
+}
+
 /// Registers region `r` with `conn`'s protection domain for local access only (connections
 /// run SEND/RECV, so a peer can neither READ nor WRITE a region): GPU memory through a dma-buf where
 /// the driver exports one (then `ibv_reg_dmabuf_mr`), otherwise, and for host memory, with
-/// `ibv_reg_mr` (GPU memory then needs nvidia-peermem). Crate-private: the registration
-/// does not hold the region set, so its holder must (a [`BurstConnection`] does).
+/// `ibv_reg_mr` (GPU memory then needs nvidia-peermem).
 pub(crate) fn register(
+    conn: &Connection,
+    regions: &Arc<RegionSet>,
+    r: RegionId,
+) -> Result<RegionRegistration, VerbsError> {
+    register_memory(conn, regions, r).map(|registration| RegionRegistration {
+        registration,
+        _memory: regions.clone(),
+    })
+}
+
+fn register_memory(
     conn: &Connection,
     regions: &RegionSet,
     r: RegionId,
@@ -280,8 +306,9 @@ pub(crate) fn register(
         use std::os::fd::AsRawFd;
         let dmabuf = match export {
             Ok(d) => {
-                // SAFETY: the region set (kept alive by the registration's holder, a
-                // `BurstConnection`) owns the exported memory; the descriptor is closed when `d` drops, after registration.
+                // SAFETY: the region set owns the exported memory and `register` ties it to
+                // the registration; the descriptor is closed when `d` drops, after
+                // registration.
                 let reg =
                     unsafe { conn.register_dmabuf(d.fd.as_raw_fd(), d.offset, len, addr, Local) };
                 match reg {
@@ -301,8 +328,8 @@ pub(crate) fn register(
         });
     }
     let _ = (regions, r);
-    // SAFETY: the registration's holder (a `BurstConnection`, the only one: this function
-    // is crate-private) keeps the region set alive, so the memory outlives it.
+    // SAFETY: `register` ties the region set to the registration (a `RegionRegistration`
+    // that drops the registration first), so the memory outlives it.
     unsafe { conn.register(addr, len, Local) }
 }
 
