@@ -247,9 +247,11 @@ struct RxQueue {
 
 #[pymethods]
 impl RxQueue {
-    /// The next burst if one is ready, else None (never waits).
-    fn poll(&self) -> PyResult<Option<Burst>> {
-        match lock(&self.q).poll() {
+    /// The next burst if one is ready, else None (never waits for traffic; the GIL is
+    /// released while it waits for another thread's call on this queue).
+    fn poll(&self, py: Python<'_>) -> PyResult<Option<Burst>> {
+        let q = &self.q;
+        match py.detach(|| lock(q).poll()) {
             Ok(b) => Ok(b.map(Burst::new)),
             Err(e) => Err(err(e)),
         }
@@ -296,8 +298,11 @@ fn tx_error(e: dataplane::TxFailure) -> PyErr {
 #[pymethods]
 impl TxQueue {
     /// A burst of `count` packets from the queue's memory (raises when the pool is short).
-    fn alloc(&self, count: usize) -> PyResult<Burst> {
-        lock(&self.q).alloc(count).map(Burst::new).map_err(tx_error)
+    fn alloc(&self, py: Python<'_>, count: usize) -> PyResult<Burst> {
+        let q = &self.q;
+        py.detach(|| lock(q).alloc(count))
+            .map(Burst::new)
+            .map_err(tx_error)
     }
 
     /// Sends `burst`, waiting up to `timeout` seconds for room (GIL released). Afterwards
