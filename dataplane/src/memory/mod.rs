@@ -524,12 +524,21 @@ pub struct RegionSet {
     /// packet path does not call the allocator (bursts are often built on one thread and
     /// dropped on another, the costliest case for malloc).
     spare_descriptors: ArrayQueue<Vec<Packet>>,
+    /// Packets of room the spare vectors above [`SPARE_SMALL_CAPACITY`] hold together.
+    spare_large: std::sync::atomic::AtomicUsize,
 }
 
 /// Most descriptor vectors kept for reuse.
 const SPARE_DESCRIPTOR_VECS: usize = 4096;
-/// Larger vectors are freed instead of kept, to bound the cache's memory.
+/// Larger vectors are freed instead of kept.
 const SPARE_DESCRIPTOR_MAX_CAPACITY: usize = 16 * 1024;
+/// Vectors up to this many packets are bounded by their count alone (4096 x 256 x 64
+/// bytes: 64 MiB at most); larger ones share [`SPARE_LARGE_BUDGET`], so whatever burst
+/// sizes traffic and callers produce, the spares stay under 128 MiB per region set. Only
+/// the large ones, rare per packet, touch the shared counter.
+const SPARE_SMALL_CAPACITY: usize = 256;
+/// Packets of room (64 bytes each) the large spare vectors may hold together: 64 MiB.
+const SPARE_LARGE_BUDGET: usize = 1 << 20;
 
 impl RegionSet {
     /// Allocates every region of the configuration; on failure nothing stays allocated.
@@ -551,6 +560,7 @@ impl RegionSet {
         Ok(Self {
             regions,
             spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
+            spare_large: Default::default(),
         })
     }
 
@@ -571,6 +581,10 @@ impl RegionSet {
     pub(crate) fn descriptor_vec(&self, capacity: usize) -> Vec<Packet> {
         match self.spare_descriptors.pop() {
             Some(mut v) => {
+                if v.capacity() > SPARE_SMALL_CAPACITY {
+                    self.spare_large
+                        .fetch_sub(v.capacity(), std::sync::atomic::Ordering::Relaxed);
+                }
                 v.reserve(capacity);
                 v
             }
@@ -585,8 +599,18 @@ impl RegionSet {
             return;
         }
         v.clear();
+        let cap = v.capacity();
+        let large = cap > SPARE_SMALL_CAPACITY;
+        let counter = &self.spare_large;
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        if large && counter.fetch_add(cap, relaxed) + cap > SPARE_LARGE_BUDGET {
+            counter.fetch_sub(cap, relaxed);
+            return;
+        }
         // A full cache frees the vector instead.
-        let _ = self.spare_descriptors.push(v);
+        if self.spare_descriptors.push(v).is_err() && large {
+            counter.fetch_sub(cap, relaxed);
+        }
     }
 
     /// Region by id.
@@ -620,6 +644,34 @@ mod tests {
 
     fn cfg(kind: MemoryKind, num_bufs: usize, buf_size: usize) -> MemoryRegionConfig {
         MemoryRegionConfig::new("r", kind, num_bufs, buf_size)
+    }
+
+    #[test]
+    fn spare_descriptor_vectors_stay_within_their_budget() {
+        let set = RegionSet::allocate(&[cfg(MemoryKind::Host, 8, 64)]).unwrap();
+        // Bursts of every size dropped: large vectors stop being kept at the budget.
+        for _ in 0..200 {
+            set.recycle_descriptor_vec(Vec::with_capacity(SPARE_DESCRIPTOR_MAX_CAPACITY));
+        }
+        let held = set.spare_large.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(held <= SPARE_LARGE_BUDGET, "{held}");
+        assert_eq!(
+            set.spare_descriptors.len(),
+            SPARE_LARGE_BUDGET / SPARE_DESCRIPTOR_MAX_CAPACITY
+        );
+        // Taking them back returns their room to the budget.
+        while set.spare_descriptors.len() > 0 {
+            drop(set.descriptor_vec(1));
+        }
+        assert_eq!(
+            set.spare_large.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        // Small ones are bounded by their count.
+        for _ in 0..SPARE_DESCRIPTOR_VECS + 100 {
+            set.recycle_descriptor_vec(Vec::with_capacity(32));
+        }
+        assert_eq!(set.spare_descriptors.len(), SPARE_DESCRIPTOR_VECS);
     }
 
     #[test]
