@@ -660,7 +660,7 @@ mod tests {
             SPARE_LARGE_BUDGET / SPARE_DESCRIPTOR_MAX_CAPACITY
         );
         // Taking them back returns their room to the budget.
-        while set.spare_descriptors.len() > 0 {
+        while !set.spare_descriptors.is_empty() {
             drop(set.descriptor_vec(1));
         }
         assert_eq!(
