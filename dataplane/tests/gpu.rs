@@ -664,3 +664,51 @@ fn the_reference_quantize_example_runs_in_gpu_memory() {
     let report = common::run_bench(&cfg, 2.0);
     common::assert_quantize_verified(&report);
 }
+
+/// Untrusted arguments on the GPU side: a burst in GPU memory sent on a kernel-socket TX
+/// queue that has no stage out of GPU memory is refused with the burst handed back (the
+/// socket would read device addresses with the CPU), and device-buffer offsets past the
+/// end (overflowing ones included) are errors, not copies.
+#[test]
+fn gpu_memory_where_the_cpu_reads_and_offsets_past_the_end_are_refused() {
+    if !have_gpu() {
+        return;
+    }
+    let yaml = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: socket
+    master_core: 0
+    memory_regions:
+    - {name: host, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
+    - {name: gpu, kind: device, affinity: 0, num_bufs: 1024, buf_size: 2048}
+    interfaces:
+    - name: out
+      address: 127.0.0.1
+      socket_config: {mode: client, local_addr: "udp://127.0.0.1:18300", remote_addr: "udp://127.0.0.1:18301"}
+      tx:
+        queues: [{name: t, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [host]}]
+"#;
+    let config = dataplane::config::load_str(yaml, "gpu-refusal.yaml")
+        .expect("config")
+        .config;
+    let mut plane = dataplane::DataPlane::start(&config).expect("start");
+    let mut tx = plane.take_tx_queue("out", 0).unwrap();
+    let regions = plane.regions().clone();
+    let gpu = regions.id_of("gpu").unwrap();
+    let burst = dataplane::Burst::allocate(regions, 0, 0, &[gpu], 4).unwrap();
+    let e = tx.send(burst).expect_err("a GPU burst on a socket queue without a stage");
+    assert_eq!(e.reason, dataplane::TxFailure::GpuMemory, "{e}");
+    assert_eq!(e.burst.len(), 4, "handed back whole");
+    drop(e);
+    drop(tx);
+    plane.shutdown().unwrap();
+
+    let buf = DeviceBuffer::alloc(0, 4096).unwrap();
+    assert!(buf.write(4090, &[0u8; 16]).is_err());
+    assert!(buf.write(usize::MAX, &[0u8; 2]).is_err());
+    let mut out = [0u8; 8];
+    assert!(buf.read(usize::MAX - 3, &mut out).is_err());
+    assert!(buf.read(4088, &mut out).is_ok());
+}
