@@ -745,15 +745,20 @@ mod tests {
 
     #[test]
     fn names_that_cleanup_considers() {
+        for n in ["dataplane_12_abcdefmap_0", "dataplane_4194304_xmap_3"] {
+            assert!(is_candidate_name(n), "{n}");
+        }
+        // Other programs' files (DPDK's own prefix, any `map_`), and our prefix without a
+        // process id, are never ours to remove.
         for n in [
-            "dataplane_12_abcdefmap_0",
+            "notes.txt",
             "rtemap_3",
             "dpdkmap_17",
             "xmap_1",
+            "dataplane_x_map_0",
+            "dataplane_-1_map_0",
+            "dataplane_0_map_0",
         ] {
-            assert!(is_candidate_name(n), "{n}");
-        }
-        for n in ["notes.txt", "rtemap", "mapping", "my-data"] {
             assert!(!is_candidate_name(n), "{n}");
         }
     }
