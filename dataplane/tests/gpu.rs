@@ -698,7 +698,9 @@ dataplane:
     let regions = plane.regions().clone();
     let gpu = regions.id_of("gpu").unwrap();
     let burst = dataplane::Burst::allocate(regions, 0, 0, &[gpu], 4).unwrap();
-    let e = tx.send(burst).expect_err("a GPU burst on a socket queue without a stage");
+    let e = tx
+        .send(burst)
+        .expect_err("a GPU burst on a socket queue without a stage");
     assert_eq!(e.reason, dataplane::TxFailure::GpuMemory, "{e}");
     assert_eq!(e.burst.len(), 4, "handed back whole");
     drop(e);

@@ -856,7 +856,15 @@ impl CmLoop {
                 }
             }
             Some(CmAction::Reject { reason, .. }) => {
-                tracing::warn!(interface = %name, "connection request rejected: {reason}");
+                // Peers can send requests as fast as they like: one line a second.
+                static WARN: crate::stats::WarnLimiter = crate::stats::WarnLimiter::new();
+                if let Some(held) = WARN.allow() {
+                    tracing::warn!(
+                        interface = %name,
+                        "connection request rejected: {reason}{}",
+                        crate::stats::WarnLimiter::note(held)
+                    );
+                }
                 req.reject();
                 Err(ConnectionError::Rejected {
                     interface: name,

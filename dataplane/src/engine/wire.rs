@@ -182,11 +182,16 @@ impl Ingress {
                 rules.classify(&heads.digests[i * per..i * per + len])
             }),
             Err(e) => {
-                // Counted as frames with no flow; the reason goes to the log once per burst.
-                tracing::warn!(
-                    "reading the headers of {} GPU frames failed: {e}",
-                    burst.len()
-                );
+                // Counted as frames with no flow; the reason goes to the log at most once
+                // a second.
+                static WARN: crate::stats::WarnLimiter = crate::stats::WarnLimiter::new();
+                if let Some(held) = WARN.allow() {
+                    tracing::warn!(
+                        "reading the headers of {} GPU frames failed: {e}{}",
+                        burst.len(),
+                        crate::stats::WarnLimiter::note(held)
+                    );
+                }
                 self.steer_by(burst, None, |_, _, _| Verdict::NoFlow)
             }
         };

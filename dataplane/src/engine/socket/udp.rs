@@ -24,11 +24,23 @@ const GRO_MAX_SEGMENTS: usize = 64;
 /// Most bytes of one GRO read.
 const GRO_MAX_BYTES: usize = 65535;
 
-/// The peer a server lane last heard from, packed as `ip << 16 | port` plus one (0: none).
+/// The peer a server lane answers, packed as `ip << 16 | port` plus one (0: none), and
+/// whether the lane has answered it yet.
 #[derive(Default)]
-struct LearnedPeer(AtomicU64);
+struct LearnedPeer(AtomicU64, std::sync::atomic::AtomicBool);
 
 impl LearnedPeer {
+    /// Notes that the lane sent to its peer (one load per burst once set).
+    fn answered(&self) {
+        if !self.1.load(Ordering::Relaxed) {
+            self.1.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn has_answered(&self) -> bool {
+        self.1.load(Ordering::Relaxed)
+    }
+
     fn packed(a: SocketAddrV4) -> u64 {
         ((u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())) + 1
     }
@@ -344,7 +356,8 @@ struct UdpRx {
     link: Arc<Link>,
     /// A server without `remote_addr` learns whom to answer from what it receives.
     server: bool,
-    /// The learned peer, once learned, is the only source taken.
+    /// A server that answers: the first source is the peer it answers, for good; once it
+    /// has answered, no other source is taken.
     pin: bool,
     /// Sources outside are dropped as `rejected_peer`.
     peers: PeerFilter,
@@ -571,8 +584,10 @@ impl UdpRx {
         }
     }
 
-    /// Whether a datagram from `from` is taken: its source passes `allowed_peers`, and a
-    /// pinning server has learned no peer yet (then `from` becomes it) or learned `from`.
+    /// Whether a datagram from `from` is taken: its source passes `allowed_peers`; and on a
+    /// server that answers, the first source becomes the peer it answers and never
+    /// changes, and once the server has answered it, datagrams from any other source are
+    /// refused (they could only be a second sender on the conversation, or a forgery).
     fn admits(&mut self, from: SocketAddrV4) -> bool {
         if !self.peers.allows(std::net::IpAddr::V4(*from.ip())) {
             return false;
@@ -586,7 +601,7 @@ impl UdpRx {
                 true
             }
             Some(false) => true,
-            None => false,
+            None => !self.learned.has_answered(),
         }
     }
 
@@ -749,7 +764,10 @@ impl TxPort for UdpTx {
             Destination::Connected => None,
             Destination::Fixed(a) => Some(*a),
             Destination::Learned(p) => match p.load() {
-                Some(a) => Some(a),
+                Some(a) => {
+                    p.answered();
+                    Some(a)
+                }
                 // Nobody to answer yet: hold (the application sees the link down).
                 None => return Some(burst),
             },
