@@ -54,20 +54,27 @@ fn bad_extra(why: String) -> EngineError {
     }
 }
 
-/// The words of `DATAPLANE_EAL_ARGS`, each an option (starting with `-`, with any value
-/// joined by `=`), none of [`REFUSED_EAL_OPTIONS`], at most 64 of at most 4096 bytes.
+/// The words of `DATAPLANE_EAL_ARGS`: options (starting with `-`), each with its value
+/// joined by `=` or in the next word (`-d DRIVER.so`), none of [`REFUSED_EAL_OPTIONS`],
+/// at most 64 words of at most 4096 bytes.
 pub fn extra_eal_args(text: &str) -> Result<Vec<String>, String> {
     let words: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
     if words.len() > 64 || words.iter().any(|w| w.len() > 4096) {
         return Err("more than 64 words, or a word over 4096 bytes".into());
     }
+    let mut value_may_follow = false;
     for w in &words {
         let name = w.split('=').next().unwrap_or_default();
         if !w.starts_with('-') {
-            return Err(format!(
-                "`{w}` is not an option (write each as --name=value, one word)"
-            ));
+            if !value_may_follow {
+                return Err(format!(
+                    "`{w}` is neither an option nor the value of one (EAL would stop reading there)"
+                ));
+            }
+            value_may_follow = false;
+            continue;
         }
+        value_may_follow = !w.contains('=');
         if REFUSED_EAL_OPTIONS.contains(&name) {
             return Err(format!(
                 "`{name}` is not allowed there (the data plane sets it, or EAL would exit or move its files)"
@@ -139,12 +146,24 @@ mod tests {
     #[test]
     fn environment_eal_options_are_checked() {
         assert_eq!(
-            extra_eal_args(" --log-level=pmd.net.tap:debug  -l 0 ").unwrap_err(),
-            "`0` is not an option (write each as --name=value, one word)"
+            extra_eal_args(" --log-level=pmd.net.tap:debug 0 -l ").unwrap_err(),
+            "`0` is neither an option nor the value of one (EAL would stop reading there)"
+        );
+        assert!(
+            extra_eal_args("-d a.so b.so").is_err(),
+            "one value per option"
         );
         assert_eq!(
-            extra_eal_args("--log-level=pmd.net.tap:debug --iova-mode=va").unwrap(),
-            ["--log-level=pmd.net.tap:debug", "--iova-mode=va"]
+            extra_eal_args(
+                "--log-level=pmd.net.tap:debug -d /x/librte_net_ring.so.23 --iova-mode=va"
+            )
+            .unwrap(),
+            [
+                "--log-level=pmd.net.tap:debug",
+                "-d",
+                "/x/librte_net_ring.so.23",
+                "--iova-mode=va"
+            ]
         );
         for bad in [
             "--help",
