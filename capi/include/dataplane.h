@@ -254,7 +254,7 @@ DpStatus dp_shutdown(DpPlane *plane);
 /**
  * Hands the buffers the calling thread's caches hold back to their pools, so a thread
  * that frees bursts and then turns to other work strands none (the library's waits do
- * this themselves when they stop spinning).
+ * this themselves after about a millisecond of waiting).
  */
 void dp_flush_thread_caches(void);
 

@@ -608,7 +608,7 @@ pub unsafe extern "C" fn dp_shutdown(plane: *mut DpPlane) -> DpStatus {
 
 /// Hands the buffers the calling thread's caches hold back to their pools, so a thread
 /// that frees bursts and then turns to other work strands none (the library's waits do
-/// this themselves when they stop spinning).
+/// this themselves after about a millisecond of waiting).
 #[unsafe(no_mangle)]
 pub extern "C" fn dp_flush_thread_caches() {
     dataplane::flush_thread_caches();

@@ -564,9 +564,10 @@ impl Backoff {
 
     fn pause(&mut self) {
         self.rounds = self.rounds.saturating_add(1);
-        if self.rounds == 64 {
-            // Done spinning: this thread may wait a while, so its cached buffers go back
-            // where other threads can have them.
+        if self.rounds == 128 + 7 {
+            // About a millisecond of waiting: this thread has gone quiet, so its cached
+            // buffers go back where other threads can have them (not sooner: a busy
+            // thread's cache is what keeps its allocations off the shared lock).
             crate::memory::pool::flush_thread_caches();
         }
         match self.rounds {

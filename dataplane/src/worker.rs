@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 /// honest on machines with fewer cores than busy threads, at ~1 µs worst-case latency.
 const IDLE_PASSES_BEFORE_YIELD: u32 = 1024;
 
+/// Yields of an idle worker (each after [`IDLE_PASSES_BEFORE_YIELD`] empty passes, a few
+/// milliseconds in all) before it hands its cached buffers back to their pools.
+const IDLE_YIELDS_BEFORE_FLUSH: u32 = 64;
+
 /// Passes between a worker's housekeeping: taking tasks handed to it while it runs
 /// (connections) and retiring tasks whose port closed.
 const HOUSEKEEPING_EVERY: u32 = 1024;
@@ -1038,6 +1042,7 @@ impl Task {
 pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
     let mut caches_flushed = false;
+    let mut idle_yields = 0u32;
     let mut passes = 0u64;
     let (mut busy_passes, mut busy_ticks) = (0u64, 0u64);
     let activity = &control.activity;
@@ -1079,6 +1084,7 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
         }
         if busy {
             idle = 0;
+            idle_yields = 0;
             caches_flushed = false;
             busy_passes += 1;
             if tick_passes {
@@ -1088,9 +1094,12 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
             idle += 1;
             if idle >= IDLE_PASSES_BEFORE_YIELD {
                 idle = 0;
-                // Once per idle spell: buffers this worker's caches hold go back to the
-                // shared lists, so an idle worker strands none that another queue needs.
-                if !caches_flushed {
+                // Once per idle spell of IDLE_YIELDS_BEFORE_FLUSH yields: buffers this
+                // worker's caches hold go back to the shared lists, so an idle worker
+                // strands none that another queue needs (not sooner: between bursts the
+                // cache is what keeps allocations off the shared lock).
+                idle_yields += 1;
+                if !caches_flushed && idle_yields >= IDLE_YIELDS_BEFORE_FLUSH {
                     caches_flushed = true;
                     crate::memory::pool::flush_thread_caches();
                 }

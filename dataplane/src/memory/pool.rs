@@ -167,9 +167,10 @@ thread_local! {
 /// Hands every buffer this thread's caches hold back to their pools' shared lists, so a
 /// thread that stops allocating (an application thread gone quiet, a worker whose queues
 /// are idle) strands none of them: other threads, RX workers among them, can have them.
-/// Workers call it when their queues go idle and the library's waits (`recv`, `send_within`)
-/// when they stop spinning; an application thread that frees bursts and then does other
-/// work calls it itself. Cheap when the caches are empty.
+/// Workers call it when their queues stay idle for milliseconds, and the library's waits
+/// (`recv`, `send_within`) after about a millisecond of waiting; an application thread
+/// that frees bursts and then does other work calls it itself. Cheap when the caches are
+/// empty.
 pub fn flush_thread_caches() {
     let _ = CACHES.try_with(|caches| {
         if let Ok(mut caches) = caches.try_borrow_mut() {
