@@ -524,21 +524,20 @@ pub struct RegionSet {
     /// packet path does not call the allocator (bursts are often built on one thread and
     /// dropped on another, the costliest case for malloc).
     spare_descriptors: ArrayQueue<Vec<Packet>>,
-    /// Packets of room the spare vectors above [`SPARE_SMALL_CAPACITY`] hold together.
-    spare_large: std::sync::atomic::AtomicUsize,
+    /// The same for vectors of more than [`SPARE_SMALL_CAPACITY`] packets, kept apart so
+    /// their count, and with it their memory, has a bound of its own.
+    spare_large: ArrayQueue<Vec<Packet>>,
 }
 
-/// Most descriptor vectors kept for reuse.
+/// Most small descriptor vectors kept for reuse (4096 x 256 x 64 bytes: 64 MiB at most).
 const SPARE_DESCRIPTOR_VECS: usize = 4096;
+/// Most large ones kept (256 x 16 Ki x 64 bytes: 256 MiB at most; bursts that large are
+/// few at a time).
+const SPARE_LARGE_VECS: usize = 256;
 /// Larger vectors are freed instead of kept.
 const SPARE_DESCRIPTOR_MAX_CAPACITY: usize = 16 * 1024;
-/// Vectors up to this many packets are bounded by their count alone (4096 x 256 x 64
-/// bytes: 64 MiB at most); larger ones share [`SPARE_LARGE_BUDGET`], so whatever burst
-/// sizes traffic and callers produce, the spares stay under 128 MiB per region set. Only
-/// the large ones, rare per packet, touch the shared counter.
+/// Vectors up to this many packets go to the small spares.
 const SPARE_SMALL_CAPACITY: usize = 256;
-/// Packets of room (64 bytes each) the large spare vectors may hold together: 64 MiB.
-const SPARE_LARGE_BUDGET: usize = 1 << 20;
 
 impl RegionSet {
     /// Allocates every region of the configuration; on failure nothing stays allocated.
@@ -560,7 +559,7 @@ impl RegionSet {
         Ok(Self {
             regions,
             spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
-            spare_large: Default::default(),
+            spare_large: ArrayQueue::new(SPARE_LARGE_VECS),
         })
     }
 
@@ -579,12 +578,14 @@ impl RegionSet {
     /// An empty descriptor vector with room for `capacity` packets, reused when possible.
     #[inline]
     pub(crate) fn descriptor_vec(&self, capacity: usize) -> Vec<Packet> {
-        match self.spare_descriptors.pop() {
+        // A large request takes a large spare first (no regrowing), a small one a small.
+        let (first, second) = if capacity > SPARE_SMALL_CAPACITY {
+            (&self.spare_large, &self.spare_descriptors)
+        } else {
+            (&self.spare_descriptors, &self.spare_large)
+        };
+        match first.pop().or_else(|| second.pop()) {
             Some(mut v) => {
-                if v.capacity() > SPARE_SMALL_CAPACITY {
-                    self.spare_large
-                        .fetch_sub(v.capacity(), std::sync::atomic::Ordering::Relaxed);
-                }
                 v.reserve(capacity);
                 v
             }
@@ -599,18 +600,12 @@ impl RegionSet {
             return;
         }
         v.clear();
-        let cap = v.capacity();
-        let large = cap > SPARE_SMALL_CAPACITY;
-        let counter = &self.spare_large;
-        let relaxed = std::sync::atomic::Ordering::Relaxed;
-        if large && counter.fetch_add(cap, relaxed) + cap > SPARE_LARGE_BUDGET {
-            counter.fetch_sub(cap, relaxed);
-            return;
-        }
         // A full cache frees the vector instead.
-        if self.spare_descriptors.push(v).is_err() && large {
-            counter.fetch_sub(cap, relaxed);
-        }
+        let _ = if v.capacity() > SPARE_SMALL_CAPACITY {
+            self.spare_large.push(v)
+        } else {
+            self.spare_descriptors.push(v)
+        };
     }
 
     /// Region by id.
@@ -647,31 +642,23 @@ mod tests {
     }
 
     #[test]
-    fn spare_descriptor_vectors_stay_within_their_budget() {
+    fn spare_descriptor_vectors_stay_within_their_bounds() {
         let set = RegionSet::allocate(&[cfg(MemoryKind::Host, 8, 64)]).unwrap();
-        // Bursts of every size dropped: large vectors stop being kept at the budget.
-        for _ in 0..200 {
+        // Bursts of every size dropped: each kind is kept up to its count, larger ones
+        // not at all.
+        for _ in 0..SPARE_LARGE_VECS + 100 {
             set.recycle_descriptor_vec(Vec::with_capacity(SPARE_DESCRIPTOR_MAX_CAPACITY));
+            set.recycle_descriptor_vec(Vec::with_capacity(SPARE_DESCRIPTOR_MAX_CAPACITY + 1));
         }
-        let held = set.spare_large.load(std::sync::atomic::Ordering::Relaxed);
-        assert!(held <= SPARE_LARGE_BUDGET, "{held}");
-        assert_eq!(
-            set.spare_descriptors.len(),
-            SPARE_LARGE_BUDGET / SPARE_DESCRIPTOR_MAX_CAPACITY
-        );
-        // Taking them back returns their room to the budget.
-        while !set.spare_descriptors.is_empty() {
-            drop(set.descriptor_vec(1));
-        }
-        assert_eq!(
-            set.spare_large.load(std::sync::atomic::Ordering::Relaxed),
-            0
-        );
-        // Small ones are bounded by their count.
         for _ in 0..SPARE_DESCRIPTOR_VECS + 100 {
             set.recycle_descriptor_vec(Vec::with_capacity(32));
         }
+        assert_eq!(set.spare_large.len(), SPARE_LARGE_VECS);
         assert_eq!(set.spare_descriptors.len(), SPARE_DESCRIPTOR_VECS);
+        // A large request gets a large spare, a small one a small spare.
+        assert!(set.descriptor_vec(1000).capacity() >= SPARE_DESCRIPTOR_MAX_CAPACITY);
+        assert_eq!(set.spare_large.len(), SPARE_LARGE_VECS - 1);
+        assert!(set.descriptor_vec(8).capacity() < SPARE_SMALL_CAPACITY);
     }
 
     #[test]
