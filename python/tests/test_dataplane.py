@@ -199,7 +199,7 @@ def test_bad_counts_and_timeouts_are_errors_and_keep_the_burst():
     plane = dataplane.DataPlane(CONFIG)
     rx = plane.rx_queue("loop0", 0)
     tx = plane.tx_queue("loop0", 0)
-    with pytest.raises(dataplane.Error, match="holds 4096"):
+    with pytest.raises(dataplane.Error, match="regions hold 4096"):
         tx.alloc(2**40)
     burst = tx.alloc(1)
     buf = np.frombuffer(burst.buffer(0), dtype=np.uint8)
