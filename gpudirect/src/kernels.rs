@@ -22,6 +22,15 @@ use cudarc::driver::{
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The error of a failed range check, built out of line: the checks sit in functions whose
+/// loops run per packet, and the message's formatting code must not change how those
+/// loops are compiled.
+#[cold]
+#[inline(never)]
+fn out_of_range(what: std::fmt::Arguments<'_>) -> GpuError {
+    GpuError::OutOfRange(what.to_string())
+}
+
 const SOURCE: &str = r#"
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -939,7 +948,7 @@ impl Gpu {
         let n = packets.len();
         let per = digest_bytes(head, tail)?;
         if sums.len() < n || digests.len() < n * per {
-            return Err(GpuError::OutOfRange(format!(
+            return Err(out_of_range(format_args!(
                 "{n} packets need {n} sums and {} digest bytes; {} and {} given",
                 n * per,
                 sums.len(),
@@ -976,7 +985,7 @@ impl Gpu {
         (head, tail): (u32, u32),
     ) -> Result<(), GpuError> {
         if n > MAX_ITEMS || slot >= TABLE_SLOTS {
-            return Err(GpuError::OutOfRange(format!(
+            return Err(out_of_range(format_args!(
                 "a digest of {n} packets (at most {MAX_ITEMS}) in table slot {slot} (of {TABLE_SLOTS})"
             )));
         }
@@ -1002,7 +1011,7 @@ impl Gpu {
         }
         // Checked in release builds: a short iterator would leave stale table entries.
         if written != n {
-            return Err(GpuError::OutOfRange(format!(
+            return Err(out_of_range(format_args!(
                 "{written} packets given for a digest of {n}"
             )));
         }

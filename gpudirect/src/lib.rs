@@ -45,13 +45,20 @@ pub fn check_range(offset: usize, len: usize, size: usize) -> Result<(), GpuErro
 
 /// Bytes per packet of a frame digest of `head` leading and `tail` trailing bytes, at most
 /// [`MAX_DIGEST_BYTES`] (the kernel indexes its output with this product).
+#[inline]
 pub fn digest_bytes(head: u32, tail: u32) -> Result<usize, GpuError> {
     match head.checked_add(tail) {
         Some(per) if per <= MAX_DIGEST_BYTES => Ok(per as usize),
-        _ => Err(GpuError::OutOfRange(format!(
-            "a digest of {head} head and {tail} tail bytes per packet (at most {MAX_DIGEST_BYTES} in all)"
-        ))),
+        _ => Err(digest_too_large(head, tail)),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn digest_too_large(head: u32, tail: u32) -> GpuError {
+    GpuError::OutOfRange(format!(
+        "a digest of {head} head and {tail} tail bytes per packet (at most {MAX_DIGEST_BYTES} in all)"
+    ))
 }
 
 #[cfg(test)]
