@@ -198,19 +198,7 @@ fn a_writer_behind_its_disk_drops_and_counts_instead_of_stalling() {
     let mut cfg = CaptureConfig::new(&fifo, CaptureFormat::Pcap);
     cfg.queue_bytes = 4 << 20;
     let mut sink = CaptureSink::create(&cfg).expect("sink");
-    let regions = std::sync::Arc::new(
-        dataplane::memory::RegionSet::allocate(&[config::MemoryRegionConfig::new(
-            "bufs",
-            config::MemoryKind::Host,
-            64,
-            1500,
-        )])
-        .unwrap(),
-    );
-    let mut b = dataplane::Burst::allocate(regions, 0, 0, &[0], 64).unwrap();
-    for i in 0..b.len() {
-        b.set_len(i, 0, 1500);
-    }
+    let b = full_burst();
     // 64 MiB handed over at once, far more than a 4 MiB queue and a slow reader take.
     let started = Instant::now();
     for _ in 0..700 {
@@ -354,19 +342,7 @@ fn a_full_disk_is_an_io_error_with_the_packets_lost() {
     // Room for everything: nothing may be dropped as writer_full.
     cfg.queue_bytes = 64 << 20;
     let mut sink = CaptureSink::create(&cfg).expect("sink");
-    let regions = std::sync::Arc::new(
-        dataplane::memory::RegionSet::allocate(&[config::MemoryRegionConfig::new(
-            "bufs",
-            config::MemoryKind::Host,
-            64,
-            1500,
-        )])
-        .unwrap(),
-    );
-    let mut b = dataplane::Burst::allocate(regions, 0, 0, &[0], 64).unwrap();
-    for i in 0..b.len() {
-        b.set_len(i, 0, 1500);
-    }
+    let b = full_burst();
     for _ in 0..100 {
         sink.submit(&b);
     }
@@ -380,4 +356,22 @@ fn a_full_disk_is_an_io_error_with_the_packets_lost() {
         }
         other => panic!("a full disk gave {other:?}"),
     }
+}
+
+/// A burst of 64 packets of 1,500 bytes from a region of its own.
+fn full_burst() -> dataplane::Burst {
+    let regions = std::sync::Arc::new(
+        dataplane::memory::RegionSet::allocate(&[config::MemoryRegionConfig::new(
+            "bufs",
+            config::MemoryKind::Host,
+            64,
+            1500,
+        )])
+        .unwrap(),
+    );
+    let mut b = dataplane::Burst::allocate(regions, 0, 0, &[0], 64).unwrap();
+    for i in 0..b.len() {
+        b.set_len(i, 0, 1500);
+    }
+    b
 }
