@@ -138,6 +138,14 @@ fn drain(rx: &mut dataplane::RxQueue, wait: Duration) -> Vec<Vec<u8>> {
     drain_until(rx, wait, usize::MAX)
 }
 
+/// Waits (at most 20 s) until the plane has counted `n` rejected datagrams.
+fn wait_rejected(plane: &DataPlane, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rejected(plane) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn rejected(plane: &DataPlane) -> u64 {
     plane
         .snapshot()
@@ -178,6 +186,7 @@ fn udp_takes_allowed_peers_only_and_keeps_the_peer_it_answers() {
         dest,
         b"forged",
     );
+    wait_rejected(&plane, 11);
     let got = drain(&mut rx, Duration::from_secs(2));
     assert_eq!(got.len(), 10, "{got:?}");
     assert!(got.iter().all(|p| p[0] == b'g'), "{got:?}");
@@ -234,6 +243,7 @@ fn udp_takes_allowed_peers_only_and_keeps_the_peer_it_answers() {
     );
     other.send_to(b"other", dest).unwrap();
     peer.send_to(b"still", dest).unwrap();
+    wait_rejected(&plane, 2);
     assert_eq!(
         drain(&mut rx, Duration::from_secs(1)),
         vec![b"still".to_vec()]

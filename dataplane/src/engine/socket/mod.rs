@@ -19,6 +19,7 @@
 
 #![deny(unsafe_code)]
 
+mod peer;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod tcp;

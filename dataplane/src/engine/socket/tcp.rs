@@ -361,10 +361,11 @@ fn accept_pending(iface: &TcpShared) {
                 };
                 let (Some(lane), None) = (free, &refusal) else {
                     // Closed at once, before a byte is read: one connection attempt costs
-                    // an accept and a close.
-                    drop(stream);
+                    // an accept and a close. Counted first, so whoever sees the close
+                    // also sees the count.
                     let why = refusal.unwrap_or_default();
                     iface.lanes[0].link.rejected(1, peer, &why);
+                    drop(stream);
                     if let Some(held) = iface.warn_refused.allow() {
                         tracing::warn!(
                             "interface `{}`: refused {}: {why}{}",

@@ -1,5 +1,6 @@
 //! UDP lanes: batched datagram I/O between kernel sockets and region buffers.
 
+use super::peer::{LearnedPeer, PeerGate};
 use super::sys::{self, Outgoing, Received};
 use super::{QueueSetup, grid, lane_in, lane_of, side, udp_uri, warn_if_capped};
 use crate::burst::Burst;
@@ -11,7 +12,6 @@ use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use crate::steering::InterfaceSteering;
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Empty receive calls between two reads of the socket's drop counter (drops after the
@@ -23,61 +23,6 @@ const GSO_MAX_SEGMENTS: usize = 64;
 const GRO_MAX_SEGMENTS: usize = 64;
 /// Most bytes of one GRO read.
 const GRO_MAX_BYTES: usize = 65535;
-
-/// The peer a server lane answers, packed as `ip << 16 | port` plus one (0: none), and
-/// whether the lane has answered it yet.
-#[derive(Default)]
-struct LearnedPeer(AtomicU64, std::sync::atomic::AtomicBool);
-
-impl LearnedPeer {
-    /// Notes that the lane sent to its peer (one load per burst once set).
-    fn answered(&self) {
-        if !self.1.load(Ordering::Relaxed) {
-            self.1.store(true, Ordering::Relaxed);
-        }
-    }
-
-    fn has_answered(&self) -> bool {
-        self.1.load(Ordering::Relaxed)
-    }
-
-    fn packed(a: SocketAddrV4) -> u64 {
-        ((u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())) + 1
-    }
-
-    fn store(&self, a: SocketAddrV4) -> bool {
-        let v = Self::packed(a);
-        self.0.swap(v, Ordering::Relaxed) != v
-    }
-
-    /// Learns `a` if no peer is learned yet: `Some(true)` when it was learned now,
-    /// `Some(false)` when it is the peer already learned, `None` for any other source
-    /// (which never takes the learned peer's place).
-    fn pin(&self, a: SocketAddrV4) -> Option<bool> {
-        let v = Self::packed(a);
-        match self
-            .0
-            .compare_exchange(0, v, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => Some(true),
-            Err(current) if current == v => Some(false),
-            Err(_) => None,
-        }
-    }
-
-    fn load(&self) -> Option<SocketAddrV4> {
-        match self.0.load(Ordering::Relaxed) {
-            0 => None,
-            v => {
-                let v = v - 1;
-                Some(SocketAddrV4::new(
-                    Ipv4Addr::from((v >> 16) as u32),
-                    (v & 0xffff) as u16,
-                ))
-            }
-        }
-    }
-}
 
 /// One socket and what its RX and TX queues share.
 struct Lane {
@@ -283,10 +228,14 @@ impl UdpInterface {
             learned: lane.learned.clone(),
             link: lane.link.clone(),
             server: self.mode == SocketMode::Server && self.remote.is_none(),
-            // A server that answers its learned peer keeps it: no other source takes
-            // its place (or gets its traffic delivered).
-            pin: self.mode == SocketMode::Server && self.remote.is_none() && !self.tx.is_empty(),
-            peers: self.peers.clone(),
+            gate: PeerGate {
+                peers: self.peers.clone(),
+                // A server that answers its learned peer keeps it.
+                pin: self.mode == SocketMode::Server
+                    && self.remote.is_none()
+                    && !self.tx.is_empty(),
+                learned: lane.learned.clone(),
+            },
             warn_rejected: WarnLimiter::new(),
             warn_malformed: WarnLimiter::new(),
             regions: self.regions.clone(),
@@ -356,11 +305,8 @@ struct UdpRx {
     link: Arc<Link>,
     /// A server without `remote_addr` learns whom to answer from what it receives.
     server: bool,
-    /// A server that answers: the first source is the peer it answers, for good; once it
-    /// has answered, no other source is taken.
-    pin: bool,
-    /// Sources outside are dropped as `rejected_peer`.
-    peers: PeerFilter,
+    /// Which sources are taken.
+    gate: PeerGate,
     warn_rejected: WarnLimiter,
     warn_malformed: WarnLimiter,
     regions: Arc<RegionSet>,
@@ -499,7 +445,7 @@ impl UdpRx {
             block.take_from(&mut spare, per_read);
             let size = r.segment.unwrap_or(r.len);
             let count = if size == 0 { 1 } else { r.len.div_ceil(size) };
-            if !self.admits(r.from) {
+            if !self.gate.admits(r.from, &self.link) {
                 let n = rejected.map_or(0, |(n, _)| n);
                 rejected = Some((n + count as u64, r.from));
                 left.take_from(&mut block, per_read);
@@ -555,11 +501,7 @@ impl UdpRx {
         }
         if let Some((n, from)) = rejected {
             self.counters.drop_packets(DropReason::RejectedPeer, n);
-            let why = if self.peers.allows(std::net::IpAddr::V4(*from.ip())) {
-                "not the peer this server answers"
-            } else {
-                "not in allowed_peers"
-            };
+            let why = self.gate.why_refused(from);
             self.link.rejected(n, SocketAddr::V4(from), why);
             if let Some(held) = self.warn_rejected.allow() {
                 tracing::warn!(
@@ -571,7 +513,7 @@ impl UdpRx {
             }
         }
         if self.server
-            && !self.pin
+            && !self.gate.pin
             && let Some(&last) = self.sources.last()
             && self.learned.store(last)
         {
@@ -581,27 +523,6 @@ impl UdpRx {
             self.held = self
                 .ingress
                 .steer_datagrams(got, self.queue, &self.sources, self.local);
-        }
-    }
-
-    /// Whether a datagram from `from` is taken: its source passes `allowed_peers`; and on a
-    /// server that answers, the first source becomes the peer it answers and never
-    /// changes, and once the server has answered it, datagrams from any other source are
-    /// refused (they could only be a second sender on the conversation, or a forgery).
-    fn admits(&mut self, from: SocketAddrV4) -> bool {
-        if !self.peers.allows(std::net::IpAddr::V4(*from.ip())) {
-            return false;
-        }
-        if !self.pin {
-            return true;
-        }
-        match self.learned.pin(from) {
-            Some(true) => {
-                self.link.connected(SocketAddr::V4(from));
-                true
-            }
-            Some(false) => true,
-            None => !self.learned.has_answered(),
         }
     }
 
