@@ -10,9 +10,10 @@
 //!   queue, core}; `dataplane_queue_drops_total` {…, reason};
 //! - `dataplane_stage_in_flight` {interface, direction, queue}: bursts on their way into or
 //!   out of GPU memory;
-//! - `dataplane_link_up` {interface, direction, queue} (kernel sockets), and
-//!   `dataplane_link_connections_total`, `dataplane_rdma_connections` (live RDMA
-//!   connections);
+//! - `dataplane_link_up` {interface, direction, queue} (kernel sockets),
+//!   `dataplane_link_connections_total`, `dataplane_link_rejected_peers_total`,
+//!   `dataplane_rdma_connections` (live RDMA connections) and
+//!   `dataplane_rdma_rejected_peers_total` {interface};
 //! - `dataplane_pool_buffers`, `dataplane_pool_buffers_free` {region, kind};
 //! - `dataplane_worker_passes_total`, `dataplane_worker_busy_passes_total`,
 //!   `dataplane_worker_busy_seconds_total`, `dataplane_worker_cycles_per_packet` {core};
@@ -179,12 +180,28 @@ impl Collector for Sources {
                 .iter()
                 .map(|(q, s)| (queue_labels(q), ConstCounter::new(s.connections))),
         )?;
+        family(
+            &mut e,
+            "dataplane_link_rejected_peers",
+            "Datagrams (UDP) and connections (TCP) a queue refused: from outside allowed_peers, beyond the lanes, or not the peer a UDP server answers",
+            links
+                .iter()
+                .map(|(q, s)| (queue_labels(q), ConstCounter::new(s.rejected_peers))),
+        )?;
         if let Some(c) = self.engine.connections() {
             family(
                 &mut e,
                 "dataplane_rdma_connections",
                 "RDMA connections established now",
                 [(Labels::new(), ConstGauge::new(c.live() as i64))],
+            )?;
+            family(
+                &mut e,
+                "dataplane_rdma_rejected_peers",
+                "RDMA connection requests a server interface refused: from outside allowed_peers",
+                c.rejected_peers()
+                    .into_iter()
+                    .map(|(interface, n)| (vec![("interface", interface)], ConstCounter::new(n))),
             )?;
         }
         let region_labels = |r: &crate::memory::Region| -> Labels {

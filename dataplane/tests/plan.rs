@@ -674,3 +674,35 @@ fn reference_examples_plan() {
     );
     assert_eq!(reorder.regions[r.output as usize].name, "Reorder_RX_CPU");
 }
+
+/// `allowed_peers` on a `roce://` server reaches the RDMA engine through the plan (and is
+/// shown by `validate --plan`); without it the server takes anyone.
+#[test]
+fn rdma_servers_carry_their_allowed_peers_in_the_plan() {
+    let name = "rdma_loopback.yaml";
+    let original =
+        fill_placeholders(&std::fs::read_to_string(root().join("configs").join(name)).unwrap());
+    let listen = r#"local_addr: "roce://198.18.0.1:4791""#;
+    assert!(original.contains(listen));
+    let text = original.replacen(
+        listen,
+        &format!(
+            r#"{listen}
+        allowed_peers: ["198.18.0.2", "10.0.0.0/8"]"#
+        ),
+        1,
+    );
+    let p = Plan::from_config(&load(&text, name).unwrap()).unwrap();
+    let server = p.rdma.iter().find(|i| i.listens()).unwrap();
+    let allow = |a: &str| server.allowed_peers.allows(a.parse().unwrap());
+    assert!(allow("198.18.0.2") && allow("10.200.1.1"));
+    assert!(!allow("198.18.0.3") && !allow("::1"));
+    assert!(
+        p.human().contains("peers: 198.18.0.2/32, 10.0.0.0/8"),
+        "{}",
+        p.human()
+    );
+    let open = Plan::from_config(&load(&original, name).unwrap()).unwrap();
+    let server = open.rdma.iter().find(|i| i.listens()).unwrap();
+    assert!(server.allowed_peers.allows("203.0.113.9".parse().unwrap()));
+}

@@ -408,3 +408,76 @@ fn a_split_rx_queue_receives_through_its_staging_region_into_both_regions() {
     }
     drop(plane);
 }
+
+/// The memory a connection registered outlives the registration whatever the application
+/// drops first: the connections hold the region set (a weak handle still reaches it after
+/// the application's last handle is gone), and the set is freed once nothing holds it, so
+/// nothing leaks either. All six orders of dropping the application's handle, the server's
+/// connection and the client's, with a burst in flight from the client and every receive
+/// posted on the server.
+#[test]
+fn regions_outlive_their_registrations_in_every_drop_order() {
+    if let Err(e) = verbs::device_present() {
+        eprintln!("SKIP: {e}");
+        return;
+    }
+    let params = ConnectionParams {
+        own_receives: false,
+        send_depth: 64,
+        recv_depth: 64,
+        message_size: 64,
+        ..ConnectionParams::default()
+    };
+    let orders: [[usize; 3]; 6] = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    let listener = Listener::bind("198.18.0.1:7483".parse().unwrap(), 8).expect("listen");
+    for order in orders {
+        let regions =
+            Arc::new(RegionSet::allocate(&[region("srv_rx", 128), region("cli_tx", 128)]).unwrap());
+        let weak = Arc::downgrade(&regions);
+        let client = std::thread::spawn(move || {
+            Connection::connect(
+                "198.18.0.2:0".parse().unwrap(),
+                "198.18.0.1:7483".parse().unwrap(),
+                params,
+            )
+        });
+        let req = listener
+            .next_request(Duration::from_secs(60), &|| false)
+            .expect("a request");
+        let server = req.accept(params).expect("accept");
+        let client = client.join().unwrap().expect("connect");
+        let srv = BurstConnection::new(server, regions.clone(), 0, &[], (0, 0), 64).unwrap();
+        let mut cli = BurstConnection::new(client, regions.clone(), 0, &[1], (1, 0), 0).unwrap();
+        let mut b = Burst::allocate(regions.clone(), 1, 0, &[1], 8).expect("TX buffers");
+        for p in 0..8 {
+            b.buffer_mut(p, 0).unwrap()[..100].fill(p as u8);
+            b.set_len(p, 0, 100);
+        }
+        cli.send(b).expect("send");
+        let mut held: [Option<Box<dyn std::any::Any>>; 3] = [
+            Some(Box::new(regions)),
+            Some(Box::new(srv)),
+            Some(Box::new(cli)),
+        ];
+        for (step, &who) in order.iter().enumerate() {
+            drop(held[who].take());
+            if step < 2 {
+                assert!(
+                    weak.upgrade().is_some(),
+                    "order {order:?}: the regions are gone while a registration lives"
+                );
+            }
+        }
+        assert!(
+            weak.upgrade().is_none(),
+            "order {order:?}: the regions outlived everything that holds them"
+        );
+    }
+}

@@ -8,6 +8,7 @@
 mod common;
 
 use rustix::process::{Pid, Signal, kill_process};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,9 +26,18 @@ fn rdma_present() -> bool {
 }
 
 fn side(mode: &str, seconds: &str, extra: &[&str]) -> Child {
+    side_with(
+        &common::config_path("rdma_loopback.yaml"),
+        mode,
+        seconds,
+        extra,
+    )
+}
+
+fn side_with(config: &std::path::Path, mode: &str, seconds: &str, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_dataplane"))
         .args(["bench", "rdma"])
-        .arg(common::config_path("rdma_loopback.yaml"))
+        .arg(config)
         .args(["--mode", mode, "--seconds", seconds])
         .args(extra)
         .stdout(Stdio::piped())
@@ -185,4 +195,70 @@ fn twenty_reconnects_in_a_row() {
         assert!(c.status.success(), "round {round}: client: {}", text(&c));
         assert!(s.status.success(), "round {round}: server: {}", text(&s));
     }
+}
+
+/// The loopback configuration with `allowed_peers: LIST` on the server interface.
+fn server_allowing(list: &str, dir: &tempfile::TempDir) -> PathBuf {
+    let text = std::fs::read_to_string(common::config_path("rdma_loopback.yaml")).unwrap();
+    let listen = "local_addr: \"roce://198.18.0.1:4791\"";
+    let at = text.find(listen).expect("the server's local_addr");
+    let line_start = text[..at].rfind('\n').unwrap() + 1;
+    let indent = &text[line_start..at];
+    let line_end = at + text[at..].find('\n').unwrap() + 1;
+    let mut out = text[..line_end].to_owned();
+    out.push_str(&format!("{indent}allowed_peers: {list}\n"));
+    out.push_str(&text[line_end..]);
+    let path = dir.path().join("allowing.yaml");
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+#[test]
+fn a_client_outside_allowed_peers_is_rejected_while_the_server_waits_on() {
+    if !rdma_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The client binds 198.18.0.2 (rxe1); only the server's own address is allowed.
+    let config = server_allowing("[198.18.0.1]", &dir);
+    let server = side_with(&config, "server", "10", &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let client = side_with(&config, "client", "1", &["--connect-timeout", "20"])
+        .wait_with_output()
+        .unwrap();
+    let c = text(&client);
+    assert_eq!(client.status.code(), Some(1), "{c}");
+    assert!(c.contains("rejected the connection"), "{c}");
+    // The outsider's request did not end the server's wait: it still waits for a peer.
+    std::thread::sleep(Duration::from_millis(500));
+    kill_process(Pid::from_child(&server), Signal::INT).expect("signal");
+    let (out, _) = ends_by_itself(server, "the server");
+    let s = text(&out);
+    assert_eq!(out.status.code(), Some(130), "{s}");
+    assert!(
+        s.contains(
+            "connection request from 198.18.0.2 rejected: not in allowed_peers (198.18.0.1/32)"
+        ),
+        "{s}"
+    );
+    assert!(
+        s.contains("stopped by a signal before a peer connected"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_client_inside_allowed_peers_is_served() {
+    if !rdma_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = server_allowing("[198.18.0.0/24]", &dir);
+    let server = side_with(&config, "server", "1", &[]);
+    let client = side_with(&config, "client", "1", &["--connect-timeout", "30"]);
+    let c = client.wait_with_output().unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert!(c.status.success(), "client: {}", text(&c));
+    assert!(s.status.success(), "server: {}", text(&s));
+    assert!(!text(&s).contains("not in allowed_peers"), "{}", text(&s));
 }

@@ -11,6 +11,7 @@
 //! [`CompletionError`] naming the work request; nothing is dropped silently.
 
 use crate::cm::{Client, CmAction, CmEvent, RetryPolicy};
+use rdma_mummy_sys::{ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_init_attr, ibv_query_qp};
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::completion::{GenericCompletionQueue, WorkCompletionStatus};
 use sideway::ibverbs::device::DeviceList;
@@ -23,7 +24,7 @@ use sideway::ibverbs::queue_pair::{
 use sideway::rdmacm::communication_manager::{
     ConnectionParameter, Event, EventChannel, EventType, GetEventErrorKind, Identifier, PortSpace,
 };
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,13 @@ pub enum VerbsError {
     /// A work request completed with an error.
     #[error(transparent)]
     Completion(#[from] CompletionError),
+    /// A connection request from a peer the server does not admit (`allowed_peers`); it
+    /// was rejected before any memory was registered for it.
+    #[error("connection request from {peer} refused: not in allowed_peers")]
+    PeerRefused {
+        /// The peer's address.
+        peer: IpAddr,
+    },
 }
 
 /// The error and its chain of causes as one line.
@@ -420,15 +428,31 @@ impl Request {
     /// Builds the queue pair, posts every receive, accepts, and waits until the connection
     /// is established.
     pub fn accept(self, params: ConnectionParams) -> Result<Connection, VerbsError> {
-        let mut conn = Connection::create(self.id.clone(), self.channel.clone(), params)?;
-        for state in [
-            QueuePairState::Init,
-            QueuePairState::ReadyToReceive,
-            QueuePairState::ReadyToSend,
-        ] {
-            conn.move_qp(state)?;
+        self.accept_if(params, |_| true)
+    }
+
+    /// As [`Request::accept`], for a peer `admit` lets in. The peer's address is the
+    /// destination GID of the route rdma_cm resolved for the request, which the queue pair
+    /// carries once it is ready to receive; so the queue pair is built and moved that far
+    /// first, and a refused peer is rejected ([`VerbsError::PeerRefused`]) before any
+    /// memory is registered or any receive posted for it. Dropping the request's
+    /// identifier sends the peer a reject.
+    pub fn accept_if(
+        self,
+        params: ConnectionParams,
+        admit: impl FnOnce(IpAddr) -> bool,
+    ) -> Result<Connection, VerbsError> {
+        let mut queues = Queues::create(&self.id, &params)?;
+        queues.move_to(&self.id, &params, QueuePairState::Init)?;
+        queues.move_to(&self.id, &params, QueuePairState::ReadyToReceive)?;
+        let peer = queues.peer_address()?;
+        if !admit(peer) {
+            return Err(VerbsError::PeerRefused { peer });
         }
+        let mut conn =
+            Connection::with_memory(self.id.clone(), self.channel.clone(), params, queues)?;
         conn.post_all_receives()?;
+        conn.move_qp(QueuePairState::ReadyToSend)?;
         let mut p = ConnectionParameter::default();
         p.setup_qp_number(conn.qp.qp_number());
         self.id.accept(p).map_err(call("rdma_accept"))?;
@@ -476,6 +500,117 @@ impl Request {
     pub fn reject(self) {
         drop(self);
     }
+}
+
+/// A connection's protection domain, completion queues and queue pair, before any memory
+/// is registered (a server decides on the peer in between).
+struct Queues {
+    pd: Arc<ProtectionDomain>,
+    send_cq: GenericCompletionQueue,
+    recv_cq: GenericCompletionQueue,
+    qp: GenericQueuePair,
+}
+
+impl Queues {
+    fn create(id: &Identifier, params: &ConnectionParams) -> Result<Self, VerbsError> {
+        let ctx = id.get_device_context().ok_or(VerbsError::Call {
+            what: "device context",
+            detail: "the connection has no device yet".into(),
+        })?;
+        let pd = ctx.alloc_pd().map_err(call("ibv_alloc_pd"))?;
+        let cq = |depth: u32, what| -> Result<GenericCompletionQueue, VerbsError> {
+            Ok(ctx
+                .create_cq_builder()
+                .setup_cqe(depth)
+                .build()
+                .map_err(call(what))?
+                .into())
+        };
+        let send_cq = cq(params.send_depth, "ibv_create_cq (send)")?;
+        let recv_cq = cq(params.recv_depth, "ibv_create_cq (recv)")?;
+        let qp: GenericQueuePair = pd
+            .create_qp_builder()
+            .setup_max_send_wr(params.send_depth)
+            .setup_max_recv_wr(params.recv_depth)
+            .setup_max_send_sge(1)
+            .setup_max_recv_sge(1)
+            .setup_send_cq(send_cq.clone())
+            .setup_recv_cq(recv_cq.clone())
+            .build()
+            .map_err(call("ibv_create_qp"))?
+            .into();
+        Ok(Self {
+            pd,
+            send_cq,
+            recv_cq,
+            qp,
+        })
+    }
+
+    fn move_to(
+        &mut self,
+        id: &Identifier,
+        params: &ConnectionParams,
+        state: QueuePairState,
+    ) -> Result<(), VerbsError> {
+        move_queue_pair(id, &mut self.qp, params, state)
+    }
+
+    /// The peer's IP address: the destination GID of the queue pair's address vector (set
+    /// from the route rdma_cm resolved, so the queue pair must be ready to receive). RoCE
+    /// GIDs of IPv4 addresses are IPv4-mapped; any other GID (InfiniBand's) is returned as
+    /// IPv6 and matches no IPv4 prefix.
+    fn peer_address(&self) -> Result<IpAddr, VerbsError> {
+        // sideway reads the attributes back but keeps the address vector private, so the
+        // query goes through its sys crate (the same bindings sideway links against).
+        let mut attr = std::mem::MaybeUninit::<ibv_qp_attr>::zeroed();
+        let mut init = std::mem::MaybeUninit::<ibv_qp_init_attr>::zeroed();
+        // SAFETY: `self.qp` is a live queue pair we own for the whole call; both out
+        // parameters point to zeroed structs of the types ibv_query_qp fills (plain C
+        // data, valid when zeroed) that outlive the call.
+        let rc = unsafe {
+            ibv_query_qp(
+                self.qp.qp().as_ptr(),
+                attr.as_mut_ptr(),
+                ibv_qp_attr_mask::IBV_QP_AV.0 as i32,
+                init.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(VerbsError::Call {
+                what: "ibv_query_qp (address vector)",
+                detail: std::io::Error::from_raw_os_error(rc).to_string(),
+            });
+        }
+        // SAFETY: zeroed is a valid ibv_qp_attr, and the call succeeded.
+        let attr = unsafe { attr.assume_init() };
+        if attr.ah_attr.is_global == 0 {
+            return Err(VerbsError::Call {
+                what: "peer address",
+                detail: "the route has no global routing header, so no IP address".into(),
+            });
+        }
+        // SAFETY: every variant of the ibv_gid union is 16 plain bytes.
+        let gid = Ipv6Addr::from(unsafe { attr.ah_attr.grh.dgid.raw });
+        Ok(gid.to_ipv4_mapped().map_or(IpAddr::V6(gid), IpAddr::V4))
+    }
+}
+
+fn move_queue_pair(
+    id: &Identifier,
+    qp: &mut GenericQueuePair,
+    params: &ConnectionParams,
+    state: QueuePairState,
+) -> Result<(), VerbsError> {
+    let mut attr = id.get_qp_attr(state).map_err(call("rdma_init_qp_attr"))?;
+    if state == QueuePairState::ReadyToReceive {
+        attr.setup_min_rnr_timer(params.min_rnr_timer);
+    }
+    if state == QueuePairState::ReadyToSend {
+        attr.setup_retry_cnt(params.retry_count)
+            .setup_rnr_retry(params.rnr_retry);
+    }
+    qp.modify(&attr).map_err(call("ibv_modify_qp"))
 }
 
 /// One reliable connection with its own message area.
@@ -790,32 +925,23 @@ impl Connection {
         channel: Arc<EventChannel>,
         params: ConnectionParams,
     ) -> Result<Self, VerbsError> {
-        let ctx = id.get_device_context().ok_or(VerbsError::Call {
-            what: "device context",
-            detail: "the connection has no device yet".into(),
-        })?;
-        let pd = ctx.alloc_pd().map_err(call("ibv_alloc_pd"))?;
-        let cq = |depth: u32, what| -> Result<GenericCompletionQueue, VerbsError> {
-            Ok(ctx
-                .create_cq_builder()
-                .setup_cqe(depth)
-                .build()
-                .map_err(call(what))?
-                .into())
-        };
-        let send_cq = cq(params.send_depth, "ibv_create_cq (send)")?;
-        let recv_cq = cq(params.recv_depth, "ibv_create_cq (recv)")?;
-        let qp: GenericQueuePair = pd
-            .create_qp_builder()
-            .setup_max_send_wr(params.send_depth)
-            .setup_max_recv_wr(params.recv_depth)
-            .setup_max_send_sge(1)
-            .setup_max_recv_sge(1)
-            .setup_send_cq(send_cq.clone())
-            .setup_recv_cq(recv_cq.clone())
-            .build()
-            .map_err(call("ibv_create_qp"))?
-            .into();
+        let queues = Queues::create(&id, &params)?;
+        Self::with_memory(id, channel, params, queues)
+    }
+
+    /// Registers the connection's memory on `queues`' protection domain.
+    fn with_memory(
+        id: Arc<Identifier>,
+        channel: Arc<EventChannel>,
+        params: ConnectionParams,
+        queues: Queues,
+    ) -> Result<Self, VerbsError> {
+        let Queues {
+            pd,
+            send_cq,
+            recv_cq,
+            qp,
+        } = queues;
         let slots = (params.recv_depth + params.send_depth) as usize;
         // Receive slots, send slots, then the window the peer may write and read.
         let area = vec![0u8; slots * params.message_size + params.window_size].into_boxed_slice();
@@ -867,18 +993,7 @@ impl Connection {
     }
 
     fn move_qp(&mut self, state: QueuePairState) -> Result<(), VerbsError> {
-        let mut attr = self
-            .id
-            .get_qp_attr(state)
-            .map_err(call("rdma_init_qp_attr"))?;
-        if state == QueuePairState::ReadyToReceive {
-            attr.setup_min_rnr_timer(self.params.min_rnr_timer);
-        }
-        if state == QueuePairState::ReadyToSend {
-            attr.setup_retry_cnt(self.params.retry_count)
-                .setup_rnr_retry(self.params.rnr_retry);
-        }
-        self.qp.modify(&attr).map_err(call("ibv_modify_qp"))
+        move_queue_pair(&self.id, &mut self.qp, &self.params, state)
     }
 
     fn slot_addr(&self, slot: u32) -> u64 {

@@ -679,3 +679,56 @@ fn peers_can_touch_only_what_the_mode_grants() {
     let (r, _s) = attempt(7487, write_server, true, slots, 0);
     remote_access(r, "WRITE into a WRITE server's slots");
 }
+
+#[test]
+fn a_request_from_outside_the_allowed_peers_is_refused_with_its_address() {
+    if !have_device() {
+        return;
+    }
+    let listener = Listener::bind(addr(SERVER, 7481), 8).expect("listen");
+    let client: std::net::IpAddr = CLIENT.parse().unwrap();
+    // First the client is not admitted: it hears a reject, and the server learns who it was.
+    let refused = std::thread::spawn(|| {
+        Connection::connect(
+            addr(CLIENT, 0),
+            addr(SERVER, 7481),
+            ConnectionParams::default(),
+        )
+        .err()
+        .map(|e| e.to_string())
+    });
+    let req = listener
+        .next_request(Duration::from_secs(60), &|| false)
+        .expect("a request");
+    let mut asked = None;
+    let r = req.accept_if(ConnectionParams::default(), |peer| {
+        asked = Some(peer);
+        false
+    });
+    assert_eq!(asked, Some(client), "admit saw the client's address");
+    match r {
+        Err(verbs::VerbsError::PeerRefused { peer }) => assert_eq!(peer, client),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("accepted a refused peer"),
+    }
+    let err = refused.join().unwrap().expect("the client is refused");
+    assert!(err.contains("Rejected"), "{err}");
+    // Then admitted: the connection carries traffic both ways.
+    let admitted = std::thread::spawn(|| {
+        let mut c = Connection::connect(
+            addr(CLIENT, 0),
+            addr(SERVER, 7481),
+            ConnectionParams::default(),
+        )
+        .expect("connect");
+        exchange(&mut c, 2, 1, 100, 256)
+    });
+    let req = listener
+        .next_request(Duration::from_secs(60), &|| false)
+        .expect("a request");
+    let mut server = req
+        .accept_if(ConnectionParams::default(), |peer| peer == client)
+        .expect("accept");
+    assert_eq!(exchange(&mut server, 1, 2, 100, 256), (100, 100));
+    assert_eq!(admitted.join().unwrap(), (100, 100));
+}

@@ -123,7 +123,7 @@ pub enum RdmaBenchError {
     Stopped(&'static str),
     /// The server turned the client away.
     #[error(
-        "client: the server at {0} rejected the connection (rdma_cm status 28: it already serves a client; `bench rdma` serves one at a time)"
+        "client: the server at {0} rejected the connection (rdma_cm status 28: it already serves a client, and `bench rdma` serves one at a time; or this address is not in its allowed_peers)"
     )]
     Rejected(SocketAddr),
     /// The server could not be reached within the connect budget.

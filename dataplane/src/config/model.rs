@@ -363,6 +363,30 @@ impl PeerFilter {
     }
 }
 
+impl std::fmt::Display for PeerFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerFilter::Any => f.write_str("anyone"),
+            PeerFilter::Only(list) => {
+                for (n, p) in list.iter().enumerate() {
+                    if n > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// As its text: `anyone`, or the prefixes.
+impl serde::Serialize for PeerFilter {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// `roce_config`.
 #[derive(Clone, Debug)]
 pub struct RoceConfig {
@@ -668,6 +692,12 @@ pub struct Ipv4Prefix {
     pub addr: Ipv4Addr,
     /// Prefix length 0..=32.
     pub len: u8,
+}
+
+impl std::fmt::Display for Ipv4Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
 }
 
 impl Ipv4Prefix {

@@ -684,16 +684,6 @@ fn socket_config(
             "a server needs local_addr with a non-zero port",
         );
     }
-    if transport == Transport::Roce && allowed_peers.is_some() {
-        // Not silently ignored: the RDMA engine's connection manager (sideway 0.4.3)
-        // exposes no request's source address to check against.
-        d.error(
-            Kind::NotSupported,
-            &format!("{path}.allowed_peers"),
-            Some(node.location),
-            format!("not supported: {path}.allowed_peers on roce:// interfaces (the RDMA connection manager does not expose a request's source address yet); filter with the host firewall"),
-        );
-    }
     if mode == SocketMode::Client && transport != Transport::Roce && remote.is_none() {
         d.error(
             Kind::Missing,

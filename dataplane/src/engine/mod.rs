@@ -303,6 +303,9 @@ pub trait Connections: Send + Sync {
     ) -> Result<Established, ConnectionError>;
     /// Connections established and not yet retired.
     fn live(&self) -> usize;
+    /// Connection requests each server interface refused for coming from outside its
+    /// `allowed_peers`, by interface name.
+    fn rejected_peers(&self) -> Vec<(String, u64)>;
 }
 
 /// Why a connection could not be accepted or made.

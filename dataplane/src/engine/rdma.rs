@@ -19,7 +19,7 @@ use super::{
     StreamState, StreamStats, TxPort,
 };
 use crate::burst::Burst;
-use crate::config::{GpuMemoryPath, RoceConfig, SocketMode};
+use crate::config::{GpuMemoryPath, PeerFilter, RoceConfig, SocketMode};
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
 use crate::plan::rdma::{SlotPlan, SlotStaging};
@@ -55,6 +55,10 @@ struct RdmaInterface {
     slots: Vec<SlotPlan>,
     /// Which slots carry a connection now.
     busy: Mutex<Vec<bool>>,
+    /// Whose connection requests a server accepts.
+    allowed_peers: PeerFilter,
+    /// Connection requests refused for coming from outside `allowed_peers`.
+    rejected_peers: AtomicU64,
 }
 
 impl RdmaInterface {
@@ -535,6 +539,8 @@ impl RdmaEngine {
                 retry_connect_s: i.retry_connect_s,
                 busy: Mutex::new(vec![false; i.slots.len()]),
                 slots: i.slots.clone(),
+                allowed_peers: i.allowed_peers.clone(),
+                rejected_peers: AtomicU64::new(0),
             })
             .collect();
         if interfaces.is_empty() {
@@ -741,6 +747,15 @@ impl Connections for RdmaEngine {
     fn live(&self) -> usize {
         self.shared.live.load(Ordering::Acquire)
     }
+
+    fn rejected_peers(&self) -> Vec<(String, u64)> {
+        self.shared
+            .interfaces
+            .iter()
+            .filter(|i| i.mode == SocketMode::Server)
+            .map(|i| (i.name.clone(), i.rejected_peers.load(Ordering::Relaxed)))
+            .collect()
+    }
 }
 
 /// The connection-manager thread: owns the listeners, decides on requests, and closes
@@ -807,14 +822,36 @@ impl CmLoop {
                         req.reject();
                         Err(None)
                     }
-                    Some(slot) => match req.accept(owner.params(slot)) {
-                        Ok(conn) => Ok((slot, conn)),
-                        Err(e) => {
-                            owner.release_slot(slot);
-                            Err(Some(e))
+                    Some(slot) => {
+                        let admit = |peer| owner.allowed_peers.allows(peer);
+                        match req.accept_if(owner.params(slot), admit) {
+                            Ok(conn) => Ok((slot, conn)),
+                            Err(e) => {
+                                owner.release_slot(slot);
+                                Err(Some(e))
+                            }
                         }
-                    },
+                    }
                 };
+                if let Err(Some(VerbsError::PeerRefused { peer })) = &accepted {
+                    // Counted and logged, not handed to `accept`: an outsider's requests
+                    // must not wake, or end, the application's wait for its real peer.
+                    owner.rejected_peers.fetch_add(1, Ordering::Relaxed);
+                    self.server.on_event(&CmEvent::Failed {
+                        conn: conn_id,
+                        what: format!("{peer} is not in allowed_peers"),
+                    });
+                    static REFUSED: crate::stats::WarnLimiter = crate::stats::WarnLimiter::new();
+                    if let Some(held) = REFUSED.allow() {
+                        tracing::warn!(
+                            interface = %owner.name,
+                            "connection request from {peer} rejected: not in allowed_peers ({}){}",
+                            owner.allowed_peers,
+                            crate::stats::WarnLimiter::note(held)
+                        );
+                    }
+                    return;
+                }
                 match accepted {
                     Ok((slot, conn)) => {
                         let key = conn.key();

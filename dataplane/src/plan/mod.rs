@@ -616,8 +616,8 @@ impl Plan {
         for i in &self.rdma {
             let _ = writeln!(
                 s,
-                "rdma {} ({:?} on {}, retry every {} s):",
-                i.name, i.mode, i.local, i.retry_connect_s
+                "rdma {} ({:?} on {}, retry every {} s, peers: {}):",
+                i.name, i.mode, i.local, i.retry_connect_s, i.allowed_peers
             );
             for (n, slot) in i.slots.iter().enumerate() {
                 let name = |r: u16| self.regions[r as usize].name.as_str();

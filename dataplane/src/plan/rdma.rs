@@ -6,8 +6,8 @@
 
 use super::{PlanError, StagePlan};
 use crate::config::{
-    Config, Direction, GpuMemoryPath, InterfaceConfig, MemoryKind, MemoryRegionConfig, QueueConfig,
-    RoceConfig, SocketMode, Transport,
+    Config, Direction, GpuMemoryPath, InterfaceConfig, MemoryKind, MemoryRegionConfig, PeerFilter,
+    QueueConfig, RoceConfig, SocketMode, Transport,
 };
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -70,6 +70,9 @@ pub struct InterfacePlan {
     pub local: SocketAddr,
     /// Seconds between connection attempts of a client (`socket_config.retry_connect_s`).
     pub retry_connect_s: u32,
+    /// Whose connection requests a server accepts (`socket_config.allowed_peers`);
+    /// others are rejected before any memory is registered for them.
+    pub allowed_peers: PeerFilter,
     /// `roce_config` (defaults when absent).
     #[serde(skip)]
     pub roce: RoceConfig,
@@ -185,6 +188,7 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
             mode: sock.mode,
             local: SocketAddr::from((local.ip, local.port)),
             retry_connect_s: sock.retry_connect_s,
+            allowed_peers: sock.peer_filter(),
             roce,
             slots,
         });
