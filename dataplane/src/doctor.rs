@@ -12,10 +12,8 @@
 
 #![forbid(unsafe_code)]
 
-use crate::config::{
-    Config, EngineKind, GpuMemoryPath, MemoryKind, Transport, validate::is_pci_address,
-};
-use crate::plan::Plan;
+use crate::config::{Config, Endpoint, EngineKind, GpuMemoryPath, MemoryKind};
+use crate::plan::{EnginePlan, Plan};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -173,27 +171,25 @@ pub fn check(m: &Machine, config: Option<&Config>) -> Vec<Finding> {
         inventory(m, &mut out);
     }
     hugepages(m, plan.as_ref(), &mut out);
-    let cores: BTreeSet<u32> = match (config, &plan) {
-        (Some(c), Some(p)) => p
-            .cores
+    let cores: BTreeSet<u32> = plan.as_ref().map_or_else(BTreeSet::new, |p| {
+        p.cores
             .iter()
             .map(|c| c.core)
-            .chain(std::iter::once(c.master_core))
-            .collect(),
-        _ => BTreeSet::new(),
-    };
+            .chain(std::iter::once(p.master_core))
+            .collect()
+    });
     let workers: BTreeSet<u32> = plan
         .as_ref()
         .map(|p| p.cores.iter().map(|c| c.core).collect())
         .unwrap_or_default();
     cores_check(m, &cores, &workers, &mut out);
-    if let Some(c) = config {
-        pci(m, c, &cores, &mut out);
-        rdma(m, c, &mut out);
-        gpu(m, c, &mut out);
-        sockets(m, c, &mut out);
+    if let Some(p) = &plan {
+        pci(m, p, &cores, &mut out);
+        rdma(m, p, &mut out);
+        gpu(m, p, &mut out);
+        sockets(m, p, &mut out);
     }
-    memlock(m, config, &mut out);
+    memlock(m, plan.as_ref(), &mut out);
     out
 }
 
@@ -559,30 +555,47 @@ fn full_pci(addr: &str) -> String {
     }
 }
 
-/// Largest frame a configuration sends or receives (bytes after the Ethernet header's
-/// 14 count against the MTU).
-fn largest_buffer(c: &Config, iface: &crate::config::InterfaceConfig) -> usize {
-    let queues = iface
-        .rx
+/// The regions the configuration names, without the staging regions the plan added (the
+/// checks speak of what the user wrote).
+fn configured_regions(p: &Plan) -> impl Iterator<Item = &crate::plan::RegionPlan> {
+    let staging: BTreeSet<u16> = p
+        .queues
         .iter()
-        .flat_map(|r| r.queues.iter())
-        .chain(iface.tx.iter().flat_map(|t| t.queues.iter()));
-    queues
+        .filter_map(|q| q.staging)
+        .chain(p.rdma().iter().flat_map(|i| &i.slots).flat_map(|s| {
+            [&s.rx_staging, &s.tx_staging]
+                .into_iter()
+                .flatten()
+                .map(|st| st.region)
+        }))
+        .collect();
+    p.regions
+        .iter()
+        .enumerate()
+        .filter(move |(i, _)| !staging.contains(&(*i as u16)))
+        .map(|(_, r)| r)
+}
+
+/// Largest frame interface `interface` sends or receives (bytes after the Ethernet
+/// header's 14 count against the MTU).
+fn largest_buffer(p: &Plan, interface: usize) -> usize {
+    p.queues
+        .iter()
+        .filter(|q| q.interface == interface)
         .map(|q| {
-            q.memory_regions
+            q.segments
                 .iter()
-                .filter_map(|n| c.memory_region(n))
-                .map(|r| r.buf_size)
+                .map(|&r| p.regions[r as usize].buf_size)
                 .sum::<usize>()
         })
         .max()
         .unwrap_or(0)
 }
 
-fn pci(m: &Machine, c: &Config, cores: &BTreeSet<u32>, out: &mut Vec<Finding>) {
+fn pci(m: &Machine, p: &Plan, cores: &BTreeSet<u32>, out: &mut Vec<Finding>) {
     let core_nodes: BTreeSet<u32> = cores.iter().filter_map(|&c| m.node_of_cpu(c)).collect();
-    for iface in &c.interfaces {
-        if !is_pci_address(&iface.address) {
+    for iface in p.dpdk().iter().flat_map(|d| &d.ports) {
+        if !iface.pci {
             continue;
         }
         let addr = full_pci(&iface.address);
@@ -669,9 +682,7 @@ fn pci(m: &Machine, c: &Config, cores: &BTreeSet<u32>, out: &mut Vec<Finding>) {
                     Some(format!("use cores of node {node} ({near}) for its queues")),
                 );
             }
-            for r in c
-                .memory_regions
-                .iter()
+            for r in configured_regions(p)
                 .filter(|r| matches!(r.kind, MemoryKind::Device | MemoryKind::HostPinned))
             {
                 if let Some(gpu_node) = gpu_node(m, r.affinity)
@@ -690,7 +701,7 @@ fn pci(m: &Machine, c: &Config, cores: &BTreeSet<u32>, out: &mut Vec<Finding>) {
                 }
             }
         }
-        let frame = largest_buffer(c, iface);
+        let frame = largest_buffer(p, iface.interface);
         for net in m.list(&format!("{dir}/net")) {
             if let Some(mtu) = m
                 .read(&format!("{dir}/net/{net}/mtu"))
@@ -751,13 +762,19 @@ fn ipv4_gid(ip: std::net::Ipv4Addr) -> String {
     )
 }
 
-fn rdma(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
-    let roce: Vec<_> = c
-        .interfaces
+fn rdma(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
+    let roce: Vec<_> = p
+        .rdma()
         .iter()
-        .filter_map(|i| {
-            let s = i.socket.as_ref()?;
-            (s.transport == Transport::Roce).then_some((i, s.local?))
+        .filter_map(|i| match i.local.ip() {
+            std::net::IpAddr::V4(ip) => Some((
+                i,
+                Endpoint {
+                    ip,
+                    port: i.local.port(),
+                },
+            )),
+            std::net::IpAddr::V6(_) => None,
         })
         .collect();
     if roce.is_empty() {
@@ -832,10 +849,8 @@ fn rdma(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
     }
 }
 
-fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
-    let gpu_regions: Vec<_> = c
-        .memory_regions
-        .iter()
+fn gpu(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
+    let gpu_regions: Vec<_> = configured_regions(p)
         .filter(|r| matches!(r.kind, MemoryKind::Device | MemoryKind::HostPinned))
         .collect();
     if gpu_regions.is_empty() {
@@ -890,21 +905,11 @@ fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
     }
     // RDMA interfaces that would register GPU memory, and whether one insists
     // (`gpu_memory_path: direct`; `auto` stages where it cannot, `staged` always does).
-    let rdma_paths: Vec<GpuMemoryPath> = if c.engine == EngineKind::Rdma
-        && gpu_regions.iter().any(|r| r.kind == MemoryKind::Device)
+    let rdma_paths: Vec<GpuMemoryPath> = if gpu_regions.iter().any(|r| r.kind == MemoryKind::Device)
     {
-        c.interfaces
+        p.rdma()
             .iter()
-            .filter(|i| {
-                i.socket
-                    .as_ref()
-                    .is_some_and(|s| s.transport == Transport::Roce)
-            })
-            .map(|i| {
-                i.roce
-                    .as_ref()
-                    .map_or(GpuMemoryPath::Auto, |r| r.gpu_memory_path)
-            })
+            .map(|i| i.roce.gpu_memory_path)
             .filter(|&p| p != GpuMemoryPath::Staged)
             .collect()
     } else {
@@ -912,8 +917,7 @@ fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
     };
     let rdma_into_gpu = !rdma_paths.is_empty();
     let rdma_must_register = rdma_paths.contains(&GpuMemoryPath::Direct);
-    let dpdk_pci_gpu = c.engine == EngineKind::Dpdk
-        && c.interfaces.iter().any(|i| is_pci_address(&i.address))
+    let dpdk_pci_gpu = p.dpdk().is_some_and(|d| d.ports.iter().any(|i| i.pci))
         && gpu_regions.iter().any(|r| r.kind == MemoryKind::Device);
     if rdma_into_gpu || dpdk_pci_gpu {
         // The open kernel modules export GPU memory as dma-buf (with a 5.12+ kernel).
@@ -957,30 +961,18 @@ fn gpu(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
     }
 }
 
-fn sockets(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
-    let socket_ifaces: Vec<_> = c
-        .interfaces
-        .iter()
-        .filter(|i| {
-            i.socket
-                .as_ref()
-                .is_some_and(|s| matches!(s.transport, Transport::Udp | Transport::Tcp))
-        })
-        .collect();
+fn sockets(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
+    let EnginePlan::Socket(socket_ifaces) = &p.engine_plan else {
+        return;
+    };
     if socket_ifaces.is_empty() {
         return;
     }
     let wanted = socket_ifaces
         .iter()
-        .flat_map(|i| {
-            i.rx.iter()
-                .flat_map(|r| r.queues.iter())
-                .chain(i.tx.iter().flat_map(|t| t.queues.iter()))
-        })
-        .filter_map(|q| c.memory_region(q.memory_regions.first()?))
-        .map(|r| crate::engine::socket::buffer_bytes_for(r.num_bufs, r.buf_size))
+        .map(|i| i.buffers.0.max(i.buffers.1))
         .max()
-        .unwrap_or(crate::engine::socket::buffer_bytes_for(0, 0));
+        .unwrap_or(crate::plan::socket::MIN_SOCKET_BUFFER);
     for (file, sysctl) in [
         ("proc/sys/net/core/rmem_max", "net.core.rmem_max"),
         ("proc/sys/net/core/wmem_max", "net.core.wmem_max"),
@@ -1010,7 +1002,7 @@ fn sockets(m: &Machine, c: &Config, out: &mut Vec<Finding>) {
     }
 }
 
-fn memlock(m: &Machine, config: Option<&Config>, out: &mut Vec<Finding>) {
+fn memlock(m: &Machine, plan: Option<&Plan>, out: &mut Vec<Finding>) {
     let Some(limits) = m.read("proc/self/limits") else {
         return;
     };
@@ -1024,12 +1016,10 @@ fn memlock(m: &Machine, config: Option<&Config>, out: &mut Vec<Finding>) {
         .unwrap_or("");
     // Locked by the kernel on our behalf: RDMA registrations (every region of an RDMA
     // configuration) and VFIO's DMA mappings of DPDK's huge pages on a PCI device.
-    let needed: u64 = config.map_or(0, |c| {
-        let vfio =
-            c.engine == EngineKind::Dpdk && c.interfaces.iter().any(|i| is_pci_address(&i.address));
-        c.memory_regions
-            .iter()
-            .filter(|r| c.engine == EngineKind::Rdma || (vfio && r.kind == MemoryKind::Huge))
+    let needed: u64 = plan.map_or(0, |p| {
+        let vfio = p.dpdk().is_some_and(|d| d.ports.iter().any(|i| i.pci));
+        configured_regions(p)
+            .filter(|r| p.engine == EngineKind::Rdma || (vfio && r.kind == MemoryKind::Huge))
             .map(|r| (r.num_bufs * r.buf_size) as u64)
             .sum()
     });

@@ -782,18 +782,14 @@ impl DataPlane {
     /// worker per core. Nothing stays allocated or running when it fails.
     pub fn start(config: &Config) -> Result<Self, StartError> {
         // Regions that name their GPU by UUID get its ordinal.
-        let config = &crate::memory::resolve_gpu_uuids(config)?;
+        let config = &resolve_gpu_uuids(config)?;
         // Engines that move bytes with the CPU get host staging regions for queues laid
         // out in GPU memory (or split); a no-op for the others.
         let config = &crate::plan::staging::with_staging_regions(config);
         let plan = Plan::from_config(config)?;
         check_cores(&plan)?;
         prepare_hugepages(&plan)?;
-        let headroom: Vec<usize> = plan.regions.iter().map(|r| r.headroom).collect();
-        let regions = Arc::new(RegionSet::allocate_with_headroom(
-            &config.memory_regions,
-            &headroom,
-        )?);
+        let regions = Arc::new(RegionSet::from_plan(&plan.regions)?);
         let software = !plan.capabilities.hardware_steering;
         let steering: Vec<Arc<InterfaceSteering>> = config
             .interfaces
@@ -804,7 +800,7 @@ impl DataPlane {
                 Arc::new(InterfaceSteering::new(i as u16, &iface.name, &rx, software))
             })
             .collect();
-        let engine = engine::create(config, &plan, &regions, &steering)?;
+        let engine = engine::create(&plan, &regions, &steering)?;
 
         let mut tasks: Vec<Option<Task>> = Vec::with_capacity(plan.queues.len());
         let mut health: BTreeMap<u32, Arc<WorkerHealth>> = BTreeMap::new();
@@ -1036,7 +1032,7 @@ impl DataPlane {
         }
         // Connection slots: an RX and a TX counter each, kept across its connections.
         let mut slot_counters = BTreeMap::new();
-        for i in &plan.rdma {
+        for i in plan.rdma() {
             for n in 0..i.slots.len() {
                 let mut pair = Vec::new();
                 for direction in [Direction::Rx, Direction::Tx] {
@@ -1416,7 +1412,7 @@ impl DataPlane {
                 .find(|q| Some(q.interface) == i && q.direction == direction && q.id == queue)
                 .map(|q| q.core)
                 .or_else(|| {
-                    let r = self.plan.rdma.iter().find(|r| Some(r.interface) == i)?;
+                    let r = self.plan.rdma().iter().find(|r| Some(r.interface) == i)?;
                     Some(r.slots.get(queue as usize)?.core)
                 })
                 .unwrap_or(self.config.master_core)
@@ -1720,10 +1716,45 @@ fn check_cores(plan: &Plan) -> Result<(), StartError> {
             }
         }
     }
-    for slot in plan.rdma.iter().flat_map(|i| &i.slots) {
+    for slot in plan.rdma().iter().flat_map(|i| &i.slots) {
         if !affinity::core_is_usable(slot.core) {
             return Err(missing(slot.core_key.clone(), slot.core));
         }
     }
     Ok(())
+}
+
+/// `config` with every region that names its GPU by UUID (`affinity: GPU-…`) given that
+/// GPU's ordinal; an unknown UUID fails with the GPUs present.
+fn resolve_gpu_uuids(
+    config: &crate::config::Config,
+) -> Result<std::borrow::Cow<'_, crate::config::Config>, crate::memory::MemoryError> {
+    if config.memory_regions.iter().all(|m| m.gpu_uuid.is_none()) {
+        return Ok(std::borrow::Cow::Borrowed(config));
+    }
+    let mut c = config.clone();
+    for m in &mut c.memory_regions {
+        let Some(uuid) = &m.gpu_uuid else { continue };
+        #[cfg(feature = "cuda")]
+        {
+            m.affinity = gpudirect::ordinal_of_uuid(uuid).map_err(|e| match e {
+                gpudirect::GpuError::Unsupported(reason) => crate::memory::MemoryError::NoSuchGpu {
+                    name: m.name.clone(),
+                    reason,
+                },
+                other => crate::memory::MemoryError::NeedsCuda {
+                    name: m.name.clone(),
+                    kind: m.kind.name(),
+                    reason: other.to_string(),
+                },
+            })?;
+        }
+        #[cfg(not(feature = "cuda"))]
+        return Err(crate::memory::MemoryError::NeedsCuda {
+            name: m.name.clone(),
+            kind: m.kind.name(),
+            reason: format!("GPU {uuid}: this build has no CUDA support"),
+        });
+    }
+    Ok(std::borrow::Cow::Owned(c))
 }

@@ -300,15 +300,22 @@ fn hugepage_files_are_cleaned_on_every_path() {
     assert!(last.contains("\"interrupted\":true"), "{last}");
     assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_0", "rtemap_9"]);
 
-    // 4. Init failing after the regions were made (the engine rejects the interface).
+    // 4. Init failing after the regions were made: the socket engine cannot bind its
+    // port (this test holds it).
+    let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
     let bad = cfg_dir.path().join("bad.yaml");
-    let text = HUGE_CFG.replace(
-        "      rx:\n        queues:\n        - {name: rq, id: 0, cpu_core: 1, batch_size: 64, timeout_us: 100, memory_regions: [rxh]}\n",
-        "",
-    ).replace("bench_rx:\n- {interface_name: loop0, queue_id: -1, cpu_core: -1}\n", "");
+    let text = HUGE_CFG
+        .replace("stream_type: raw", "stream_type: socket")
+        .replace("    loopback: \"sw\"\n", "")
+        .replace(
+            "      address: loopback\n",
+            &format!("      address: 127.0.0.1\n      socket_config: {{mode: server, local_addr: \"udp://127.0.0.1:{port}\"}}\n"),
+        );
     fs::write(&bad, text).unwrap();
-    let mut c = run.cmd(&["bench", "raw"]);
+    let mut c = run.cmd(&["capture"]);
     c.arg(&bad)
+        .arg(cfg_dir.path().join("never.pcap"))
         .args(["--seconds", "1"])
         .env("DATAPLANE_LOG", "debug");
     let (out, _, se) = run.output(c);
@@ -317,7 +324,11 @@ fn hugepage_files_are_cleaned_on_every_path() {
         se.contains("backed by"),
         "the region file was made first: {se}"
     );
-    assert!(se.contains("has none"), "{se}");
+    assert!(
+        se.contains(&format!("cannot bind udp://127.0.0.1:{port}")),
+        "{se}"
+    );
+    drop(held);
     assert_eq!(
         files(&env.mount),
         vec!["notes.txt", "rtemap_0", "rtemap_9"],

@@ -169,6 +169,57 @@ fn every_module_has_a_layer_and_imports_only_lower_layers() {
     assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
 }
 
+/// Modules (top-level name, or a file path under `src/`) that may name the configuration
+/// type `Config`: the schema itself, the plan that turns it into decisions, and what sits
+/// above the plan (the running plane, which plans its configuration, and the benches,
+/// which are applications). Everything the plane runs (engines, memory, workers, stages)
+/// is built from the `Plan` alone.
+const CONFIG_ALLOWED: &[&str] = &[
+    "config",
+    "plan",
+    "plane",
+    "bench",
+    // `doctor::check` takes a configuration and plans it, as the plane does; its checks
+    // read the plan.
+    "doctor",
+    // `capture_bench_rx` rewrites a configuration for `dataplane capture` (a public
+    // function: a rewrite, not a reader of the running plane).
+    "capture/mod.rs",
+];
+
+/// True when `code` names the type `Config` (a whole word: `InterfaceConfig` does not).
+fn names_config(code: &str) -> bool {
+    let bytes = code.as_bytes();
+    code.match_indices("Config").any(|(at, _)| {
+        let before = at.checked_sub(1).map(|i| bytes[i]);
+        let after = bytes.get(at + "Config".len()).copied();
+        let word = |c: Option<u8>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_');
+        !word(before) && !word(after)
+    })
+}
+
+#[test]
+fn only_the_plan_and_what_is_above_it_see_the_configuration() {
+    let mut wrong = Vec::new();
+    for (module, files) in module_files() {
+        for (file, text) in files {
+            let allowed = CONFIG_ALLOWED
+                .iter()
+                .any(|a| *a == module || file.starts_with(a));
+            if !allowed && names_config(&code_of(&text)) {
+                wrong.push(file);
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "these name `Config`; build them from the `Plan` instead: {wrong:?}"
+    );
+    assert!(names_config("fn new(config: &Config)"));
+    assert!(names_config("use crate::config::{Config, Direction};"));
+    assert!(!names_config("iface: &InterfaceConfig, c: ConfigError"));
+}
+
 #[test]
 fn unsafe_code_only_where_allowed() {
     let mut wrong = Vec::new();

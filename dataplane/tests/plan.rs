@@ -4,9 +4,9 @@
 
 mod common;
 
-use dataplane::config::{self, Config, Direction, MemoryKind, StageMode};
+use dataplane::config::{self, Config, Direction, EngineKind, MemoryKind, StageMode};
 use dataplane::plan::dpdk::RxReceive;
-use dataplane::plan::{EthSrc, Overflow, Plan, PlanError};
+use dataplane::plan::{EnginePlan, EthSrc, Overflow, Plan, PlanError};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -62,15 +62,101 @@ fn invariants(name: &str, cfg: &Config, plan: &Plan) {
         assert_eq!(r.hugepage_bytes > 0, m.kind == MemoryKind::Huge, "{name}");
         assert!(r.stride >= r.buf_size + r.headroom, "{name}");
     }
-    if let Some(d) = &plan.dpdk {
+    if let Some(d) = plan.dpdk() {
         assert_eq!(d.ports.len(), cfg.interfaces.len(), "{name}");
         assert!(d.eal_args.contains(&"-l".to_owned()), "{name}");
     }
     if plan.capabilities.connections {
-        assert!(plan.queues.is_empty() && !plan.rdma.is_empty(), "{name}");
+        assert!(plan.queues.is_empty() && !plan.rdma().is_empty(), "{name}");
     } else {
         assert_eq!(plan.queues.len(), cfg.queues().count(), "{name}");
     }
+    // The engine's own plan matches the engine and covers every interface.
+    match (&plan.engine_plan, cfg.engine) {
+        (EnginePlan::Loopback(l), EngineKind::Loopback) => {
+            assert_eq!(l.interfaces.len(), cfg.interfaces.len(), "{name}");
+            let tx: usize = l.interfaces.iter().map(|i| i.tx_queues.len()).sum();
+            let planned_tx = plan.queues.iter().filter(|q| q.direction == Direction::Tx);
+            assert_eq!(tx, planned_tx.count(), "{name}");
+        }
+        (EnginePlan::Socket(s), EngineKind::Socket) => {
+            assert_eq!(s.len(), cfg.interfaces.len(), "{name}");
+            for i in s {
+                for q in i.rx.iter().chain(&i.tx) {
+                    let r = &plan.regions[q.region as usize];
+                    assert_ne!(
+                        r.kind,
+                        MemoryKind::Device,
+                        "{name}: sockets read with the CPU"
+                    );
+                }
+            }
+        }
+        (EnginePlan::Dpdk(_), EngineKind::Dpdk) | (EnginePlan::Rdma(_), EngineKind::Rdma) => {}
+        (other, kind) => panic!("{name}: a {kind:?} configuration planned as {other:?}"),
+    }
+}
+
+/// Interfaces naming one address are one loopback port: the TX queues of every name
+/// enter the wires of the one with RX queues, each at its own ingress point.
+#[test]
+fn loopback_interfaces_with_one_address_share_a_port() {
+    let p = shipped("sw_loopback.yaml");
+    let EnginePlan::Loopback(l) = &p.engine_plan else {
+        panic!("{:?}", p.engine_plan)
+    };
+    let i = &l.interfaces[0];
+    assert_eq!((i.port, i.rx_interface, i.first_ingress), (0, 0, 0));
+    assert!(!i.rx_queues.is_empty() && !i.tx_queues.is_empty());
+    // A second name for the same address, with a TX queue of its own and no RX queue.
+    let text = std::fs::read_to_string(root().join("configs/sw_loopback.yaml")).unwrap();
+    let two = text.replacen(
+        "    interfaces:\n",
+        "    interfaces:\n    - {name: alias, address: loopback, tx: {queues: [{name: at, id: 3, cpu_core: 1, batch_size: 64, memory_regions: [tx_buffers]}]}}\n",
+        1,
+    );
+    assert_ne!(two, text);
+    let p = Plan::from_config(&load(&two, "alias").unwrap()).unwrap();
+    let EnginePlan::Loopback(l) = &p.engine_plan else {
+        panic!("{:?}", p.engine_plan)
+    };
+    let (alias, loop0) = (&l.interfaces[0], &l.interfaces[1]);
+    assert_eq!((alias.port, loop0.port), (0, 0), "one port");
+    assert_eq!(
+        (alias.rx_interface, loop0.rx_interface),
+        (1, 1),
+        "loop0 receives"
+    );
+    assert_eq!(alias.tx_queues.len(), 1);
+    assert_eq!((alias.first_ingress, loop0.first_ingress), (0, 1));
+    assert_eq!(alias.ingress_points, 2);
+}
+
+/// The socket engine's checks happen while planning: a receive buffer smaller than the
+/// largest datagram the interface takes is an error before any socket is opened.
+#[test]
+fn socket_interfaces_are_planned_and_checked_before_any_socket() {
+    let p = shipped("socket_udp_bench.yaml");
+    let EnginePlan::Socket(s) = &p.engine_plan else {
+        panic!("{:?}", p.engine_plan)
+    };
+    let server = s.iter().find(|i| i.name == "server").unwrap();
+    assert_eq!(server.local.unwrap().port(), 5701);
+    assert_eq!(server.rx.len(), 1);
+    assert!(server.buffers.0 >= 4 << 20 && server.buffers.0 <= 64 << 20);
+    let text = std::fs::read_to_string(root().join("configs/socket_udp_bench.yaml")).unwrap();
+    let small = text.replace(
+        "local_addr: \"udp://127.0.0.1:5701\"}",
+        "local_addr: \"udp://127.0.0.1:5701\", max_payload_size: 9001}",
+    );
+    assert_ne!(small, text);
+    let e = Plan::from_config(&load(&small, "small").unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("max_payload_size 9001 is above the 9000-byte buffers"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -83,7 +169,7 @@ fn software_loopback() {
     assert_eq!(p.cores[0].core, 1);
     let rx = p.queue(0, Direction::Rx, 0).unwrap();
     assert_eq!((rx.batch, rx.timeout_us, rx.stage), (256, 100, None));
-    assert!(p.hugepages.is_empty() && p.dpdk.is_none() && p.rdma.is_empty());
+    assert!(p.hugepages.is_empty() && p.dpdk().is_none() && p.rdma().is_empty());
 }
 
 #[test]
@@ -110,7 +196,7 @@ fn dpdk_memif_lends_its_region_with_mbuf_headroom() {
     let p = shipped("dpdk_memif_rx.yaml");
     let r = &p.regions[0];
     assert!(r.lent && r.headroom == 128 && r.stride == 2176, "{r:?}");
-    let d = p.dpdk.as_ref().unwrap();
+    let d = p.dpdk().unwrap();
     assert_eq!(d.ports[0].ethdev, "net_memif0");
     assert!(!d.ports[0].pci);
     assert_eq!(d.ports[0].rx[0].receive, RxReceive::Lent { region: 0 });
@@ -122,7 +208,7 @@ fn dpdk_memif_lends_its_region_with_mbuf_headroom() {
 fn dpdk_ring_copies_and_sizes_pools_for_the_ring() {
     let p = shipped("dpdk_ring.yaml");
     assert!(p.regions.iter().all(|r| !r.lent));
-    let d = p.dpdk.as_ref().unwrap();
+    let d = p.dpdk().unwrap();
     let RxReceive::Copy { pool } = &d.ports[0].rx[0].receive else {
         panic!("{:?}", d.ports[0].rx[0]);
     };
@@ -148,7 +234,7 @@ fn dpdk_ring_copies_and_sizes_pools_for_the_ring() {
 fn dpdk_tx_sends_region_buffers_without_copying_unless_told_not_to() {
     use dataplane::plan::dpdk::TxCarry;
     let p = shipped("dpdk_memif_fwd.yaml");
-    let d = p.dpdk.as_ref().unwrap();
+    let d = p.dpdk().unwrap();
     // The lent RX region goes out in its own mbufs; the TX region is attached.
     assert_eq!(d.tx_regions, vec![TxCarry::OwnMbufs, TxCarry::Attached]);
     assert_eq!(d.ports[1].tx[0].attach_pool.data_room, 0);
@@ -158,7 +244,7 @@ fn dpdk_tx_sends_region_buffers_without_copying_unless_told_not_to() {
     let cfg = load(&text, "dpdk_ring.yaml").unwrap();
     let p = Plan::from_config(&cfg).unwrap();
     assert_eq!(
-        p.dpdk.unwrap().tx_regions[0],
+        p.dpdk().unwrap().tx_regions[0],
         TxCarry::Copied {
             because: "zero_copy: false".into()
         }
@@ -210,8 +296,8 @@ fn gpu_loopback_configs_stage_into_the_gpu() {
 fn rdma_loopback_has_a_server_and_a_client_slot() {
     let p = shipped("rdma_loopback.yaml");
     assert!(p.capabilities.connections);
-    let server = p.rdma.iter().find(|i| i.listens()).unwrap();
-    let client = p.rdma.iter().find(|i| !i.listens()).unwrap();
+    let server = p.rdma().iter().find(|i| i.listens()).unwrap();
+    let client = p.rdma().iter().find(|i| !i.listens()).unwrap();
     assert_eq!(server.slots.len(), 1);
     let slot = &server.slots[0];
     assert_eq!(
@@ -287,8 +373,8 @@ fn rdma_staged_config(client_roce: &str, server_roce: &str) -> Result<Plan, Stri
 fn rdma_slots_are_staged_where_the_nic_cannot_reach_their_layout() {
     let p = rdma_staged_config("gpu_memory_path: auto", "min_rnr_timer: 12").unwrap();
     let region = |r: u16| &p.regions[r as usize];
-    let server = &p.rdma.iter().find(|i| i.listens()).unwrap().slots[0];
-    let client = &p.rdma.iter().find(|i| !i.listens()).unwrap().slots[0];
+    let server = &p.rdma().iter().find(|i| i.listens()).unwrap().slots[0];
+    let client = &p.rdma().iter().find(|i| !i.listens()).unwrap().slots[0];
     let names = |l: &[u16]| {
         l.iter()
             .map(|&r| region(r).name.clone())
@@ -333,12 +419,12 @@ fn rdma_slots_are_staged_where_the_nic_cannot_reach_their_layout() {
     );
 
     let p = rdma_staged_config("gpu_memory_path: staged", "min_rnr_timer: 12").unwrap();
-    let client = &p.rdma.iter().find(|i| !i.listens()).unwrap().slots[0];
+    let client = &p.rdma().iter().find(|i| !i.listens()).unwrap().slots[0];
     assert!(client.rx_staging.as_ref().unwrap().always);
     assert!(client.tx_staging.as_ref().unwrap().always);
 
     let p = rdma_staged_config("gpu_memory_path: direct", "min_rnr_timer: 12").unwrap();
-    let client = &p.rdma.iter().find(|i| !i.listens()).unwrap().slots[0];
+    let client = &p.rdma().iter().find(|i| !i.listens()).unwrap().slots[0];
     assert!(client.rx_staging.is_none() && client.tx_staging.is_none());
     assert!(!p.regions.iter().any(|r| r.name.starts_with("client.")));
 
@@ -391,13 +477,13 @@ fn every_other_shipped_config_plans() {
         shipped(&name);
     }
     let p = shipped("dpdk_connectx_template.yaml");
-    let d = p.dpdk.as_ref().unwrap();
+    let d = p.dpdk().unwrap();
     assert!(d.ports.iter().all(|port| port.pci));
     assert!(d.eal_args.contains(&"-a".to_owned()));
     // DGX Spark: one port through its two PCIe functions, each receiving into GPU memory
     // by DMA (lent, not staged).
     let p = shipped("dgx_spark_template.yaml");
-    let d = p.dpdk.as_ref().unwrap();
+    let d = p.dpdk().unwrap();
     assert_eq!(d.ports.len(), 2);
     assert!(d.ports.iter().all(|port| port.pci));
     let allowed: Vec<&String> = d
@@ -477,7 +563,7 @@ dataplane:
         header,
         payload,
         header_bytes,
-    } = &p.dpdk.as_ref().unwrap().ports[0].rx[0].receive
+    } = &p.dpdk().unwrap().ports[0].rx[0].receive
     else {
         panic!("{p:?}");
     };
@@ -650,12 +736,12 @@ fn reference_examples_plan() {
     // GPUDirect on a PCI NIC: the GPU-pinned RX region is lent, with mbuf headroom.
     let spark = get("daqiri_bench_raw_rx_spark_xhost.yaml");
     assert!(spark.regions[0].lent && spark.regions[0].headroom == 128);
-    assert!(spark.dpdk.as_ref().unwrap().ports[0].pci);
+    assert!(spark.dpdk().unwrap().ports[0].pci);
     // The reference's RDMA example: one slot per side, the fixed region names.
     let rdma = get("daqiri_bench_rdma_tx_rx.yaml");
-    assert_eq!(rdma.rdma.len(), 2);
+    assert_eq!(rdma.rdma().len(), 2);
     assert!(
-        rdma.rdma
+        rdma.rdma()
             .iter()
             .any(|i| i.listens() && i.local.port() == 4096)
     );
@@ -693,7 +779,7 @@ fn rdma_servers_carry_their_allowed_peers_in_the_plan() {
         1,
     );
     let p = Plan::from_config(&load(&text, name).unwrap()).unwrap();
-    let server = p.rdma.iter().find(|i| i.listens()).unwrap();
+    let server = p.rdma().iter().find(|i| i.listens()).unwrap();
     let allow = |a: &str| server.allowed_peers.allows(a.parse().unwrap());
     assert!(allow("198.18.0.2") && allow("10.200.1.1"));
     assert!(!allow("198.18.0.3") && !allow("::1"));
@@ -703,6 +789,6 @@ fn rdma_servers_carry_their_allowed_peers_in_the_plan() {
         p.human()
     );
     let open = Plan::from_config(&load(&original, name).unwrap()).unwrap();
-    let server = open.rdma.iter().find(|i| i.listens()).unwrap();
+    let server = open.rdma().iter().find(|i| i.listens()).unwrap();
     assert!(server.allowed_peers.allows("203.0.113.9".parse().unwrap()));
 }

@@ -492,7 +492,7 @@ fn check_side(
     }
     let window = plane
         .plan()
-        .rdma
+        .rdma()
         .iter()
         .find(|i| i.name == stream.interface())
         .and_then(|i| i.slots.get(stream.queue()))

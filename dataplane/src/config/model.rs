@@ -260,7 +260,8 @@ pub enum FaultSelect {
 }
 
 /// Transport of a socket stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Transport {
     /// `udp://`
     Udp,

@@ -11,10 +11,12 @@ use super::fault::FaultInjector;
 use super::wire::{Ingress, WireGrid, WireReceiver};
 use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
 use crate::burst::Burst;
-use crate::config::{Config, Direction};
+use crate::config::Direction;
 use crate::memory::RegionSet;
+use crate::plan::loopback::LoopbackPlan;
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 struct LoopbackInterface {
@@ -37,102 +39,49 @@ pub struct LoopbackEngine {
 }
 
 impl LoopbackEngine {
-    /// Builds the wires of every port; `steering` has one entry per interface.
-    ///
-    /// Interfaces with the same address are one port seen under several names (as two
-    /// interfaces naming one NIC port): frames sent on any of them arrive at the RX
-    /// queues of the one that has RX queues, steered by its rules.
+    /// Builds the wires of every port as `plan` lays them out; `steering` has one entry
+    /// per interface.
     pub fn new(
-        config: &Config,
+        plan: &LoopbackPlan,
         regions: &Arc<RegionSet>,
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
-        let mut slots: Vec<Option<LoopbackInterface>> =
-            (0..config.interfaces.len()).map(|_| None).collect();
-        let mut grouped = vec![false; config.interfaces.len()];
-        for first in 0..config.interfaces.len() {
-            if grouped[first] {
-                continue;
-            }
-            let address = &config.interfaces[first].address;
-            let members: Vec<usize> = (first..config.interfaces.len())
-                .filter(|&i| config.interfaces[i].address == *address)
-                .collect();
-            for &m in &members {
-                grouped[m] = true;
-            }
-            let receiving: Vec<usize> = members
-                .iter()
-                .copied()
-                .filter(|&m| config.interfaces[m].rx.iter().any(|r| !r.queues.is_empty()))
-                .collect();
-            if receiving.len() > 1 {
-                return Err(EngineError::Interface {
-                    interface: config.interfaces[receiving[1]].name.clone(),
-                    reason: format!(
-                        "it names the same address `{address}` as interface `{}`, so both are one port, and only one of them may have RX queues",
-                        config.interfaces[receiving[0]].name
-                    ),
-                });
-            }
-            let rx_port = receiving.first().copied().unwrap_or(first);
-            let rx_iface = &config.interfaces[rx_port];
-            let mut rx_ids: Vec<u16> = rx_iface
-                .rx
-                .iter()
-                .flat_map(|r| &r.queues)
-                .map(|q| q.id)
-                .collect();
-            rx_ids.sort_unstable();
-            let rules = &steering[rx_port];
+        let mut grids: BTreeMap<usize, Arc<WireGrid>> = BTreeMap::new();
+        let mut interfaces = Vec::with_capacity(plan.interfaces.len());
+        for iface in &plan.interfaces {
+            let rules = &steering[iface.rx_interface];
+            // With CUDA, the wire has the GPU copy out the heads of such frames.
             let must_read_headers = rules.rules().trivial_queue().is_none();
-            let mut ingress_points = 0;
-            let mut senders = Vec::new();
-            for &m in &members {
-                let iface = &config.interfaces[m];
-                let tx_queues: Vec<_> = iface.tx.iter().flat_map(|t| &t.queues).collect();
-                if !tx_queues.is_empty() && rx_ids.is_empty() {
-                    return Err(EngineError::Interface {
+            for &(queue, first) in &iface.tx_queues {
+                if !cfg!(feature = "cuda")
+                    && must_read_headers
+                    && first.is_some_and(|r| !regions.get(r).host_accessible())
+                {
+                    return Err(EngineError::Queue {
                         interface: iface.name.clone(),
-                        reason: "the software loopback delivers TX traffic to an RX queue, but the interface (and any other naming its address) has none".into(),
+                        direction: Direction::Tx,
+                        queue,
+                        reason: "software flow steering reads packet headers, but this queue keeps them in GPU memory; put the first segment in host memory".into(),
                     });
                 }
-                for q in &tx_queues {
-                    let first = q.memory_regions.first().and_then(|n| regions.id_of(n));
-                    // With CUDA, the wire has the GPU copy out the heads of such frames.
-                    if !cfg!(feature = "cuda")
-                        && must_read_headers
-                        && first.is_some_and(|r| !regions.get(r).host_accessible())
-                    {
-                        return Err(EngineError::Queue {
-                            interface: iface.name.clone(),
-                            direction: Direction::Tx,
-                            queue: q.id,
-                            reason: "software flow steering reads packet headers, but this queue keeps them in GPU memory; put the first segment in host memory".into(),
-                        });
-                    }
-                }
-                let tx_ids: Vec<u16> = tx_queues.iter().map(|q| q.id).collect();
-                senders.push((m, tx_ids, ingress_points));
-                ingress_points += tx_queues.len();
             }
-            let grid = Arc::new(WireGrid::new(rules, &rx_ids, ingress_points));
-            for (m, tx_ids, first_ingress) in senders {
-                slots[m] = Some(LoopbackInterface {
-                    grid: grid.clone(),
-                    rx_port: rx_port as u16,
-                    faults: config.interfaces[m].faults.clone(),
-                    tx_ids,
-                    first_ingress,
-                });
-            }
+            let grid = grids
+                .entry(iface.port)
+                .or_insert_with(|| {
+                    Arc::new(WireGrid::new(rules, &iface.rx_queues, iface.ingress_points))
+                })
+                .clone();
+            interfaces.push(LoopbackInterface {
+                grid,
+                rx_port: iface.rx_interface as u16,
+                faults: iface.faults.clone(),
+                tx_ids: iface.tx_queues.iter().map(|&(id, _)| id).collect(),
+                first_ingress: iface.first_ingress,
+            });
         }
         Ok(Self {
             regions: regions.clone(),
-            interfaces: slots
-                .into_iter()
-                .map(|s| s.expect("every interface is in a group"))
-                .collect(),
+            interfaces,
         })
     }
 

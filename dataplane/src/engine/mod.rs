@@ -12,9 +12,9 @@ pub mod socket;
 pub mod wire;
 
 use crate::burst::Burst;
-use crate::config::{Config, Direction, EngineKind};
+use crate::config::Direction;
 use crate::memory::RegionSet;
-use crate::plan::Plan;
+use crate::plan::{EnginePlan, Plan};
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
 use std::net::SocketAddr;
@@ -515,30 +515,25 @@ fn queue_label(direction: Direction, queue: Option<u16>) -> String {
     }
 }
 
-/// Creates the engine a configuration asks for.
+/// Creates the engine `plan` asks for, from its engine plan alone.
 pub fn create(
-    config: &Config,
     plan: &Plan,
     regions: &Arc<RegionSet>,
     steering: &[Arc<InterfaceSteering>],
 ) -> Result<Arc<dyn Engine>, EngineError> {
-    match config.engine {
-        EngineKind::Socket => Ok(Arc::new(socket::SocketEngine::new(
-            config, plan, regions, steering,
-        )?)),
-        EngineKind::Loopback => Ok(Arc::new(loopback::LoopbackEngine::new(
-            config, regions, steering,
+    match &plan.engine_plan {
+        EnginePlan::Socket(p) => Ok(Arc::new(socket::SocketEngine::new(p, regions, steering)?)),
+        EnginePlan::Loopback(p) => Ok(Arc::new(loopback::LoopbackEngine::new(
+            p, regions, steering,
         )?)),
         #[cfg(feature = "dpdk")]
-        EngineKind::Dpdk => Ok(Arc::new(dpdk::DpdkEngine::new(
-            config, plan, regions, steering,
-        )?)),
+        EnginePlan::Dpdk(_) => Ok(Arc::new(dpdk::DpdkEngine::new(plan, regions, steering)?)),
         #[cfg(not(feature = "dpdk"))]
-        EngineKind::Dpdk => Err(EngineError::DpdkNotBuilt),
+        EnginePlan::Dpdk(_) => Err(EngineError::DpdkNotBuilt),
         #[cfg(feature = "rdma")]
-        EngineKind::Rdma => Ok(Arc::new(rdma::RdmaEngine::new(plan, regions)?)),
+        EnginePlan::Rdma(_) => Ok(Arc::new(rdma::RdmaEngine::new(plan, regions)?)),
         #[cfg(not(feature = "rdma"))]
-        EngineKind::Rdma => Err(EngineError::RdmaNotBuilt),
-        other => Err(EngineError::Unavailable(other.name())),
+        EnginePlan::Rdma(_) => Err(EngineError::RdmaNotBuilt),
+        EnginePlan::Unavailable => Err(EngineError::Unavailable(plan.engine.name())),
     }
 }

@@ -528,7 +528,7 @@ impl RdmaEngine {
     /// Listens on every server interface of `plan` and starts the connection manager.
     pub fn new(plan: &Plan, regions: &Arc<RegionSet>) -> Result<Self, EngineError> {
         let interfaces: Vec<RdmaInterface> = plan
-            .rdma
+            .rdma()
             .iter()
             .map(|i| RdmaInterface {
                 index: i.interface,

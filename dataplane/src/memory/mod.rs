@@ -8,6 +8,7 @@ use crate::config::{MemoryKind, MemoryRegionConfig};
 use crate::descriptor::Packet;
 pub use crate::descriptor::RegionId;
 use crate::hugepages;
+use crate::plan::RegionPlan;
 use crossbeam_queue::ArrayQueue;
 use pool::{BufferPool, PoolOrder};
 use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
@@ -91,41 +92,6 @@ pub enum MemoryError {
     },
 }
 
-/// `config` with every region that names its GPU by UUID (`affinity: GPU-…`) given that
-/// GPU's ordinal; an unknown UUID fails with the GPUs present.
-pub fn resolve_gpu_uuids(
-    config: &crate::config::Config,
-) -> Result<std::borrow::Cow<'_, crate::config::Config>, MemoryError> {
-    if config.memory_regions.iter().all(|m| m.gpu_uuid.is_none()) {
-        return Ok(std::borrow::Cow::Borrowed(config));
-    }
-    let mut c = config.clone();
-    for m in &mut c.memory_regions {
-        let Some(uuid) = &m.gpu_uuid else { continue };
-        #[cfg(feature = "cuda")]
-        {
-            m.affinity = gpudirect::ordinal_of_uuid(uuid).map_err(|e| match e {
-                gpudirect::GpuError::Unsupported(reason) => MemoryError::NoSuchGpu {
-                    name: m.name.clone(),
-                    reason,
-                },
-                other => MemoryError::NeedsCuda {
-                    name: m.name.clone(),
-                    kind: m.kind.name(),
-                    reason: other.to_string(),
-                },
-            })?;
-        }
-        #[cfg(not(feature = "cuda"))]
-        return Err(MemoryError::NeedsCuda {
-            name: m.name.clone(),
-            kind: m.kind.name(),
-            reason: format!("GPU {uuid}: this build has no CUDA support"),
-        });
-    }
-    Ok(std::borrow::Cow::Owned(c))
-}
-
 enum Backing {
     Mapped {
         ptr: NonNull<u8>,
@@ -183,7 +149,36 @@ impl Region {
         index: usize,
         headroom: usize,
     ) -> Result<Self, MemoryError> {
-        let stride = crate::plan::buffer_stride(cfg.kind, headroom, cfg.buf_size);
+        Self::allocate_planned(
+            &RegionPlan {
+                name: cfg.name.clone(),
+                kind: cfg.kind,
+                affinity: cfg.affinity,
+                gpu_uuid: cfg.gpu_uuid.clone(),
+                num_bufs: cfg.num_bufs,
+                buf_size: cfg.buf_size,
+                headroom,
+                stride: crate::plan::buffer_stride(cfg.kind, headroom, cfg.buf_size),
+                lent: false,
+                not_lent_because: None,
+                hugepage_bytes: 0,
+            },
+            index,
+        )
+    }
+
+    /// Allocates a region as planned: its buffers `cfg.stride` bytes apart with
+    /// `cfg.headroom` bytes in front of each; `index` (its position in the plan) names its
+    /// huge-page file.
+    pub fn allocate_planned(cfg: &RegionPlan, index: usize) -> Result<Self, MemoryError> {
+        let (stride, headroom) = (cfg.stride, cfg.headroom);
+        if stride < cfg.buf_size.saturating_add(headroom) {
+            return Err(MemoryError::TooLarge {
+                name: cfg.name.clone(),
+                num_bufs: cfg.num_bufs,
+                buf_size: cfg.buf_size,
+            });
+        }
         let too_large = || MemoryError::TooLarge {
             name: cfg.name.clone(),
             num_bufs: cfg.num_bufs,
@@ -390,7 +385,7 @@ impl Drop for Region {
 }
 
 /// Huge pages from a file in a hugetlbfs mount when one is usable, else anonymous.
-fn map_huge(cfg: &MemoryRegionConfig, bytes: usize, index: usize) -> Result<Backing, MemoryError> {
+fn map_huge(cfg: &RegionPlan, bytes: usize, index: usize) -> Result<Backing, MemoryError> {
     let page = hugepages::default_page_size() as usize;
     let mount = hugepages::mount_for(page as u64).map_err(|reason| MemoryError::Map {
         name: cfg.name.clone(),
@@ -423,7 +418,7 @@ fn map_huge(cfg: &MemoryRegionConfig, bytes: usize, index: usize) -> Result<Back
     }
 }
 
-fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backing, MemoryError> {
+fn map_pages(cfg: &RegionPlan, bytes: usize, huge: bool) -> Result<Backing, MemoryError> {
     let huge_page = hugepages::default_page_size() as usize;
     let len = if huge {
         bytes.next_multiple_of(huge_page)
@@ -472,7 +467,7 @@ fn map_pages(cfg: &MemoryRegionConfig, bytes: usize, huge: bool) -> Result<Backi
 }
 
 /// The error for a huge region that did not get its pages, with the pool's numbers.
-fn no_huge_pages(cfg: &MemoryRegionConfig, pages_needed: usize, page_size: u64) -> MemoryError {
+fn no_huge_pages(cfg: &RegionPlan, pages_needed: usize, page_size: u64) -> MemoryError {
     let (free, total) = hugepages::available_and_total(page_size);
     let (free, total) = (free as usize, total as usize);
     MemoryError::NoHugePages {
@@ -484,7 +479,7 @@ fn no_huge_pages(cfg: &MemoryRegionConfig, pages_needed: usize, page_size: u64) 
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_backing(cfg: &MemoryRegionConfig, bytes: usize) -> Result<Backing, MemoryError> {
+fn cuda_backing(cfg: &RegionPlan, bytes: usize) -> Result<Backing, MemoryError> {
     let needs = |e: gpudirect::GpuError| match e {
         gpudirect::GpuError::NoSuchDevice { .. } => MemoryError::NoSuchGpu {
             name: cfg.name.clone(),
@@ -508,7 +503,7 @@ fn cuda_backing(cfg: &MemoryRegionConfig, bytes: usize) -> Result<Backing, Memor
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_backing(cfg: &MemoryRegionConfig, _bytes: usize) -> Result<Backing, MemoryError> {
+fn cuda_backing(cfg: &RegionPlan, _bytes: usize) -> Result<Backing, MemoryError> {
     Err(MemoryError::NeedsCuda {
         name: cfg.name.clone(),
         kind: cfg.kind.name(),
@@ -543,6 +538,21 @@ impl RegionSet {
     /// Allocates every region of the configuration; on failure nothing stays allocated.
     pub fn allocate(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
         Self::allocate_with_headroom(cfgs, &[])
+    }
+
+    /// Allocates every region of a plan, in its order (index = [`RegionId`]), with the
+    /// plan's headroom and stride.
+    pub fn from_plan(regions: &[RegionPlan]) -> Result<Self, MemoryError> {
+        let regions = regions
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Region::allocate_planned(r, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            regions,
+            spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
+            spare_large: ArrayQueue::new(SPARE_LARGE_VECS),
+        })
     }
 
     /// As [`RegionSet::allocate`], with `headroom[i]` bytes in front of each buffer of

@@ -143,10 +143,14 @@ pub(super) fn tx_carry(config: &Config, lending: &[(bool, Option<String>)]) -> V
 }
 
 /// One DPDK port.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct PortPlan {
     /// Interface index.
     pub interface: usize,
+    /// Interface name.
+    pub name: String,
+    /// The interface's `address` (vdev string or PCI address).
+    pub address: String,
     /// The ethdev name (vdev name or PCI address).
     pub ethdev: String,
     /// A PCI device (else a virtual device).
@@ -155,10 +159,41 @@ pub struct PortPlan {
     pub rx: Vec<RxQueuePlan>,
     /// TX queues in configuration order.
     pub tx: Vec<TxQueuePlan>,
+    /// The flow rules the port installs on the device (or steers in software when the
+    /// device refuses them).
+    pub flows: PortFlows,
+    /// RX `hardware_timestamps`: device timestamps where the driver offers them.
+    pub rx_timestamps: bool,
+    /// TX `accurate_send`: the device sends on time where the driver offers it.
+    pub accurate_send: bool,
+}
+
+/// A port's RX flow rules as the interface gives them, with the queue ids the plan maps to
+/// device queues. The engine encodes them as rte_flow rules (the encoding needs DPDK's own
+/// constants, so it happens there, from this alone).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PortFlows {
+    /// `rx.flows`, in priority order.
+    #[serde(skip)]
+    pub flows: Vec<crate::config::FlowConfig>,
+    /// `rx.flow_isolation`: only matched packets reach the port's queues.
+    pub isolation: bool,
+    /// `rx.exception_queue`: where unmatched packets go under isolation.
+    pub exception_queue: Option<u16>,
+    /// `rx.dynamic_flow_capacity`: priorities kept free above the exception rule for
+    /// flows added at run time.
+    pub dynamic_flow_capacity: u32,
+}
+
+impl PortFlows {
+    /// True when the port has rules to install.
+    pub fn any(&self) -> bool {
+        !self.flows.is_empty() || self.isolation
+    }
 }
 
 /// The DPDK engine's part of a plan.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct DpdkPlan {
     /// EAL arguments from the configuration. At start the engine adds what only the
     /// running process knows: `--file-prefix` (its own), `--huge-dir` (the hugetlbfs mount
@@ -364,10 +399,23 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
     for (index, iface) in config.interfaces.iter().enumerate() {
         let mut port = PortPlan {
             interface: index,
+            name: iface.name.clone(),
+            address: iface.address.clone(),
             ethdev: port_name(&iface.address).to_owned(),
             pci: is_pci_address(&iface.address),
             rx: Vec::new(),
             tx: Vec::new(),
+            flows: iface
+                .rx
+                .as_ref()
+                .map_or_else(PortFlows::default, |r| PortFlows {
+                    flows: r.flows.clone(),
+                    isolation: r.flow_isolation,
+                    exception_queue: r.exception_queue,
+                    dynamic_flow_capacity: r.dynamic_flow_capacity,
+                }),
+            rx_timestamps: iface.rx.as_ref().is_some_and(|r| r.timestamps),
+            accurate_send: iface.tx.as_ref().is_some_and(|t| t.accurate_send),
         };
         for (i, q) in iface.rx.iter().flat_map(|r| &r.queues).enumerate() {
             let lent = match q.memory_regions.as_slice() {

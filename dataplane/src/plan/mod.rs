@@ -10,7 +10,9 @@
 
 pub mod capabilities;
 pub mod dpdk;
+pub mod loopback;
 pub mod rdma;
+pub mod socket;
 pub mod staging;
 
 pub use capabilities::{Capabilities, Overflow};
@@ -89,6 +91,9 @@ pub struct RegionPlan {
     pub kind: MemoryKind,
     /// NUMA node, or GPU ordinal for GPU kinds.
     pub affinity: u32,
+    /// The GPU's UUID when the configuration names it so (`affinity: GPU-…`; resolved to
+    /// `affinity` when the plane starts).
+    pub gpu_uuid: Option<String>,
     /// Buffers.
     pub num_bufs: usize,
     /// Bytes per buffer the application sees.
@@ -273,10 +278,26 @@ pub struct Plan {
     pub cores: Vec<CorePlan>,
     /// Huge pages the regions and the engine map.
     pub hugepages: HugepageNeed,
+    /// What the engine builds: everything it needs, decided here.
+    pub engine_plan: EnginePlan,
+}
+
+/// The engine's own plan, one variant per engine. An engine is built from its variant
+/// alone; none of them sees the configuration.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnginePlan {
+    /// The software loopback's ports and wires.
+    Loopback(loopback::LoopbackPlan),
+    /// Kernel sockets, per interface.
+    Socket(Vec<socket::SocketInterfacePlan>),
     /// The DPDK engine's ports, pools and EAL arguments.
-    pub dpdk: Option<dpdk::DpdkPlan>,
+    Dpdk(dpdk::DpdkPlan),
     /// The RDMA engine's interfaces and connection slots.
-    pub rdma: Vec<rdma::InterfacePlan>,
+    Rdma(Vec<rdma::InterfacePlan>),
+    /// An engine kind with nothing to plan here (it is not available; starting it says
+    /// why).
+    Unavailable,
 }
 
 impl Plan {
@@ -304,6 +325,7 @@ impl Plan {
                     name: m.name.clone(),
                     kind: m.kind,
                     affinity: m.affinity,
+                    gpu_uuid: m.gpu_uuid.clone(),
                     num_bufs: m.num_bufs,
                     buf_size: m.buf_size,
                     headroom,
@@ -321,7 +343,7 @@ impl Plan {
         let dpdk = (config.engine == EngineKind::Dpdk)
             .then(|| dpdk::plan(config, &regions))
             .transpose()?;
-        let rdma = if capabilities.connections {
+        let rdma = if config.engine == EngineKind::Rdma {
             // A connection's stage, where it has one, runs on the connection's worker.
             if let Some((i, _, q)) = config
                 .queues()
@@ -383,6 +405,13 @@ impl Plan {
                 d.eal_memory_bytes,
             ));
         }
+        let engine_plan = match (config.engine, dpdk) {
+            (EngineKind::Loopback, _) => EnginePlan::Loopback(loopback::plan(config, &queues)?),
+            (EngineKind::Socket, _) => EnginePlan::Socket(socket::plan(config, &regions, &queues)?),
+            (EngineKind::Dpdk, Some(d)) => EnginePlan::Dpdk(d),
+            (EngineKind::Rdma, _) => EnginePlan::Rdma(rdma),
+            _ => EnginePlan::Unavailable,
+        };
         Ok(Self {
             engine: config.engine,
             capabilities,
@@ -391,9 +420,24 @@ impl Plan {
             queues,
             cores,
             hugepages,
-            dpdk,
-            rdma,
+            engine_plan,
         })
+    }
+
+    /// The DPDK engine's plan, when the engine is DPDK.
+    pub fn dpdk(&self) -> Option<&dpdk::DpdkPlan> {
+        match &self.engine_plan {
+            EnginePlan::Dpdk(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The RDMA engine's interfaces (none for other engines).
+    pub fn rdma(&self) -> &[rdma::InterfacePlan] {
+        match &self.engine_plan {
+            EnginePlan::Rdma(r) => r,
+            _ => &[],
+        }
     }
 
     /// Regions lent to the engine, by name.
@@ -550,7 +594,7 @@ impl Plan {
                 let _ = writeln!(s, "  {name}: {bytes} bytes on node {node}");
             }
         }
-        if let Some(d) = &self.dpdk {
+        if let Some(d) = self.dpdk() {
             let _ = writeln!(
                 s,
                 "dpdk: EAL {} (memory {} MiB; at start: --file-prefix, --huge-dir, $DATAPLANE_EAL_ARGS)",
@@ -613,7 +657,40 @@ impl Plan {
                 let _ = writeln!(s, "    {}: {how}", r.name);
             }
         }
-        for i in &self.rdma {
+        match &self.engine_plan {
+            EnginePlan::Loopback(l) => {
+                for i in &l.interfaces {
+                    let _ = writeln!(
+                        s,
+                        "loopback {}: port of `{}`, frames reach RX queues {:?} of `{}`, {} TX queue(s) from ingress {}",
+                        i.name,
+                        l.interfaces[i.port].name,
+                        i.rx_queues,
+                        l.interfaces[i.rx_interface].name,
+                        i.tx_queues.len(),
+                        i.first_ingress
+                    );
+                }
+            }
+            EnginePlan::Socket(sockets) => {
+                for i in sockets {
+                    let _ = writeln!(
+                        s,
+                        "socket {} ({:?} {:?}, local {}, remote {}): socket buffers {} / {} KiB, peers: {}",
+                        i.name,
+                        i.transport,
+                        i.mode,
+                        i.local.map_or("-".into(), |a| a.to_string()),
+                        i.remote.map_or("-".into(), |a| a.to_string()),
+                        i.buffers.0 / 1024,
+                        i.buffers.1 / 1024,
+                        i.peers
+                    );
+                }
+            }
+            _ => {}
+        }
+        for i in self.rdma() {
             let _ = writeln!(
                 s,
                 "rdma {} ({:?} on {}, retry every {} s, peers: {}):",

@@ -4,7 +4,8 @@
 //! [`install`] validates every rule with the device before it creates any, and
 //! [`InstalledFlows`] destroys them in creation order.
 
-use crate::config::{FlowConfig, FlowTransform, RxConfig, TunnelKind};
+use crate::config::{FlowConfig, FlowTransform, TunnelKind};
+use crate::plan::dpdk::PortFlows;
 use dpdk_sys as sys;
 use std::mem::size_of;
 
@@ -91,11 +92,12 @@ pub struct Rule {
     pub actions: Vec<Action>,
 }
 
-/// Translates `rx.flows` (plus the exception queue under isolation) to rte_flow rules.
+/// Translates a port's planned flows (plus the exception queue under isolation) to
+/// rte_flow rules.
 /// `hw_queue` maps a queue id to the device's queue index; `mark` adds a MARK action
 /// carrying the flow id. Errors name the flow and the part that has no rte_flow form.
 pub fn translate(
-    rx: &RxConfig,
+    rx: &PortFlows,
     hw_queue: &dyn Fn(u16) -> Option<u16>,
     mark: bool,
 ) -> Result<Vec<Rule>, FlowError> {
@@ -103,7 +105,7 @@ pub fn translate(
     for (i, flow) in rx.flows.iter().enumerate() {
         rules.push(translate_flow(flow, i as u32, hw_queue, mark)?);
     }
-    if rx.flow_isolation
+    if rx.isolation
         && let Some(q) = rx.exception_queue
     {
         // Below the static rules and the places reserved for flows added at run time.
@@ -584,7 +586,7 @@ pub fn install(port_id: u16, rules: &[Rule]) -> Result<InstalledFlows, FlowError
 mod tests {
     use super::*;
 
-    fn rx(flows_yaml: &str) -> RxConfig {
+    fn rx(flows_yaml: &str) -> PortFlows {
         let text = format!(
             r#"
 dataplane:
@@ -611,7 +613,13 @@ dataplane:
         let cfg = crate::config::load_with(&text, "t", &|_| true)
             .unwrap()
             .config;
-        cfg.interfaces[0].rx.clone().unwrap()
+        let rx = cfg.interfaces[0].rx.clone().unwrap();
+        PortFlows {
+            flows: rx.flows,
+            isolation: rx.flow_isolation,
+            exception_queue: rx.exception_queue,
+            dynamic_flow_capacity: rx.dynamic_flow_capacity,
+        }
     }
 
     fn hw(q: u16) -> Option<u16> {

@@ -32,7 +32,7 @@ pub use flow::FlowError;
 pub use mempool::PoolError;
 
 use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
-use crate::config::{Config, Direction};
+use crate::config::Direction;
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
 use crate::stats::QueueCounters;
@@ -58,24 +58,23 @@ pub struct DpdkEngine {
 }
 
 impl DpdkEngine {
-    /// Starts EAL and every port of `config` as `plan` says.
+    /// Starts EAL and every port as `plan` says.
     pub fn new(
-        config: &Config,
         plan: &Plan,
         regions: &Arc<RegionSet>,
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
-        let dpdk = plan.dpdk.as_ref().ok_or(EngineError::Unavailable("dpdk"))?;
+        let dpdk = plan.dpdk().ok_or(EngineError::Unavailable("dpdk"))?;
         // The reference's examples may name one NIC port in two interfaces (one for TX,
         // one for RX); here each interface configures its own port, and a port is
         // configured once. Refused before EAL starts.
         for (i, p) in dpdk.ports.iter().enumerate() {
             if let Some(first) = dpdk.ports[..i].iter().find(|o| o.ethdev == p.ethdev) {
                 return Err(EngineError::Interface {
-                    interface: config.interfaces[p.interface].name.clone(),
+                    interface: p.name.clone(),
                     reason: format!(
                         "not supported: it names the same DPDK port `{}` as interface `{}`; on DPDK put both directions in one interface (its tx and rx sections)",
-                        p.ethdev, config.interfaces[first.interface].name
+                        p.ethdev, first.name
                     ),
                 });
             }
@@ -83,12 +82,12 @@ impl DpdkEngine {
         let eal = Eal::init(eal_args(dpdk, !plan.hugepages.regions.is_empty())?)?;
         // Declared after `eal`, so on failure the ports made so far drop first.
         let mut ports = Vec::new();
-        for (iface, planned) in config.interfaces.iter().zip(&dpdk.ports) {
-            let port = Port::open(iface, planned, regions, &steering[planned.interface])?;
+        for planned in &dpdk.ports {
+            let port = Port::open(planned, regions, &steering[planned.interface])?;
             tracing::info!(
                 "DPDK port {} ready for `{}` (steering: {}; pools: {})",
                 port.id.0,
-                iface.name,
+                planned.name,
                 port.steering_name(),
                 port.pool_names().join(", ")
             );
@@ -105,7 +104,8 @@ impl DpdkEngine {
                 ((q.interface as u16, q.id), segs)
             })
             .collect();
-        let tx_carriers = Arc::new(tx_carriers(config, dpdk, regions, &ports, &rx_segments));
+        let sends = plan.queues.iter().any(|q| q.direction == Direction::Tx);
+        let tx_carriers = Arc::new(tx_carriers(sends, dpdk, regions, &ports, &rx_segments));
         Ok(Self {
             regions: regions.clone(),
             ports,
@@ -133,14 +133,13 @@ impl DpdkEngine {
 /// registered (and DMA-mapped for every PCI port); a region that cannot be is copied, with
 /// a warning that says why.
 fn tx_carriers(
-    config: &Config,
+    sends: bool,
     dpdk: &crate::plan::dpdk::DpdkPlan,
     regions: &Arc<RegionSet>,
     ports: &[Port],
     rx_segments: &BTreeMap<(u16, u16), Vec<RegionId>>,
 ) -> Vec<TxCarrier> {
     use crate::plan::dpdk::TxCarry;
-    let sends = config.queues().any(|(_, dir, _)| dir == Direction::Tx);
     let devices: Vec<_> = ports.iter().filter_map(|p| p.pci_device).collect();
     // SAFETY: reads a constant.
     let default_headroom = usize::from(unsafe { sys::shim_mbuf_headroom });
@@ -462,8 +461,8 @@ dataplane:
             );
             let rx = cfg.interfaces[0].rx.clone().unwrap();
             let rules = Arc::new(InterfaceSteering::new(0, "ring", &rx, false));
-            let dpdk = plan.dpdk.as_ref().unwrap();
-            let port = Port::open(&cfg.interfaces[0], &dpdk.ports[0], &regions, &rules);
+            let dpdk = plan.dpdk().unwrap();
+            let port = Port::open(&dpdk.ports[0], &regions, &rules);
             (port, regions)
         };
         let heap = heap_bytes();

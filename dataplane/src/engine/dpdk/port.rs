@@ -7,7 +7,7 @@ use super::error::{DpdkError, c_text};
 use super::extmem::{Device, ExternalMemory, lend_region};
 use super::flow;
 use super::mempool::{LentPool, Mempool, PoolPtr};
-use crate::config::{Direction, InterfaceConfig, QueueConfig, RxConfig};
+use crate::config::Direction;
 use crate::engine::EngineError;
 use crate::engine::wire::WireGrid;
 use crate::memory::RegionSet;
@@ -238,26 +238,25 @@ impl Port {
         self.tx.iter().find(|q| q.queue == queue)
     }
 
-    /// Brings up the port of interface `iface` as `planned`. Regions of `regions` the plan
+    /// Brings up the port of an interface as `planned`. Regions of `regions` the plan
     /// lends become the RX queues' pools. On failure, everything made so far is released
     /// before the error returns.
     pub fn open(
-        iface: &InterfaceConfig,
         planned: &PortPlan,
         regions: &RegionSet,
         rules: &Arc<InterfaceSteering>,
     ) -> Result<Self, EngineError> {
         let index = planned.interface;
         let device_err = |source: DpdkError| EngineError::Device {
-            interface: iface.name.clone(),
-            address: iface.address.clone(),
+            interface: planned.name.clone(),
+            address: planned.address.clone(),
             source,
         };
         let no_port = || EngineError::Interface {
-            interface: iface.name.clone(),
+            interface: planned.name.clone(),
             reason: format!(
                 "no DPDK port `{}` (address `{}`): check the PCI address or vdev string and that its driver is installed",
-                planned.ethdev, iface.address
+                planned.ethdev, planned.address
             ),
         };
         let name = CString::new(planned.ethdev.as_str()).map_err(|_| no_port())?;
@@ -274,22 +273,29 @@ impl Port {
         .map_err(device_err)?;
         // SAFETY: the PMD's static driver name, or null.
         let driver = unsafe { c_text(info.driver_name, "unknown driver") };
-        let rx: Vec<&QueueConfig> = iface.rx.iter().flat_map(|r| &r.queues).collect();
-        let tx: Vec<&QueueConfig> = iface.tx.iter().flat_map(|t| &t.queues).collect();
-        let rx_config = iface.rx.clone().unwrap_or_else(RxConfig::empty);
-        let hw_queue = |q: u16| rx.iter().position(|x| x.id == q).map(|i| i as u16);
+        // Queue ids in configuration order.
+        let rx: Vec<u16> = planned.rx.iter().map(|q| q.queue).collect();
+        let tx: Vec<u16> = planned.tx.iter().map(|q| q.queue).collect();
+        let flows = &planned.flows;
+        let hw_queue = |q: u16| {
+            planned
+                .rx
+                .iter()
+                .find(|x| x.queue == q)
+                .map(|x| x.device_queue)
+        };
 
         // Flow rules: translate now; isolation must be asked for before configuration.
         let mut fallback: Option<flow::FlowError> = None;
         let mut flow_plan = None;
-        if has_rules(&rx_config) {
-            match flow::translate(&rx_config, &hw_queue, true) {
+        if flows.any() {
+            match flow::translate(flows, &hw_queue, true) {
                 Ok(rules) => flow_plan = Some(rules),
                 Err(e) => fallback = Some(e),
             }
         }
         let mut isolated = false;
-        if flow_plan.is_some() && rx_config.flow_isolation {
+        if flow_plan.is_some() && flows.isolation {
             match flow_isolate(id, true) {
                 Ok(()) => isolated = true,
                 Err(e) => {
@@ -327,10 +333,8 @@ impl Port {
                 sys::shim_tx_offload_send_on_timestamp,
             )
         };
-        let device_rx_time =
-            iface.rx.as_ref().is_some_and(|r| r.timestamps) && info.rx_offload_capa & rx_stamp != 0;
-        let device_tx_time = iface.tx.as_ref().is_some_and(|t| t.accurate_send)
-            && info.tx_offload_capa & tx_stamp != 0;
+        let device_rx_time = planned.rx_timestamps && info.rx_offload_capa & rx_stamp != 0;
+        let device_tx_time = planned.accurate_send && info.tx_offload_capa & tx_stamp != 0;
         if device_rx_time {
             conf.rxmode.offloads |= rx_stamp;
         }
@@ -347,7 +351,7 @@ impl Port {
         let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
         let mut port = Port {
             id: PortId(id),
-            interface: iface.name.clone(),
+            interface: planned.name.clone(),
             steering: PortSteering::Device {
                 flows: Arc::new(Mutex::new(flow::InstalledFlows::none(id))),
             },
@@ -364,7 +368,7 @@ impl Port {
             pools: Vec::new(),
             memory: Vec::new(),
         };
-        let pool_for = |q: &QueueConfig,
+        let pool_for = |queue: u16,
                         direction: Direction,
                         seg: usize,
                         size: &PoolSize|
@@ -372,36 +376,36 @@ impl Port {
             if size.mbufs > size.configured {
                 tracing::warn!(
                     "interface `{}` {} queue {}: {} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {}",
-                    iface.name,
+                    planned.name,
                     direction.name(),
-                    q.id,
+                    queue,
                     size.configured,
                     size.mbufs
                 );
             }
             // The plan keeps DPDK queues' buffers inside an mbuf's 16-bit data room.
             let room = u16::try_from(size.data_room).map_err(|_| EngineError::Queue {
-                interface: iface.name.clone(),
+                interface: planned.name.clone(),
                 direction,
-                queue: q.id,
+                queue,
                 reason: format!("a {}-byte buffer does not fit an mbuf", size.data_room),
             })?;
             Mempool::pktmbuf(
-                format!("dp{index}{}{}s{seg}", direction.name(), q.id),
+                format!("dp{index}{}{}s{seg}", direction.name(), queue),
                 size.mbufs,
                 256,
                 room,
                 socket,
             )
             .map_err(|source| EngineError::Pool {
-                interface: iface.name.clone(),
+                interface: planned.name.clone(),
                 direction,
-                queue: Some(q.id),
+                queue: Some(queue),
                 source,
             })
         };
         let device = (planned.pci).then_some(Device(info.device));
-        for (q, planned_rx) in rx.iter().zip(&planned.rx) {
+        for (&q, planned_rx) in rx.iter().zip(&planned.rx) {
             let i = planned_rx.device_queue;
             let mut rxconf = info.default_rxconf;
             let mut split = Vec::new();
@@ -413,17 +417,17 @@ impl Port {
                         *region,
                         device,
                         socket,
-                        format!("dp{index}rx{}z", q.id),
+                        format!("dp{index}rx{}z", q),
                     )
                     .map_err(|source| EngineError::Lend {
-                        interface: iface.name.clone(),
-                        queue: q.id,
+                        interface: planned.name.clone(),
+                        queue: q,
                         source,
                     })?;
                     tracing::info!(
                         "interface `{}` RX queue {}: receives into region `{}` without copying",
-                        iface.name,
-                        q.id,
+                        planned.name,
+                        q,
                         regions.get(*region).name()
                     );
                     let ptr = made.pool.ptr();
@@ -447,9 +451,9 @@ impl Port {
                     let offload = unsafe { sys::shim_rx_offload_buffer_split };
                     if info.rx_offload_capa & offload == 0 {
                         return Err(EngineError::Queue {
-                            interface: iface.name.clone(),
+                            interface: planned.name.clone(),
                             direction: Direction::Rx,
-                            queue: q.id,
+                            queue: q,
                             reason: format!(
                                 "header-data split (two memory regions) is not supported by this device ({driver} has no buffer split offload); give the queue one memory region"
                             ),
@@ -494,7 +498,7 @@ impl Port {
             })
             .map_err(device_err)?;
             port.rx.push(RxSetup {
-                queue: q.id,
+                queue: q,
                 index: QueueIndex(i),
                 lent,
             });
@@ -510,7 +514,7 @@ impl Port {
                 socket,
             )
             .map_err(|source| EngineError::Pool {
-                interface: iface.name.clone(),
+                interface: planned.name.clone(),
                 direction: Direction::Rx,
                 queue: None,
                 source,
@@ -532,29 +536,29 @@ impl Port {
         }
         // Configured TX queues, then idle ones up to the device's count (net_tap).
         for i in 0..hw_tx {
-            let pool = match (tx.get(i), planned.tx.get(i)) {
+            let pool = match (tx.get(i).copied(), planned.tx.get(i)) {
                 (Some(q), Some(t)) => {
                     let pool = pool_for(q, Direction::Tx, 0, &t.pool)?;
                     let ptr = pool.ptr();
                     port.pools.push(pool);
                     // Direct mbufs of no data room: their buffers are attached region ones.
                     let attach = Mempool::pktmbuf(
-                        format!("dp{index}txa{}", q.id),
+                        format!("dp{index}txa{}", q),
                         t.attach_pool.mbufs,
                         256,
                         0,
                         socket,
                     )
                     .map_err(|source| EngineError::Pool {
-                        interface: iface.name.clone(),
+                        interface: planned.name.clone(),
                         direction: Direction::Tx,
-                        queue: Some(q.id),
+                        queue: Some(q),
                         source,
                     })?;
                     let attach_ptr = attach.ptr();
                     port.pools.push(attach);
                     let room = t.pool.data_room.saturating_sub(dpdk_plan::HEADROOM);
-                    Some((q.id, ptr, room, attach_ptr))
+                    Some((q, ptr, room, attach_ptr))
                 }
                 _ => None,
             };
@@ -588,7 +592,7 @@ impl Port {
                 Ok(t) => {
                     tracing::info!(
                         "interface `{}`: {} device clock at {:.3} MHz",
-                        iface.name,
+                        planned.name,
                         if tx {
                             "send-on-timestamp (accurate_send) by the"
                         } else {
@@ -604,7 +608,7 @@ impl Port {
                 }
                 Err(e) => tracing::warn!(
                     "interface `{}`: the device offers {} but {e}; done in software instead",
-                    iface.name,
+                    planned.name,
                     if tx {
                         "send-on-timestamp"
                     } else {
@@ -627,13 +631,12 @@ impl Port {
                 Err(with_marks) => {
                     // Some PMDs place packets but cannot tag them: keep the placement and
                     // find flow ids from the headers.
-                    let plain =
-                        flow::translate(&rx_config, &hw_queue, false).map_err(|source| {
-                            EngineError::Flow {
-                                interface: iface.name.clone(),
-                                source,
-                            }
-                        })?;
+                    let plain = flow::translate(flows, &hw_queue, false).map_err(|source| {
+                        EngineError::Flow {
+                            interface: planned.name.clone(),
+                            source,
+                        }
+                    })?;
                     match flow::install(id, &plain) {
                         Ok(flows) => PortSteering::RteFlow {
                             flows: Arc::new(Mutex::new(flows)),
@@ -652,16 +655,16 @@ impl Port {
                 // Software steering needs every packet: leave isolation again.
                 port.device.stop();
                 flow_isolate(id, false).map_err(|source| EngineError::Flow {
-                    interface: iface.name.clone(),
+                    interface: planned.name.clone(),
                     source,
                 })?;
                 port.device.start().map_err(device_err)?;
             }
         }
         if let Some(reason) = fallback {
-            if let Some(f) = rx_config.flows.iter().find(|f| !f.transforms.is_empty()) {
+            if let Some(f) = flows.flows.iter().find(|f| !f.transforms.is_empty()) {
                 return Err(EngineError::Interface {
-                    interface: iface.name.clone(),
+                    interface: planned.name.clone(),
                     reason: format!(
                         "the device cannot take the flow rules ({reason}), and flow `{}` needs header transforms: not supported in software steering",
                         f.name
@@ -670,14 +673,14 @@ impl Port {
             }
             tracing::warn!(
                 "interface `{}`: flow rules steered in software ({reason})",
-                iface.name
+                planned.name
             );
-            let ids: Vec<u16> = rx.iter().map(|q| q.id).collect();
+            let ids = rx.clone();
             port.steering = PortSteering::Software {
                 grid: WireGrid::new(rules, &ids, ids.len()),
             };
         }
-        let queues: Vec<u16> = rx.iter().map(|q| q.id).collect();
+        let queues = rx.clone();
         match &port.steering {
             PortSteering::RteFlow { flows, marks } => {
                 rules.set_device_programmed(Arc::new(RunTimeFlows {
@@ -737,9 +740,4 @@ fn flow_isolate(port_id: u16, on: bool) -> Result<(), flow::FlowError> {
         return Ok(());
     }
     Err(flow::flow_error(format!("rte_flow_isolate({on})"), &err))
-}
-
-/// True when the port's flows need steering beyond the device's defaults.
-fn has_rules(rx: &RxConfig) -> bool {
-    !rx.flows.is_empty() || rx.flow_isolation
 }

@@ -28,9 +28,11 @@ mod udp;
 use super::wire::WireGrid;
 use super::{Capabilities, Engine, EngineError, Link, RxPort, TxPort};
 use crate::burst::Burst;
-use crate::config::{Config, Direction, InterfaceConfig, SocketMode, Transport};
-use crate::memory::{RegionId, RegionSet};
-use crate::plan::{Plan, QueuePlan};
+use crate::config::{Direction, SocketMode, Transport};
+use crate::memory::RegionSet;
+use crate::plan::socket::SocketInterfacePlan;
+/// A queue as the socket engine runs it: as planned.
+use crate::plan::socket::SocketQueuePlan as QueueSetup;
 use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use crate::steering::InterfaceSteering;
 use std::net::{SocketAddrV4, UdpSocket};
@@ -64,21 +66,6 @@ fn drop_unreadable(burst: &mut Burst, counters: &QueueCounters, warn: &WarnLimit
     }
     burst.is_empty()
 }
-/// Socket buffer asked for per socket at most (the kernel may cap it further).
-const MAX_SOCKET_BUFFER: usize = 64 << 20;
-/// Socket buffer asked for per socket at least.
-const MIN_SOCKET_BUFFER: usize = 4 << 20;
-
-/// A queue as the socket engine runs it.
-#[derive(Clone, Debug)]
-struct QueueSetup {
-    id: u16,
-    region: RegionId,
-    batch: usize,
-    /// RX without `timeout_us`: a burst closes as soon as the socket has nothing more
-    /// (else the last packets of a stream would wait for a full batch).
-    close_when_drained: bool,
-}
 
 enum Interface {
     Udp(udp::UdpInterface),
@@ -90,21 +77,6 @@ pub struct SocketEngine {
     interfaces: Vec<Interface>,
     /// Accepts and connects for TCP interfaces; stopped and joined on drop.
     _connector: Option<tcp::Connector>,
-}
-
-/// Socket buffer bytes to ask for: what the queue's region holds, within bounds.
-fn buffer_bytes(regions: &RegionSet, region: Option<RegionId>) -> usize {
-    region.map_or(MIN_SOCKET_BUFFER, |r| {
-        let r = regions.get(r);
-        buffer_bytes_for(r.num_bufs(), r.buf_size())
-    })
-}
-
-/// Socket buffer bytes asked for a queue whose region has `num_bufs` buffers of
-/// `buf_size` bytes: what the region holds, between 4 and 64 MiB (`dataplane doctor`
-/// compares it with `net.core.rmem_max` / `wmem_max`).
-pub fn buffer_bytes_for(num_bufs: usize, buf_size: usize) -> usize {
-    (num_bufs * buf_size).clamp(MIN_SOCKET_BUFFER, MAX_SOCKET_BUFFER)
 }
 
 /// Warns when the kernel granted less socket buffer than asked (it reports twice what it
@@ -129,68 +101,32 @@ impl SocketEngine {
     /// connection thread for TCP; a port in use or an address not on this machine fails
     /// here, naming the interface.
     pub fn new(
-        config: &Config,
-        plan: &Plan,
+        plan: &[SocketInterfacePlan],
         regions: &Arc<RegionSet>,
         steering: &[Arc<InterfaceSteering>],
     ) -> Result<Self, EngineError> {
         let mut interfaces = Vec::new();
         let mut tcp_interfaces = Vec::new();
-        for (i, (iface, steering)) in config.interfaces.iter().zip(steering).enumerate() {
-            let socket = iface
-                .socket
-                .as_ref()
-                .ok_or_else(|| EngineError::Interface {
-                    interface: iface.name.clone(),
-                    reason: "a socket stream interface needs socket_config".into(),
-                })?;
-            let tcp = socket.transport == Transport::Tcp;
-            let rx = queue_setups(tcp, iface, plan, i, Direction::Rx, regions)?;
-            let tx = queue_setups(tcp, iface, plan, i, Direction::Tx, regions)?;
-            let limit = |q: &QueueSetup| regions.get(q.region).buf_size();
-            if let Some(q) = rx
-                .iter()
-                .find(|q| (socket.max_payload_size as usize) > limit(q))
-            {
-                return Err(EngineError::Queue {
-                    interface: iface.name.clone(),
-                    direction: Direction::Rx,
-                    queue: q.id,
-                    reason: format!(
-                        "socket_config.max_payload_size {} is above the {}-byte buffers it receives into (region `{}` buf_size)",
-                        socket.max_payload_size,
-                        limit(q),
-                        regions.get(q.region).name()
-                    ),
-                });
-            }
-            let buffers = (
-                buffer_bytes(regions, rx.first().map(|q| q.region)),
-                buffer_bytes(regions, tx.first().map(|q| q.region)),
-            );
-            let bad = |reason: String| EngineError::Interface {
-                interface: iface.name.clone(),
-                reason,
-            };
-            let local = socket.local.map(|e| SocketAddrV4::new(e.ip, e.port));
-            let remote = socket.remote.map(|e| SocketAddrV4::new(e.ip, e.port));
-            match socket.transport {
+        for (i, (iface, steering)) in plan.iter().zip(steering).enumerate() {
+            log_queues(iface, regions);
+            let (rx, tx) = (iface.rx.clone(), iface.tx.clone());
+            match iface.transport {
                 Transport::Udp => {
                     interfaces.push(Interface::Udp(udp::UdpInterface::open(
                         udp::UdpSetup {
                             name: &iface.name,
                             port: i as u16,
-                            mode: socket.mode,
-                            local,
-                            remote,
+                            mode: iface.mode,
+                            local: iface.local,
+                            remote: iface.remote,
                             rx,
                             tx,
-                            buffers,
-                            busy_poll_us: socket.busy_poll_us,
-                            gso: socket.udp_gso,
-                            gro: socket.udp_gro,
-                            timestamps: iface.rx.as_ref().is_some_and(|r| r.timestamps),
-                            peers: socket.peer_filter(),
+                            buffers: iface.buffers,
+                            busy_poll_us: iface.busy_poll_us,
+                            gso: iface.gso,
+                            gro: iface.gro,
+                            timestamps: iface.timestamps,
+                            peers: iface.peers.clone(),
                         },
                         regions,
                         steering,
@@ -199,27 +135,30 @@ impl SocketEngine {
                 Transport::Tcp => {
                     let t = tcp::TcpInterface::open(tcp::TcpSetup {
                         name: &iface.name,
-                        mode: socket.mode,
-                        local,
-                        remote,
+                        mode: iface.mode,
+                        local: iface.local,
+                        remote: iface.remote,
                         rx,
                         tx,
-                        buffers,
-                        retry_connect_s: socket.retry_connect_s,
-                        peers: socket.peer_filter(),
-                        idle_timeout: (socket.mode == SocketMode::Server
-                            && socket.idle_timeout_s > 0)
-                            .then(|| std::time::Duration::from_secs(socket.idle_timeout_s.into())),
+                        buffers: iface.buffers,
+                        retry_connect_s: iface.retry_connect_s,
+                        peers: iface.peers.clone(),
+                        idle_timeout: iface.idle_timeout,
                     })
-                    .map_err(bad)?
+                    .map_err(|reason| EngineError::Interface {
+                        interface: iface.name.clone(),
+                        reason,
+                    })?
                     .with_regions(regions);
                     tcp_interfaces.push(t.shared());
                     interfaces.push(Interface::Tcp(t));
                 }
                 Transport::Roce => {
-                    return Err(bad(
-                        "roce:// interfaces run on the RDMA engine, not on kernel sockets".into(),
-                    ));
+                    return Err(EngineError::Interface {
+                        interface: iface.name.clone(),
+                        reason: "roce:// interfaces run on the RDMA engine, not on kernel sockets"
+                            .into(),
+                    });
                 }
             }
         }
@@ -246,73 +185,17 @@ impl SocketEngine {
     }
 }
 
-/// The planned queues of one direction of interface `index`, in configuration order.
-fn queue_setups(
-    tcp: bool,
-    iface: &InterfaceConfig,
-    plan: &Plan,
-    index: usize,
-    direction: Direction,
-    regions: &RegionSet,
-) -> Result<Vec<QueueSetup>, EngineError> {
-    let planned: Vec<&QueuePlan> = plan
-        .queues
-        .iter()
-        .filter(|q| q.interface == index && q.direction == direction)
-        .collect();
-    let mut out = Vec::new();
-    for q in planned {
-        let bad = |reason: String| EngineError::Queue {
-            interface: iface.name.clone(),
-            direction,
-            queue: q.id,
-            reason,
-        };
-        // Queues laid out elsewhere (GPU memory, header-data split) move bytes through
-        // their staging region; the worker's stage does the rest.
-        let Some(region) = q.staging.or(q.segments.first().copied()) else {
-            return Err(bad(
-                "needs memory_regions: the socket engine receives and sends from region buffers"
-                    .into(),
-            ));
-        };
-        if q.staging.is_none() && q.segments.len() > 1 && (tcp || direction == Direction::Rx) {
-            return Err(bad("TCP sends each packet from one buffer; a TX queue with several segments is not supported on tcp:// interfaces".into()));
-        }
-        if !regions.get(region).host_accessible() {
-            return Err(bad(format!(
-                "the socket engine moves bytes with the CPU, but region `{}` is GPU memory and the queue has no staging region",
-                regions.get(region).name()
-            )));
-        }
-        match (direction, q.staging) {
-            (Direction::Rx, Some(r)) => tracing::info!(
-                "interface `{}`: RX queue {} receives into `{}`; the RX stage moves packets into {}",
-                iface.name,
-                q.id,
-                regions.get(r).name(),
-                q.segments
-                    .iter()
-                    .map(|&s| format!("`{}`", regions.get(s).name()))
-                    .collect::<Vec<_>>()
-                    .join(" + ")
-            ),
-            (Direction::Rx, None) => tracing::info!(
-                "interface `{}`: RX queue {} receives straight into `{}`",
-                iface.name,
-                q.id,
-                regions.get(region).name()
-            ),
-            _ => {}
-        }
-        out.push(QueueSetup {
-            id: q.id,
-            region,
-            batch: q.batch.max(1),
-            close_when_drained: q.timeout_us == 0,
-        });
+/// Says where each RX queue receives: straight into its region, or into its staging
+/// region for the RX stage to move on.
+fn log_queues(iface: &SocketInterfacePlan, regions: &RegionSet) {
+    for q in &iface.rx {
+        tracing::info!(
+            "interface `{}`: RX queue {} receives into `{}`",
+            iface.name,
+            q.id,
+            regions.get(q.region).name()
+        );
     }
-    Ok(out)
 }
 
 impl Engine for SocketEngine {
