@@ -303,9 +303,14 @@ pub enum EnginePlan {
 impl Plan {
     /// Plans `config` (which passed validation). Pure: it reads nothing but `config`.
     pub fn from_config(config: &Config) -> Result<Self, PlanError> {
-        // The staging regions are part of the plan (and of the plane's region set, which
-        // `DataPlane::start` allocates from the same function's output).
-        let config = &staging::with_staging_regions(config);
+        // The staging regions are part of the plan.
+        Self::from_staged(&staging::with_staging_regions(config))
+    }
+
+    /// Plans a configuration that already has its staging regions
+    /// ([`staging::with_staging_regions`]): what the plane does, since it keeps that
+    /// configuration, so that region ids mean the same in both.
+    pub fn from_staged(config: &Config) -> Result<Self, PlanError> {
         let capabilities = Capabilities::of(config.engine);
         let lending = if capabilities.receives_into_lent_regions {
             let decided = dpdk::lending(config);

@@ -1,0 +1,474 @@
+//! `interfaces[]`: an interface, its `socket_config` and addresses, its RX and TX sections
+//! and their queues.
+
+use super::*;
+
+pub(super) fn interface(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+    legacy: Option<Transport>,
+) -> Option<InterfaceConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let address = m.required(d, "address", r::name);
+    let socket = m.optional(d, "socket_config", |d, n, p| socket_config(d, n, p, legacy));
+    let roce = m.optional(d, "roce_config", |d, n, p| {
+        let mut c = MapReader::open(d, n, p)?;
+        let mode = c
+            .optional(d, "transport_mode", |d, n, p| {
+                r::choice(d, n, p, &["rc", "uc", "ud"])
+            })
+            .unwrap_or("rc");
+        let small = |c: &mut MapReader, d: &mut Diagnostics, key: &'static str, max, default| {
+            c.optional(d, key, |d, n, p| r::uint_in(d, n, p, 0, max))
+                .map_or(default, |v| v as u8)
+        };
+        let defaults = RoceConfig::default();
+        let min_rnr_timer = small(&mut c, d, "min_rnr_timer", 31, defaults.min_rnr_timer);
+        let rnr_retry = small(&mut c, d, "rnr_retry", 7, defaults.rnr_retry);
+        let retry_count = small(&mut c, d, "retry_count", 7, defaults.retry_count);
+        let max_inflight_bytes = c
+            .optional(d, "max_inflight_bytes", |d, n, p| {
+                r::uint_in(d, n, p, 1, 1 << 32)
+            })
+            .unwrap_or(defaults.max_inflight_bytes);
+        let gpu_memory_path = c
+            .optional(d, "gpu_memory_path", |d, n, p| {
+                r::choice(d, n, p, &["auto", "direct", "staged"]).map(|k| match k {
+                    "direct" => GpuMemoryPath::Direct,
+                    "staged" => GpuMemoryPath::Staged,
+                    _ => GpuMemoryPath::Auto,
+                })
+            })
+            .unwrap_or(defaults.gpu_memory_path);
+        c.finish(d);
+        Some(RoceConfig {
+            transport_mode: mode.to_ascii_uppercase(),
+            min_rnr_timer,
+            rnr_retry,
+            retry_count,
+            max_inflight_bytes,
+            gpu_memory_path,
+        })
+    });
+    if let Some(n) = m.get("rdma_config") {
+        let p = m.child("rdma_config");
+        d.error(
+            Kind::Invalid,
+            &p,
+            Some(n.location),
+            "rdma_config was replaced by socket_config (roce:// local_addr) plus roce_config",
+        );
+    }
+    let rx = m.optional(d, "rx", rx_config);
+    let tx = m.optional(d, "tx", tx_config);
+    let faults = m.optional(d, "fault_injection", fault_injection);
+    m.finish(d);
+    Some(InterfaceConfig {
+        name: name?,
+        address: address?,
+        socket,
+        roce,
+        faults,
+        rx,
+        tx,
+        location: node.location,
+    })
+}
+
+pub(super) fn socket_config(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+    legacy: Option<Transport>,
+) -> Option<SocketConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let mode = m.required(d, "mode", |d, n, p| {
+        r::choice(d, n, p, &["client", "server"]).map(|w| {
+            if w == "client" {
+                SocketMode::Client
+            } else {
+                SocketMode::Server
+            }
+        })
+    });
+    let mut transports = Vec::new();
+    let mut endpoint = |m: &mut MapReader,
+                        d: &mut Diagnostics,
+                        uri_key: &'static str,
+                        ip_key: &'static str,
+                        port_key: &'static str| {
+        let uri = m.optional(d, uri_key, |d, n, p| {
+            let (t, e) = parse_uri(d, n, p)?;
+            Some((t, e))
+        });
+        let ip = m.optional(d, ip_key, ipv4);
+        let port = m.optional(d, port_key, |d, n, p| r::uint_in(d, n, p, 0, 65535));
+        if uri.is_some() && (ip.is_some() || port.is_some()) {
+            d.error(
+                Kind::Invalid,
+                &m.child(uri_key),
+                Some(m.location_of(uri_key)),
+                format!("{uri_key} cannot be combined with the legacy {ip_key}/{port_key}"),
+            );
+        }
+        match (uri, ip) {
+            (Some((t, e)), _) => {
+                transports.push(t);
+                Some(e)
+            }
+            (None, Some(ip)) => Some(Endpoint {
+                ip,
+                port: port.unwrap_or(0) as u16,
+            }),
+            (None, None) => None,
+        }
+    };
+    let local = endpoint(&mut m, d, "local_addr", "local_ip", "local_port");
+    let remote = endpoint(&mut m, d, "remote_addr", "remote_ip", "remote_port");
+    let max_payload_size = m
+        .optional(d, "max_payload_size", |d, n, p| {
+            r::uint_in(d, n, p, 0, 1 << 30)
+        })
+        .unwrap_or(0) as u32;
+    let retry_connect_s = m
+        .optional(d, "retry_connect_s", |d, n, p| r::uint_in(d, n, p, 0, 3600))
+        .unwrap_or(1) as u32;
+    let busy_poll_us = m
+        .optional(d, "busy_poll_us", |d, n, p| {
+            r::uint_in(d, n, p, 0, 1_000_000)
+        })
+        .unwrap_or(0) as u32;
+    let udp_gso = m.optional(d, "udp_gso", r::boolean).unwrap_or(true);
+    let udp_gro = m.optional(d, "udp_gro", r::boolean).unwrap_or(false);
+    let allowed_peers = m.optional(d, "allowed_peers", |d, n, p| {
+        let items = r::list(d, n, p)?;
+        let prefixes: Vec<_> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| ipv4_prefix(d, a, &index(p, i)))
+            .collect();
+        (prefixes.len() == items.len()).then_some(prefixes)
+    });
+    let idle_timeout_s = m
+        .optional(d, "idle_timeout_s", |d, n, p| {
+            r::uint_in(d, n, p, 0, 86_400)
+        })
+        .unwrap_or(60) as u32;
+    m.not_supported(d, "max_burst_interval_ms");
+    m.not_supported(d, "min_ipg_ns");
+    m.finish(d);
+    let transport = match (transports.first(), legacy) {
+        (Some(t), _) => {
+            if transports.iter().any(|x| x != t) {
+                d.error(
+                    Kind::Invalid,
+                    path,
+                    Some(node.location),
+                    "local_addr and remote_addr use different schemes",
+                );
+            }
+            *t
+        }
+        (None, Some(t)) => t,
+        (None, None) => {
+            d.error(
+                Kind::Missing,
+                path,
+                Some(node.location),
+                "no transport: give local_addr/remote_addr as udp://, tcp:// or roce:// URIs",
+            );
+            return None;
+        }
+    };
+    let mode = mode?;
+    if mode == SocketMode::Server && local.is_none_or(|e| e.port == 0) {
+        d.error(
+            Kind::Missing,
+            path,
+            Some(node.location),
+            "a server needs local_addr with a non-zero port",
+        );
+    }
+    if mode == SocketMode::Client && transport != Transport::Roce && remote.is_none() {
+        d.error(
+            Kind::Missing,
+            path,
+            Some(node.location),
+            "a TCP/UDP client needs remote_addr",
+        );
+    }
+    Some(SocketConfig {
+        mode,
+        transport,
+        local,
+        remote,
+        max_payload_size,
+        retry_connect_s,
+        busy_poll_us,
+        udp_gso,
+        udp_gro,
+        allowed_peers,
+        idle_timeout_s,
+    })
+}
+
+pub(super) fn parse_uri(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+) -> Option<(Transport, Endpoint)> {
+    let text = r::string(d, node, path)?;
+    let bad = |d: &mut Diagnostics, why: &str| {
+        d.error(Kind::Invalid, path, Some(node.location), format!("invalid address `{text}`: {why} (expected scheme://ipv4[:port], scheme udp, tcp or roce)"));
+    };
+    let Some((scheme, rest)) = text.split_once("://") else {
+        bad(d, "no scheme");
+        return None;
+    };
+    let transport = match scheme.to_ascii_lowercase().as_str() {
+        "udp" => Transport::Udp,
+        "tcp" => Transport::Tcp,
+        "roce" | "rdma" => Transport::Roce,
+        _ => {
+            bad(d, "unknown scheme");
+            return None;
+        }
+    };
+    let (hostport, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if !query.is_empty() && query != "engine=ibverbs" {
+        bad(d, "the only query accepted is ?engine=ibverbs");
+        return None;
+    }
+    let (host, port) = match hostport.split_once(':') {
+        Some((h, p)) => match p.parse::<u16>() {
+            Ok(p) => (h, p),
+            Err(_) => {
+                bad(d, "bad port");
+                return None;
+            }
+        },
+        None => (hostport, 0),
+    };
+    let Some(ip) = parse_dotted(host) else {
+        bad(d, "bad IPv4 address");
+        return None;
+    };
+    Some((transport, Endpoint { ip, port }))
+}
+
+/// `stage_core`: one core, or a list of distinct cores (the stage's, then its copy
+/// helpers').
+pub(super) fn stage_cores(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Vec<u32>> {
+    let core =
+        |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, 4095).map(|c| c as u32);
+    let Value::Seq(items) = &node.value else {
+        return core(d, node, path).map(|c| vec![c]);
+    };
+    if items.is_empty() {
+        d.error(
+            Kind::Range,
+            path,
+            Some(node.location),
+            "stage_core: give a core, or a list of at least one".to_owned(),
+        );
+        return None;
+    }
+    let mut cores = Vec::new();
+    for (i, x) in items.iter().enumerate() {
+        let c = core(d, x, &index(path, i))?;
+        if cores.contains(&c) {
+            d.error(
+                Kind::Range,
+                &index(path, i),
+                Some(x.location),
+                format!("core {c} is listed twice"),
+            );
+            return None;
+        }
+        cores.push(c);
+    }
+    Some(cores)
+}
+
+pub(super) fn queue(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+    dir: Direction,
+) -> Option<QueueConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let name = m.required(d, "name", r::name);
+    let id = m.required(d, "id", |d, n, p| r::uint_in(d, n, p, 0, 63));
+    m.not_supported_unless(
+        d,
+        "poll_mode",
+        |n| matches!(&n.value, Value::Str(s) if s == "indirect"),
+    );
+    let cpu_core = m.required(d, "cpu_core", |d, n, p| r::uint_in(d, n, p, 0, 4095));
+    let batch_size = m.required(d, "batch_size", |d, n, p| {
+        let v = r::int_in(d, n, p, i128::MIN, i128::MAX)?;
+        if v <= 0 {
+            d.error(
+                Kind::Range,
+                p,
+                Some(n.location),
+                format!("batch_size must be at least 1, got {v}"),
+            );
+            return None;
+        }
+        if v > 1 << 20 {
+            d.error(
+                Kind::Range,
+                p,
+                Some(n.location),
+                format!("{v} is out of range: must be at most {}", 1 << 20),
+            );
+            return None;
+        }
+        Some(v as u32)
+    });
+    let timeout_us = m
+        .optional(d, "timeout_us", |d, n, p| {
+            r::uint_in(d, n, p, 0, 60_000_000)
+        })
+        .unwrap_or(0);
+    let memory_regions = m
+        .optional(d, "memory_regions", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            if items.len() > MAX_SEGMENTS {
+                d.error(
+                    Kind::Range,
+                    p,
+                    Some(n.location),
+                    format!(
+                        "at most {MAX_SEGMENTS} memory regions (segments) per queue, got {}",
+                        items.len()
+                    ),
+                );
+            }
+            Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, x)| r::name(d, x, &index(p, i)))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap_or_default();
+    let mut tx_eth_src = false;
+    let mut pacing_mbps = 0;
+    if dir == Direction::Tx {
+        m.optional(d, "offloads", |d, n, p| {
+            for (i, x) in r::list(d, n, p)?.iter().enumerate() {
+                match r::string(d, x, &index(p, i)).as_deref() {
+                    Some("tx_eth_src") => tx_eth_src = true,
+                    Some(other) => d.error(
+                        Kind::NotSupported,
+                        &index(p, i),
+                        Some(x.location),
+                        format!("not supported: offloads {other} (tx_eth_src is)"),
+                    ),
+                    None => {}
+                }
+            }
+            Some(())
+        });
+        pacing_mbps = m
+            .optional(d, "pacing_mbps", |d, n, p| r::uint_in(d, n, p, 0, 1 << 40))
+            .unwrap_or(0);
+    }
+    let (capture, stage_cores) = if dir == Direction::Rx {
+        (
+            m.optional(d, "capture", capture_spec),
+            m.optional(d, "stage_core", stage_cores).unwrap_or_default(),
+        )
+    } else {
+        (None, Vec::new())
+    };
+    m.not_supported(d, "split_boundary");
+    m.finish(d);
+    Some(QueueConfig {
+        name: name?,
+        id: id? as u16,
+        cpu_core: cpu_core? as u32,
+        batch_size: batch_size?,
+        timeout_us,
+        memory_regions,
+        tx_eth_src,
+        pacing_mbps,
+        capture,
+        stage_core: stage_cores.first().copied(),
+        copy_cores: stage_cores.get(1..).unwrap_or_default().to_vec(),
+        location: node.location,
+    })
+}
+
+/// `capture: {path, format, queue_mb}` of an RX queue.
+pub(super) fn capture_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<CaptureSpec> {
+    let mut m = MapReader::open(d, node, path)?;
+    let file = m.required(d, "path", r::string);
+    let format = m
+        .optional(d, "format", |d, n, p| {
+            r::choice(d, n, p, &["pcap", "pcapng", "raw", "raw_per_packet"]).map(str::to_owned)
+        })
+        .unwrap_or_else(|| "pcap".into());
+    let queue_mb = m
+        .optional(d, "queue_mb", |d, n, p| r::uint_in(d, n, p, 4, 1 << 20))
+        .unwrap_or(256) as u32;
+    m.finish(d);
+    Some(CaptureSpec {
+        path: file?,
+        format,
+        queue_mb,
+    })
+}
+
+pub(super) fn queues(d: &mut Diagnostics, m: &mut MapReader, dir: Direction) -> Vec<QueueConfig> {
+    list_of(d, m, "queues", |d, x, p| queue(d, x, p, dir))
+}
+
+pub(super) fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<RxConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let flow_isolation = m.optional(d, "flow_isolation", r::boolean).unwrap_or(false);
+    let timestamps = m
+        .optional(d, "hardware_timestamps", r::boolean)
+        .unwrap_or(false);
+    let dynamic_flow_capacity = m
+        .optional(d, "dynamic_flow_capacity", |d, n, p| {
+            r::uint_in(d, n, p, 0, 0xFF_FFFF)
+        })
+        .unwrap_or(0) as u32;
+    let queues = queues(d, &mut m, Direction::Rx);
+    let flows = list_of(d, &mut m, "flows", flow);
+    let flex_items = list_of(d, &mut m, "flex_items", flex_item);
+    let exception_queue = m
+        .optional(d, "exception_queue", |d, n, p| r::uint_in(d, n, p, 0, 63))
+        .map(|v| v as u16);
+    let reorder = list_of(d, &mut m, "reorder_configs", reorder_config);
+    m.finish(d);
+    Some(RxConfig {
+        timestamps,
+        flow_isolation,
+        queues,
+        flows,
+        flex_items,
+        exception_queue,
+        reorder,
+        dynamic_flow_capacity,
+    })
+}
+
+pub(super) fn tx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxConfig> {
+    let mut m = MapReader::open(d, node, path)?;
+    let accurate_send = m.optional(d, "accurate_send", r::boolean).unwrap_or(false);
+    let queues = queues(d, &mut m, Direction::Tx);
+    let flows = list_of(d, &mut m, "flows", tx_flow);
+    m.finish(d);
+    Some(TxConfig {
+        accurate_send,
+        queues,
+        flows,
+    })
+}
