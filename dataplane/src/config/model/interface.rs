@@ -1,0 +1,377 @@
+//! `interfaces[]`: an interface, its socket and RoCE settings, peer rules, RX and TX sections,
+//! queues and the software wire's faults.
+
+use super::*;
+
+/// `interfaces[]`.
+#[derive(Clone, Debug)]
+pub struct InterfaceConfig {
+    /// Label.
+    pub name: String,
+    /// PCI address, vdev string, IP address or `loopback`.
+    pub address: String,
+    /// `socket_config`, for socket streams.
+    pub socket: Option<SocketConfig>,
+    /// `roce_config`, for RDMA.
+    pub roce: Option<RoceConfig>,
+    /// Receive side.
+    pub rx: Option<RxConfig>,
+    /// Transmit side.
+    pub tx: Option<TxConfig>,
+    /// `fault_injection` (ours, software loopback only): frames this interface's wire
+    /// drops, duplicates, corrupts, reorders or delays, for tests of counters and verdicts.
+    pub faults: Option<FaultInjection>,
+    /// Where it is defined.
+    pub location: Location,
+}
+
+/// Deterministic faults on a software wire: rules applied to each frame in TX order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultInjection {
+    /// Seed of the random choices (`percent` rules); the same seed gives the same faults.
+    pub seed: u64,
+    /// Rules, first match wins (one fault per frame).
+    pub rules: Vec<FaultRule>,
+}
+
+/// One fault rule: what to do, and to which frames (counted per TX queue from 1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRule {
+    /// The fault.
+    pub action: FaultAction,
+    /// Which frames.
+    pub select: FaultSelect,
+}
+
+/// What a fault rule does to a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Drop it (counted as `injected`).
+    Drop,
+    /// Send it twice (the copy in a new buffer right after it).
+    Duplicate,
+    /// Invert one byte, 20 bytes before its end (the bench trailer's magic).
+    Corrupt,
+    /// Send it after the frame that follows it.
+    Reorder,
+    /// Hold it back until this many later frames were sent (or the queue goes idle).
+    Delay {
+        /// Frames that overtake it.
+        frames: u32,
+    },
+    /// Panic the worker thread (tests of worker failure handling).
+    Panic,
+}
+
+/// Which frames a fault rule picks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FaultSelect {
+    /// Frames N, 2N, 3N, ...
+    Every(u64),
+    /// Each frame with this probability (percent), from the seeded generator.
+    Percent(f64),
+    /// Only frame N.
+    At(u64),
+}
+
+/// Transport of a socket stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// `udp://`
+    Udp,
+    /// `tcp://`
+    Tcp,
+    /// `roce://` (or the legacy `rdma://`).
+    Roce,
+}
+
+/// Client or server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SocketMode {
+    /// Connects to a peer.
+    Client,
+    /// Listens for peers.
+    Server,
+}
+
+/// An endpoint parsed from `scheme://ip[:port]` or the legacy ip/port keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Port, 0 when not given.
+    pub port: u16,
+}
+
+/// `socket_config`.
+#[derive(Clone, Debug)]
+pub struct SocketConfig {
+    /// Client or server.
+    pub mode: SocketMode,
+    /// Transport from the URI scheme (or the legacy `protocol:` key).
+    pub transport: Transport,
+    /// Local endpoint.
+    pub local: Option<Endpoint>,
+    /// Remote endpoint.
+    pub remote: Option<Endpoint>,
+    /// Largest message.
+    pub max_payload_size: u32,
+    /// Seconds between TCP connect retries.
+    pub retry_connect_s: u32,
+    /// `busy_poll_us` (this project's key): SO_BUSY_POLL microseconds on the queues'
+    /// sockets, 0 = off.
+    pub busy_poll_us: u32,
+    /// `udp_gso` (this project's key, default true): send runs of equal-sized datagrams
+    /// as one UDP GSO call.
+    pub udp_gso: bool,
+    /// `udp_gro` (this project's key, default false): let the kernel hand over runs of
+    /// equal-sized datagrams of a flow as one read. Off by default: the kernel then counts
+    /// a dropped coalesced read as one drop, so `engine_missed` undercounts datagrams.
+    pub udp_gro: bool,
+    /// `allowed_peers` (this project's key): addresses and prefixes that may reach the
+    /// interface; `None` when not given (see [`SocketConfig::peer_filter`]).
+    pub allowed_peers: Option<Vec<Ipv4Prefix>>,
+    /// `idle_timeout_s` (this project's key, TCP servers, default 60): a connection that
+    /// moved no byte either way for this long is closed, freeing its lane; 0 = never.
+    pub idle_timeout_s: u32,
+}
+
+impl SocketConfig {
+    /// Who may reach the interface: `allowed_peers` when given; otherwise the configured
+    /// remote address alone where there is one (connected modes); otherwise anyone.
+    pub fn peer_filter(&self) -> PeerFilter {
+        match (&self.allowed_peers, self.remote) {
+            (Some(list), _) => PeerFilter::Only(list.clone()),
+            (None, Some(r)) => PeerFilter::Only(vec![Ipv4Prefix {
+                addr: r.ip,
+                len: 32,
+            }]),
+            (None, None) => PeerFilter::Any,
+        }
+    }
+}
+
+/// Which peers a listening interface takes traffic and connections from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PeerFilter {
+    /// Anyone.
+    #[default]
+    Any,
+    /// Only sources inside one of these prefixes.
+    Only(Vec<Ipv4Prefix>),
+}
+
+impl PeerFilter {
+    /// True when `peer` may reach the interface (IPv4 only: these engines speak IPv4, so
+    /// an IPv6 source never passes a list; an IPv4-mapped one is read as IPv4).
+    pub fn allows(&self, peer: std::net::IpAddr) -> bool {
+        let v4 = match peer {
+            std::net::IpAddr::V4(a) => Some(a),
+            std::net::IpAddr::V6(a) => a.to_ipv4_mapped(),
+        };
+        match (self, v4) {
+            (PeerFilter::Any, _) => true,
+            (PeerFilter::Only(list), Some(a)) => list.iter().any(|p| p.contains(u32::from(a))),
+            (PeerFilter::Only(_), None) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for PeerFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerFilter::Any => f.write_str("anyone"),
+            PeerFilter::Only(list) => {
+                for (n, p) in list.iter().enumerate() {
+                    if n > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// As its text: `anyone`, or the prefixes.
+impl serde::Serialize for PeerFilter {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `roce_config`.
+#[derive(Clone, Debug)]
+pub struct RoceConfig {
+    /// `RC`, `UC` or `UD`.
+    pub transport_mode: String,
+    /// `min_rnr_timer`: how long a peer waits before resending when we had no receive
+    /// posted, in the IB encoding (0 = 655.36 ms, 12 = 0.64 ms, 31 = 491.52 ms).
+    pub min_rnr_timer: u8,
+    /// `rnr_retry`: receiver-not-ready retries (7 = retry for ever).
+    pub rnr_retry: u8,
+    /// `retry_count`: transport retries before a send fails with retry-exceeded.
+    pub retry_count: u8,
+    /// `max_inflight_bytes`: bytes of SENDs in flight per connection; divided by the
+    /// message size (the TX region's `buf_size`) it gives the send window.
+    pub max_inflight_bytes: u64,
+    /// `gpu_memory_path` (ours): how a connection reaches a `device` region.
+    pub gpu_memory_path: GpuMemoryPath,
+}
+
+/// `roce_config.gpu_memory_path` (ours): how an RDMA connection reaches a queue's `device`
+/// region (the choice NCCL and UCX offer as their GPUDirect RDMA setting).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuMemoryPath {
+    /// Register GPU memory with the NIC (dma-buf, else peer memory); where the NIC or
+    /// driver cannot, stage through pinned host memory instead, and say why.
+    #[default]
+    Auto,
+    /// The NIC must read and write GPU memory itself: a connection whose GPU memory it
+    /// cannot register fails.
+    Direct,
+    /// Always stage through pinned host memory (the NIC never touches GPU memory).
+    Staged,
+}
+
+impl RoceConfig {
+    /// Default `min_rnr_timer`: 0.64 ms (rdma_cm's 0 means 655 ms, a throughput cliff
+    /// for small messages).
+    pub const DEFAULT_MIN_RNR_TIMER: u8 = 12;
+    /// Default `max_inflight_bytes`.
+    pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 2 << 20;
+
+    /// Sends in flight for messages of `message_size` bytes: 1 to 1024.
+    pub fn send_window(&self, message_size: usize) -> u32 {
+        (self.max_inflight_bytes / message_size.max(1) as u64).clamp(1, 1024) as u32
+    }
+}
+
+impl Default for RoceConfig {
+    fn default() -> Self {
+        Self {
+            transport_mode: "RC".into(),
+            min_rnr_timer: Self::DEFAULT_MIN_RNR_TIMER,
+            rnr_retry: 7,
+            retry_count: 7,
+            max_inflight_bytes: Self::DEFAULT_MAX_INFLIGHT_BYTES,
+            gpu_memory_path: GpuMemoryPath::Auto,
+        }
+    }
+}
+
+/// `rx`.
+#[derive(Clone, Debug)]
+pub struct RxConfig {
+    /// Drop packets no flow matches instead of spreading them over the queues.
+    pub flow_isolation: bool,
+    /// Queues.
+    pub queues: Vec<QueueConfig>,
+    /// Static flow rules, in priority order (the first match wins).
+    pub flows: Vec<FlowConfig>,
+    /// Flex items (32-bit fields after the UDP header) that flows can match.
+    pub flex_items: Vec<FlexItemConfig>,
+    /// With `flow_isolation`, unmatched packets go to this queue instead of being dropped
+    /// (so ARP and the like can be inspected). Flow id 0.
+    pub exception_queue: Option<u16>,
+    /// Reorders (`reorder_configs`).
+    pub reorder: Vec<ReorderConfig>,
+    /// `dynamic_flow_capacity`: on an interface whose rules are on the device (rte_flow),
+    /// at most this many flows added at run time at once, with device priorities reserved
+    /// between the static rules and the `exception_queue` catch-all. 0: no limit (and no
+    /// run-time flows there when an exception queue is set).
+    pub dynamic_flow_capacity: u32,
+    /// `hardware_timestamps`: every received packet carries its receive time
+    /// (`Packet::timestamp_ns`, ns since the Unix epoch). No engine here reads a NIC clock
+    /// yet: the RX worker takes the time in software when it receives.
+    pub timestamps: bool,
+}
+
+impl RxConfig {
+    /// The queue reorder `r` serves: that of its first flow that goes to exactly one queue
+    /// (validation makes every flow of a reorder go to the same one).
+    pub fn reorder_queue(&self, r: &ReorderConfig) -> Option<&QueueConfig> {
+        r.flow_ids.iter().find_map(|id| {
+            let f = self.flows.iter().find(|f| f.id == *id)?;
+            let [q] = f.queue_ids[..] else { return None };
+            self.queues.iter().find(|c| c.id == q)
+        })
+    }
+
+    /// No queues, no flows.
+    pub fn empty() -> Self {
+        Self {
+            flow_isolation: false,
+            queues: Vec::new(),
+            flows: Vec::new(),
+            flex_items: Vec::new(),
+            exception_queue: None,
+            reorder: Vec::new(),
+            dynamic_flow_capacity: 0,
+            timestamps: false,
+        }
+    }
+}
+
+/// `tx`.
+#[derive(Clone, Debug)]
+pub struct TxConfig {
+    /// `accurate_send`: each packet's `timestamp_ns` on a TX burst is the time (ns since
+    /// the Unix epoch; 0 = now) before which it must not be sent.
+    pub accurate_send: bool,
+    /// Queues.
+    pub queues: Vec<QueueConfig>,
+    /// Egress flows: header transforms applied to matching sent packets (hardware only).
+    pub flows: Vec<TxFlowConfig>,
+}
+
+/// A receive or transmit queue.
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// Name.
+    pub name: String,
+    /// Queue id, unique per interface and direction.
+    pub id: u16,
+    /// Core of the busy-poll worker that serves it.
+    pub cpu_core: u32,
+    /// Packets per burst.
+    pub batch_size: u32,
+    /// RX: flush a partial burst this long after its first packet (0: only full bursts).
+    pub timeout_us: u64,
+    /// Memory regions, one per segment, in segment order.
+    pub memory_regions: Vec<String>,
+    /// TX `offloads: [tx_eth_src]`: the worker writes the interface's MAC address into the
+    /// Ethernet source field of every frame it sends.
+    pub tx_eth_src: bool,
+    /// TX `pacing_mbps`: the queue's average rate cap in Mb/s of Ethernet frames (no
+    /// preamble, gap or FCS), 0 for none. The TX worker paces in software.
+    pub pacing_mbps: u64,
+    /// RX: `capture` (this project's key): where the queue's bursts are written as the
+    /// application polls them.
+    pub capture: Option<crate::config::CaptureSpec>,
+    /// RX: `stage_core` (this project's key): the core of a second worker that moves the
+    /// queue's packets into its layout (GPU memory, header-data split) when the engine
+    /// cannot, leaving `cpu_core` to receiving.
+    pub stage_core: Option<u32>,
+    /// RX: the rest of a `stage_core` list: cores of threads that share the stage's CPU
+    /// copies (pageable packets gathered into pinned staging, host-to-host splits).
+    pub copy_cores: Vec<u32>,
+    /// Where it is defined.
+    pub location: Location,
+}
+
+/// `rx.queues[].capture`: a file sink for what the queue delivers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureSpec {
+    /// `path`: the file (a directory for `raw_per_packet`).
+    pub path: String,
+    /// `format`: `pcap` (default), `pcapng`, `raw`, `raw_per_packet`.
+    pub format: String,
+    /// `queue_mb`: MiB of packet data that may wait for the writer (default 256); more is
+    /// dropped and counted as `writer_full`.
+    pub queue_mb: u32,
+}

@@ -1,0 +1,289 @@
+//! `dataplane doctor`: checks a machine against a configuration and says, per finding,
+//! the command that fixes it. It reads only `/proc` and `/sys` (below a root that tests
+//! point at recorded trees), never changes anything, and decides nothing the start-up
+//! does not also decide: the configuration's needs come from its [`Plan`].
+//!
+//! Checks: huge pages per NUMA node against the plan and a hugetlbfs mount; the configured
+//! cores (present, isolated with `isolcpus` and `nohz_full`, not serving interrupts, the
+//! cpufreq governor, SMT siblings); PCI devices (present, NUMA node against the cores and
+//! GPUs, driver, IOMMU, MTU against the frame size); RDMA devices and a RoCE v2 GID for
+//! every `roce://` address; the GPU driver, and dma-buf or peer memory for RDMA into GPU
+//! memory; socket buffer limits for kernel sockets; the locked-memory limit.
+
+#![forbid(unsafe_code)]
+
+use crate::config::{Config, Endpoint, EngineKind, GpuMemoryPath, MemoryKind};
+use crate::plan::{EnginePlan, Plan};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+mod devices;
+mod host;
+
+use devices::*;
+use host::*;
+
+/// How much a finding matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// As it should be.
+    Ok,
+    /// Works, but costs performance or predictability.
+    Warn,
+    /// The configuration cannot start here (or cannot do what it asks).
+    Block,
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// The check (`hugepages`, `cores`, `pci`, `rdma`, `gpu`, `sockets`, `memlock`).
+    pub check: &'static str,
+    /// How much it matters.
+    pub severity: Severity,
+    /// What was found.
+    pub message: String,
+    /// The command (or kernel argument) that fixes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// The machine's `/proc` and `/sys`, below `root` (`/` for this machine).
+#[derive(Clone, Debug)]
+pub struct Machine {
+    root: PathBuf,
+}
+
+impl Machine {
+    /// The machine under `root` (`/` for this one; a recorded tree in tests).
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel.trim_start_matches('/'))
+    }
+
+    /// A file's text, trimmed.
+    fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(rel))
+            .ok()
+            .map(|s| s.trim().to_owned())
+    }
+
+    fn exists(&self, rel: &str) -> bool {
+        self.path(rel).exists()
+    }
+
+    /// Names in a directory, sorted.
+    fn list(&self, rel: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.path(rel))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// The last component of a symbolic link's target (a device's driver).
+    fn link_name(&self, rel: &str) -> Option<String> {
+        let t = std::fs::read_link(self.path(rel)).ok()?;
+        Some(t.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// A CPU list file (`0-3,8,10-11`) as a set.
+    fn cpus(&self, rel: &str) -> Option<BTreeSet<u32>> {
+        self.read(rel).map(|s| parse_cpu_list(&s))
+    }
+
+    /// NUMA node of a CPU (`None` on a machine without NUMA nodes in sysfs).
+    fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
+        self.list("sys/devices/system/node")
+            .iter()
+            .filter_map(|n| n.strip_prefix("node")?.parse::<u32>().ok())
+            .find(|n| {
+                self.cpus(&format!("sys/devices/system/node/node{n}/cpulist"))
+                    .is_some_and(|c| c.contains(&cpu))
+            })
+    }
+}
+
+/// Highest CPU number a CPU list may name (Linux's `NR_CPUS` is at most 8192): a range
+/// read from sysfs past it is cut there, so a corrupt file cannot make a set of billions.
+pub const MAX_CPU: u32 = 65_535;
+
+/// `0-3,8,10-11` as a set (an empty string is an empty set), CPUs up to [`MAX_CPU`].
+pub fn parse_cpu_list(s: &str) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    out.extend(a..=b.min(MAX_CPU));
+                }
+            }
+            None => {
+                if let Ok(c) = part.parse()
+                    && c <= MAX_CPU
+                {
+                    out.insert(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A set as a CPU list, runs of three or more as ranges (`0-3,5,7-9`).
+fn cpu_list(cpus: &BTreeSet<u32>) -> String {
+    let mut parts = Vec::new();
+    let mut it = cpus.iter().copied().peekable();
+    while let Some(start) = it.next() {
+        let mut end = start;
+        while it.peek() == Some(&(end + 1)) {
+            end = it.next().unwrap_or(end);
+        }
+        parts.push(match end - start {
+            0 => start.to_string(),
+            1 => format!("{start},{end}"),
+            _ => format!("{start}-{end}"),
+        });
+    }
+    parts.join(",")
+}
+
+/// The findings for `config` (or, without one, the machine-wide checks) on `m`.
+pub fn check(m: &Machine, config: Option<&Config>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let plan = match config.map(Plan::from_config) {
+        Some(Err(e)) => {
+            out.push(Finding {
+                check: "plan",
+                severity: Severity::Block,
+                message: format!("the configuration cannot be planned: {e}"),
+                fix: None,
+            });
+            None
+        }
+        Some(Ok(p)) => Some(p),
+        None => None,
+    };
+    if config.is_none() {
+        inventory(m, &mut out);
+    }
+    hugepages(m, plan.as_ref(), &mut out);
+    let cores: BTreeSet<u32> = plan.as_ref().map_or_else(BTreeSet::new, |p| {
+        p.cores
+            .iter()
+            .map(|c| c.core)
+            .chain(std::iter::once(p.master_core))
+            .collect()
+    });
+    let workers: BTreeSet<u32> = plan
+        .as_ref()
+        .map(|p| p.cores.iter().map(|c| c.core).collect())
+        .unwrap_or_default();
+    cores_check(m, &cores, &workers, &mut out);
+    if let Some(p) = &plan {
+        pci(m, p, &cores, &mut out);
+        rdma(m, p, &mut out);
+        gpu(m, p, &mut out);
+        sockets(m, p, &mut out);
+    }
+    memlock(m, plan.as_ref(), &mut out);
+    out
+}
+
+/// Exit status for the findings: 0 when nothing blocks a start, 1 otherwise.
+pub fn exit_status(findings: &[Finding]) -> u8 {
+    u8::from(findings.iter().any(|f| f.severity == Severity::Block))
+}
+
+/// The findings as text, one line each with its fix below.
+pub fn human(findings: &[Finding]) -> String {
+    let mut out = String::new();
+    for f in findings {
+        let tag = match f.severity {
+            Severity::Ok => "ok   ",
+            Severity::Warn => "WARN ",
+            Severity::Block => "BLOCK",
+        };
+        out += &format!("{tag} [{}] {}\n", f.check, f.message);
+        if let Some(fix) = &f.fix {
+            out += &format!("        fix: {fix}\n");
+        }
+    }
+    let blocks = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Block)
+        .count();
+    let warns = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warn)
+        .count();
+    out += &format!(
+        "{} checks: {blocks} blocking, {warns} warnings\n",
+        findings.len()
+    );
+    out
+}
+
+fn push(
+    out: &mut Vec<Finding>,
+    check: &'static str,
+    severity: Severity,
+    message: String,
+    fix: Option<String>,
+) {
+    out.push(Finding {
+        check,
+        severity,
+        message,
+        fix,
+    });
+}
+
+/// The root this machine's files are read from by default.
+pub fn this_machine() -> Machine {
+    Machine::at(Path::new("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse_ranges_singles_and_nothing() {
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            [0, 1, 2, 3, 8, 10, 11].into_iter().collect()
+        );
+        assert!(parse_cpu_list("").is_empty());
+        assert_eq!(parse_cpu_list("0-4294967295").len(), MAX_CPU as usize + 1);
+        assert!(parse_cpu_list("4294967295").is_empty());
+        assert_eq!(cpu_list(&parse_cpu_list("2,1")), "1,2");
+        assert_eq!(
+            cpu_list(&parse_cpu_list("0-3,5,7,8,10-31")),
+            "0-3,5,7,8,10-31"
+        );
+    }
+
+    #[test]
+    fn an_ipv4_address_maps_to_its_roce_v2_gid() {
+        assert_eq!(
+            ipv4_gid("192.168.1.10".parse().unwrap()),
+            "0000:0000:0000:0000:0000:ffff:c0a8:010a"
+        );
+    }
+
+    #[test]
+    fn pci_addresses_get_their_domain() {
+        assert_eq!(full_pci("3B:00.0"), "0000:3b:00.0");
+        assert_eq!(full_pci("0001:3b:00.1"), "0001:3b:00.1");
+    }
+}

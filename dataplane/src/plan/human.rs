@@ -1,0 +1,287 @@
+//! The plan for people: one line per decision (`dataplane validate --plan`).
+
+use super::*;
+use std::fmt::Write as _;
+
+impl Plan {
+    /// The plan for people: one line per decision.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let c = &self.capabilities;
+        let _ = writeln!(
+            s,
+            "engine: {} (rx overflow: {:?}; lends regions: {}; hardware steering: {}; own huge pages: {})",
+            self.engine.name(),
+            c.rx_overflow,
+            c.receives_into_lent_regions,
+            c.hardware_steering,
+            c.own_hugepages
+        );
+        let _ = writeln!(s, "stats thread: core {}", self.master_core);
+        let _ = writeln!(s, "memory regions:");
+        for (i, r) in self.regions.iter().enumerate() {
+            let lent = match (&r.lent, &r.not_lent_because) {
+                (true, _) => "lent to the engine".to_owned(),
+                (false, Some(why)) => format!("not lent: {why}"),
+                (false, None) => "not lent".to_owned(),
+            };
+            let _ = writeln!(
+                s,
+                "  [{i}] {}: {} node {}, {} x {} B (headroom {}, stride {}), {lent}{}",
+                r.name,
+                r.kind.name(),
+                r.affinity,
+                r.num_bufs,
+                r.buf_size,
+                r.headroom,
+                r.stride,
+                if r.hugepage_bytes > 0 {
+                    format!(", {} huge-page bytes", r.hugepage_bytes)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if !self.queues.is_empty() {
+            let _ = writeln!(s, "queues:");
+        }
+        for q in &self.queues {
+            let mut extra = Vec::new();
+            if q.timeout_us > 0 {
+                extra.push(format!("timeout {} us", q.timeout_us));
+            }
+            if let Some(st) = &q.stage {
+                extra.push(format!(
+                    "stage {:?}{}{}",
+                    st.mode,
+                    st.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
+                    st.split_header_bytes
+                        .map(|h| format!(", split after {h} B"))
+                        .unwrap_or_default()
+                ));
+            }
+            if q.timestamps {
+                extra.push("receive timestamps (software)".into());
+            }
+            if q.send_at_time {
+                extra.push("send at each packet's time (software)".into());
+            }
+            if let Some(c) = &q.capture {
+                extra.push(format!("captured to {} ({})", c.path, c.format));
+            }
+            if let Some(r) = q.staging {
+                extra.push(format!(
+                    "the engine {} `{}`",
+                    match q.direction {
+                        Direction::Rx => "receives into",
+                        Direction::Tx => "sends from",
+                    },
+                    self.regions[r as usize].name
+                ));
+            }
+            if !q.reorders.is_empty() {
+                let names: Vec<String> = q
+                    .reorders
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} ({:?}, {} x {} B into `{}`)",
+                            r.name,
+                            r.kind,
+                            r.packets_per_batch,
+                            r.in_slot_bytes,
+                            self.regions[r.output as usize].name
+                        )
+                    })
+                    .collect();
+                extra.push(format!("reorders {}", names.join(", ")));
+            }
+            if q.eth_src != EthSrc::Off {
+                extra.push(format!("tx_eth_src {:?}", q.eth_src));
+            }
+            let segs: Vec<&str> = q
+                .segments
+                .iter()
+                .map(|&r| self.regions[r as usize].name.as_str())
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {} {} {}: core {}, batch {}, segments [{}]{}",
+                q.interface_name,
+                q.direction.name(),
+                q.id,
+                q.core,
+                q.batch,
+                segs.join(", "),
+                if extra.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", extra.join("; "))
+                }
+            );
+        }
+        for c in &self.cores {
+            let names: Vec<String> = c
+                .queues
+                .iter()
+                .map(|&i| {
+                    let q = &self.queues[i];
+                    format!("{} {} {}", q.interface_name, q.direction.name(), q.id)
+                })
+                .collect();
+            let names = if names.is_empty() {
+                "connections, as they are made".to_owned()
+            } else {
+                names.join(", ")
+            };
+            let _ = writeln!(s, "worker core {}: {names}", c.core);
+        }
+        if !self.hugepages.is_empty() {
+            let _ = writeln!(s, "huge pages:");
+            for (name, node, bytes) in self.hugepages.regions.iter().chain(&self.hugepages.engine) {
+                let _ = writeln!(s, "  {name}: {bytes} bytes on node {node}");
+            }
+        }
+        if let Some(d) = self.dpdk() {
+            let _ = writeln!(
+                s,
+                "dpdk: EAL {} (memory {} MiB; at start: --file-prefix, --huge-dir, $DATAPLANE_EAL_ARGS)",
+                d.eal_args.join(" "),
+                d.eal_memory_bytes.div_ceil(1 << 20)
+            );
+            for p in &d.ports {
+                let _ = writeln!(
+                    s,
+                    "  port {} ({}):",
+                    p.ethdev,
+                    if p.pci { "PCI" } else { "vdev" }
+                );
+                for q in &p.rx {
+                    let how = match &q.receive {
+                        dpdk::RxReceive::Lent { region } => {
+                            format!(
+                                "into region `{}` (lent)",
+                                self.regions[*region as usize].name
+                            )
+                        }
+                        dpdk::RxReceive::Copy { pool } => format!(
+                            "copy from a pool of {} mbufs x {} B",
+                            pool.mbufs, pool.data_room
+                        ),
+                        dpdk::RxReceive::Split {
+                            header,
+                            payload,
+                            header_bytes,
+                        } => format!(
+                            "buffer split after {header_bytes} B: pools of {} x {} B and {} x {} B",
+                            header.mbufs, header.data_room, payload.mbufs, payload.data_room
+                        ),
+                    };
+                    let _ = writeln!(
+                        s,
+                        "    rx {} (device queue {}): {how}",
+                        q.queue, q.device_queue
+                    );
+                }
+                for q in &p.tx {
+                    let _ = writeln!(
+                        s,
+                        "    tx {} (device queue {}): copies into a pool of {} mbufs x {} B, attaches to {} mbufs",
+                        q.queue,
+                        q.device_queue,
+                        q.pool.mbufs,
+                        q.pool.data_room,
+                        q.attach_pool.mbufs
+                    );
+                }
+            }
+            let _ = writeln!(s, "  TX of each region's buffers:");
+            for (r, carry) in self.regions.iter().zip(&d.tx_regions) {
+                let how = match carry {
+                    dpdk::TxCarry::Attached => "attached to mbufs (no copy)".to_owned(),
+                    dpdk::TxCarry::OwnMbufs => "in the RX pool's own mbufs (no copy)".to_owned(),
+                    dpdk::TxCarry::Copied { because } => format!("copied: {because}"),
+                };
+                let _ = writeln!(s, "    {}: {how}", r.name);
+            }
+        }
+        match &self.engine_plan {
+            EnginePlan::Loopback(l) => {
+                for i in &l.interfaces {
+                    let _ = writeln!(
+                        s,
+                        "loopback {}: port of `{}`, frames reach RX queues {:?} of `{}`, {} TX queue(s) from ingress {}",
+                        i.name,
+                        l.interfaces[i.port].name,
+                        i.rx_queues,
+                        l.interfaces[i.rx_interface].name,
+                        i.tx_queues.len(),
+                        i.first_ingress
+                    );
+                }
+            }
+            EnginePlan::Socket(sockets) => {
+                for i in sockets {
+                    let _ = writeln!(
+                        s,
+                        "socket {} ({:?} {:?}, local {}, remote {}): socket buffers {} / {} KiB, peers: {}",
+                        i.name,
+                        i.transport,
+                        i.mode,
+                        i.local.map_or("-".into(), |a| a.to_string()),
+                        i.remote.map_or("-".into(), |a| a.to_string()),
+                        i.buffers.0 / 1024,
+                        i.buffers.1 / 1024,
+                        i.peers
+                    );
+                }
+            }
+            _ => {}
+        }
+        for i in self.rdma() {
+            let _ = writeln!(
+                s,
+                "rdma {} ({:?} on {}, retry every {} s, peers: {}):",
+                i.name, i.mode, i.local, i.retry_connect_s, i.allowed_peers
+            );
+            for (n, slot) in i.slots.iter().enumerate() {
+                let name = |r: u16| self.regions[r as usize].name.as_str();
+                let layout: Vec<&str> = slot.rx_layout.iter().map(|&r| name(r)).collect();
+                let _ = writeln!(
+                    s,
+                    "  slot {n}: rx region `{}`{}, core {}, recv window {}, send window {}",
+                    layout.join("` + `"),
+                    slot.tx_region
+                        .map(|t| format!(", tx region `{}`", name(t)))
+                        .unwrap_or_default(),
+                    slot.core,
+                    slot.recv_window,
+                    slot.send_window
+                );
+                for (side, staging) in [("receives", &slot.rx_staging), ("sends", &slot.tx_staging)]
+                {
+                    let Some(st) = staging else { continue };
+                    let _ = writeln!(
+                        s,
+                        "    {side} staged through `{}` ({} stage{}){}",
+                        name(st.region),
+                        st.stage
+                            .gpu
+                            .map_or("CPU".to_owned(), |g| format!("GPU {g}")),
+                        if st.stage.split_header_bytes.is_some() {
+                            ", header-data split"
+                        } else {
+                            ""
+                        },
+                        if st.always {
+                            ""
+                        } else {
+                            " when the NIC cannot register the GPU memory"
+                        }
+                    );
+                }
+            }
+        }
+        s
+    }
+}
