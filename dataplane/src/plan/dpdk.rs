@@ -168,6 +168,16 @@ pub struct PortPlan {
     pub accurate_send: bool,
 }
 
+impl PortPlan {
+    /// The device queue index of RX queue `queue` (its position in the configuration).
+    pub fn device_queue(&self, queue: u16) -> Option<u16> {
+        self.rx
+            .iter()
+            .find(|q| q.queue == queue)
+            .map(|q| q.device_queue)
+    }
+}
+
 /// A port's RX flow rules as the interface gives them, with the queue ids the plan maps to
 /// device queues. The engine encodes them as rte_flow rules (the encoding needs DPDK's own
 /// constants, so it happens there, from this alone).

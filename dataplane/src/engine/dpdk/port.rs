@@ -246,11 +246,7 @@ impl Port {
         regions: &RegionSet,
         rules: &Arc<InterfaceSteering>,
     ) -> Result<Self, EngineError> {
-        let device_err = |source: DpdkError| EngineError::Device {
-            interface: planned.name.clone(),
-            address: planned.address.clone(),
-            source,
-        };
+        let device_err = |source| device_error(planned, source);
         let no_port = || EngineError::Interface {
             interface: planned.name.clone(),
             reason: format!(
@@ -276,13 +272,7 @@ impl Port {
         let rx: Vec<u16> = planned.rx.iter().map(|q| q.queue).collect();
         let tx: Vec<u16> = planned.tx.iter().map(|q| q.queue).collect();
         let flows = &planned.flows;
-        let hw_queue = |q: u16| {
-            planned
-                .rx
-                .iter()
-                .find(|x| x.queue == q)
-                .map(|x| x.device_queue)
-        };
+        let hw_queue = |q: u16| planned.device_queue(q);
 
         // Flow rules: translate now; isolation must be asked for before configuration.
         let mut fallback: Option<flow::FlowError> = None;
@@ -404,18 +394,8 @@ impl Port {
         let id = port.id.0;
         let flows = &planned.flows;
         let rx: Vec<u16> = planned.rx.iter().map(|q| q.queue).collect();
-        let hw_queue = |q: u16| {
-            planned
-                .rx
-                .iter()
-                .find(|x| x.queue == q)
-                .map(|x| x.device_queue)
-        };
-        let device_err = |source: DpdkError| EngineError::Device {
-            interface: planned.name.clone(),
-            address: planned.address.clone(),
-            source,
-        };
+        let hw_queue = |q: u16| planned.device_queue(q);
+        let device_err = |source| device_error(planned, source);
         if let Some(rules_with_marks) = flow_plan {
             port.steering = match flow::install(id, &rules_with_marks) {
                 Ok(flows) => PortSteering::RteFlow {
@@ -540,11 +520,7 @@ struct QueueSetup<'a> {
 
 impl QueueSetup<'_> {
     fn device_err(&self, source: DpdkError) -> EngineError {
-        EngineError::Device {
-            interface: self.planned.name.clone(),
-            address: self.planned.address.clone(),
-            source,
-        }
+        device_error(self.planned, source)
     }
 
     /// A pool of `size` for segment `seg` of queue `queue`.
@@ -823,6 +799,15 @@ impl QueueSetup<'_> {
                 ),
             }
         }
+    }
+}
+
+/// A device call of `planned`'s port failed.
+fn device_error(planned: &PortPlan, source: DpdkError) -> EngineError {
+    EngineError::Device {
+        interface: planned.name.clone(),
+        address: planned.address.clone(),
+        source,
     }
 }
 

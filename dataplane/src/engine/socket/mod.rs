@@ -109,47 +109,19 @@ impl SocketEngine {
         let mut tcp_interfaces = Vec::new();
         for (i, (iface, steering)) in plan.iter().zip(steering).enumerate() {
             log_queues(iface, regions);
-            let (rx, tx) = (iface.rx.clone(), iface.tx.clone());
             match iface.transport {
                 Transport::Udp => {
                     interfaces.push(Interface::Udp(udp::UdpInterface::open(
-                        udp::UdpSetup {
-                            name: &iface.name,
-                            port: i as u16,
-                            mode: iface.mode,
-                            local: iface.local,
-                            remote: iface.remote,
-                            rx,
-                            tx,
-                            buffers: iface.buffers,
-                            busy_poll_us: iface.busy_poll_us,
-                            gso: iface.gso,
-                            gro: iface.gro,
-                            timestamps: iface.timestamps,
-                            peers: iface.peers.clone(),
-                        },
-                        regions,
-                        steering,
+                        iface, i as u16, regions, steering,
                     )?));
                 }
                 Transport::Tcp => {
-                    let t = tcp::TcpInterface::open(tcp::TcpSetup {
-                        name: &iface.name,
-                        mode: iface.mode,
-                        local: iface.local,
-                        remote: iface.remote,
-                        rx,
-                        tx,
-                        buffers: iface.buffers,
-                        retry_connect_s: iface.retry_connect_s,
-                        peers: iface.peers.clone(),
-                        idle_timeout: iface.idle_timeout,
-                    })
-                    .map_err(|reason| EngineError::Interface {
-                        interface: iface.name.clone(),
-                        reason,
-                    })?
-                    .with_regions(regions);
+                    let t = tcp::TcpInterface::open(iface)
+                        .map_err(|reason| EngineError::Interface {
+                            interface: iface.name.clone(),
+                            reason,
+                        })?
+                        .with_regions(regions);
                     tcp_interfaces.push(t.shared());
                     interfaces.push(Interface::Tcp(t));
                 }

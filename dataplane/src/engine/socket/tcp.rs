@@ -1,7 +1,7 @@
 //! TCP lanes: one connection per lane, made and remade by a connection thread, read and
 //! written by the queues' workers without blocking.
 
-use super::{QueueSetup, lane_in, lane_of, side, sys};
+use super::{QueueSetup, SocketInterfacePlan, lane_in, lane_of, side, sys};
 use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
 use crate::engine::{Link, RxPort, TxPort};
@@ -125,22 +125,6 @@ impl LaneView {
     }
 }
 
-/// What [`TcpInterface::open`] needs.
-pub(super) struct TcpSetup<'a> {
-    pub name: &'a str,
-    pub mode: SocketMode,
-    pub local: Option<SocketAddrV4>,
-    pub remote: Option<SocketAddrV4>,
-    pub rx: Vec<QueueSetup>,
-    pub tx: Vec<QueueSetup>,
-    pub buffers: (usize, usize),
-    pub retry_connect_s: u32,
-    /// Who may connect (servers).
-    pub peers: PeerFilter,
-    /// Servers: a connection that moved nothing for this long is closed.
-    pub idle_timeout: Option<Duration>,
-}
-
 /// What the connection thread works on for one interface.
 pub(super) struct TcpShared {
     name: String,
@@ -167,7 +151,7 @@ pub(super) struct TcpInterface {
 impl TcpInterface {
     /// Listens (server) or prepares the lanes (client); connecting happens on the
     /// connection thread.
-    pub(super) fn open(s: TcpSetup) -> Result<Self, String> {
+    pub(super) fn open(s: &SocketInterfacePlan) -> Result<Self, String> {
         let lanes = s.rx.len().max(s.tx.len()).max(1);
         let local = s
             .local
@@ -207,7 +191,7 @@ impl TcpInterface {
                 retry: Duration::from_secs(u64::from(s.retry_connect_s))
                     .max(Duration::from_millis(100)),
                 buffers: s.buffers,
-                peers: s.peers,
+                peers: s.peers.clone(),
                 idle_timeout: s.idle_timeout,
                 warn_refused: WarnLimiter::new(),
                 lanes: (0..lanes)
@@ -220,8 +204,8 @@ impl TcpInterface {
                     })
                     .collect(),
             }),
-            rx: s.rx,
-            tx: s.tx,
+            rx: s.rx.clone(),
+            tx: s.tx.clone(),
             regions: None,
         })
     }

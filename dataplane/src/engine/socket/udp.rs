@@ -2,7 +2,9 @@
 
 use super::peer::{LearnedPeer, PeerGate};
 use super::sys::{self, Outgoing, Received};
-use super::{QueueSetup, grid, lane_in, lane_of, side, udp_uri, warn_if_capped};
+use super::{
+    QueueSetup, SocketInterfacePlan, grid, lane_in, lane_of, side, udp_uri, warn_if_capped,
+};
 use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
 use crate::engine::wire::{Ingress, WireGrid, WireReceiver};
@@ -33,24 +35,6 @@ struct Lane {
     link: Arc<Link>,
 }
 
-/// What [`UdpInterface::open`] needs.
-pub(super) struct UdpSetup<'a> {
-    pub name: &'a str,
-    pub port: u16,
-    pub mode: SocketMode,
-    pub local: Option<SocketAddrV4>,
-    pub remote: Option<SocketAddrV4>,
-    pub rx: Vec<QueueSetup>,
-    pub tx: Vec<QueueSetup>,
-    pub buffers: (usize, usize),
-    pub busy_poll_us: u32,
-    pub gso: bool,
-    pub gro: bool,
-    pub timestamps: bool,
-    /// Who may send to the interface.
-    pub peers: PeerFilter,
-}
-
 /// A UDP interface: its lanes and the wires from lanes to RX queues.
 pub(super) struct UdpInterface {
     name: String,
@@ -75,7 +59,8 @@ pub(super) struct UdpInterface {
 impl UdpInterface {
     /// Opens the lanes' sockets.
     pub(super) fn open(
-        s: UdpSetup,
+        s: &SocketInterfacePlan,
+        interface_port: u16,
         regions: &Arc<RegionSet>,
         steering: &Arc<InterfaceSteering>,
     ) -> Result<Self, EngineError> {
@@ -125,7 +110,7 @@ impl UdpInterface {
                     })
                 })?;
             if k == 0 {
-                warn_if_capped(s.name, s.buffers, sizes);
+                warn_if_capped(&s.name, s.buffers, sizes);
             }
             if s.gro
                 && let Err(e) = sys::udp_gro(&socket)
@@ -190,19 +175,19 @@ impl UdpInterface {
         let ingresses = (0..lanes.len()).map(|_| None).collect();
         Ok(Self {
             name: s.name.to_owned(),
-            port: s.port,
+            port: interface_port,
             mode: s.mode,
             remote: s.remote,
             lanes,
             gso: s.gso,
             gro,
             kernel_timestamps,
-            rx: s.rx,
-            tx: s.tx,
+            rx: s.rx.clone(),
+            tx: s.tx.clone(),
             grid,
             regions: regions.clone(),
             ingresses: Mutex::new(ingresses),
-            peers: s.peers,
+            peers: s.peers.clone(),
         })
     }
 
