@@ -2,8 +2,11 @@
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 # The DPDK engine is built and tested too (setup installs DPDK); `make build FEATURES=`
-# builds without it (for hosts without DPDK's shared libraries).
-FEATURES ?= --features dataplane/dpdk
+# builds without it (for hosts without DPDK's shared libraries). The command line's `dpdk`
+# feature turns on the library's and the benches'; LIB_FEATURES is the same for commands
+# that select only the library or a crate below the command line.
+FEATURES ?= --features dataplane-cli/dpdk
+LIB_FEATURES ?= $(subst dataplane-cli/,dataplane/,$(FEATURES))
 
 .PHONY: setup build run test test-aarch64 python-test bench lint clean
 
@@ -23,9 +26,9 @@ test: setup
 	$(CARGO) test --workspace --release $(FEATURES)
 	# The embedding examples (dataplane/examples) run and check themselves.
 	for e in receive_loop transmit_loop steering gpu_region; do \
-		$(CARGO) run --release -q $(FEATURES) -p dataplane --example $$e || exit 1; done
+		$(CARGO) run --release -q $(LIB_FEATURES) -p dataplane --example $$e || exit 1; done
 	# The C API: the header is current (a test above), the C example builds and runs.
-	$(CARGO) build --release $(FEATURES) -p dataplane-c
+	$(CARGO) build --release $(LIB_FEATURES) -p dataplane-c
 	$(CC) -O2 -Wall -Wextra -Werror -I capi/include capi/examples/loopback.c \
 		-L target/release -ldataplane_c -Wl,-rpath,$(CURDIR)/target/release -o target/c-loopback
 	./target/c-loopback
@@ -38,6 +41,8 @@ test: setup
 	# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
 	LD_LIBRARY_PATH=$$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 $(CARGO) test --release -p gpudirect kernels::tests
 	$(MAKE) python-test
+	# The front page's and the book's sh, C, Python and YAML blocks (Rust ones ran as doctests).
+	./scripts/book-check.sh
 	# The same package on CPython 3.9 and glibc 2.31 (a Debian 11 root), then that wheel here.
 	./scripts/test-python-oldest.sh
 	./scripts/embed-check.sh

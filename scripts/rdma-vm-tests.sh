@@ -13,7 +13,7 @@ if [ -z "$TOOLS" ]; then
     exit 0
 fi
 # The same build as `make test` (workspace, DPDK feature), so nothing is rebuilt.
-bins=$(cargo test --release --workspace --features dataplane/dpdk --no-run --message-format=json 2>/dev/null |
+bins=$(cargo test --release --workspace --features dataplane-cli/dpdk --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -21,7 +21,7 @@ for l in sys.stdin:
         print(m["executable"])')
 [ "$(echo "$bins" | wc -w)" = 3 ] || { echo "rdma-vm-tests: could not build the test binaries" >&2; exit 1; }
 dp=$(realpath target/release/dataplane)
-[ -x "$dp" ] || cargo build --release -p dataplane
+[ -x "$dp" ] || cargo build --release -p dataplane-cli --features dpdk
 work=$(mktemp -d /tmp/rdma-vm-tests.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/run.sh" <<EOF2

@@ -26,7 +26,7 @@ if [ -z "${DPDK_TEST_CMD:-}" ] && ! command -v dpdk-test >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpdk dpdk-dev >/dev/null
 fi
-[ -x "$bin" ] || cargo build --release -p dataplane
+[ -x "$bin" ] || cargo build --release -p dataplane-cli
 
 cores=${1:-$(python3 -c 'import os; c=sorted(os.sched_getaffinity(0)); print(f"{c[0]},{c[1]}")')}
 tmp=$(mktemp -d)

@@ -20,7 +20,7 @@ for t in ../shared/tools /work/shared/tools; do
     [ -z "$TOOLS" ] && [ -x "$t/rxe-vm" ] && TOOLS=$t
 done
 CACHE=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-vm}
-DYN=$(cargo test --release -p dataplane --features dpdk --test dpdk_tap_dynamic_flows --no-run \
+DYN=$(cargo test --release -p dataplane-bench --features dpdk --test dpdk_tap_dynamic_flows --no-run \
     --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:

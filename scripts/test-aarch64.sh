@@ -72,18 +72,18 @@ for s in $steps; do
     dpdk2411)
       prepare amd64
       echo "test-aarch64: $(in_root rustc --version), DPDK $(in_root pkg-config --modversion libdpdk)"
-      step "x86_64 build against DPDK 24.11 (bindings, engine, DPDK tests)" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/target/amd64 cargo build -p dpdk-sys -p dataplane --features dataplane/dpdk --bins --test dpdk_ring --test dpdk_memif --test dpdk_ring_zero_copy --test dpdk_ring_flows --test dpdk_bad_address'
-      step "DPDK tests against 24.11 (net_ring, memif, zero copy, flows)" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/target/amd64 cargo test -p dataplane --features dpdk --test dpdk_ring --test dpdk_memif --test dpdk_ring_zero_copy --test dpdk_ring_flows --test dpdk_bad_address -- --test-threads=1'
+      step "x86_64 build against DPDK 24.11 (bindings, engine, DPDK tests)" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/target/amd64 cargo build -p dpdk-sys -p dataplane -p dataplane-bench -p dataplane-cli --features dataplane-cli/dpdk --bins --test dpdk_ring --test dpdk_memif --test dpdk_ring_zero_copy --test dpdk_ring_flows --test dpdk_bad_address'
+      step "DPDK tests against 24.11 (net_ring, memif, zero copy, flows)" in_root sh -c 'cd /src && CARGO_TARGET_DIR=/target/amd64 cargo test -p dataplane -p dataplane-bench -p dataplane-cli --features dataplane-cli/dpdk --test dpdk_ring --test dpdk_memif --test dpdk_ring_zero_copy --test dpdk_ring_flows --test dpdk_bad_address -- --test-threads=1'
       ;;
     cross)
       prepare cross
       echo "test-aarch64: $(in_root rustc --version), DPDK $(in_root env PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig pkg-config --modversion libdpdk) for aarch64"
-      step "aarch64 cross build (workspace, dpdk feature)" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo build --release --workspace --target aarch64-unknown-linux-gnu --features dataplane/dpdk --tests --bins'
+      step "aarch64 cross build (workspace, dpdk feature)" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo build --release --workspace --target aarch64-unknown-linux-gnu --features dataplane-cli/dpdk --tests --bins'
       ;;
     qemu)
       prepare cross
       step "aarch64 unit tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --release --target aarch64-unknown-linux-gnu --features dataplane/dpdk -p dataplane-ring -p gpudirect -p dataplane --lib'
-      step "aarch64 software-loopback tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --release --target aarch64-unknown-linux-gnu --features dataplane/dpdk -p dataplane --test loopback --test steering --test reorder --test soundness --test embedding --test metrics'
+      step "aarch64 software-loopback tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --release --target aarch64-unknown-linux-gnu --features dataplane/dpdk,dataplane-bench/dpdk -p dataplane -p dataplane-bench --test loopback --test steering --test reorder --test soundness --test embedding --test metrics'
       ;;
     *) echo "test-aarch64: unknown step $s (dpdk2411, cross, qemu)" >&2; exit 2 ;;
   esac

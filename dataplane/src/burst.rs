@@ -94,7 +94,7 @@ impl Burst {
 
     /// The run this burst is, if it is one (see [`Burst`]).
     #[inline]
-    pub(crate) fn run(&self) -> Option<Run> {
+    pub fn run(&self) -> Option<Run> {
         self.run
     }
 
@@ -690,7 +690,7 @@ fn one_segment(segment: Segment) -> Packet {
 /// A burst's packets when it is a run: buffers `first..first + count` of `region`, each
 /// `len` bytes in one segment, with flow id and time 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Run {
+pub struct Run {
     /// The region of every buffer.
     pub(crate) region: RegionId,
     /// The first buffer's index.
@@ -703,6 +703,16 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// The region every buffer of the run is in.
+    pub fn region(&self) -> RegionId {
+        self.region
+    }
+
+    /// Bytes in each buffer.
+    pub fn buffer_len(&self) -> u32 {
+        self.len
+    }
+
     /// How many packets.
     #[inline]
     pub(crate) fn count(&self) -> usize {

@@ -11,10 +11,13 @@ use std::thread::JoinHandle;
 
 /// One copy: `len` bytes from address `src` to address `dst`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct CopyJob {
-    pub(crate) src: u64,
-    pub(crate) dst: u64,
-    pub(crate) len: usize,
+pub struct CopyJob {
+    /// Source address.
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// Bytes to copy.
+    pub len: usize,
 }
 
 /// Batches below this many bytes are copied by the caller alone: handing out shares costs
@@ -44,7 +47,7 @@ struct Shared {
 }
 
 /// Helper threads, one per core, stopped and joined when dropped.
-pub(crate) struct CopyHelpers {
+pub struct CopyHelpers {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     /// Shares being filled by the caller (kept to avoid allocation per batch).
@@ -59,7 +62,7 @@ pub(crate) struct CopyHelpers {
 
 impl CopyHelpers {
     /// Starts one helper pinned to each of `cores`; `name` labels the threads.
-    pub(crate) fn spawn(cores: &[u32], name: &str) -> std::io::Result<Self> {
+    pub fn spawn(cores: &[u32], name: &str) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             slots: cores
@@ -223,7 +226,7 @@ fn help(stop: &AtomicBool, slot: &Slot) {
 /// # Safety
 ///
 /// As [`CopyHelpers::copy_all`].
-pub(crate) unsafe fn copy_with(
+pub unsafe fn copy_with(
     helpers: Option<&mut CopyHelpers>,
     jobs: impl IntoIterator<Item = CopyJob>,
 ) {

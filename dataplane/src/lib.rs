@@ -7,12 +7,11 @@
 //! buffers: dropping a burst returns every buffer to its pool, and sending one moves it.
 
 pub mod affinity;
-pub mod bench;
 pub mod burst;
 pub mod capture;
 pub mod clock;
 pub mod config;
-pub(crate) mod copy_helpers;
+pub mod copy_helpers;
 pub mod cycles;
 pub mod descriptor;
 pub mod doctor;
@@ -35,6 +34,42 @@ pub mod worker;
 
 /// The bulk ring buffer pools are built on (its own crate, so loom can model-check it).
 pub use dataplane_ring as ring;
+
+/// The front page and the book (`README.md`, `docs/`): their `rust` code blocks run as
+/// doctests, so an example that stops working fails `cargo test`.
+#[cfg(doctest)]
+pub mod book {
+    #[doc = include_str!("../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../docs/library.md")]
+    pub struct Library;
+    #[doc = include_str!("../../docs/features.md")]
+    pub struct Features;
+    #[doc = include_str!("../../docs/configuration.md")]
+    pub struct Configuration;
+    #[doc = include_str!("../../docs/operations.md")]
+    pub struct Operations;
+    #[doc = include_str!("../../docs/dpdk.md")]
+    pub struct Dpdk;
+    #[doc = include_str!("../../docs/sockets.md")]
+    pub struct Sockets;
+    #[doc = include_str!("../../docs/rdma.md")]
+    pub struct Rdma;
+    #[doc = include_str!("../../docs/gpu.md")]
+    pub struct Gpu;
+    #[doc = include_str!("../../docs/architecture.md")]
+    pub struct Architecture;
+    #[doc = include_str!("../../docs/introduction.md")]
+    pub struct Introduction;
+    #[doc = include_str!("../../docs/bench-output.md")]
+    pub struct BenchOutput;
+    #[doc = include_str!("../../docs/hugepages.md")]
+    pub struct Hugepages;
+    #[doc = include_str!("../../docs/aarch64.md")]
+    pub struct Aarch64;
+    #[doc = include_str!("../../docs/testing.md")]
+    pub struct Testing;
+}
 
 pub use burst::{Burst, Packet, Segment};
 pub use memory::pool::flush_thread_caches;

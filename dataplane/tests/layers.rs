@@ -37,8 +37,6 @@ const LAYERS: &[&[&str]] = &[
     // The metrics endpoint: reads the counters the plane hands it.
     &["metrics"],
     &["plane"],
-    // Benchmarks drive the plane like an application.
-    &["bench"],
     // Checks of the machine against a configuration.
     &["doctor"],
 ];
@@ -58,8 +56,6 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "rdma_conn",
     "engine/dpdk",
     "engine/socket/sys.rs",
-    "bench/gpu.rs",
-    "bench/raw/",
     // GPU capture: device-to-device copies out of a burst's GPU segments.
     "capture/gpu.rs",
 ];
@@ -123,8 +119,7 @@ fn module_files() -> BTreeMap<String, Vec<(String, String)>> {
     let mut by_module: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for f in files {
         let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
-        if rel == "lib.rs" || rel == "main.rs" || rel.starts_with("bin/") || rel.starts_with("cli/")
-        {
+        if rel == "lib.rs" {
             continue;
         }
         let module = rel
@@ -171,14 +166,13 @@ fn every_module_has_a_layer_and_imports_only_lower_layers() {
 
 /// Modules (top-level name, or a file path under `src/`) that may name the configuration
 /// type `Config`: the schema itself, the plan that turns it into decisions, and what sits
-/// above the plan (the running plane, which plans its configuration, and the benches,
-/// which are applications). Everything the plane runs (engines, memory, workers, stages)
+/// above the plan (the running plane, which plans its configuration; the benches and the
+/// command line are crates of their own). Everything the plane runs (engines, memory, workers, stages)
 /// is built from the `Plan` alone.
 const CONFIG_ALLOWED: &[&str] = &[
     "config",
     "plan",
     "plane",
-    "bench",
     // `doctor::check` takes a configuration and plans it, as the plane does; its checks
     // read the plan.
     "doctor",
@@ -222,7 +216,8 @@ fn only_the_plan_and_what_is_above_it_see_the_configuration() {
 
 #[test]
 fn unsafe_code_only_where_allowed() {
-    let mut wrong = Vec::new();
+    let mut wrong = unsafe_outside(Path::new("../bench/src"), BENCH_UNSAFE_ALLOWED);
+    wrong.extend(unsafe_outside(Path::new("../cli/src"), &[]));
     for (module, files) in module_files() {
         for (file, text) in files {
             let allowed = UNSAFE_ALLOWED
@@ -241,6 +236,57 @@ fn unsafe_code_only_where_allowed() {
         wrong.is_empty(),
         "`unsafe` outside the modules allowed to hold it: {wrong:?}"
     );
+}
+
+/// Files of the bench crate that may contain `unsafe`: the GPU bench (raw copies into pinned
+/// staging and uploads) and the raw bench's GPU-side frame writer and checker.
+const BENCH_UNSAFE_ALLOWED: &[&str] = &["gpu.rs", "raw/"];
+
+/// Files under `dir` (a crate's `src`, relative to this crate) that use `unsafe` without
+/// being named by `allowed`.
+fn unsafe_outside(dir: &Path, allowed: &[&str]) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    assert!(!files.is_empty(), "no sources under {}", dir.display());
+    files
+        .into_iter()
+        .filter_map(|f| {
+            let rel = f.strip_prefix(&dir).unwrap().to_string_lossy().into_owned();
+            let code = code_of(&std::fs::read_to_string(&f).unwrap());
+            let uses = code
+                .lines()
+                .any(|l| l.contains("unsafe ") && !l.contains("unsafe_code"));
+            (uses && !allowed.iter().any(|a| rel.starts_with(a))).then_some(rel)
+        })
+        .collect()
+}
+
+/// The library carries no command line and no bench: those are the crates `dataplane-cli`
+/// and `dataplane-bench`, above it.
+#[test]
+fn the_library_holds_neither_the_benches_nor_the_command_line() {
+    let src = src_dir();
+    for gone in ["bench", "bench.rs", "cli", "main.rs", "bin"] {
+        assert!(
+            !src.join(gone).exists(),
+            "src/{gone} belongs in its own crate"
+        );
+    }
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    for dep in [
+        "clap",
+        "signal-hook",
+        "tracing-subscriber",
+        "plotters",
+        "[[bin]]",
+    ] {
+        assert!(
+            !manifest.contains(dep),
+            "the library's manifest names {dep}"
+        );
+    }
 }
 
 #[test]

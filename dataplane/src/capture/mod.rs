@@ -40,7 +40,6 @@ pub(crate) const BATCH_BYTES: usize = 4 << 20;
 /// A file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum CaptureFormat {
     /// Classic pcap, nanosecond resolution.
     Pcap,

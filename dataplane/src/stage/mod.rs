@@ -57,7 +57,7 @@ use std::sync::Arc;
 
 /// Why a burst could not be staged.
 #[derive(Debug)]
-pub(crate) enum StageError {
+pub enum StageError {
     /// A layout region has no free buffers now; try again later.
     NoBuffers(Burst),
     /// The packets cannot be staged (they are dropped); says why.
@@ -122,7 +122,7 @@ impl InFlight {
 }
 
 /// The stage of one RX queue.
-pub(crate) struct RxStage {
+pub struct RxStage {
     regions: Arc<RegionSet>,
     layout: Vec<RegionId>,
     /// Header-data split boundary (the first region's buf_size) with two regions.
@@ -165,7 +165,7 @@ struct OpenCopy {
 /// Bytes at which an open copy is issued (on the H200, back-to-back copies of 4 MiB
 /// reached 0.95 of a large pinned copy, 2 MiB ones 0.9, 256 KiB ones 0.5).
 #[cfg(feature = "cuda")]
-pub(crate) const GROUP_BYTES: usize = 4 << 20;
+pub const GROUP_BYTES: usize = 4 << 20;
 
 #[cfg(feature = "cuda")]
 struct GpuPath {
@@ -279,7 +279,7 @@ impl RxStage {
     /// The stage the plan gave a queue with `layout` regions (whether a queue needs one,
     /// where it splits and which GPU it uses are the plan's decisions, see
     /// [`crate::plan::StagePlan`]). `batch` is the most packets per burst.
-    pub(crate) fn new(
+    pub fn new(
         regions: &Arc<RegionSet>,
         layout: &[RegionId],
         batch: usize,
@@ -351,14 +351,14 @@ impl RxStage {
 
     /// Shares its CPU copies (pageable packets gathered into pinned staging, host-to-host
     /// splits) with `helpers`.
-    pub(crate) fn with_copy_helpers(mut self, helpers: CopyHelpers) -> Self {
+    pub fn with_copy_helpers(mut self, helpers: CopyHelpers) -> Self {
         self.helpers = Some(helpers);
         self
     }
 
     /// True when another burst can be submitted now. (A burst that needs a new copy while
     /// every table slot is taken still comes back as [`StageError::NoBuffers`].)
-    pub(crate) fn has_room(&self) -> bool {
+    pub fn has_room(&self) -> bool {
         #[cfg(feature = "cuda")]
         if self.gpu.is_some() {
             return self.open.is_some() || self.copies_in_flight < DEPTH;
@@ -423,19 +423,19 @@ impl RxStage {
     /// GPU copies (or copy launches) issued so far: with [`RxStage::submit`]'s count of
     /// bursts, how well bursts coalesce.
     #[cfg(feature = "cuda")]
-    pub(crate) fn copies_issued(&self) -> u64 {
+    pub fn copies_issued(&self) -> u64 {
         self.copies_issued
     }
 
     /// Bursts submitted and not yet handed back.
-    pub(crate) fn in_flight(&self) -> usize {
+    pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
 
     /// Starts moving `burst` into the queue's layout; [`RxStage::completed`] hands it back.
     /// A burst already in the layout is handed back as it is. Call only with
     /// [`RxStage::has_room`].
-    pub(crate) fn submit(&mut self, burst: Burst) -> Result<(), StageError> {
+    pub fn submit(&mut self, burst: Burst) -> Result<(), StageError> {
         let in_layout = match burst.run() {
             Some(run) => self.layout == [run.region],
             None => burst.packets().iter().all(|p| {
@@ -876,7 +876,7 @@ impl RxStage {
 
     /// As [`RxStage::completed`], waiting for the oldest burst.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn wait_oldest(&mut self) -> Option<Result<Burst, StageError>> {
+    pub fn wait_oldest(&mut self) -> Option<Result<Burst, StageError>> {
         if let Err(e) = self.flush() {
             return Some(Err(e));
         }

@@ -346,7 +346,7 @@ impl StageTask {
     /// A stage task reading bursts from `input`, staging them with `stage` and delivering
     /// them into `ring` (full: by `overflow`), counting them in `counters` of queue
     /// `(port, queue)`.
-    pub(crate) fn new(
+    pub fn new(
         input: rtrb::Consumer<Burst>,
         ring: rtrb::Producer<Burst>,
         stage: crate::stage::RxStage,
@@ -368,7 +368,7 @@ impl StageTask {
 
     /// The stage's GPU copies (or launches) so far.
     #[cfg(feature = "cuda")]
-    pub(crate) fn copies_issued(&self) -> u64 {
+    pub fn copies_issued(&self) -> u64 {
         self.out.stage.as_ref().map_or(0, |s| s.copies_issued())
     }
 
@@ -376,7 +376,7 @@ impl StageTask {
     /// issue the open copy). True when it moved something.
     /// Takes at most [`STAGE_BURSTS_PER_POLL`] bursts, so a worker fed faster than its
     /// stage drains still returns to its stop flag and its other tasks.
-    pub(crate) fn poll(&mut self) -> bool {
+    pub fn poll(&mut self) -> bool {
         if let Err(progress) = self.out.unblock() {
             return progress;
         }

@@ -38,56 +38,7 @@ pub fn queue_by_rules(s: u16, d: u16) -> Option<u16> {
 
 /// Checks a 4-queue bench report against a replay of the generator: it rotates source
 /// ports 4096..4103 and destination ports 5000..5003 by packet number, so every packet's
-/// queue and flow id (queue q's rule has id q + 1) is known.
-pub fn assert_four_queue_split(report: &dataplane::bench::raw::RawReport) {
-    let mut expected = [0u64; 4];
-    for k in 0..report.tx_packets {
-        let (s, d) = (4096 + (k % 8) as u16, 5000 + (k % 4) as u16);
-        expected[queue_by_rules(s, d).expect("every packet has a rule") as usize] += 1;
-    }
-    let got: Vec<u64> = (0..4)
-        .map(|q| {
-            report
-                .queues
-                .iter()
-                .find(|s| s.direction == "rx" && s.queue == q)
-                .expect("an RX queue report")
-                .packets
-        })
-        .collect();
-    assert_eq!(got, expected.to_vec());
-    assert!(got.iter().all(|&n| n > 0));
-    let marks: Vec<(u32, u64)> = report.flow_ids.iter().map(|(k, v)| (*k, *v)).collect();
-    let want: Vec<(u32, u64)> = (0..4).map(|q| (q as u32 + 1, expected[q])).collect();
-    assert_eq!(marks, want);
-}
-
 /// Runs `dataplane bench raw` on shipped config `name` for one second, payloads verified,
-/// with the main lcore on core 0.
-pub fn bench_shipped_config(name: &str) -> dataplane::bench::raw::RawReport {
-    let mut cfg = dataplane::config::load_file(&config_path(name))
-        .expect("config")
-        .config;
-    cfg.master_core = 0;
-    run_bench(&cfg, 1.0)
-}
-
-/// Runs `dataplane bench raw` on `cfg` for `seconds`, payloads verified, no progress lines.
-pub fn run_bench(
-    cfg: &dataplane::config::Config,
-    seconds: f64,
-) -> dataplane::bench::raw::RawReport {
-    dataplane::bench::raw::run(
-        cfg,
-        &dataplane::bench::raw::RawOptions {
-            verify_payload: true,
-            ..dataplane::bench::raw::RawOptions::new(seconds)
-        },
-        &std::sync::atomic::AtomicBool::new(false),
-    )
-    .unwrap_or_else(|e| panic!("bench runs: {e}"))
-}
-
 /// Two network namespaces joined by a veth pair, removed (with the pair) on drop.
 pub struct VethPair {
     namespaces: [String; 2],
@@ -255,39 +206,6 @@ pub fn tcpdump(path: &std::path::Path) -> Option<Vec<(u64, Vec<u8>)>> {
 }
 
 /// Checks every frame of a capture read back (as `bench raw`'s generators make them):
-/// returns how many passed, panicking on a damaged one.
-pub fn check_captured_frames<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> u64 {
-    let mut c = dataplane::bench::traffic::Checker::new(true);
-    for f in frames {
-        c.check(f);
-        assert_eq!(
-            c.counts.corrupt, 0,
-            "a captured frame is damaged: {:?}",
-            c.first_problem
-        );
-    }
-    assert_eq!(c.counts.duplicates, 0, "a frame was captured twice");
-    c.counts.valid
-}
-
-/// Asserts a quantize run: lossless, and every batch turned back into the frames sent.
-pub fn assert_quantize_verified(report: &dataplane::bench::raw::RawReport) {
-    eprint!("{}", report.human());
-    assert!(report.lossless, "{:?}", report.problems);
-    let r = report.reorder.as_ref().expect("reorder report");
-    assert_eq!(r.bad_batches, 0, "{:?}", r.first_problem);
-    assert_eq!(r.unchecked_batches, 0, "int4 -> fp32 is verifiable");
-    assert!(r.verified_batches >= 3, "the example's verify_batches");
-    assert_eq!(
-        r.verified_batches,
-        r.batches + r.timeout_batches,
-        "every batch checked sample by sample"
-    );
-    // 256 payload bytes per frame = 512 int4 samples = 32 chunks of 16.
-    assert_eq!(r.verified_chunks, r.aggregated_packets * 32);
-    assert_eq!(r.aggregated_packets, report.tx_packets);
-}
-
 /// `configs/rdma_loopback.yaml`'s text with the server's RX queue split: a 64-byte header
 /// region `HDR` first, then `DATA_RX_GPU_SERVER` for the payload.
 pub fn rdma_loopback_with_split_server_rx(original: &str) -> String {

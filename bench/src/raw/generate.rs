@@ -1,0 +1,294 @@
+//! Traffic generation: the frames each `bench_tx` stream writes (host or GPU memory), the
+//! generator threads, and the rate a paced run asks of the TX queues.
+
+use super::*;
+
+/// The frames the generator of `bench_tx` entry `b` (stream `stream`) sends: with
+/// `bench_reorder_quantize`, they carry the sequence (and batch) fields of the reorder it
+/// verifies, so that reorder sorts them.
+pub(super) fn generator_frames(
+    config: &Config,
+    b: &dataplane::config::BenchTxConfig,
+    stream: usize,
+) -> FrameBuilder {
+    let builder = FrameBuilder::new(b, stream as u16);
+    let fields = config.bench.reorder_quantize.and_then(|q| {
+        config
+            .interfaces
+            .iter()
+            .filter_map(|i| i.rx.as_ref())
+            .flat_map(|r| &r.reorder)
+            .find(|r| r.conversion == Some(q.conversion))
+            .map(|r| crate::traffic::ReorderFields::of(&r.spec(0)))
+    });
+    match fields {
+        Some(f) => builder.with_reorder_fields(f),
+        None => builder,
+    }
+}
+
+/// Writes a generator's frames into GPU memory with the `write_frames` kernel: the CPU
+/// makes only each frame's changing fields.
+#[cfg(feature = "cuda")]
+pub(super) struct GpuFrames {
+    pub(super) gpu: gpudirect::Gpu,
+    pub(super) template: gpudirect::frames::FrameTemplate,
+    pub(super) frames: Vec<(u64, gpudirect::frames::FrameFields)>,
+}
+
+#[cfg(feature = "cuda")]
+impl GpuFrames {
+    pub(super) fn new(ordinal: u32, builder: &FrameBuilder) -> Result<Self, gpudirect::GpuError> {
+        Ok(Self {
+            gpu: gpudirect::Gpu::new(ordinal)?,
+            template: builder.template(),
+            frames: Vec::new(),
+        })
+    }
+
+    /// Writes the next frames into every packet of `burst` and waits until they are there.
+    pub(super) fn write(
+        &mut self,
+        builder: &mut FrameBuilder,
+        burst: &mut dataplane::Burst,
+    ) -> Result<(), gpudirect::GpuError> {
+        self.frames.clear();
+        let len = self.template.frame_len as usize;
+        for i in 0..burst.len() {
+            self.frames
+                .push((burst.segment_addr(i, 0), builder.next_fields()));
+            burst.set_len(i, 0, len);
+        }
+        // SAFETY: every address is a buffer this burst owns (device memory of the queue's
+        // region, at least `len` bytes: checked before the generator started), and the
+        // burst lives until after the sync below.
+        unsafe { self.gpu.write_frames(&self.template, &self.frames) }?;
+        self.gpu.sync()
+    }
+}
+
+/// Without CUDA there is no device memory, so no GPU writer is ever made.
+#[cfg(not(feature = "cuda"))]
+pub(super) struct GpuFrames;
+
+#[cfg(not(feature = "cuda"))]
+impl GpuFrames {
+    pub(super) fn new(_: u32, _: &FrameBuilder) -> Result<Self, String> {
+        Err("built without CUDA".into())
+    }
+
+    pub(super) fn write(
+        &mut self,
+        _: &mut FrameBuilder,
+        _: &mut dataplane::Burst,
+    ) -> Result<(), String> {
+        Err("built without CUDA".into())
+    }
+}
+
+pub(super) struct Generator {
+    pub(super) thread: JoinHandle<(u64, u64, Option<String>, u64)>,
+}
+
+/// `config` with every generator's TX queue paced to its share of `gbps`.
+pub(crate) fn with_target_rate(config: &Config, gbps: f64) -> Config {
+    let mut c = config.clone();
+    let mbps = ((gbps * 1000.0) / c.bench.tx.len() as f64).round().max(1.0) as u64;
+    for b in &config.bench.tx {
+        let Some(i) = c.interface_index(&b.interface_name) else {
+            continue;
+        };
+        for q in c.interfaces[i]
+            .tx
+            .iter_mut()
+            .flat_map(|t| t.queues.iter_mut())
+        {
+            if q.id == b.queue_id {
+                q.pacing_mbps = mbps;
+            }
+        }
+    }
+    c
+}
+
+/// The rate the generators' TX queues are paced to in all (`pacing_mbps`, which
+/// `--target-gbps` sets), Gb/s; `None` when none is paced.
+pub(super) fn paced_gbps(config: &Config) -> Option<f64> {
+    let mut mbps = 0u64;
+    for b in &config.bench.tx {
+        let Some(i) = config.interface_index(&b.interface_name) else {
+            continue;
+        };
+        mbps += config.interfaces[i]
+            .tx
+            .iter()
+            .flat_map(|t| &t.queues)
+            .filter(|q| q.id == b.queue_id)
+            .map(|q| q.pacing_mbps)
+            .sum::<u64>();
+    }
+    (mbps > 0).then(|| mbps as f64 / 1000.0)
+}
+
+/// Starts a generator thread for every `bench_tx` entry; each counts the packets it hands
+/// to its TX queue into `sent` and stops when `stop` is set.
+pub(super) fn spawn_generators(
+    config: &Config,
+    opts: &RawOptions,
+    plane: &mut DataPlane,
+    stop_tx: &Arc<AtomicBool>,
+    sent: &Arc<AtomicU64>,
+) -> Result<Vec<Generator>, BenchError> {
+    let timed = opts.time_stages;
+    let mut generators = Vec::new();
+    for (stream, b) in config.bench.tx.iter().enumerate() {
+        let mut q = plane
+            .take_tx_queue(&b.interface_name, b.queue_id)
+            .ok_or_else(|| BenchError::QueueTwice {
+                interface: b.interface_name.clone(),
+                direction: Direction::Tx,
+                queue: b.queue_id,
+            })?;
+        let unusable = |reason: String| BenchError::UnusableTxQueue {
+            stream,
+            interface: b.interface_name.clone(),
+            queue: b.queue_id,
+            reason,
+        };
+        if q.segment_sizes().len() != 1 {
+            return Err(unusable(format!(
+                "has {} segments; the traffic generator writes single-segment packets",
+                q.segment_sizes().len()
+            )));
+        }
+        let mut builder = generator_frames(config, b, stream);
+        if builder.frame_len() > q.segment_sizes()[0] {
+            return Err(unusable(format!(
+                "has {}-byte buffers, shorter than the {}-byte frames",
+                q.segment_sizes()[0],
+                builder.frame_len()
+            )));
+        }
+        // Frames in GPU memory are written there by a kernel (`gpu_direct`).
+        let gpu_frames = if q.host_accessible() {
+            None
+        } else if opts.tx_work == TxWork::Headers {
+            return Err(unusable(
+                "is in GPU memory, where the generator writes whole frames: --tx-work headers needs host memory".into(),
+            ));
+        } else {
+            match q.device_gpu() {
+                Some(gpu) => Some(gpu),
+                None => return Err(unusable("is neither host nor device memory".into())),
+            }
+        };
+        let tx_work = opts.tx_work;
+        let (stop, sent, core, batch) = (
+            stop_tx.clone(),
+            sent.clone(),
+            b.cpu_core,
+            b.batch_size as usize,
+        );
+        let paced = opts.target_gbps.is_some();
+        let thread = std::thread::Builder::new()
+            .name("bench-tx".into())
+            .spawn(move || {
+                if let Some(c) = core {
+                    let _ = affinity::pin_current_thread(c);
+                }
+                let frame_len = builder.frame_len();
+                let mut gpu_writer = match gpu_frames.map(|gpu| GpuFrames::new(gpu, &builder)) {
+                    None => None,
+                    Some(Ok(w)) => Some(w),
+                    Some(Err(e)) => return (0, 0, Some(format!("GPU frame writer: {e}")), 0),
+                };
+                let mut initialised: Vec<u64> = Vec::new();
+                let (mut packets, mut bytes) = (0u64, 0u64);
+                let mut pending = None;
+                let mut failure = None;
+                let mut busy_ns = 0u64;
+                let clock = dataplane::clock::WallClock::new();
+                while !stop.load(Ordering::Relaxed) {
+                    // Paced: a burst is made when the TX ring is empty (the worker holds
+                    // the one its pacer sends), not queued ahead, so its send time
+                    // measures the path rather than the wait in the ring.
+                    if paced && pending.is_none() && q.pending() > 0 {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    let started = timed.then(Instant::now);
+                    let burst = match pending.take() {
+                        Some(b) => b,
+                        None => match q.alloc_frames(batch, frame_len) {
+                            Ok(mut burst) if gpu_writer.is_some() => {
+                                builder.set_send_time(clock.now_ns());
+                                let w = gpu_writer.as_mut().expect("checked");
+                                if let Err(e) = w.write(&mut builder, &mut burst) {
+                                    failure = Some(format!("GPU frame writer: {e}"));
+                                    break;
+                                }
+                                burst
+                            }
+                            Ok(mut burst) => {
+                                builder.set_send_time(clock.now_ns());
+                                for i in 0..PREFETCH_AHEAD {
+                                    prefetch_frame(&burst, i, Some(frame_len));
+                                }
+                                for i in 0..burst.len() {
+                                    prefetch_frame(&burst, i + PREFETCH_AHEAD, Some(frame_len));
+                                    let idx = burst.segment(i, 0).index as usize;
+                                    let buf = burst.buffer_mut(i, 0).expect("host memory");
+                                    // Headers and fill are written once per buffer.
+                                    let (word, bit) = (idx / 64, idx % 64);
+                                    if initialised.len() <= word {
+                                        initialised.resize(word + 1, 0);
+                                    }
+                                    if initialised[word] & (1 << bit) == 0 {
+                                        builder.write_constant(buf);
+                                        initialised[word] |= 1 << bit;
+                                    }
+                                    match tx_work {
+                                        TxWork::Full => builder.write_next(buf),
+                                        TxWork::Headers => builder.write_headers(buf),
+                                    }
+                                    // The length is set: `alloc_frames` did it.
+                                }
+                                burst
+                            }
+                            Err(_) => {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                        },
+                    };
+                    let n = burst.len() as u64;
+                    let sent_now = q.send(burst);
+                    if let Some(t) = started {
+                        busy_ns += t.elapsed().as_nanos() as u64;
+                    }
+                    match sent_now {
+                        Ok(()) => {
+                            packets += n;
+                            bytes += n * frame_len as u64;
+                            sent.store(packets, Ordering::Relaxed);
+                        }
+                        Err(e) if e.reason == TxFailure::RingFull => {
+                            pending = Some(e.burst);
+                            std::thread::yield_now();
+                        }
+                        // The queue is gone (its worker died): nothing more can be sent.
+                        Err(e) => {
+                            failure = Some(e.reason.to_string());
+                            break;
+                        }
+                    }
+                }
+                // A burst built but never sent is dropped here; its sequence numbers were
+                // never seen by anyone, so it is not a gap.
+                (packets, bytes, failure, busy_ns)
+            })
+            .map_err(StartError::Spawn)?;
+        generators.push(Generator { thread });
+    }
+    Ok(generators)
+}

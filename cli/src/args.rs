@@ -1,0 +1,340 @@
+//! The command line: commands, benches and their options (clap).
+
+use super::*;
+use dataplane::capture::CaptureFormat;
+
+#[derive(Parser)]
+#[command(
+    name = "dataplane",
+    version,
+    about = "Kernel-bypass poll-mode data plane"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    /// Log line format on stderr: `text`, or `json` (one object per line, for log
+    /// collectors).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+    /// Serve Prometheus / OpenMetrics metrics at http://ADDR/metrics while the plane runs
+    /// (as the configuration's `metrics.listen`, which it overrides).
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub(crate) metrics: Option<std::net::SocketAddr>,
+}
+
+/// `--metrics`, applied to every configuration loaded.
+pub(crate) static METRICS_LISTEN: std::sync::OnceLock<std::net::SocketAddr> =
+    std::sync::OnceLock::new();
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable; colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Check a configuration file and print a summary or every error.
+    Validate {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Also print the start-up plan: per region its headroom, lending and huge pages;
+        /// per queue its segments, core, batch, timeout, stage, reorders and offloads; per
+        /// core its queues; DPDK pools and EAL arguments; RDMA connection slots.
+        #[arg(long)]
+        plan: bool,
+        /// With --plan: the plan as one JSON object instead.
+        #[arg(long, requires = "plan")]
+        json: bool,
+    },
+    /// Run a benchmark.
+    #[command(subcommand)]
+    Bench(Bench),
+    /// Check this machine against a configuration (or, without one, machine-wide): huge
+    /// pages, cores, PCI devices, RDMA GIDs, GPU driver, socket and locked-memory limits.
+    /// Each finding comes with the command that fixes it. Exit status 1 when something
+    /// blocks a start, 2 when the configuration does not load.
+    Doctor {
+        /// YAML configuration.
+        file: Option<PathBuf>,
+        /// Print the findings as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Read /proc and /sys below this directory instead of / (a recorded machine).
+        #[arg(long, default_value = "/")]
+        root: PathBuf,
+    },
+    /// Plot `bench raw --json` results: RX throughput over time for each, and with
+    /// several a comparison of their medians (a sweep: labelled by payload size).
+    Plot {
+        /// Result files (the JSON line of `bench raw --json`, alone or as the last line).
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+        /// Output image: .png or .svg.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Huge pages: status, and cleanup of files dead processes left behind.
+    #[command(subcommand)]
+    Hugepages(Hugepages),
+    /// Capture what the bench_rx queues receive to files (the reference's pcap and GDS
+    /// writer examples): one file per queue, written by a writer thread (through cuFile
+    /// for queues in GPU memory); with --tx the bench_tx generators send verified traffic.
+    Capture {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Output file (a directory for raw_per_packet); with several queues,
+        /// `_INTERFACE_qID` is added before the extension.
+        output: PathBuf,
+        /// File format (default: from the output's extension, pcap or pcapng, else raw).
+        #[arg(long, value_enum)]
+        format: Option<CaptureFormatArg>,
+        /// Also run the bench_tx generators (demonstration traffic).
+        #[arg(long)]
+        tx: bool,
+        /// With --tx: pace the generators to this many Gb/s in all.
+        #[arg(long, requires = "tx")]
+        target_gbps: Option<f64>,
+        /// Seconds to capture (SIGINT or SIGTERM ends it earlier, with a report).
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Hugepages {
+    /// hugetlbfs mounts, page sizes, free and total pages per NUMA node, and the files in
+    /// the mounts with their owner state.
+    Status,
+    /// Remove our and DPDK's files (`dataplane_*`, `rtemap_*`, `*map_*`) that no live
+    /// process holds, from every hugetlbfs mount; other files are never touched.
+    Cleanup {
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Bench {
+    /// Send verified UDP traffic from bench_tx through the data plane to bench_rx.
+    Raw {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Seconds of traffic.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// Also verify every packet's UDP checksum (reads every byte).
+        #[arg(long)]
+        verify_payload: bool,
+        /// What the generator writes per frame: `full` (ports, sequence trailer, UDP
+        /// checksum) or `headers` (the 42-byte header only, as testpmd's txonly).
+        #[arg(long, value_enum, default_value_t = TxWork::Full)]
+        tx_work: TxWork,
+        /// What the checker reads per frame: `full` (headers and trailer), `trailer`, or
+        /// `count` (nothing, as testpmd's rxonly).
+        #[arg(long, value_enum, default_value_t = RxWork::Full)]
+        rx_work: RxWork,
+        /// Time every stage (generator, TX and RX workers, checker) and report its busy
+        /// nanoseconds per packet (two clock reads per burst per stage).
+        #[arg(long)]
+        stages: bool,
+        /// Pace the generators' TX queues to this many Gb/s of frames in all (software
+        /// pacing in the TX workers, as `pacing_mbps`).
+        #[arg(long)]
+        target_gbps: Option<f64>,
+        /// No progress line and no human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+        /// Longest wait, after sending stopped, for packets still in the pipeline.
+        #[arg(long, default_value_t = 10.0)]
+        drain_seconds: f64,
+        /// Also write the per-second series (rates, drops by reason, per queue) as CSV.
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
+    },
+    /// Forward what one interface receives out of another (or the same) interface, as
+    /// testpmd's io and macswap modes: descriptors move from RX to TX, nothing is copied.
+    Fwd {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Seconds of forwarding.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Swap source and destination MAC of every frame.
+        #[arg(long)]
+        mac_swap: bool,
+        /// Interface to receive on (default: the first with RX queues).
+        #[arg(long)]
+        rx: Option<String>,
+        /// Interface to send on (default: another with TX queues, else the RX one).
+        #[arg(long)]
+        tx: Option<String>,
+        /// Bursts per TX queue sent before forwarding starts, built from bench_tx[0]
+        /// (for a port that loops back to itself, like testpmd's --tx-first).
+        #[arg(long, default_value_t = 0)]
+        tx_first: usize,
+        /// Cores of the forwarding threads, one per TX queue in use (comma separated).
+        #[arg(long, value_delimiter = ',')]
+        cores: Vec<u32>,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Flow rules added and removed under traffic in phases (isolated, first queue, second
+    /// queue, RSS over both), every phase's counts checked; exits 0 only when each rule's
+    /// packets reached exactly its queues and nothing went unaccounted.
+    DynamicFlows {
+        /// YAML configuration (bench_tx sends; bench_rx names the interface, isolated,
+        /// with two RX queues and no static flows).
+        file: PathBuf,
+        /// Milliseconds of the isolated phase before the first rule.
+        #[arg(long, default_value_t = 1000)]
+        drop_ms: u64,
+        /// Milliseconds of each phase with a rule.
+        #[arg(long, default_value_t = 1000)]
+        active_ms: u64,
+        /// Milliseconds after the last rule is removed.
+        #[arg(long, default_value_t = 200)]
+        drain_ms: u64,
+        /// Largest accepted |a - b| / (a + b) of the RSS phase's two queues.
+        #[arg(long, default_value_t = 0.35)]
+        tolerance: f64,
+        /// Pace the generator's TX queue to this many Gb/s.
+        #[arg(long)]
+        target_gbps: Option<f64>,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// RDMA SEND/RECV between rdma_bench_server and rdma_bench_client, every message
+    /// verified; exits 0 only when every message completed and verified.
+    #[cfg(feature = "rdma")]
+    Rdma {
+        /// YAML configuration.
+        file: PathBuf,
+        /// Run the server, the client, or both in this process.
+        #[arg(long, value_enum)]
+        mode: rdma_bench::Mode,
+        /// Seconds each side sends for.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+        /// How long a client keeps retrying a server that refuses or cannot be reached
+        /// (every `socket_config.retry_connect_s`, default 1 s).
+        #[arg(long, default_value_t = 30.0)]
+        connect_timeout: f64,
+    },
+    /// Kernel UDP or TCP between socket_bench_server and socket_bench_client, every
+    /// received byte verified; exits 0 only when nothing was lost or wrong (2: lost or
+    /// corrupt data, the report says whether the drop counters account for the losses).
+    Socket {
+        /// YAML configuration (udp:// or tcp:// interfaces).
+        file: PathBuf,
+        /// Run the server interfaces, the client interfaces, or both in this process.
+        #[arg(long, value_enum)]
+        mode: dataplane_bench::socket::Mode,
+        /// Seconds each side sends for.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Pace each sending side to this many Gb/s of payload (its TX queues' pacing_mbps).
+        #[arg(long)]
+        target_gbps: Option<f64>,
+        /// Bytes per message (default: the sections' message_size).
+        #[arg(long)]
+        message_size: Option<u64>,
+        /// How long a sender waits for its peer before it gives up.
+        #[arg(long, default_value_t = 10.0)]
+        connect_timeout: f64,
+        /// Bursts a sender keeps queued per TX queue at most (data in flight, kept small
+        /// so that it stays in cache).
+        #[arg(long, default_value_t = dataplane_bench::socket::QUEUED_BURSTS)]
+        queued_bursts: usize,
+        /// Time each queue's worker: busy nanoseconds per packet and share of the sending
+        /// time.
+        #[arg(long)]
+        stages: bool,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// GPU paths on GPU 0: staged ingest against a pinned host-to-device copy, the reorder
+    /// kernel against a device-to-device copy.
+    Gpu {
+        /// Seconds per timed round of the staged-ingest cases (7 rounds each).
+        #[arg(long, default_value_t = 0.3)]
+        seconds: f64,
+        /// Only these parts (repeat the flag; default: all). The pinned copy, their peer,
+        /// is always measured.
+        #[arg(long, value_enum)]
+        only: Vec<GpuPart>,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ring microbenchmark: SPSC and MPMC, single and bulk 8/32/256.
+    Ring {
+        /// Items per producer and run.
+        #[arg(long, default_value_t = 20_000_000)]
+        items: u64,
+        /// Repetitions per case (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Ring slots (DPDK's ring_perf_autotest uses 4096).
+        #[arg(long, default_value_t = ring::DEFAULT_RING_SIZE)]
+        ring_size: usize,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `dataplane capture --format`: the library's [`CaptureFormat`] as the command line spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CaptureFormatArg {
+    /// Classic pcap, nanosecond resolution.
+    Pcap,
+    /// pcapng, one interface with nanosecond resolution.
+    Pcapng,
+    /// Packet bytes back to back in one file.
+    Raw,
+    /// One file per packet in a directory.
+    RawPerPacket,
+}
+
+impl From<CaptureFormatArg> for CaptureFormat {
+    fn from(f: CaptureFormatArg) -> Self {
+        match f {
+            CaptureFormatArg::Pcap => CaptureFormat::Pcap,
+            CaptureFormatArg::Pcapng => CaptureFormat::Pcapng,
+            CaptureFormatArg::Raw => CaptureFormat::Raw,
+            CaptureFormatArg::RawPerPacket => CaptureFormat::RawPerPacket,
+        }
+    }
+}

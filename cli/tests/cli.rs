@@ -1,0 +1,468 @@
+//! The `dataplane` command as a user runs it: signals end a bench with a report and the
+//! conventional exit status, output goes where it belongs, a closed pipe is not a panic,
+//! and a configuration given to the wrong bench says which one to use.
+
+#[path = "../../bench/tests/common/mod.rs"]
+mod common;
+
+use rustix::process::{Pid, Signal, kill_process};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn dataplane() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dataplane"));
+    c.env_remove("DATAPLANE_LOG");
+    c
+}
+
+fn cfg(name: &str) -> String {
+    common::config_path(name).display().to_string()
+}
+
+/// Waits until `child` has installed its handler for `sig` (its `SigCgt` mask in
+/// /proc), so the test does not race the process's start-up.
+fn wait_for_handler(child: &Child, sig: Signal) {
+    let bit = 1u64 << (sig.as_raw() - 1);
+    let started = Instant::now();
+    loop {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("child status");
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & bit != 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no handler installed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn interrupted_run(sig: Signal) -> Output {
+    let child = dataplane()
+        .args([
+            "bench",
+            "raw",
+            &cfg("sw_loopback.yaml"),
+            "--seconds",
+            "60",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // As early as possible: right after the handler exists, before the plane starts.
+    wait_for_handler(&child, sig);
+    kill_process(Pid::from_child(&child), sig).expect("signal");
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn an_early_sigint_still_gives_a_report_and_exit_130() {
+    let out = interrupted_run(Signal::INT);
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    let report = common::last_json(&out.stdout);
+    assert_eq!(report["interrupted"], true);
+    assert_eq!(report["requested_seconds"], 60.0);
+    assert!(report["seconds"].as_f64().unwrap() < 60.0);
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("INTERRUPTED after"), "{human}");
+}
+
+#[test]
+fn sigterm_gives_a_report_and_exit_143() {
+    let out = interrupted_run(Signal::TERM);
+    assert_eq!(out.status.code(), Some(143), "{out:?}");
+    assert_eq!(common::last_json(&out.stdout)["interrupted"], true);
+}
+
+#[test]
+fn report_once_on_stdout_no_progress_or_colour_off_a_terminal() {
+    let out = dataplane()
+        .args(["bench", "raw", &cfg("sw_loopback.yaml"), "--seconds", "1.5"])
+        .env("DATAPLANE_LOG", "info")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout.matches("LOSSLESS").count(), 1, "{stdout}");
+    assert!(
+        !stderr.contains("LOSSLESS"),
+        "the report is not repeated on stderr"
+    );
+    assert!(
+        !stderr.contains("Mpps"),
+        "no progress line off a terminal: {stderr}"
+    );
+    assert!(!stderr.contains('\x1b'), "no ANSI colour codes: {stderr:?}");
+
+    let out = dataplane()
+        .args([
+            "bench",
+            "raw",
+            &cfg("sw_loopback.yaml"),
+            "--seconds",
+            "0.5",
+            "--quiet",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "only the JSON line: {stdout}");
+    assert_eq!(common::last_json(&out.stdout)["verdict"], "lossless");
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    for args in [
+        vec!["validate".to_owned(), cfg("sw_loopback.yaml")],
+        vec!["hugepages".to_owned(), "status".to_owned()],
+    ] {
+        // The reader is gone before the command starts (as after `| head -1` read its line).
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = dataplane()
+            .args(&args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn bench_ring_prints_its_table_on_stdout() {
+    let out = dataplane()
+        .args(["bench", "ring", "--items", "20000", "--reps", "1"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("case"), "{stdout}");
+    assert_eq!(
+        stdout.lines().skip(1).count(),
+        11,
+        "a line per case: {stdout}"
+    );
+}
+
+#[test]
+fn a_configuration_given_to_the_wrong_bench_names_the_right_one() {
+    let run = |args: &[&str]| {
+        let out = dataplane().args(args).output().expect("run");
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run(&["bench", "raw", &cfg("rdma_loopback.yaml"), "--seconds", "1"]);
+    assert!(
+        e.contains("is an RDMA configuration") && e.contains("dataplane bench rdma"),
+        "{e}"
+    );
+    let e = run(&[
+        "bench",
+        "rdma",
+        &cfg("sw_loopback.yaml"),
+        "--mode",
+        "both",
+        "--seconds",
+        "1",
+    ]);
+    assert!(
+        e.contains("is a raw configuration") && e.contains("dataplane bench raw"),
+        "{e}"
+    );
+    let socket = std::env::current_dir()
+        .unwrap()
+        .join("../shared/daqiri-examples/daqiri_bench_socket_udp_tx_rx.yaml");
+    let socket = if socket.exists() {
+        socket
+    } else {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/daqiri-examples/daqiri_bench_socket_udp_tx_rx.yaml")
+    };
+    if socket.exists() {
+        let e = run(&["bench", "raw", socket.to_str().unwrap(), "--seconds", "1"]);
+        assert!(e.contains("kernel socket configuration"), "{e}");
+    } else {
+        println!("SKIP socket message check: reference examples not found");
+    }
+}
+
+#[test]
+fn work_levels_count_what_headers_only_generation_sends_and_refuse_to_check_it() {
+    let run = |extra: &[&str]| {
+        dataplane()
+            .args([
+                "bench",
+                "raw",
+                &cfg("sw_loopback.yaml"),
+                "--seconds",
+                "1",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .expect("run")
+    };
+    let out = run(&["--tx-work", "headers", "--rx-work", "count"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["tx_work"], "headers");
+    assert_eq!(r["rx_work"], "count");
+    assert_eq!(r["lossless"], true, "{r}");
+    let sent = r["tx_packets"].as_u64().unwrap();
+    assert!(sent > 1000 && r["rx_packets"].as_u64() == Some(sent), "{r}");
+    assert_eq!(r["checker"]["valid"], 0, "count mode reads no frame: {r}");
+
+    let out = run(&["--rx-work", "trailer", "--stages"]);
+    assert!(out.status.success());
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["checker"]["valid"], r["rx_packets"], "{r}");
+    let stages: Vec<&str> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert!(
+        stages.contains(&"generator 0") && stages.contains(&"checker 0"),
+        "{stages:?}"
+    );
+    assert!(
+        r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["busy_ns"].as_u64() > Some(0)),
+        "every stage timed: {r}"
+    );
+
+    let out = run(&["--target-gbps", "2"]);
+    assert!(out.status.success());
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["pacing"]["target_gbps"], 2.0, "{r}");
+    assert!(r["pacing"]["sent_gbps"].as_f64() > Some(0.0), "{r}");
+    assert_eq!(r["lossless"], true, "{r}");
+
+    let out = run(&["--tx-work", "headers"]);
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("add --rx-work count"), "{e}");
+}
+
+#[test]
+fn bench_fwd_relays_seeded_frames_around_a_loopback() {
+    let out = dataplane()
+        .args(["bench", "fwd", &cfg("sw_loopback.yaml"), "--seconds", "1"])
+        .args(["--tx-first", "2", "--mac-swap", "--json"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = common::last_json(&out.stdout);
+    assert_eq!(r["seeded_packets"], 512, "two bursts of 256: {r}");
+    assert_eq!(r["mac_swap"], true);
+    let fwd = r["forwarded_packets"].as_u64().unwrap();
+    assert!(
+        fwd > 512,
+        "the seeded frames went round more than once: {r}"
+    );
+    assert_eq!(r["problems"].as_array().unwrap().len(), 0, "{r}");
+    // Every forwarded packet was received and sent again; the seeded ones were sent once
+    // more at the start.
+    let q = |d: &str| {
+        r["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["direction"] == d)
+            .unwrap()["packets"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(q("rx") >= fwd && q("tx") >= fwd, "{r}");
+
+    let out = dataplane()
+        .args([
+            "bench",
+            "fwd",
+            &cfg("sw_loopback.yaml"),
+            "--seconds",
+            "1",
+            "--tx",
+            "nope",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("no interface `nope` with TX queues"), "{e}");
+}
+
+/// A run of `sw_loopback.yaml` with its `log_level` replaced, metrics on a free port so
+/// that an info-level line exists, and `extra` arguments before `bench`.
+fn logged_run(log_level: &str, env_level: Option<&str>, extra: &[&str]) -> String {
+    let text = std::fs::read_to_string(common::config_path("sw_loopback.yaml")).unwrap();
+    let text = text.replace(
+        "log_level: \"warn\"",
+        &format!("log_level: \"{log_level}\""),
+    );
+    assert!(text.contains(&format!("log_level: \"{log_level}\"")));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, text).unwrap();
+    let mut c = dataplane();
+    if let Some(l) = env_level {
+        c.env("DATAPLANE_LOG", l);
+    }
+    let out = c
+        .args(extra)
+        .args(["--metrics", "127.0.0.1:0", "bench", "raw"])
+        .arg(&file)
+        .args(["--seconds", "0.3", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn log_level_from_the_yaml_applies_the_environment_overrides_it_and_json_lines_parse() {
+    let info = logged_run("info", None, &[]);
+    assert!(info.contains("metrics: http://127.0.0.1:"), "{info}");
+    assert!(
+        !info.contains('\u{1b}'),
+        "colour codes off a terminal: {info:?}"
+    );
+    let warn = logged_run("warn", None, &[]);
+    assert!(!warn.contains("metrics: http://"), "{warn}");
+    let overridden = logged_run("info", Some("warn"), &[]);
+    assert!(!overridden.contains("metrics: http://"), "{overridden}");
+    let raised = logged_run("warn", Some("info"), &[]);
+    assert!(raised.contains("metrics: http://"), "{raised}");
+
+    let json = logged_run("info", None, &["--log-format", "json"]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|v| v["level"] == "INFO"
+            && v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("metrics: http://"))),
+        "{json}"
+    );
+}
+
+#[test]
+fn bench_results_carry_setup_series_and_workers_and_plot_draws_a_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::config_path("sw_loopback.yaml")).unwrap();
+    let mut results = Vec::new();
+    for payload in [64, 512] {
+        let file = dir.path().join(format!("p{payload}.yaml"));
+        std::fs::write(
+            &file,
+            text.replace("payload_size: 1024", &format!("payload_size: {payload}")),
+        )
+        .unwrap();
+        let json = dir.path().join(format!("p{payload}.json"));
+        let csv = dir.path().join(format!("p{payload}.csv"));
+        let out = dataplane()
+            .args(["bench", "raw"])
+            .arg(&file)
+            .args(["--seconds", "1.5", "--json", "-q", "--csv"])
+            .arg(&csv)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::write(&json, &out.stdout).unwrap();
+        let r: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        assert_eq!(r["setup"]["payload_bytes"], payload);
+        assert_eq!(r["setup"]["frame_bytes"], 64 + payload);
+        assert_eq!(r["setup"]["batch"], 256);
+        assert_eq!(r["setup"]["engine"], "loopback");
+        assert_eq!(r["setup"]["worker_cores"], serde_json::json!([1]));
+        assert!(r["setup"]["commit"].as_str().is_some_and(|c| !c.is_empty()));
+        let series = r["series"].as_array().unwrap();
+        // A point per whole second and the partial one at the end.
+        assert!(series.len() >= 2, "{series:?}");
+        // The series counts what the queues counted while it recorded: never more.
+        let in_series: f64 = series
+            .windows(2)
+            .map(|w| {
+                (w[1]["t_s"].as_f64().unwrap() - w[0]["t_s"].as_f64().unwrap())
+                    * w[1]["rx_mpps"].as_f64().unwrap()
+                    * 1e6
+            })
+            .sum();
+        let rx = r["rx_packets"].as_f64().unwrap();
+        assert!(
+            in_series > 0.0 && in_series <= rx * 1.001,
+            "{in_series} vs {rx}"
+        );
+        assert_eq!(series[0]["queues"].as_array().unwrap().len(), 2);
+        let w = &r["workers"][0];
+        assert_eq!(w["core"], 1);
+        let busy = w["busy_fraction"].as_f64().unwrap();
+        assert!(busy > 0.0 && busy <= 1.0, "{w}");
+        let csv = std::fs::read_to_string(&csv).unwrap();
+        assert_eq!(csv.lines().count(), series.len() + 1, "{csv}");
+        assert!(csv.starts_with("t_s,tx_mpps,tx_gbps,rx_mpps,rx_gbps,"));
+        results.push(json);
+    }
+    let png = dir.path().join("sweep.png");
+    let out = dataplane()
+        .arg("plot")
+        .args(&results)
+        .arg("-o")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: width and height, big-endian, at bytes 16..24.
+    let dim = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    assert_eq!((dim(16), dim(20)), (1200, 900));
+    let svg = dir.path().join("one.svg");
+    let out = dataplane()
+        .args(["plot"])
+        .arg(&results[0])
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("RX throughput over time"));
+    let out = dataplane()
+        .args(["plot"])
+        .arg(&results[0])
+        .args(["-o", "x.jpg"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(".png or .svg"));
+}

@@ -1,0 +1,201 @@
+//! The reference's socket bench examples run with `dataplane bench socket`, only their cores
+//! changed to fit this machine: the 127.0.0.1 ones in one process, the DGX Spark ones
+//! split over a veth pair between two network namespaces (server 10.250.0.2, client
+//! 10.250.0.1, as the files name them), which also checks the engine across a real
+//! kernel network path. The namespace part needs root and is skipped visibly otherwise.
+
+#[path = "../../bench/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const NS_CLIENT: &str = "dpsock1";
+const NS_SERVER: &str = "dpsock2";
+
+fn examples_dir() -> Option<PathBuf> {
+    common::reference_examples_dir()
+}
+
+/// The example with every core moved to 0 or 1 (workers of the two sides apart).
+fn fitted(dir: &Path, name: &str, out: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    let mut lines = Vec::new();
+    let mut side = 0;
+    for line in text.lines() {
+        if line.contains("mode: client") || line.starts_with("socket_bench_client") {
+            side = 1;
+        }
+        if line.contains("mode: server") || line.starts_with("socket_bench_server") {
+            side = 0;
+        }
+        let t = line.trim_start();
+        if t.starts_with("cpu_core:") || t.starts_with("master_core:") {
+            let indent = &line[..line.len() - t.len()];
+            let key = t.split(':').next().unwrap();
+            let core = if key == "master_core" { 0 } else { side };
+            lines.push(format!("{indent}{key}: {core}"));
+        } else {
+            lines.push(line.to_owned());
+        }
+    }
+    let path = out.join(name);
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+fn bench(ns: Option<&str>, file: &Path, mode: &str, extra: &[&str]) -> Command {
+    let bin = env!("CARGO_BIN_EXE_dataplane");
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, bin]);
+            c
+        }
+        None => Command::new(bin),
+    };
+    c.args(["bench", "socket"])
+        .arg(file)
+        .args(["--mode", mode, "--seconds", "2", "--json", "--quiet"])
+        .args(extra);
+    c
+}
+
+/// Runs and returns (exit code, JSON report).
+fn report(mut c: Command) -> (i32, serde_json::Value) {
+    let out = c.stderr(Stdio::inherit()).output().unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 2,
+        "exit {code}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    (code, common::last_json(&out.stdout))
+}
+
+/// Nothing corrupt, and any loss is accounted for by the drop counters.
+fn check(r: &serde_json::Value, what: &str) {
+    println!("{what}: {r}");
+    assert_eq!(r["errors"], 0, "{what}: {r}");
+    assert!(r["messages_received"].as_u64().unwrap() > 0, "{what}: {r}");
+    assert_eq!(r["attributed"], true, "{what}: losses unaccounted: {r}");
+}
+
+#[test]
+fn loopback_examples_run() {
+    let Some(dir) = examples_dir() else {
+        eprintln!("SKIP: reference examples not found (set DAQIRI_EXAMPLES to the folder)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for name in [
+        "daqiri_bench_socket_udp_tx_rx.yaml",
+        "daqiri_bench_socket_tcp_tx_rx.yaml",
+    ] {
+        let f = fitted(&dir, name, tmp.path());
+        let (code, r) = report(bench(None, &f, "both", &[]));
+        check(&r, name);
+        if name.contains("tcp") {
+            assert_eq!(code, 0, "{name}: TCP loses nothing: {r}");
+            assert_eq!(r["lossless"], true);
+        }
+        // Both sides send and receive in these files.
+        for side in ["server", "client"] {
+            assert!(
+                r[side]["messages_sent"].as_u64().unwrap() > 0,
+                "{name} {side}: {r}"
+            );
+            assert!(
+                r[side]["messages_received"].as_u64().unwrap() > 0,
+                "{name} {side}: {r}"
+            );
+        }
+    }
+}
+
+fn namespaces() -> Result<common::VethPair, String> {
+    common::veth_pair(
+        [NS_CLIENT, NS_SERVER],
+        ["dpsa", "dpsb"],
+        [Some("10.250.0.1/24"), Some("10.250.0.2/24")],
+    )
+}
+
+/// Waits (at most 10 s) until a socket in namespace `ns` is bound to `port`.
+fn wait_bound(ns: &str, port: u16) {
+    let needle = format!(":{port:04X} ");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/proc/net/udp", "/proc/net/tcp"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains(&needle) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("nothing in namespace {ns} bound port {port} within 10 s");
+}
+
+#[test]
+fn spark_examples_run_across_a_veth_pair() {
+    let Some(dir) = examples_dir() else {
+        eprintln!("SKIP: reference examples not found (set DAQIRI_EXAMPLES to the folder)");
+        return;
+    };
+    let _ns = match namespaces() {
+        Ok(g) => g,
+        Err(why) => {
+            eprintln!("SKIP socket examples across network namespaces: {why}");
+            return;
+        }
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, paced) in [
+        ("daqiri_bench_socket_udp_tx_rx_spark_netns.yaml", false),
+        ("daqiri_bench_socket_udp_tx_rx_spark_netns.yaml", true),
+        ("daqiri_bench_socket_tcp_tx_rx_spark_netns.yaml", false),
+    ] {
+        let f = fitted(&dir, name, tmp.path());
+        let extra: &[&str] = if paced {
+            &["--target-gbps", "0.3"]
+        } else {
+            &[]
+        };
+        let server = bench(Some(NS_SERVER), &f, "server", extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A UDP datagram sent before the server's socket exists is lost without a count
+        // (the kernel answers "port unreachable"): start the client once it is bound.
+        let port = if name.contains("udp") { 5001 } else { 6001 };
+        wait_bound(NS_SERVER, port);
+        let (_, client) = report(bench(Some(NS_CLIENT), &f, "client", extra));
+        let out = server.wait_with_output().unwrap();
+        let code = out.status.code().unwrap_or(-1);
+        let server = common::last_json(&out.stdout);
+        let what = format!("{name}{}", if paced { " paced" } else { "" });
+        println!("{what} client: {client}");
+        check(&server, &what);
+        assert!(client["client"]["messages_sent"].as_u64().unwrap() > 0);
+        let sent = client["client"]["messages_sent"].as_u64().unwrap();
+        let got = server["server"]["messages_received"].as_u64().unwrap();
+        let lost = server["server"]["lost"].as_u64().unwrap();
+        if name.contains("udp") {
+            assert_eq!(got + lost, sent, "{what}: received + lost = sent");
+        }
+        if paced || name.contains("tcp") {
+            assert_eq!(code, 0, "{what}: {server}");
+            assert_eq!(server["lossless"], true, "{what}");
+            if name.contains("tcp") {
+                assert_eq!(
+                    server["server"]["bytes_received"], client["client"]["bytes_sent"],
+                    "{what}"
+                );
+            } else {
+                assert_eq!(got, sent, "{what}");
+            }
+        }
+    }
+}
