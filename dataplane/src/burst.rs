@@ -351,6 +351,7 @@ impl Burst {
     }
 
     /// Total bytes of all packets.
+    #[inline]
     pub fn bytes(&self) -> u64 {
         match &self.run {
             Some(run) => u64::from(run.count.get()) * u64::from(run.len),
@@ -396,6 +397,7 @@ impl Burst {
 
     /// Sets the byte length of segment `seg` of packet `i` (at most the region's buf_size).
     /// A run keeps being one when `len` is its packets' length already.
+    #[inline]
     pub fn set_len(&mut self, i: usize, seg: usize, len: usize) {
         let cap = self.capacity(i, seg);
         if self.run.is_some_and(|run| run.len as usize == len) {
@@ -473,6 +475,7 @@ impl Burst {
 
     /// Address of segment `seg` of packet `i` (a device address for GPU regions), for
     /// engines and GPU kernels.
+    #[inline]
     pub fn segment_addr(&self, i: usize, seg: usize) -> u64 {
         let s = self.segment(i, seg);
         self.regions.get(s.region).buffer_addr(s.index)
@@ -661,6 +664,7 @@ impl Burst {
     }
 
     /// The region set the buffers belong to.
+    #[inline]
     pub fn regions(&self) -> &Arc<RegionSet> {
         &self.regions
     }

@@ -275,6 +275,7 @@ impl Region {
     }
 
     /// True when the CPU can read and write the buffers.
+    #[inline]
     pub fn host_accessible(&self) -> bool {
         self.kind != MemoryKind::Device
     }
