@@ -7,6 +7,19 @@ impl Plan {
     /// The plan for people: one line per decision.
     pub fn human(&self) -> String {
         let mut s = String::new();
+        self.human_engine(&mut s);
+        self.human_regions(&mut s);
+        self.human_queues(&mut s);
+        self.human_cores(&mut s);
+        self.human_hugepages(&mut s);
+        self.human_dpdk(&mut s);
+        self.human_engine_plan(&mut s);
+        self.human_rdma(&mut s);
+        s
+    }
+
+    /// The engine and its capabilities, and the stats thread's core.
+    fn human_engine(&self, s: &mut String) {
         let c = &self.capabilities;
         let _ = writeln!(
             s,
@@ -18,6 +31,10 @@ impl Plan {
             c.own_hugepages
         );
         let _ = writeln!(s, "stats thread: core {}", self.master_core);
+    }
+
+    /// Each memory region: kind, node, buffers, headroom and stride, lent or not.
+    fn human_regions(&self, s: &mut String) {
         let _ = writeln!(s, "memory regions:");
         for (i, r) in self.regions.iter().enumerate() {
             let lent = match (&r.lent, &r.not_lent_because) {
@@ -42,6 +59,10 @@ impl Plan {
                 }
             );
         }
+    }
+
+    /// Each queue: core, batch, segments and what else happens to its bursts.
+    fn human_queues(&self, s: &mut String) {
         if !self.queues.is_empty() {
             let _ = writeln!(s, "queues:");
         }
@@ -120,6 +141,10 @@ impl Plan {
                 }
             );
         }
+    }
+
+    /// Each worker core and the queues it serves.
+    fn human_cores(&self, s: &mut String) {
         for c in &self.cores {
             let names: Vec<String> = c
                 .queues
@@ -136,12 +161,20 @@ impl Plan {
             };
             let _ = writeln!(s, "worker core {}: {names}", c.core);
         }
+    }
+
+    /// Huge-page bytes each region and the engine need.
+    fn human_hugepages(&self, s: &mut String) {
         if !self.hugepages.is_empty() {
             let _ = writeln!(s, "huge pages:");
             for (name, node, bytes) in self.hugepages.regions.iter().chain(&self.hugepages.engine) {
                 let _ = writeln!(s, "  {name}: {bytes} bytes on node {node}");
             }
         }
+    }
+
+    /// DPDK: EAL arguments, each port's queues and pools, how each region's buffers are sent.
+    fn human_dpdk(&self, s: &mut String) {
         if let Some(d) = self.dpdk() {
             let _ = writeln!(
                 s,
@@ -205,6 +238,10 @@ impl Plan {
                 let _ = writeln!(s, "    {}: {how}", r.name);
             }
         }
+    }
+
+    /// Loopback ports and socket interfaces.
+    fn human_engine_plan(&self, s: &mut String) {
         match &self.engine_plan {
             EnginePlan::Loopback(l) => {
                 for i in &l.interfaces {
@@ -238,6 +275,10 @@ impl Plan {
             }
             _ => {}
         }
+    }
+
+    /// RDMA interfaces and their connection slots.
+    fn human_rdma(&self, s: &mut String) {
         for i in self.rdma() {
             let _ = writeln!(
                 s,
@@ -282,6 +323,5 @@ impl Plan {
                 }
             }
         }
-        s
     }
 }
