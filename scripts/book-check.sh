@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the code blocks of the front page and the book (README.md, docs/*.md) by their
 # language, as docs/introduction.md lists: sh, c, python, yaml. Rust blocks are the
-# library's doctests (`cargo test`); `text` and blocks marked no-run or ignore are shown
+# library's doctests (`cargo test`); `text` and blocks marked no_run or ignore are shown
 # only. Needs the release build, libdataplane_c and the Python venv of `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +40,7 @@ for f in files:
                 sys.exit(f"{f}:{no}: a code block without a language (text, sh, rust, ...)")
             lang, flags, block, start = parts[0], parts[1:], [], no
         elif block is not None and line.startswith("```"):
-            skip = "no-run" in flags or "ignore" in flags
+            skip = "no_run" in flags or "ignore" in flags
             if lang in ("sh", "c", "python", "yaml") and not skip:
                 n += 1
                 open(os.path.join(work, f"{n}.{lang}"), "w").write("".join(block))

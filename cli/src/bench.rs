@@ -57,6 +57,31 @@ pub(crate) struct RawWork {
     pub(crate) target_gbps: Option<f64>,
 }
 
+/// Checks a number flag: positive (or zero, when `zero_ok`) and finite; prints the error.
+pub(crate) fn number_ok(flag: &str, value: f64, zero_ok: bool) -> bool {
+    let ok = value.is_finite() && (value > 0.0 || (zero_ok && value == 0.0));
+    if !ok {
+        let what = if zero_ok {
+            "zero or a positive number"
+        } else {
+            "a positive number"
+        };
+        eprintln!("error: --{flag} must be {what}");
+    }
+    ok
+}
+
+/// The configuration of a `bench KIND` run: `file` loaded, and one that bench runs (the
+/// errors printed otherwise).
+pub(crate) fn bench_config(file: &Path, kind: &str) -> Option<Config> {
+    let c = load(file)?;
+    if let Some(why) = wrong_bench(file, &c, kind) {
+        eprintln!("error: {why}");
+        return None;
+    }
+    Some(c)
+}
+
 pub(crate) fn bench_raw(
     file: &Path,
     seconds: f64,
@@ -66,24 +91,17 @@ pub(crate) fn bench_raw(
     work: RawWork,
     signals: &Signals,
 ) -> ExitCode {
-    let Some(c) = load_for(file, seconds) else {
+    if !number_ok("seconds", seconds, false)
+        || !work
+            .target_gbps
+            .is_none_or(|g| number_ok("target-gbps", g, false))
+        || !number_ok("drain-seconds", drain_seconds, true)
+    {
+        return ExitCode::FAILURE;
+    }
+    let Some(c) = bench_config(file, "raw") else {
         return ExitCode::FAILURE;
     };
-    if work
-        .target_gbps
-        .is_some_and(|g| !(g > 0.0 && g.is_finite()))
-    {
-        eprintln!("error: --target-gbps must be a positive number");
-        return ExitCode::FAILURE;
-    }
-    if !(drain_seconds >= 0.0 && drain_seconds.is_finite()) {
-        eprintln!("error: --drain-seconds must be zero or a positive number");
-        return ExitCode::FAILURE;
-    }
-    if let Some(why) = wrong_bench(file, &c, "raw") {
-        eprintln!("error: {why}");
-        return ExitCode::FAILURE;
-    }
     let opts = raw::RawOptions {
         verify_payload: work.verify_payload,
         tx_work: work.tx,
@@ -123,17 +141,12 @@ pub(crate) fn bench_fwd(
     output: Output,
     signals: &Signals,
 ) -> ExitCode {
-    let Some(c) = load(file) else {
+    if !number_ok("seconds", opts.seconds, false) {
+        return ExitCode::FAILURE;
+    }
+    let Some(c) = bench_config(file, "raw") else {
         return ExitCode::FAILURE;
     };
-    if !(opts.seconds > 0.0 && opts.seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return ExitCode::FAILURE;
-    }
-    if let Some(why) = wrong_bench(file, &c, "raw") {
-        eprintln!("error: {why}");
-        return ExitCode::FAILURE;
-    }
     finish_bench(
         fwd::run(&c, &opts, &signals.any),
         fwd::FwdReport::human,
@@ -153,7 +166,10 @@ pub(crate) fn capture(
     signals: &Signals,
 ) -> ExitCode {
     use dataplane::capture::CaptureFormat;
-    let Some(c) = load_for(file, seconds) else {
+    if !number_ok("seconds", seconds, false) {
+        return ExitCode::FAILURE;
+    }
+    let Some(c) = load(file) else {
         return ExitCode::FAILURE;
     };
     if c.bench.rx.is_empty() {
@@ -171,8 +187,7 @@ pub(crate) fn capture(
         },
     );
     let c = dataplane::capture::capture_bench_rx(&c, output, format, tx);
-    if target_gbps.is_some_and(|g| !(g > 0.0 && g.is_finite())) {
-        eprintln!("error: --target-gbps must be a positive number");
+    if !target_gbps.is_none_or(|g| number_ok("target-gbps", g, false)) {
         return ExitCode::FAILURE;
     }
     let opts = raw::RawOptions {
@@ -199,17 +214,12 @@ pub(crate) fn bench_dynamic_flows(
     output: Output,
     signals: &Signals,
 ) -> ExitCode {
-    let Some(c) = load(file) else {
+    if !number_ok("tolerance", opts.tolerance, true) {
+        return ExitCode::FAILURE;
+    }
+    let Some(c) = bench_config(file, "raw") else {
         return ExitCode::FAILURE;
     };
-    if !(opts.tolerance >= 0.0 && opts.tolerance.is_finite()) {
-        eprintln!("error: --tolerance must be zero or a positive number");
-        return ExitCode::FAILURE;
-    }
-    if let Some(why) = wrong_bench(file, &c, "raw") {
-        eprintln!("error: {why}");
-        return ExitCode::FAILURE;
-    }
     finish_bench(
         dataplane_bench::dynamic::run(&c, &opts, &signals.any),
         dataplane_bench::dynamic::DynamicReport::human,
@@ -244,17 +254,13 @@ pub(crate) fn bench_rdma(
     output: Output,
     signals: &Signals,
 ) -> ExitCode {
-    if !(connect_timeout >= 0.0 && connect_timeout.is_finite()) {
-        eprintln!("error: --connect-timeout must be zero or a positive number");
+    if !number_ok("connect-timeout", connect_timeout, true) || !number_ok("seconds", seconds, false)
+    {
         return ExitCode::FAILURE;
     }
-    let Some(c) = load_for(file, seconds) else {
+    let Some(c) = bench_config(file, "rdma") else {
         return ExitCode::FAILURE;
     };
-    if let Some(why) = wrong_bench(file, &c, "rdma") {
-        eprintln!("error: {why}");
-        return ExitCode::FAILURE;
-    }
     let budget = std::time::Duration::from_secs_f64(connect_timeout);
     match rdma_bench::run(&c, mode, seconds, budget, &signals.any) {
         Ok(report) => {
@@ -274,24 +280,16 @@ pub(crate) fn bench_socket(
     output: Output,
     signals: &Signals,
 ) -> ExitCode {
-    let Some(c) = load(file) else {
+    if !number_ok("seconds", opts.seconds, false)
+        || !opts
+            .target_gbps
+            .is_none_or(|g| number_ok("target-gbps", g, false))
+    {
+        return ExitCode::FAILURE;
+    }
+    let Some(c) = bench_config(file, "socket") else {
         return ExitCode::FAILURE;
     };
-    if !(opts.seconds > 0.0 && opts.seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return ExitCode::FAILURE;
-    }
-    if opts
-        .target_gbps
-        .is_some_and(|g| !(g > 0.0 && g.is_finite()))
-    {
-        eprintln!("error: --target-gbps must be a positive number");
-        return ExitCode::FAILURE;
-    }
-    if let Some(why) = wrong_bench(file, &c, "socket") {
-        eprintln!("error: {why}");
-        return ExitCode::FAILURE;
-    }
     match dataplane_bench::socket::run(&c, &opts, &signals.any) {
         Ok(report) => {
             print_report(&report.human(), &report, output);

@@ -58,69 +58,7 @@ fn main() -> ExitCode {
         }
         Command::Hugepages(Hugepages::Cleanup { dry_run }) => hugepages_cleanup(dry_run),
         Command::Doctor { file, json, root } => doctor(file.as_deref(), json, &root),
-        Command::Plot { results, output } => {
-            let runs: Result<Vec<_>, _> = results.iter().map(|p| plot::Run::read(p)).collect();
-            match runs.and_then(|r| plot::plot(&r, &output)) {
-                Ok(()) => {
-                    emit(&format!("wrote {}\n", output.display()));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Bench(Bench::Raw {
-            file,
-            seconds,
-            json,
-            verify_payload,
-            tx_work,
-            rx_work,
-            stages,
-            target_gbps,
-            quiet,
-            drain_seconds,
-            csv,
-        }) => bench_raw(
-            &file,
-            seconds,
-            drain_seconds,
-            csv.as_deref(),
-            Output { json, quiet },
-            RawWork {
-                verify_payload,
-                tx: tx_work,
-                rx: rx_work,
-                stages,
-                target_gbps,
-            },
-            &signals,
-        ),
-        Command::Bench(Bench::Fwd {
-            file,
-            seconds,
-            mac_swap,
-            rx,
-            tx,
-            tx_first,
-            cores,
-            json,
-            quiet,
-        }) => bench_fwd(
-            &file,
-            fwd::FwdOptions {
-                seconds,
-                mac_swap,
-                rx_interface: rx,
-                tx_interface: tx,
-                tx_first,
-                cores,
-            },
-            Output { json, quiet },
-            &signals,
-        ),
+        Command::Plot { results, output } => plot_results(&results, &output),
         Command::Capture {
             file,
             output,
@@ -139,7 +77,64 @@ fn main() -> ExitCode {
             Output { json, quiet },
             &signals,
         ),
-        Command::Bench(Bench::DynamicFlows {
+        Command::Bench(bench) => run_bench(bench, &signals),
+    }
+}
+
+/// Runs `dataplane bench ...`: one arm per bench, its flags into its options.
+fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
+    match bench {
+        Bench::Raw {
+            file,
+            seconds,
+            json,
+            verify_payload,
+            tx_work,
+            rx_work,
+            stages,
+            target_gbps,
+            quiet,
+            drain_seconds,
+            csv,
+        } => bench_raw(
+            &file,
+            seconds,
+            drain_seconds,
+            csv.as_deref(),
+            Output { json, quiet },
+            RawWork {
+                verify_payload,
+                tx: tx_work,
+                rx: rx_work,
+                stages,
+                target_gbps,
+            },
+            signals,
+        ),
+        Bench::Fwd {
+            file,
+            seconds,
+            mac_swap,
+            rx,
+            tx,
+            tx_first,
+            cores,
+            json,
+            quiet,
+        } => bench_fwd(
+            &file,
+            fwd::FwdOptions {
+                seconds,
+                mac_swap,
+                rx_interface: rx,
+                tx_interface: tx,
+                tx_first,
+                cores,
+            },
+            Output { json, quiet },
+            signals,
+        ),
+        Bench::DynamicFlows {
             file,
             drop_ms,
             active_ms,
@@ -148,7 +143,7 @@ fn main() -> ExitCode {
             target_gbps,
             json,
             quiet,
-        }) => bench_dynamic_flows(
+        } => bench_dynamic_flows(
             &file,
             dataplane_bench::dynamic::DynamicOptions {
                 drop: std::time::Duration::from_millis(drop_ms),
@@ -158,25 +153,25 @@ fn main() -> ExitCode {
                 target_gbps,
             },
             Output { json, quiet },
-            &signals,
+            signals,
         ),
         #[cfg(feature = "rdma")]
-        Command::Bench(Bench::Rdma {
+        Bench::Rdma {
             file,
             mode,
             seconds,
             json,
             quiet,
             connect_timeout,
-        }) => bench_rdma(
+        } => bench_rdma(
             &file,
             mode,
             seconds,
             connect_timeout,
             Output { json, quiet },
-            &signals,
+            signals,
         ),
-        Command::Bench(Bench::Socket {
+        Bench::Socket {
             file,
             mode,
             seconds,
@@ -187,7 +182,7 @@ fn main() -> ExitCode {
             stages,
             json,
             quiet,
-        }) => bench_socket(
+        } => bench_socket(
             &file,
             dataplane_bench::socket::SocketBenchOptions {
                 mode,
@@ -201,19 +196,19 @@ fn main() -> ExitCode {
                 time_stages: stages,
             },
             Output { json, quiet },
-            &signals,
+            signals,
         ),
-        Command::Bench(Bench::Gpu {
+        Bench::Gpu {
             seconds,
             only,
             json,
-        }) => bench_gpu(seconds, &only, json),
-        Command::Bench(Bench::Ring {
+        } => bench_gpu(seconds, &only, json),
+        Bench::Ring {
             items,
             reps,
             ring_size,
             json,
-        }) => bench_ring(
+        } => bench_ring(
             ring::RingBenchOptions {
                 items,
                 reps,
@@ -221,6 +216,21 @@ fn main() -> ExitCode {
             },
             json,
         ),
+    }
+}
+
+/// `dataplane plot`: reads the results and draws them into `output`.
+fn plot_results(results: &[PathBuf], output: &Path) -> ExitCode {
+    let runs: Result<Vec<_>, _> = results.iter().map(|p| plot::Run::read(p)).collect();
+    match runs.and_then(|r| plot::plot(&r, output)) {
+        Ok(()) => {
+            emit(&format!("wrote {}\n", output.display()));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -307,16 +317,6 @@ fn load(file: &Path) -> Option<Config> {
             None
         }
     }
-}
-
-/// The configuration, when `--seconds` is a positive number and the file loads (errors
-/// printed).
-fn load_for(file: &Path, seconds: f64) -> Option<Config> {
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        eprintln!("error: --seconds must be a positive number");
-        return None;
-    }
-    load(file)
 }
 
 fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {

@@ -96,17 +96,34 @@ fn family<M: EncodeMetric>(
 
 impl Collector for Sources {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let queue_labels = |q: &QueueSource| -> Labels {
-            vec![
-                ("interface", q.interface.clone()),
-                ("direction", q.direction.name().to_owned()),
-                ("queue", q.queue.to_string()),
-                ("core", q.core.to_string()),
-            ]
-        };
         let snaps: Vec<_> = self.queues.iter().map(|q| q.counters.snapshot()).collect();
+        self.encode_info(&mut e)?;
+        self.encode_queues(&mut e, &snaps)?;
+        self.encode_links(&mut e)?;
+        self.encode_rdma(&mut e)?;
+        self.encode_regions(&mut e)?;
+        self.encode_workers(&mut e, &snaps)
+    }
+}
+
+/// A queue's labels: interface, direction, queue id and core.
+fn queue_labels(q: &QueueSource) -> Labels {
+    vec![
+        ("interface", q.interface.clone()),
+        ("direction", q.direction.name().to_owned()),
+        ("queue", q.queue.to_string()),
+        ("core", q.core.to_string()),
+    ]
+}
+
+/// One snapshot of a queue's counters: packets, bytes, drops.
+type QueueSnapshot = (u64, u64, crate::stats::Drops);
+
+impl Sources {
+    /// Build and engine.
+    fn encode_info(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         family(
-            &mut e,
+            e,
             "dataplane_info",
             "Build and engine of the running data plane",
             [(
@@ -118,29 +135,38 @@ impl Collector for Sources {
                 ConstGauge::new(1i64),
             )],
         )?;
+        Ok(())
+    }
+
+    /// Per queue: packets, bytes, drops by reason, bursts in the GPU stage.
+    fn encode_queues(
+        &self,
+        e: &mut DescriptorEncoder,
+        snaps: &[QueueSnapshot],
+    ) -> Result<(), std::fmt::Error> {
         family(
-            &mut e,
+            e,
             "dataplane_queue_packets",
             "Packets delivered (rx) or sent (tx) by a queue",
             self.queues
                 .iter()
-                .zip(&snaps)
+                .zip(snaps)
                 .map(|(q, s)| (queue_labels(q), ConstCounter::new(s.0))),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_queue_bytes",
             "Frame bytes delivered (rx) or sent (tx) by a queue",
             self.queues
                 .iter()
-                .zip(&snaps)
+                .zip(snaps)
                 .map(|(q, s)| (queue_labels(q), ConstCounter::new(s.1))),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_queue_drops",
             "Packets dropped at a queue, by reason",
-            self.queues.iter().zip(&snaps).flat_map(|(q, s)| {
+            self.queues.iter().zip(snaps).flat_map(|(q, s)| {
                 s.2.by_reason().into_iter().map(move |(r, n)| {
                     let mut l = queue_labels(q);
                     l.push(("reason", r.to_owned()));
@@ -149,7 +175,7 @@ impl Collector for Sources {
             }),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_stage_in_flight",
             "Bursts a queue's GPU stage has in flight",
             self.queues.iter().map(|q| {
@@ -159,13 +185,18 @@ impl Collector for Sources {
                 )
             }),
         )?;
+        Ok(())
+    }
+
+    /// Per queue with a peer (kernel sockets): link state, connections, refusals.
+    fn encode_links(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let links: Vec<_> = self
             .queues
             .iter()
             .filter_map(|q| Some((q, q.link.as_ref()?.status())))
             .collect();
         family(
-            &mut e,
+            e,
             "dataplane_link_up",
             "1 while a queue's peer is there (kernel sockets)",
             links
@@ -173,7 +204,7 @@ impl Collector for Sources {
                 .map(|(q, s)| (queue_labels(q), ConstGauge::new(i64::from(s.up)))),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_link_connections",
             "Connections made (TCP) or peers learned (UDP) by a queue",
             links
@@ -181,22 +212,27 @@ impl Collector for Sources {
                 .map(|(q, s)| (queue_labels(q), ConstCounter::new(s.connections))),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_link_rejected_peers",
             "Datagrams (UDP) and connections (TCP) a queue refused: from outside allowed_peers, beyond the lanes, or not the peer a UDP server answers",
             links
                 .iter()
                 .map(|(q, s)| (queue_labels(q), ConstCounter::new(s.rejected_peers))),
         )?;
+        Ok(())
+    }
+
+    /// RDMA connections and refused requests, for engines with connections.
+    fn encode_rdma(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if let Some(c) = self.engine.connections() {
             family(
-                &mut e,
+                e,
                 "dataplane_rdma_connections",
                 "RDMA connections established now",
                 [(Labels::new(), ConstGauge::new(c.live() as i64))],
             )?;
             family(
-                &mut e,
+                e,
                 "dataplane_rdma_rejected_peers",
                 "RDMA connection requests a server interface refused: from outside allowed_peers",
                 c.rejected_peers()
@@ -204,6 +240,11 @@ impl Collector for Sources {
                     .map(|(interface, n)| (vec![("interface", interface)], ConstCounter::new(n))),
             )?;
         }
+        Ok(())
+    }
+
+    /// Per region: buffers and free buffers.
+    fn encode_regions(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let region_labels = |r: &crate::memory::Region| -> Labels {
             vec![
                 ("region", r.name().to_owned()),
@@ -211,7 +252,7 @@ impl Collector for Sources {
             ]
         };
         family(
-            &mut e,
+            e,
             "dataplane_pool_buffers",
             "Buffers of a memory region",
             self.regions
@@ -219,16 +260,25 @@ impl Collector for Sources {
                 .map(|r| (region_labels(r), ConstGauge::new(r.num_bufs() as i64))),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_pool_buffers_free",
             "Free buffers of a memory region (its pool's occupancy is the rest)",
             self.regions
                 .iter()
                 .map(|r| (region_labels(r), ConstGauge::new(r.available() as i64))),
         )?;
+        Ok(())
+    }
+
+    /// Per worker: passes, busy passes, busy seconds, cycles per packet.
+    fn encode_workers(
+        &self,
+        e: &mut DescriptorEncoder,
+        snaps: &[QueueSnapshot],
+    ) -> Result<(), std::fmt::Error> {
         let core_labels = |core: u32| -> Labels { vec![("core", core.to_string())] };
         family(
-            &mut e,
+            e,
             "dataplane_worker_passes",
             "Passes of a worker over its queues",
             self.workers
@@ -236,7 +286,7 @@ impl Collector for Sources {
                 .map(|(c, w)| (core_labels(*c), ConstCounter::new(w.activity.passes()))),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_worker_busy_passes",
             "Passes in which one of a worker's queues moved packets",
             self.workers
@@ -245,7 +295,7 @@ impl Collector for Sources {
         )?;
         let rate = crate::cycles::ticks_per_second();
         family(
-            &mut e,
+            e,
             "dataplane_worker_busy_seconds",
             "Seconds a worker spent in passes that moved packets",
             self.workers.iter().filter_map(|(c, w)| {
@@ -254,7 +304,7 @@ impl Collector for Sources {
             }),
         )?;
         family(
-            &mut e,
+            e,
             "dataplane_worker_cycles_per_packet",
             "Tick-counter cycles (TSC, CNTVCT) of busy passes per packet a worker moved, since it started",
             self.workers.iter().filter_map(|(c, w)| {
@@ -262,7 +312,7 @@ impl Collector for Sources {
                 let packets: u64 = self
                     .queues
                     .iter()
-                    .zip(&snaps)
+                    .zip(snaps)
                     .filter(|(q, _)| q.core == *c)
                     .map(|(_, s)| s.0)
                     .sum();

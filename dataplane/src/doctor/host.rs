@@ -166,19 +166,32 @@ pub(super) fn cores_check(
     if present.is_empty() {
         return;
     }
+    let isolated = isolation_check(m, &online, &present, out);
+    interrupts_check(m, &online, &present, out);
+    per_core_check(m, &present, workers, &isolated, out);
+}
+
+/// Worker cores left to the scheduler and the timer tick (isolcpus, nohz_full), with the
+/// kernel command line that isolates them; returns the isolated cores.
+fn isolation_check(
+    m: &Machine,
+    online: &BTreeSet<u32>,
+    present: &BTreeSet<u32>,
+    out: &mut Vec<Finding>,
+) -> BTreeSet<u32> {
     let isolated = m
         .cpus("sys/devices/system/cpu/isolated")
         .unwrap_or_default();
     let nohz = m
         .cpus("sys/devices/system/cpu/nohz_full")
         .unwrap_or_default();
-    let system_cores = cpu_list(&online.difference(&present).copied().collect());
+    let system_cores = cpu_list(&online.difference(present).copied().collect());
     let cmdline_fix = if system_cores.is_empty() {
         "leave at least one core to the system (every online core runs a worker), then isolate the workers' with isolcpus, nohz_full and rcu_nocbs on the kernel command line".to_owned()
     } else {
         format!(
             "add `isolcpus={0} nohz_full={0} rcu_nocbs={0} irqaffinity={system_cores}` to GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub and reboot",
-            cpu_list(&present),
+            cpu_list(present),
         )
     };
     let not_isolated: BTreeSet<u32> = present.difference(&isolated).copied().collect();
@@ -190,7 +203,7 @@ pub(super) fn cores_check(
             Severity::Ok,
             format!(
                 "worker cores {} are isolated (isolcpus, nohz_full)",
-                cpu_list(&present)
+                cpu_list(present)
             ),
             None,
         );
@@ -213,6 +226,16 @@ pub(super) fn cores_check(
             Some(cmdline_fix),
         );
     }
+    isolated
+}
+
+/// Interrupts delivered to worker cores, with the commands that move them away.
+fn interrupts_check(
+    m: &Machine,
+    online: &BTreeSet<u32>,
+    present: &BTreeSet<u32>,
+    out: &mut Vec<Finding>,
+) {
     // Interrupts delivered to worker cores: the effective affinity where the kernel
     // reports it, else an affinity mask narrower than all cores that includes one.
     let mut irqs = Vec::new();
@@ -232,7 +255,7 @@ pub(super) fn cores_check(
             irqs.push(irq);
         }
     }
-    let others = cpu_list(&online.difference(&present).copied().collect());
+    let others = cpu_list(&online.difference(present).copied().collect());
     if irqs.is_empty() {
         push(
             out,
@@ -260,7 +283,17 @@ pub(super) fn cores_check(
             }),
         );
     }
-    for &c in &present {
+}
+
+/// Per worker core: its cpufreq governor and its SMT siblings.
+fn per_core_check(
+    m: &Machine,
+    present: &BTreeSet<u32>,
+    workers: &BTreeSet<u32>,
+    isolated: &BTreeSet<u32>,
+    out: &mut Vec<Finding>,
+) {
+    for &c in present {
         let dir = format!("sys/devices/system/cpu/cpu{c}");
         match m.read(&format!("{dir}/cpufreq/scaling_governor")) {
             Some(g) if g == "performance" => {}
