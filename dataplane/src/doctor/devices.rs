@@ -67,124 +67,153 @@ pub(super) fn pci(m: &Machine, p: &Plan, cores: &BTreeSet<u32>, out: &mut Vec<Fi
             );
             continue;
         }
-        let driver = m.link_name(&format!("{dir}/driver"));
-        match driver.as_deref() {
-            None => push(
-                out,
-                "pci",
-                Severity::Block,
-                format!("interface `{}`: {addr} has no driver bound", iface.name),
-                Some(format!(
-                    "dpdk-devbind.py --bind=vfio-pci {addr} (or modprobe mlx5_core for ConnectX)"
-                )),
+        pci_driver(m, &iface.name, &addr, &dir, out);
+        pci_numa(m, p, &iface.name, &addr, &dir, &core_nodes, out);
+        pci_mtu(
+            m,
+            &iface.name,
+            &dir,
+            largest_buffer(p, iface.interface),
+            out,
+        );
+    }
+}
+
+/// The driver bound to a DPDK port's PCI function, and the IOMMU vfio-pci needs.
+fn pci_driver(m: &Machine, name: &str, addr: &str, dir: &str, out: &mut Vec<Finding>) {
+    let driver = m.link_name(&format!("{dir}/driver"));
+    match driver.as_deref() {
+        None => push(
+            out,
+            "pci",
+            Severity::Block,
+            format!("interface `{}`: {addr} has no driver bound", name),
+            Some(format!(
+                "dpdk-devbind.py --bind=vfio-pci {addr} (or modprobe mlx5_core for ConnectX)"
+            )),
+        ),
+        Some("mlx5_core") | Some("vfio-pci") => push(
+            out,
+            "pci",
+            Severity::Ok,
+            format!(
+                "interface `{}`: {addr} bound to {}",
+                name,
+                driver.as_deref().unwrap_or_default()
             ),
-            Some("mlx5_core") | Some("vfio-pci") => push(
-                out,
-                "pci",
-                Severity::Ok,
-                format!(
-                    "interface `{}`: {addr} bound to {}",
-                    iface.name,
-                    driver.as_deref().unwrap_or_default()
-                ),
-                None,
+            None,
+        ),
+        Some(d) => push(
+            out,
+            "pci",
+            Severity::Warn,
+            format!(
+                "interface `{}`: {addr} bound to {d}; DPDK needs vfio-pci (or mlx5_core for ConnectX)",
+                name
             ),
-            Some(d) => push(
+            Some(format!("dpdk-devbind.py --bind=vfio-pci {addr}")),
+        ),
+    }
+    if driver.as_deref() == Some("vfio-pci") && m.list("sys/kernel/iommu_groups").is_empty() {
+        push(
+            out,
+            "pci",
+            Severity::Block,
+            format!(
+                "interface `{}`: vfio-pci without an IOMMU (no /sys/kernel/iommu_groups)",
+                name
+            ),
+            Some("add `intel_iommu=on iommu=pt` (or `amd_iommu=on`) to the kernel command line and reboot".into()),
+        );
+    }
+}
+
+/// The NUMA node of a DPDK port's PCI function against the configured cores' and the
+/// GPUs' of its regions.
+fn pci_numa(
+    m: &Machine,
+    p: &Plan,
+    name: &str,
+    addr: &str,
+    dir: &str,
+    core_nodes: &BTreeSet<u32>,
+    out: &mut Vec<Finding>,
+) {
+    if let Some(node) = m
+        .read(&format!("{dir}/numa_node"))
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|&n| n >= 0)
+    {
+        let node = node as u32;
+        if !core_nodes.is_empty() && !core_nodes.contains(&node) {
+            let near = m
+                .cpus(&format!("sys/devices/system/node/node{node}/cpulist"))
+                .map(|c| cpu_list(&c))
+                .unwrap_or_default();
+            push(
                 out,
                 "pci",
                 Severity::Warn,
                 format!(
-                    "interface `{}`: {addr} bound to {d}; DPDK needs vfio-pci (or mlx5_core for ConnectX)",
-                    iface.name
+                    "interface `{}`: {addr} is on NUMA node {node}, the configured cores on {} (every packet crosses the socket link)",
+                    name,
+                    core_nodes
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
                 ),
-                Some(format!("dpdk-devbind.py --bind=vfio-pci {addr}")),
-            ),
-        }
-        if driver.as_deref() == Some("vfio-pci") && m.list("sys/kernel/iommu_groups").is_empty() {
-            push(
-                out,
-                "pci",
-                Severity::Block,
-                format!(
-                    "interface `{}`: vfio-pci without an IOMMU (no /sys/kernel/iommu_groups)",
-                    iface.name
-                ),
-                Some("add `intel_iommu=on iommu=pt` (or `amd_iommu=on`) to the kernel command line and reboot".into()),
+                Some(format!("use cores of node {node} ({near}) for its queues")),
             );
         }
-        if let Some(node) = m
-            .read(&format!("{dir}/numa_node"))
-            .and_then(|n| n.parse::<i64>().ok())
-            .filter(|&n| n >= 0)
+        for r in configured_regions(p)
+            .filter(|r| matches!(r.kind, MemoryKind::Device | MemoryKind::HostPinned))
         {
-            let node = node as u32;
-            if !core_nodes.is_empty() && !core_nodes.contains(&node) {
-                let near = m
-                    .cpus(&format!("sys/devices/system/node/node{node}/cpulist"))
-                    .map(|c| cpu_list(&c))
-                    .unwrap_or_default();
+            if let Some(gpu_node) = gpu_node(m, r.affinity)
+                && gpu_node != node
+            {
                 push(
                     out,
                     "pci",
                     Severity::Warn,
                     format!(
-                        "interface `{}`: {addr} is on NUMA node {node}, the configured cores on {} (every packet crosses the socket link)",
-                        iface.name,
-                        core_nodes
-                            .iter()
-                            .map(u32::to_string)
-                            .collect::<Vec<_>>()
-                            .join(",")
+                        "interface `{}` ({addr}) is on NUMA node {node}, GPU {} of region `{}` on node {gpu_node}: GPUDirect traffic crosses the socket link",
+                        name, r.affinity, r.name
                     ),
-                    Some(format!("use cores of node {node} ({near}) for its queues")),
+                    Some("pick a GPU behind the same PCIe switch or socket as the NIC (nvidia-smi topo -m)".into()),
                 );
             }
-            for r in configured_regions(p)
-                .filter(|r| matches!(r.kind, MemoryKind::Device | MemoryKind::HostPinned))
-            {
-                if let Some(gpu_node) = gpu_node(m, r.affinity)
-                    && gpu_node != node
-                {
-                    push(
-                        out,
-                        "pci",
-                        Severity::Warn,
-                        format!(
-                            "interface `{}` ({addr}) is on NUMA node {node}, GPU {} of region `{}` on node {gpu_node}: GPUDirect traffic crosses the socket link",
-                            iface.name, r.affinity, r.name
-                        ),
-                        Some("pick a GPU behind the same PCIe switch or socket as the NIC (nvidia-smi topo -m)".into()),
-                    );
-                }
-            }
         }
-        let frame = largest_buffer(p, iface.interface);
-        for net in m.list(&format!("{dir}/net")) {
-            if let Some(mtu) = m
-                .read(&format!("{dir}/net/{net}/mtu"))
-                .and_then(|v| v.parse::<usize>().ok())
-            {
-                let needed = frame.saturating_sub(14);
-                if needed > mtu {
-                    push(
-                        out,
-                        "pci",
-                        Severity::Warn,
-                        format!(
-                            "interface `{}`: {net} has MTU {mtu}, the queues' buffers hold {frame}-byte frames (MTU {needed} needed)",
-                            iface.name
-                        ),
-                        Some(format!("ip link set dev {net} mtu {needed}")),
-                    );
-                } else {
-                    push(
-                        out,
-                        "pci",
-                        Severity::Ok,
-                        format!("interface `{}`: {net} MTU {mtu}", iface.name),
-                        None,
-                    );
-                }
+    }
+}
+
+/// The MTU of a DPDK port's kernel netdevs against the largest frame its queues hold.
+fn pci_mtu(m: &Machine, name: &str, dir: &str, frame: usize, out: &mut Vec<Finding>) {
+    for net in m.list(&format!("{dir}/net")) {
+        if let Some(mtu) = m
+            .read(&format!("{dir}/net/{net}/mtu"))
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            let needed = frame.saturating_sub(14);
+            if needed > mtu {
+                push(
+                    out,
+                    "pci",
+                    Severity::Warn,
+                    format!(
+                        "interface `{}`: {net} has MTU {mtu}, the queues' buffers hold {frame}-byte frames (MTU {needed} needed)",
+                        name
+                    ),
+                    Some(format!("ip link set dev {net} mtu {needed}")),
+                );
+            } else {
+                push(
+                    out,
+                    "pci",
+                    Severity::Ok,
+                    format!("interface `{}`: {net} MTU {mtu}", name),
+                    None,
+                );
             }
         }
     }

@@ -119,11 +119,8 @@ pub trait Engine: Send + Sync {
     /// Asks the device to cap TX queue `queue` of interface `port` at `mbps` Mb/s. `Ok`
     /// when the device paces it (the worker then does not); `Err` says why the worker has
     /// to (the default: no device pacing).
-    fn pace_tx_queue(&self, _port: u16, _queue: u16, _mbps: u64) -> Result<(), String> {
-        Err(format!(
-            "the {} engine has no device rate limit",
-            self.name()
-        ))
+    fn pace_tx_queue(&self, _port: u16, _queue: u16, _mbps: u64) -> Result<(), NoDevicePacing> {
+        Err(NoDevicePacing::NotOffered(self.name()))
     }
 
     /// The peer state behind queue `queue` of interface `port` (kernel sockets: the TCP
@@ -373,6 +370,27 @@ pub enum ConnectionError {
         /// The core.
         core: u32,
     },
+}
+
+/// Why a device does not pace a TX queue (its worker then paces it in software).
+#[derive(Debug, thiserror::Error)]
+pub enum NoDevicePacing {
+    /// The engine has no device rate limit.
+    #[error("the {0} engine has no device rate limit")]
+    NotOffered(&'static str),
+    /// The interface is not one of the engine's ports.
+    #[error(transparent)]
+    Port(Box<EngineError>),
+    /// The port has no such TX queue.
+    #[error("no TX queue {0}")]
+    NoQueue(u16),
+    /// The rate does not fit the device API.
+    #[error("{0} Mb/s is above the API's range")]
+    RateOutOfRange(u64),
+    /// The device refused the rate limit.
+    #[cfg(feature = "dpdk")]
+    #[error("the device has no queue rate limit ({0})")]
+    Refused(#[source] dpdk::DpdkError),
 }
 
 /// An engine could not be created or a queue could not be opened.

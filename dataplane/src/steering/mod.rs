@@ -54,13 +54,23 @@ pub enum FlowError {
         /// Flow id.
         flow_id: u32,
     },
-    /// The device refused to create or destroy the flow's rule.
+    /// No device priority is left for a flow added at run time (the rules' order on the
+    /// NIC is fixed by `dynamic_flow_capacity`).
     #[error("interface `{interface}`: {reason}")]
+    NoPriority {
+        /// Interface name.
+        interface: String,
+        /// What is full and how to make room.
+        reason: String,
+    },
+    /// The device refused to create or destroy the flow's rule.
+    #[error("interface `{interface}`: {source}")]
     Device {
         /// Interface name.
         interface: String,
-        /// The device's reason.
-        reason: String,
+        /// The engine's error.
+        #[source]
+        source: DeviceFlowError,
     },
     /// The rule set changed, but not every worker confirmed it in time.
     #[error(
@@ -74,13 +84,17 @@ pub enum FlowError {
     },
 }
 
+/// Why a device did not create or destroy a rule: the engine's own error (steering sits
+/// below the engines, so it holds their errors without naming their types).
+pub type DeviceFlowError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The device side of an interface whose rules live in the NIC's flow tables (rte_flow):
 /// flows added or removed at run time are created or destroyed there.
 pub trait DeviceFlows: Send + Sync {
     /// Creates the device rule of `flow` at `priority` (0 is the highest).
-    fn create(&self, flow: &FlowConfig, priority: u32) -> Result<(), String>;
+    fn create(&self, flow: &FlowConfig, priority: u32) -> Result<(), DeviceFlowError>;
     /// Destroys the device rule of flow `flow_id`.
-    fn destroy(&self, flow_id: u32) -> Result<(), String>;
+    fn destroy(&self, flow_id: u32) -> Result<(), DeviceFlowError>;
 }
 
 /// An epoch acknowledgement slot of one ingress point or RX queue.
@@ -160,7 +174,7 @@ impl InterfaceSteering {
         let capacity = c.rx.dynamic_flow_capacity;
         let catch_all = c.rx.flow_isolation && c.rx.exception_queue.is_some();
         let refuse = |why: String| {
-            Err(FlowError::Device {
+            Err(FlowError::NoPriority {
                 interface: self.interface.clone(),
                 reason: why,
             })
@@ -219,9 +233,9 @@ impl InterfaceSteering {
                 let flow = candidate.flows.last().expect("pushed above");
                 device
                     .create(flow, priority)
-                    .map_err(|reason| FlowError::Device {
+                    .map_err(|source| FlowError::Device {
                         interface: self.interface.clone(),
-                        reason,
+                        source,
                     })?;
             }
             c.rx = candidate;
@@ -250,9 +264,9 @@ impl InterfaceSteering {
             if let Some(device) = self.device.get() {
                 device
                     .destroy(flow_id)
-                    .map_err(|reason| FlowError::Device {
+                    .map_err(|source| FlowError::Device {
                         interface: self.interface.clone(),
-                        reason,
+                        source,
                     })?;
             }
             c.dynamic.remove(pos);
@@ -310,11 +324,11 @@ mod tests {
     }
 
     impl DeviceFlows for Recorder {
-        fn create(&self, flow: &FlowConfig, priority: u32) -> Result<(), String> {
+        fn create(&self, flow: &FlowConfig, priority: u32) -> Result<(), DeviceFlowError> {
             self.created.lock().unwrap().push((flow.id, priority));
             Ok(())
         }
-        fn destroy(&self, flow_id: u32) -> Result<(), String> {
+        fn destroy(&self, flow_id: u32) -> Result<(), DeviceFlowError> {
             self.destroyed.lock().unwrap().push(flow_id);
             Ok(())
         }

@@ -31,7 +31,7 @@ pub use extmem::LendError;
 pub use flow::FlowError;
 pub use mempool::PoolError;
 
-use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
+use super::{Capabilities, Engine, EngineError, NoDevicePacing, RxPort, TxPort};
 use crate::config::Direction;
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
@@ -179,19 +179,20 @@ fn tx_carriers(
 }
 
 impl Engine for DpdkEngine {
-    fn pace_tx_queue(&self, port: u16, queue: u16, mbps: u64) -> Result<(), String> {
-        let p = self.port(port).map_err(|e| e.to_string())?;
+    fn pace_tx_queue(&self, port: u16, queue: u16, mbps: u64) -> Result<(), NoDevicePacing> {
+        let p = self
+            .port(port)
+            .map_err(|e| NoDevicePacing::Port(Box::new(e)))?;
         let q =
             p.tx.iter()
                 .find(|t| t.queue == queue)
-                .ok_or_else(|| format!("no TX queue {queue}"))?;
-        let rate =
-            u32::try_from(mbps).map_err(|_| format!("{mbps} Mb/s is above the API's range"))?;
+                .ok_or(NoDevicePacing::NoQueue(queue))?;
+        let rate = u32::try_from(mbps).map_err(|_| NoDevicePacing::RateOutOfRange(mbps))?;
         // SAFETY: a started port and one of its configured TX queues.
         let ret = unsafe { sys::rte_eth_set_queue_rate_limit(p.id.0, q.index.0, rate) };
         error::check("rte_eth_set_queue_rate_limit", ret)
             .map(drop)
-            .map_err(|e| format!("the device has no queue rate limit ({e})"))
+            .map_err(NoDevicePacing::Refused)
     }
 
     fn name(&self) -> &'static str {

@@ -491,23 +491,26 @@ struct RunTimeFlows {
 }
 
 impl crate::steering::DeviceFlows for RunTimeFlows {
-    fn create(&self, f: &crate::config::FlowConfig, priority: u32) -> Result<(), String> {
+    fn create(
+        &self,
+        f: &crate::config::FlowConfig,
+        priority: u32,
+    ) -> Result<(), crate::steering::DeviceFlowError> {
         let hw_queue = |q: u16| self.queues.iter().position(|&x| x == q).map(|i| i as u16);
-        let rule =
-            flow::translate_flow(f, priority, &hw_queue, self.marks).map_err(|e| e.to_string())?;
-        self.flows
+        let rule = flow::translate_flow(f, priority, &hw_queue, self.marks)?;
+        Ok(self
+            .flows
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .create(&rule)
-            .map_err(|e| e.to_string())
+            .create(&rule)?)
     }
 
-    fn destroy(&self, flow_id: u32) -> Result<(), String> {
-        self.flows
+    fn destroy(&self, flow_id: u32) -> Result<(), crate::steering::DeviceFlowError> {
+        Ok(self
+            .flows
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .destroy_flow(flow_id)
-            .map_err(|e| e.to_string())
+            .destroy_flow(flow_id)?)
     }
 }
 
