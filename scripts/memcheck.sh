@@ -11,7 +11,7 @@ for bin in target/c-loopback target/c-threads; do
     "${vg[@]}" "$bin" >/dev/null
 done
 # The test binaries of the same build `make test` ran (nothing is rebuilt).
-tests=$(cargo test --release --workspace --features dataplane-cli/dpdk --no-run --message-format=json 2>/dev/null |
+tests=$(cargo test --release --workspace ${FEATURES---features dataplane-cli/dpdk} --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

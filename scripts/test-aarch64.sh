@@ -4,7 +4,8 @@
 #   1. the DPDK bindings and engine built for x86_64 against DPDK 24.11, and the DPDK
 #      tests run there;
 #   2. the workspace cross-built for aarch64-unknown-linux-gnu with the `dpdk` feature;
-#   3. the unit tests and the software-loopback integration tests run under qemu-aarch64.
+#   3. the unit tests and the software-loopback integration tests of that build run under
+#      qemu-aarch64.
 # Every step prints its time; a failure names its step. Needs root.
 #   STEPS="dpdk2411 cross qemu" (default: all three), DATAPLANE_CACHE (the root's parent).
 set -euo pipefail
@@ -56,6 +57,7 @@ cross_env=(
   CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64
 )
+cross_build="cargo build --release --workspace --target aarch64-unknown-linux-gnu --features dataplane-cli/dpdk --tests --bins"
 step() { # step NAME COMMAND...: runs it, timed; stops with the step's name on failure
   local name=$1 start
   shift
@@ -66,6 +68,36 @@ step() { # step NAME COMMAND...: runs it, timed; stops with the step's name on f
     exit 1
   fi
   echo "test-aarch64: ok: $name ($(( $(date +%s) - start )) s)"
+}
+# list_cross_tests: writes "KIND NAME PACKAGE_DIR EXECUTABLE" for every test executable of
+# the cross build to $cross_tests (cargo only reports, the build is current).
+cross_tests=
+list_cross_tests() {
+  cross_tests=$(mktemp)
+  in_root env "${cross_env[@]}" sh -c "cd /src && $cross_build --message-format=json" |
+    python3 -c 'import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        kind = m["target"]["kind"][0]
+        kind = "test" if kind == "test" else "lib" if kind in ("lib", "rlib", "cdylib", "staticlib") else kind
+        print(kind, m["target"]["name"], os.path.dirname(m["manifest_path"]), m["executable"])' >"$cross_tests"
+  [ -s "$cross_tests" ] || { echo "test-aarch64: the cross build reported no test executables" >&2; return 1; }
+}
+# run_cross_tests KIND NAME...: runs the named test executables of that kind under qemu.
+run_cross_tests() {
+  local kind=$1 name found dir exe
+  shift
+  for name in "$@"; do
+    found=0
+    while read -r k n dir exe; do
+      [ "$k" = "$kind" ] && [ "$n" = "$name" ] || continue
+      found=1
+      echo "test-aarch64: $kind $name ($dir)"
+      in_root sh -c "cd $dir && qemu-aarch64 $exe" || return 1
+    done <"$cross_tests"
+    [ $found = 1 ] || { echo "test-aarch64: no $kind test executable named $name" >&2; return 1; }
+  done
 }
 for s in $steps; do
   case $s in
@@ -78,12 +110,16 @@ for s in $steps; do
     cross)
       prepare cross
       echo "test-aarch64: $(in_root rustc --version), DPDK $(in_root env PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig pkg-config --modversion libdpdk) for aarch64"
-      step "aarch64 cross build (workspace, dpdk feature)" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo build --release --workspace --target aarch64-unknown-linux-gnu --features dataplane-cli/dpdk --tests --bins'
+      step "aarch64 cross build (workspace, dpdk feature)" in_root env "${cross_env[@]}" sh -c "cd /src && $cross_build"
       ;;
     qemu)
       prepare cross
-      step "aarch64 unit tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --release --target aarch64-unknown-linux-gnu --features dataplane/dpdk -p dataplane-ring -p gpudirect -p dataplane --lib'
-      step "aarch64 software-loopback tests under qemu-aarch64" in_root env "${cross_env[@]}" sh -c 'cd /src && cargo test --release --target aarch64-unknown-linux-gnu --features dataplane/dpdk,dataplane-bench/dpdk -p dataplane -p dataplane-bench --test loopback --test steering --test reorder --test soundness --test embedding --test metrics'
+      # The test executables the cross step built (same packages, features and profile, so
+      # cargo rebuilds nothing), run under qemu-aarch64 from their package's folder as
+      # `cargo test` would.
+      step "aarch64 test executables (cross step's build)" list_cross_tests
+      step "aarch64 unit tests under qemu-aarch64" run_cross_tests lib dataplane_ring gpudirect dataplane
+      step "aarch64 software-loopback tests under qemu-aarch64" run_cross_tests test loopback steering reorder soundness embedding metrics
       ;;
     *) echo "test-aarch64: unknown step $s (dpdk2411, cross, qemu)" >&2; exit 2 ;;
   esac

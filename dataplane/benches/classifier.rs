@@ -28,20 +28,7 @@ fn frame(sport: u16, dport: u16) -> Vec<u8> {
 }
 
 fn rules(n: usize, ranges: bool) -> RxConfig {
-    let queue = |id| QueueConfig {
-        name: format!("q{id}"),
-        id,
-        cpu_core: 0,
-        batch_size: 32,
-        timeout_us: 0,
-        memory_regions: vec![],
-        tx_eth_src: false,
-        pacing_mbps: 0,
-        capture: None,
-        stage_core: None,
-        copy_cores: Vec::new(),
-        location: Default::default(),
-    };
+    let queue = |id| QueueConfig::new(&format!("q{id}"), id, 0, 32, &[]);
     let flows = (0..n)
         .map(|i| {
             // Ten ports a rule below 5,000 rules; one port a rule above (they must fit).

@@ -180,8 +180,15 @@ impl QueueConfig {
             capture: None,
             stage_core: None,
             copy_cores: Vec::new(),
+            delivery: Delivery::Ring,
             location: Location::default(),
         }
+    }
+
+    /// With its bursts taken by the worker's handler (`delivery: handler`).
+    pub fn with_delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
     }
 
     /// With a partial burst delivered after `us` microseconds.

@@ -68,6 +68,9 @@ impl Plan {
         }
         for q in &self.queues {
             let mut extra = Vec::new();
+            if q.delivery == crate::config::Delivery::Handler {
+                extra.push(format!("run to completion by core {}'s handler", q.core));
+            }
             if q.timeout_us > 0 {
                 extra.push(format!("timeout {} us", q.timeout_us));
             }

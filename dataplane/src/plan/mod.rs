@@ -208,6 +208,9 @@ pub struct QueuePlan {
     /// RX: the capture sink (`capture`), fed as the application polls.
     #[serde(skip)]
     pub capture: Option<crate::config::CaptureSpec>,
+    /// Who takes its bursts: the application's thread through a ring, or the worker's
+    /// handler on the worker's core (`delivery`).
+    pub delivery: crate::config::Delivery,
 }
 
 /// One worker core and its queues.
@@ -220,6 +223,9 @@ pub struct CorePlan {
     /// Indices into [`Plan::queues`] of the RX queues whose stage this worker runs
     /// (`stage_core`), polled after `queues`.
     pub stages: Vec<usize>,
+    /// True when some of `queues` are `delivery: handler`: the worker then runs the
+    /// application's handler for them, between its RX and its TX queues.
+    pub handler: bool,
 }
 
 /// Huge-page bytes a configuration maps, per region and for the engine.
@@ -373,10 +379,12 @@ impl Plan {
             Vec::new()
         };
         let queues = if capabilities.connections {
+            refuse_handlers_on_connections(config)?;
             Vec::new()
         } else {
             queues(config, &regions, &capabilities)?
         };
+        let planned = &queues;
         let mut by_core: BTreeMap<u32, (Vec<usize>, Vec<usize>)> = BTreeMap::new();
         for (i, q) in queues.iter().enumerate() {
             by_core.entry(q.core).or_default().0.push(i);
@@ -392,6 +400,9 @@ impl Plan {
             .into_iter()
             .map(|(core, (queues, stages))| CorePlan {
                 core,
+                handler: queues
+                    .iter()
+                    .any(|&i| planned[i].delivery == crate::config::Delivery::Handler),
                 queues,
                 stages,
             })
@@ -464,4 +475,32 @@ impl Plan {
             .iter()
             .find(|q| q.interface == interface && q.direction == direction && q.id == id)
     }
+}
+
+/// Connection engines make their queues per connection, after start: a handler cannot be
+/// given for them yet.
+fn refuse_handlers_on_connections(config: &Config) -> Result<(), PlanError> {
+    for iface in &config.interfaces {
+        for (dir, queues) in [
+            (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
+            (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
+        ] {
+            if let Some(q) = queues
+                .into_iter()
+                .flatten()
+                .find(|q| q.delivery == crate::config::Delivery::Handler)
+            {
+                return Err(PlanError::Queue {
+                    interface: iface.name.clone(),
+                    direction: dir,
+                    queue: q.id,
+                    reason: format!(
+                        "delivery: handler is not supported on {} interfaces: their queues are made per connection; use delivery: ring",
+                        config.engine.name()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 //! reorders, offloads and capture.
 
 use super::*;
-use crate::config::{InterfaceConfig, QueueConfig};
+use crate::config::{Delivery, InterfaceConfig, QueueConfig};
 
 pub(super) fn queues(
     config: &Config,
@@ -92,6 +92,11 @@ impl QueueAt<'_> {
         };
         let staging = self.staging(&stage)?;
         let stage_core = self.stage_core(&stage)?;
+        if q.delivery == Delivery::Handler && stage_core.is_some() {
+            return Err(self.bad(
+                "delivery: handler runs the queue's bursts on its worker (cpu_core), and stage_core would move them to another core; leave one of them out".into(),
+            ));
+        }
         let host_memory_only =
             dir == Direction::Tx && staging::cpu_copies(config, iface).is_some() && stage.is_none();
         Ok(QueuePlan {
@@ -124,6 +129,7 @@ impl QueueAt<'_> {
             capture: q.capture.clone(),
             send_at_time: dir == Direction::Tx
                 && iface.tx.as_ref().is_some_and(|t| t.accurate_send),
+            delivery: q.delivery,
         })
     }
 

@@ -2,11 +2,13 @@
 
 #![forbid(unsafe_code)]
 
+mod handler;
 mod queues;
 mod start;
 mod stats;
 mod stream;
 
+pub use handler::{Handler, HandlerQueues, HandlerTx};
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
 pub use stream::Stream;
 
@@ -80,6 +82,17 @@ pub enum StartError {
         queue: u16,
         /// Why.
         source: crate::capture::CaptureError,
+    },
+    /// A worker has `delivery: handler` queues and the application gave no handler
+    /// (started with [`DataPlane::start`] rather than [`DataPlane::start_with_handlers`]).
+    #[error(
+        "core {core} serves `delivery: handler` queues ({queues}); start the data plane with a handler for it (DataPlane::start_with_handlers) or make them `delivery: ring`"
+    )]
+    NoHandler {
+        /// The worker's core.
+        core: u32,
+        /// Its handler queues, for the message.
+        queues: String,
     },
     /// An RX queue's GPU stage could not be set up.
     #[error("interface `{interface}` RX queue {queue}: {source}")]

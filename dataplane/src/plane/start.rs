@@ -21,6 +21,24 @@ impl DataPlane {
     /// Plans the configuration, allocates memory, creates the engine and starts one pinned
     /// worker per core. Nothing stays allocated or running when it fails.
     pub fn start(config: &Config) -> Result<Self, StartError> {
+        Self::start_planned(config, None)
+    }
+
+    /// As [`DataPlane::start`], with run-to-completion handlers: `make` is called once per
+    /// worker core that serves `delivery: handler` queues, with what it serves, and the
+    /// handler it returns runs on that worker (see [`super::Handler`]). Those queues have
+    /// no application end ([`DataPlane::take_rx_queue`] gives `None` for them).
+    pub fn start_with_handlers(
+        config: &Config,
+        mut make: impl FnMut(&super::HandlerQueues) -> Box<dyn super::Handler>,
+    ) -> Result<Self, StartError> {
+        Self::start_planned(config, Some(&mut make))
+    }
+
+    fn start_planned(
+        config: &Config,
+        make: Option<&mut MakeHandler<'_>>,
+    ) -> Result<Self, StartError> {
         // Regions that name their GPU by UUID get its ordinal.
         let config = &resolve_gpu_uuids(config)?;
         // Engines that move bytes with the CPU get host staging regions for queues laid
@@ -28,12 +46,17 @@ impl DataPlane {
         // configuration, so region ids mean the same in it and in the plan.
         let config = &crate::plan::staging::with_staging_regions(config);
         let plan = Plan::from_staged(config)?;
-        Self::execute(config, plan)
+        Self::execute(config, plan, make)
     }
 
-    /// Carries out `plan` (made from `config`).
-    fn execute(config: &Config, plan: Plan) -> Result<Self, StartError> {
+    /// Carries out `plan` (made from `config`), with handlers from `make`.
+    fn execute(
+        config: &Config,
+        plan: Plan,
+        mut make: Option<&mut MakeHandler<'_>>,
+    ) -> Result<Self, StartError> {
         check_cores(&plan)?;
+        check_handlers(&plan, make.is_some())?;
         prepare_hugepages(&plan)?;
         let regions = Arc::new(RegionSet::from_plan(&plan.regions)?);
         let steering = steering(config, &plan);
@@ -68,12 +91,15 @@ impl DataPlane {
             slot_counters,
         };
         for c in plane.plan.cores.clone() {
-            let core_tasks: Vec<Task> = c
+            let mut core_tasks: Vec<Task> = c
                 .queues
                 .iter()
                 .filter_map(|&i| tasks[i].take())
                 .chain(c.stages.iter().filter_map(|i| stage_tasks.remove(i)))
                 .collect();
+            if let (true, Some(make)) = (c.handler, make.as_deref_mut()) {
+                core_tasks = plane.with_handler(&c, core_tasks, make);
+            }
             let health = health.remove(&c.core).unwrap_or_default();
             plane.spawn_worker(c.core, core_tasks, health)?;
         }
@@ -88,6 +114,77 @@ impl DataPlane {
             )?);
         }
         Ok(plane)
+    }
+}
+
+/// Makes the handler of one worker (see [`DataPlane::start_with_handlers`]).
+type MakeHandler<'a> = dyn FnMut(&super::HandlerQueues) -> Box<dyn super::Handler> + 'a;
+
+/// Handler queues need a handler: refused before anything is allocated.
+fn check_handlers(plan: &Plan, have_handlers: bool) -> Result<(), StartError> {
+    if have_handlers {
+        return Ok(());
+    }
+    match plan.cores.iter().find(|c| c.handler) {
+        None => Ok(()),
+        Some(c) => Err(StartError::NoHandler {
+            core: c.core,
+            queues: c
+                .queues
+                .iter()
+                .map(|&i| &plan.queues[i])
+                .filter(|q| q.delivery == crate::config::Delivery::Handler)
+                .map(|q| format!("{} {} {}", q.interface_name, q.direction.name(), q.id))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+impl DataPlane {
+    /// The tasks of worker `c` with its handler: its handler queues' application ends
+    /// move into the handler's job, which runs between the RX and the TX tasks.
+    fn with_handler(
+        &mut self,
+        c: &crate::plan::CorePlan,
+        tasks: Vec<Task>,
+        make: &mut MakeHandler<'_>,
+    ) -> Vec<Task> {
+        let mut rx = Vec::new();
+        let mut tx = Vec::new();
+        let mut served = super::HandlerQueues {
+            core: c.core,
+            rx: Vec::new(),
+            tx: Vec::new(),
+        };
+        let rx_queues = self.rx_queues.get_mut().unwrap_or_else(|e| e.into_inner());
+        let tx_queues = self.tx_queues.get_mut().unwrap_or_else(|e| e.into_inner());
+        for q in c.queues.iter().map(|&i| &self.plan.queues[i]) {
+            if q.delivery != crate::config::Delivery::Handler {
+                continue;
+            }
+            let name = (q.interface_name.clone(), q.interface as u16, q.id);
+            match q.direction {
+                Direction::Rx => {
+                    rx.extend(rx_queues.remove(&(q.interface, q.id)));
+                    served.rx.push(name);
+                }
+                Direction::Tx => {
+                    tx.extend(tx_queues.remove(&(q.interface, q.id)));
+                    served.tx.push(name);
+                }
+            }
+        }
+        let job = super::handler::HandlerJob {
+            handler: make(&served),
+            rx,
+            tx,
+        };
+        let (mut ordered, tx_tasks): (Vec<Task>, Vec<Task>) =
+            tasks.into_iter().partition(|t| !matches!(t, Task::Tx(_)));
+        ordered.push(Task::Job(Box::new(job)));
+        ordered.extend(tx_tasks);
+        ordered
     }
 }
 

@@ -365,6 +365,7 @@ mod tests {
             capture: None,
             stage_core: None,
             copy_cores: Vec::new(),
+            delivery: crate::config::Delivery::Ring,
             location: Default::default(),
         });
         rx.flows = vec![flow("a", 1, 5000), flow("b", 2, 5001)];

@@ -305,6 +305,14 @@ impl PassClock {
     }
 }
 
+/// Work a higher layer gives a worker to poll beside its queues: the plane's run-to-
+/// completion handler, which takes the RX queues' bursts on this core and sends on its TX
+/// queues.
+pub trait Job: Send {
+    /// One poll: true when it moved packets.
+    fn poll(&mut self) -> bool;
+}
+
 /// A queue served by a worker.
 pub enum Task {
     /// Receive.
@@ -313,14 +321,17 @@ pub enum Task {
     Tx(TxTask),
     /// An RX queue's stage on its own core.
     Stage(StageTask),
+    /// Other work on this core (see [`Job`]).
+    Job(Box<dyn Job>),
 }
 
 impl Task {
-    fn counters(&self) -> &QueueCounters {
+    fn counters(&self) -> Option<&QueueCounters> {
         match self {
-            Task::Rx(rx) => rx.counters(),
-            Task::Tx(tx) => &tx.counters,
-            Task::Stage(st) => &st.out.counters,
+            Task::Rx(rx) => Some(rx.counters()),
+            Task::Tx(tx) => Some(&tx.counters),
+            Task::Stage(st) => Some(&st.out.counters),
+            Task::Job(_) => None,
         }
     }
 
@@ -331,6 +342,7 @@ impl Task {
             Task::Rx(rx) => rx.poll(flush, clock),
             Task::Tx(tx) => tx.poll(),
             Task::Stage(st) => st.poll(),
+            Task::Job(job) => job.poll(),
         }
     }
 
@@ -341,6 +353,7 @@ impl Task {
             Task::Rx(rx) => rx.retire(),
             Task::Tx(tx) => tx.port.closed(),
             Task::Stage(st) => st.retire(),
+            Task::Job(_) => false,
         }
     }
 }
@@ -383,8 +396,9 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
                 let started = std::time::Instant::now();
                 if t.poll(flush, &clock) {
                     busy = true;
-                    t.counters()
-                        .add_busy_ns(started.elapsed().as_nanos() as u64);
+                    if let Some(c) = t.counters() {
+                        c.add_busy_ns(started.elapsed().as_nanos() as u64);
+                    }
                 }
             } else {
                 busy |= t.poll(flush, &clock);

@@ -17,6 +17,36 @@ pub fn config_path(name: &str) -> PathBuf {
     }
 }
 
+/// A version-1 `raw` configuration from `body`, the rest of its `cfg` (`memory_regions`,
+/// `interfaces`, ...) written from column 0: the header (`dataplane: cfg:`, version,
+/// stream type, master core 0) goes in front and `body`'s lines get the header's indent,
+/// so errors name lines and columns as in the written-out file (the header is lines 2
+/// to 6, `body` starts at line 7).
+pub fn raw_config(body: &str) -> String {
+    config_with_header(&[], body)
+}
+
+/// [`raw_config`] on the software loopback (`loopback: "sw"`, line 7; `body` from line 8).
+pub fn loopback_config(body: &str) -> String {
+    config_with_header(&["loopback: \"sw\""], body)
+}
+
+fn config_with_header(extra: &[&str], body: &str) -> String {
+    let mut text = String::from(
+        "\ndataplane:\n  cfg:\n    version: 1\n    stream_type: raw\n    master_core: 0\n",
+    );
+    for line in extra
+        .iter()
+        .copied()
+        .chain(body.trim_start_matches('\n').lines())
+    {
+        text.push_str("    ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
 /// The `--json` report: the last line of a `dataplane bench` run's stdout.
 pub fn last_json(stdout: &[u8]) -> serde_json::Value {
     let text = String::from_utf8_lossy(stdout);

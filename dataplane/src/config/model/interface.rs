@@ -360,8 +360,34 @@ pub struct QueueConfig {
     /// RX: the rest of a `stage_core` list: cores of threads that share the stage's CPU
     /// copies (pageable packets gathered into pinned staging, host-to-host splits).
     pub copy_cores: Vec<u32>,
+    /// `delivery` (this project's key): who takes the queue's bursts.
+    pub delivery: Delivery,
     /// Where it is defined.
     pub location: Location,
+}
+
+/// `delivery` of a queue: where its bursts go (RX) or come from (TX).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// `ring` (default): through a ring to the application's thread, which polls the
+    /// queue's handle ([`crate::plane::DataPlane::rx_queue`], `tx_queue`).
+    #[default]
+    Ring,
+    /// `handler`: to the [`crate::handler::Handler`] the application gave for the queue's
+    /// worker core, called by that worker in its poll loop (run to completion): no
+    /// packet leaves the core.
+    Handler,
+}
+
+impl Delivery {
+    /// The YAML spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Delivery::Ring => "ring",
+            Delivery::Handler => "handler",
+        }
+    }
 }
 
 /// `rx.queues[].capture`: a file sink for what the queue delivers.

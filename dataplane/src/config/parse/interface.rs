@@ -387,6 +387,14 @@ pub(super) fn queue(
     } else {
         (None, Vec::new())
     };
+    let delivery = m
+        .optional(d, "delivery", |d, n, p| {
+            r::choice(d, n, p, &["ring", "handler"]).map(|s| match s {
+                "handler" => Delivery::Handler,
+                _ => Delivery::Ring,
+            })
+        })
+        .unwrap_or_default();
     m.not_supported(d, "split_boundary");
     m.finish(d);
     Some(QueueConfig {
@@ -401,6 +409,7 @@ pub(super) fn queue(
         capture,
         stage_core: stage_cores.first().copied(),
         copy_cores: stage_cores.get(1..).unwrap_or_default().to_vec(),
+        delivery,
         location: node.location,
     })
 }

@@ -23,6 +23,7 @@ fn queue(id: u16) -> QueueConfig {
         capture: None,
         stage_core: None,
         copy_cores: Vec::new(),
+        delivery: crate::config::Delivery::Ring,
         location: Default::default(),
     }
 }

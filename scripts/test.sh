@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `make test`: every check, in named steps, each timed, with a table of times at the end.
+#   STEPS="tests c-api" runs only those (default: all, in the order below).
+#   FEATURES (default `--features dataplane-cli/dpdk`): the workspace's features.
+# One release build serves everything after `tests`: cargo test builds the examples, the
+# binary and libdataplane_c with the workspace's features, so those steps run what it built
+# instead of building the crates again with the features of a smaller selection.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CARGO=${CARGO:-cargo}
+FEATURES=${FEATURES---features dataplane-cli/dpdk}
+export FEATURES
+all="fmt clippy clippy-default tests examples c-api memcheck gpu-kernels python book embed loom smoke tapflow-vm rdma-vm aarch64"
+steps=${STEPS:-$all}
+unset STEPS # test-aarch64.sh has steps of its own
+times=()
+t0=$(date +%s)
+summary() {
+  echo "make test: step times"
+  local line
+  for line in "${times[@]}"; do echo "  $line"; done
+  echo "  total $(( $(date +%s) - t0 )) s"
+}
+run_step() { # run_step NAME: runs that step, timed; stops with its name on failure
+  local name=$1 start rc=0
+  start=$(date +%s)
+  echo "make test: == $name"
+  "step_${name//-/_}" || rc=$?
+  times+=("$(printf '%-15s %5d s' "$name" $(( $(date +%s) - start )))")
+  if [ $rc -ne 0 ]; then
+    summary
+    echo "make test: FAILED at: $name (exit $rc)" >&2
+    exit $rc
+  fi
+}
+
+step_fmt() { $CARGO fmt --all -- --check; }
+# shellcheck disable=SC2086 # FEATURES is a list of words
+step_clippy() { $CARGO clippy --workspace --all-targets $FEATURES -- -D warnings; }
+step_clippy_default() { $CARGO clippy --workspace --all-targets -- -D warnings; }
+# shellcheck disable=SC2086
+step_tests() {
+  $CARGO test --workspace --release $FEATURES
+  # cargo test leaves the C library among its dependencies' outputs; put it where
+  # `cargo build` would (a hard link, as cargo makes), for the C programs below.
+  ln -f target/release/deps/libdataplane_c.so target/release/libdataplane_c.so
+}
+# The embedding examples (dataplane/examples) run and check themselves.
+step_examples() {
+  local e
+  for e in receive_loop transmit_loop steering gpu_region; do
+    ./target/release/examples/$e || return 1
+  done
+}
+# The C API: the header is current (a test above), the examples build and run, the second
+# one checks the thread-safety contract from several threads.
+step_c_api() {
+  local c=(cc -O2 -Wall -Wextra -Werror -I capi/include)
+  local link=(-L target/release -ldataplane_c -Wl,-rpath,"$PWD/target/release")
+  "${c[@]}" capi/examples/loopback.c "${link[@]}" -o target/c-loopback
+  ./target/c-loopback
+  "${c[@]}" -pthread capi/examples/threads.c "${link[@]}" -o target/c-threads
+  ./target/c-threads
+}
+# Both C programs under valgrind, with the unsafe-heavy crates' unit tests.
+step_memcheck() { ./scripts/memcheck.sh; }
+# The GPU kernels compile with NVIDIA's runtime compiler (from PyPI) even without a GPU.
+step_gpu_kernels() {
+  LD_LIBRARY_PATH=$(./scripts/nvrtc.sh) DATAPLANE_REQUIRE_NVRTC=1 \
+    $CARGO test --release -p gpudirect kernels::tests
+}
+# The wheel built on CPython 3.9 and glibc 2.31 (a Debian 11 root), its tests there and
+# here (target/pyenv), then the Python benchmark for a second. `make python-test` builds
+# a wheel here instead; the same tests run on this one.
+step_python() {
+  ./scripts/test-python-oldest.sh
+  target/pyenv/bin/python examples/python/bench_raw.py configs/sw_loopback.yaml --seconds 1
+}
+# The front page's and the book's sh, C, Python and YAML blocks (Rust ones ran as doctests).
+step_book() { ./scripts/book-check.sh; }
+step_embed() { ./scripts/embed-check.sh; }
+step_loom() { ./scripts/loom.sh; }
+step_smoke() { ./scripts/smoke.sh; }
+step_tapflow_vm() { ./scripts/tapflow-vm.sh; }
+step_rdma_vm() { ./scripts/rdma-vm-tests.sh; }
+# aarch64 cross build and emulated tests, DPDK 24.11 build and tests (Debian 13 roots).
+step_aarch64() { ./scripts/test-aarch64.sh; }
+
+for s in $steps; do
+  case " $all " in *" $s "*) ;; *) echo "make test: unknown step $s (steps: $all)" >&2; exit 2 ;; esac
+done
+for s in $steps; do run_step "$s"; done
+summary
