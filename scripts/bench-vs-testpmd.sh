@@ -13,7 +13,10 @@
 #        ring: one net_ring port forwarding to itself, 512 frames circling (testpmd
 #        --tx-first with --burst=512; ours --tx-first 8 bursts of 64).
 # Topologies (TOPOLOGIES, default "memif ring"), frame sizes (LENS, default "64 1500"),
-# seconds per run (SECONDS_TX, default 5). JSON=1 adds a JSON line; OURS_ONLY=1 skips
+# seconds per run (SECONDS_TX, default 5), rounds (ROUNDS, default 1; medians of alternating
+# rounds), our modes (MODES, default "threads inline": generators, checkers and relays on
+# threads of their own, or run to completion on the workers' cores with --inline).
+# JSON=1 adds a JSON line; OURS_ONLY=1 skips
 # testpmd (an A/B of two builds of ours: DATAPLANE_BIN). Cores are spread as on a 16-core
 # host and folded onto the cores this machine has. Root not required.
 set -euo pipefail
@@ -23,6 +26,9 @@ secs=${SECONDS_TX:-5}
 lens=${LENS:-64 1500}
 topologies=${TOPOLOGIES:-memif ring}
 pairs=${PAIRS:-gen fwd}
+modes=${MODES:-threads inline}
+rounds=${ROUNDS:-1}
+inline=
 ours_only=${OURS_ONLY:-0}
 [ "$ours_only" = 1 ] || command -v dpdk-testpmd >/dev/null ||
   { echo "bench-vs-testpmd: dpdk-testpmd missing (apt-get install dpdk)" >&2; exit 1; }
@@ -93,11 +99,11 @@ ours_gen_memif() { # LEN
   local sock=$tmp/og-$1.sock
   ours_config configs/dpdk_memif_rx.yaml "$1" "$tmp/rx.yaml" "$(c 4)" "$(c 5)" "$(c 10)" "$(c 10)" "$sock"
   ours_config configs/dpdk_memif_tx.yaml "$1" "$tmp/tx.yaml" "$(c 2)" "$(c 3)" "$(c 9)" "$(c 9)" "$sock"
-  "$bin" bench raw "$tmp/rx.yaml" --rx-work count --seconds $((secs + 5)) --json >"$tmp/o-rx.json" 2>/dev/null &
+  "$bin" bench raw "$tmp/rx.yaml" --rx-work count --seconds $((secs + 5)) $inline --json >"$tmp/o-rx.json" 2>/dev/null &
   local rxp=$!
   wait_for_socket "$sock"
   sleep 1.5
-  "$bin" bench raw "$tmp/tx.yaml" --tx-work headers --seconds "$secs" --json 2>/dev/null >"$tmp/o-tx.json"
+  "$bin" bench raw "$tmp/tx.yaml" --tx-work headers --seconds "$secs" $inline --json 2>/dev/null >"$tmp/o-tx.json"
   wait $rxp || true
   local sent got s
   sent=$(json_field "$tmp/o-tx.json" 'r["tx_packets"]')
@@ -114,7 +120,7 @@ testpmd_gen_ring() { # LEN
 }
 ours_gen_ring() { # LEN
   ours_config configs/dpdk_ring.yaml "$1" "$tmp/ring.yaml" "$(c 0)" "$(c 1)" "$(c 2)" "$(c 3)"
-  "$bin" bench raw "$tmp/ring.yaml" --tx-work headers --rx-work count --seconds "$secs" --json \
+  "$bin" bench raw "$tmp/ring.yaml" --tx-work headers --rx-work count --seconds "$secs" $inline --json \
     2>/dev/null >"$tmp/o-ring.json" || true
   json_field "$tmp/o-ring.json" \
     '"%.3f" % (r["rx_packets"] / r["seconds"] / 1e6) if r["lossless"] else "0"'
@@ -153,7 +159,7 @@ ours_fwd_memif() { # LEN
   sed -e "s|/tmp/dataplane-fwd-in.sock|$tmp/fi.sock|" -e "s|/tmp/dataplane-fwd-out.sock|$tmp/fo.sock|" \
     -e "s/master_core: 0/master_core: $(c 6)/" -e "s/cpu_core: 1,/cpu_core: $(c 7),/" \
     configs/dpdk_memif_fwd.yaml >"$tmp/fwd.yaml"
-  fwd_around "$1" "$bin" bench fwd "$tmp/fwd.yaml" --seconds $((secs + 3)) --cores "$(c 8)" --json
+  fwd_around "$1" "$bin" bench fwd "$tmp/fwd.yaml" --seconds $((secs + 3)) ${inline:---cores $(c 8)} --json
 }
 testpmd_fwd_ring() { # LEN
   testpmd ring "$(c 0),$(c 1)" "$(c 0)" "$secs" "$tmp/ring.log" --vdev net_ring0 -- \
@@ -163,22 +169,32 @@ testpmd_fwd_ring() { # LEN
 }
 ours_fwd_ring() { # LEN
   ours_config configs/dpdk_ring.yaml "$1" "$tmp/ring.yaml" "$(c 0)" "$(c 1)" "$(c 2)" "$(c 3)"
-  "$bin" bench fwd "$tmp/ring.yaml" --tx-first 8 --cores "$(c 2)" --seconds "$secs" --json \
+  "$bin" bench fwd "$tmp/ring.yaml" --tx-first 8 ${inline:---cores $(c 2)} --seconds "$secs" --json \
     2>/dev/null >"$tmp/o-fwd.json" || true
   json_field "$tmp/o-fwd.json" '"%.3f" % r["mpps"] if not r["problems"] else "0"'
 }
 
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+ratio() { python3 -c "t=$1; o=$2; print(f'{o / t:.2f}' if t > 0 else 'n/a')"; }
 rows=()
-printf '%-5s %-6s %-6s %14s %14s %8s\n' "pair" "topo" "frame" "testpmd Mpps" "ours Mpps" "ratio" >&2
+printf '%-5s %-6s %-6s %13s %13s %13s %7s %7s\n' "pair" "topo" "frame" "testpmd Mpps" "threads Mpps" "inline Mpps" "thr/t" "inl/t" >&2
 for pair in $pairs; do
   for topo in $topologies; do
     for len in $lens; do
-      t=0
-      [ "$ours_only" = 1 ] || t=$("testpmd_${pair}_${topo}" "$len")
-      o=$("ours_${pair}_${topo}" "$len")
-      r=$(python3 -c "t=$t; o=$o; print(f'{o / t:.2f}' if t > 0 else 'n/a')")
-      printf '%-5s %-6s %-6s %14s %14s %8s\n' "$pair" "$topo" "${len}B" "$t" "$o" "$r" >&2
-      rows+=("{\"pair\": \"$pair\", \"topology\": \"$topo\", \"frame\": $len, \"testpmd_mpps\": $t, \"ours_mpps\": $o, \"ratio\": \"$r\"}")
+      ts=() os=() is=()
+      # Alternating rounds: testpmd, ours with threads, ours inline, again; medians.
+      for _ in $(seq "$rounds"); do
+        t=0
+        [ "$ours_only" = 1 ] || t=$("testpmd_${pair}_${topo}" "$len")
+        ts+=("$t")
+        o=0 i=0
+        case " $modes " in *" threads "*) inline='' o=$("ours_${pair}_${topo}" "$len") ;; esac
+        case " $modes " in *" inline "*) inline=--inline i=$("ours_${pair}_${topo}" "$len") ;; esac
+        os+=("$o") is+=("$i")
+      done
+      t=$(median "${ts[@]}") o=$(median "${os[@]}") i=$(median "${is[@]}")
+      printf '%-5s %-6s %-6s %13s %13s %13s %7s %7s\n' "$pair" "$topo" "${len}B" "$t" "$o" "$i" "$(ratio "$t" "$o")" "$(ratio "$t" "$i")" >&2
+      rows+=("{\"pair\": \"$pair\", \"topology\": \"$topo\", \"frame\": $len, \"rounds\": $rounds, \"testpmd_mpps\": $t, \"ours_mpps\": $o, \"ours_inline_mpps\": $i, \"ratio\": \"$(ratio "$t" "$o")\", \"inline_ratio\": \"$(ratio "$t" "$i")\"}")
     done
   done
 done

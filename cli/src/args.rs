@@ -155,6 +155,10 @@ pub(crate) enum Bench {
         /// pacing in the TX workers, as `pacing_mbps`).
         #[arg(long)]
         target_gbps: Option<f64>,
+        /// Run generators and checkers to completion on the workers' cores (their queues
+        /// become `delivery: handler`) instead of on threads of their own.
+        #[arg(long)]
+        inline: bool,
         /// No progress line and no human report (the exit code, and `--json`, remain).
         #[arg(long, short)]
         quiet: bool,
@@ -189,6 +193,11 @@ pub(crate) enum Bench {
         /// Cores of the forwarding threads, one per TX queue in use (comma separated).
         #[arg(long, value_delimiter = ',')]
         cores: Vec<u32>,
+        /// Forward to completion on the workers' cores (the queues become `delivery:
+        /// handler`; each RX queue and its TX queue on one cpu_core) instead of on
+        /// forwarding threads.
+        #[arg(long, conflicts_with = "cores")]
+        inline: bool,
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,

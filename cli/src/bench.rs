@@ -55,6 +55,7 @@ pub(crate) struct RawWork {
     pub(crate) rx: RxWork,
     pub(crate) stages: bool,
     pub(crate) target_gbps: Option<f64>,
+    pub(crate) inline: bool,
 }
 
 /// Checks a number flag: positive (or zero, when `zero_ok`) and finite; prints the error.
@@ -110,6 +111,7 @@ pub(crate) fn bench_raw(
         target_gbps: work.target_gbps,
         progress: !output.quiet && std::io::stderr().is_terminal(),
         drain_deadline: std::time::Duration::from_secs_f64(drain_seconds),
+        inline: work.inline,
         ..raw::RawOptions::new(seconds)
     };
     let result = raw::run(&c, &opts, &signals.any);

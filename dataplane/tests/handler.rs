@@ -121,21 +121,26 @@ fn a_handler_generates_and_checks_on_the_workers_core() {
     let mut asked = Vec::new();
     let plane =
         DataPlane::start_with_handlers(&config(&generate_and_check()), |q: &HandlerQueues| {
-            asked.push(q.clone());
-            Box::new(GenerateAndCheck {
+            let names = |i: &str, id| format!("{i} {id}");
+            asked.push((
+                q.core,
+                q.rx.iter()
+                    .map(|r| names(&r.interface, r.queue))
+                    .collect::<Vec<_>>(),
+                q.tx.iter()
+                    .map(|t| names(&t.interface, t.queue))
+                    .collect::<Vec<_>>(),
+            ));
+            Ok(Box::new(GenerateAndCheck {
                 seen: seen.clone(),
                 next_sent: 0,
                 next_expected: 0,
-            })
+            }))
         })
         .expect("plane starts");
     assert_eq!(
         asked,
-        vec![HandlerQueues {
-            core: 0,
-            rx: vec![("loop0".into(), 0, 0)],
-            tx: vec![("loop0".into(), 0, 0)],
-        }],
+        vec![(0, vec!["loop0 0".to_owned()], vec!["loop0 0".to_owned()])],
         "one handler, for core 0, with what it serves"
     );
     wait_for(&seen.done);
@@ -224,9 +229,9 @@ fn a_handler_relays_beside_ring_queues() {
     let forwarded = Arc::new(AtomicU64::new(0));
     let f = forwarded.clone();
     let mut plane = DataPlane::start_with_handlers(&config(&relay()), move |_| {
-        Box::new(Relay {
+        Ok(Box::new(Relay {
             forwarded: f.clone(),
-        })
+        }))
     })
     .expect("plane starts");
     assert!(
@@ -276,6 +281,19 @@ fn a_handler_relays_beside_ring_queues() {
     drop(plane);
     assert_eq!(received, total);
     assert_eq!(forwarded.load(Ordering::Relaxed), total);
+}
+
+#[test]
+fn a_refusing_factory_stops_the_start() {
+    let err = DataPlane::start_with_handlers(&config(&generate_and_check()), |q| {
+        Err(format!("{} TX queues are not enough", q.tx.len()).into())
+    })
+    .err()
+    .expect("refused");
+    assert_eq!(
+        err.to_string(),
+        "core 0's handler: 1 TX queues are not enough"
+    );
 }
 
 #[test]

@@ -491,6 +491,165 @@ pub(super) struct CheckerResult {
     pub(super) captures: Vec<CaptureReport>,
 }
 
+/// One checker: counts and checks the bursts of its `bench_rx` entry's queues, on a
+/// thread of its own or, with `--inline`, in the worker's handler.
+pub(super) struct BurstCheck {
+    checker: Checker,
+    clock: dataplane::clock::WallClock,
+    frames: FrameReader,
+    reorder_check: ReorderChecker,
+    marks: FlowMarks,
+    packets: u64,
+    bytes: u64,
+    busy_ns: u64,
+    pub(super) failures: Vec<String>,
+    max_packet: Option<usize>,
+    rx_work: RxWork,
+    timed: bool,
+}
+
+impl BurstCheck {
+    /// The checker of `bench_rx` entry `b`.
+    pub(super) fn new(
+        config: &Config,
+        opts: &RawOptions,
+        b: &dataplane::config::BenchRxConfig,
+    ) -> Self {
+        let mut checker = Checker::new(opts.verify_payload);
+        checker.trailer_only = opts.rx_work == RxWork::Trailer;
+        Self {
+            checker,
+            clock: dataplane::clock::WallClock::new(),
+            frames: FrameReader::default(),
+            reorder_check: ReorderChecker::new(config),
+            marks: FlowMarks::default(),
+            packets: 0,
+            bytes: 0,
+            busy_ns: 0,
+            failures: Vec::new(),
+            max_packet: b.max_packet_size.map(|m| m as usize),
+            rx_work: opts.rx_work,
+            timed: opts.time_stages,
+        }
+    }
+
+    /// Packets received so far, duplicates not counted.
+    pub(super) fn unique_packets(&self) -> u64 {
+        self.packets.saturating_sub(self.checker.counts.duplicates)
+    }
+
+    /// Counts and checks one received burst; `--stages` counts the time from `polled`
+    /// (when the poll that gave it began) or from now.
+    pub(super) fn take(&mut self, burst: dataplane::Burst, polled: Option<Instant>) {
+        let started = self.timed.then(|| polled.unwrap_or_else(Instant::now));
+        if let Some(info) = burst.reorder_info() {
+            self.reorder_check.check(&burst, info);
+            self.packets += info.source_packets as u64;
+            self.bytes += info.payload_bytes;
+        } else {
+            if let Some(run) = burst.run() {
+                // One length and flow 0 for all: no descriptor to read.
+                let (n, len) = (burst.len() as u64, run.buffer_len() as usize);
+                self.marks.count(0, n);
+                self.bytes += n * len as u64;
+                self.check_length(len, n);
+            } else {
+                for p in burst.packets() {
+                    self.marks.count(p.flow_id, 1);
+                    self.bytes += p.len() as u64;
+                    self.check_length(p.len(), 1);
+                }
+            }
+            self.packets += burst.len() as u64;
+            if self.rx_work != RxWork::Count {
+                self.frames
+                    .take(burst, &mut self.checker, self.clock.now_ns());
+            }
+        }
+        if let Some(t) = started {
+            self.busy_ns += t.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// `n` packets of `len` bytes: corrupt when longer than `max_packet_size`.
+    fn check_length(&mut self, len: usize, n: u64) {
+        if let Some(max) = self.max_packet
+            && len > max
+        {
+            self.checker.counts.corrupt += n;
+            self.checker.first_problem.get_or_insert_with(|| {
+                format!("a {len}-byte packet, longer than bench_rx max_packet_size {max}")
+            });
+        }
+    }
+
+    /// Nothing new arrived: checks the GPU frames held so far.
+    pub(super) fn idle(&mut self) {
+        self.frames.flush(&mut self.checker);
+    }
+
+    /// The result, with the captures and reorders of `queues` (the checker's queues, when
+    /// it holds them; a handler's are the worker's).
+    pub(super) fn finish(mut self, queues: &mut [dataplane::plane::RxQueue]) -> CheckerResult {
+        self.frames.flush(&mut self.checker);
+        let mut captures = Vec::new();
+        for q in queues.iter_mut() {
+            let queue = format!("{} rx queue {}", q.interface, q.queue);
+            match q.finish_capture() {
+                None => {}
+                Some(Ok(stats)) => captures.push(CaptureReport {
+                    queue,
+                    stats,
+                    mbytes_per_s: 0.0,
+                    error: None,
+                }),
+                Some(Err(e)) => captures.push(CaptureReport {
+                    queue,
+                    stats: Default::default(),
+                    mbytes_per_s: 0.0,
+                    error: Some(e.to_string()),
+                }),
+            }
+        }
+        let mut reorder = None::<ReorderReport>;
+        for q in queues.iter() {
+            if let Some(c) = q.reorder_counts() {
+                let r = reorder.get_or_insert_with(Default::default);
+                r.batches += c.batches;
+                r.timeout_batches += c.timeout_batches;
+                r.aggregated_packets += c.aggregated_packets;
+                r.passthrough_packets += c.passthrough_packets;
+            }
+            if let Some(e) = q.reorder_error() {
+                self.checker
+                    .first_problem
+                    .get_or_insert_with(|| format!("reorder: {e}"));
+                self.checker.counts.corrupt += 1;
+            }
+        }
+        if let Some(r) = &mut reorder {
+            let report = &mut self.reorder_check.report;
+            r.verified_batches = report.verified_batches;
+            r.bad_batches = report.bad_batches;
+            r.unchecked_batches = report.unchecked_batches;
+            r.verified_chunks = report.verified_chunks;
+            r.first_problem = report.first_problem.take();
+        }
+        CheckerResult {
+            stamped: self.frames.stamped,
+            polled: self.frames.polled,
+            busy_ns: self.busy_ns,
+            packets: self.packets,
+            bytes: self.bytes,
+            checker: self.checker,
+            marks: self.marks,
+            reorder,
+            failures: self.failures,
+            captures,
+        }
+    }
+}
+
 pub(super) struct CheckerThread {
     pub(super) thread: JoinHandle<CheckerResult>,
 }
@@ -566,98 +725,32 @@ pub(super) fn spawn_checkers(
             })?;
             queues.push(q);
         }
-        let (stop, received, core, verify, rx_work) = (
-            stop_rx.clone(),
-            received.clone(),
-            b.cpu_core,
-            opts.verify_payload,
-            opts.rx_work,
-        );
-        let max_packet = b.max_packet_size.map(|m| m as usize);
-        let reorder_check = ReorderChecker::new(config);
+        let mut check = BurstCheck::new(config, opts, b);
+        let (stop, received, core) = (stop_rx.clone(), received.clone(), b.cpu_core);
         let thread = std::thread::Builder::new()
             .name("bench-rx".into())
             .spawn(move || {
                 if let Some(c) = core {
                     let _ = affinity::pin_current_thread(c);
                 }
-                let mut checker = Checker::new(verify);
-                checker.trailer_only = rx_work == RxWork::Trailer;
-                let clock = dataplane::clock::WallClock::new();
-                let mut frames = FrameReader::default();
-                let mut reorder_check = reorder_check;
-                let mut marks = FlowMarks::default();
-                let (mut packets, mut bytes) = (0u64, 0u64);
-                let mut busy_ns = 0u64;
                 let mut idle = 0u32;
-                let mut failures: Vec<String> = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let mut got = false;
                     for q in &mut queues {
-                        let started = timed.then(Instant::now);
-                        let burst = match q.poll() {
-                            Ok(Some(b)) => b,
-                            Ok(None) => continue,
-                            Err(e) => {
-                                note_failure(&mut failures, e.to_string());
-                                continue;
+                        let polled = timed.then(Instant::now);
+                        match q.poll() {
+                            Ok(Some(burst)) => {
+                                got = true;
+                                check.take(burst, polled);
+                                received.store(check.unique_packets(), Ordering::Relaxed);
                             }
-                        };
-                        got = true;
-                        if let Some(info) = burst.reorder_info() {
-                            reorder_check.check(&burst, info);
-                            packets += info.source_packets as u64;
-                            bytes += info.payload_bytes;
-                        } else {
-                            if let Some(run) = burst.run() {
-                                // One length and flow 0 for all: no descriptor to read.
-                                let (n, len) = (burst.len() as u64, run.buffer_len() as usize);
-                                marks.count(0, n);
-                                bytes += n * len as u64;
-                                if let Some(max) = max_packet
-                                    && len > max
-                                {
-                                    checker.counts.corrupt += n;
-                                    checker.first_problem.get_or_insert_with(|| {
-                                        format!(
-                                            "a {len}-byte packet, longer than bench_rx max_packet_size {max}"
-                                        )
-                                    });
-                                }
-                            } else {
-                                for p in burst.packets() {
-                                    marks.count(p.flow_id, 1);
-                                    bytes += p.len() as u64;
-                                    if let Some(max) = max_packet
-                                        && p.len() > max
-                                    {
-                                        checker.counts.corrupt += 1;
-                                        checker.first_problem.get_or_insert_with(|| {
-                                            format!(
-                                                "a {}-byte packet, longer than bench_rx max_packet_size {max}",
-                                                p.len()
-                                            )
-                                        });
-                                    }
-                                }
-                            }
-                            packets += burst.len() as u64;
-                            if rx_work != RxWork::Count {
-                                frames.take(burst, &mut checker, clock.now_ns());
-                            }
+                            Ok(None) => {}
+                            Err(e) => note_failure(&mut check.failures, e.to_string()),
                         }
-                        if let Some(t) = started {
-                            busy_ns += t.elapsed().as_nanos() as u64;
-                        }
-                        // Duplicates do not count towards what arrived.
-                        received.store(
-                            packets.saturating_sub(checker.counts.duplicates),
-                            Ordering::Relaxed,
-                        );
                     }
                     if !got {
                         // Nothing new: check the GPU frames held so far now.
-                        frames.flush(&mut checker);
+                        check.idle();
                     }
                     idle = if got { 0 } else { idle + 1 };
                     if idle > 1024 {
@@ -665,61 +758,7 @@ pub(super) fn spawn_checkers(
                         std::thread::yield_now();
                     }
                 }
-                frames.flush(&mut checker);
-                let mut captures = Vec::new();
-                for q in &mut queues {
-                    let queue = format!("{} rx queue {}", q.interface, q.queue);
-                    match q.finish_capture() {
-                        None => {}
-                        Some(Ok(stats)) => captures.push(CaptureReport {
-                            queue,
-                            stats,
-                            mbytes_per_s: 0.0,
-                            error: None,
-                        }),
-                        Some(Err(e)) => captures.push(CaptureReport {
-                            queue,
-                            stats: Default::default(),
-                            mbytes_per_s: 0.0,
-                            error: Some(e.to_string()),
-                        }),
-                    }
-                }
-                let mut reorder = None::<ReorderReport>;
-                for q in &queues {
-                    if let Some(c) = q.reorder_counts() {
-                        let r = reorder.get_or_insert_with(Default::default);
-                        r.batches += c.batches;
-                        r.timeout_batches += c.timeout_batches;
-                        r.aggregated_packets += c.aggregated_packets;
-                        r.passthrough_packets += c.passthrough_packets;
-                    }
-                    if let Some(e) = q.reorder_error() {
-                        checker
-                            .first_problem
-                            .get_or_insert_with(|| format!("reorder: {e}"));
-                        checker.counts.corrupt += 1;
-                    }
-                }
-                if let Some(r) = &mut reorder {
-                    r.verified_batches = reorder_check.report.verified_batches;
-                    r.bad_batches = reorder_check.report.bad_batches;
-                    r.unchecked_batches = reorder_check.report.unchecked_batches;
-                    r.verified_chunks = reorder_check.report.verified_chunks;
-                    r.first_problem = reorder_check.report.first_problem.take();
-                }
-                CheckerResult {
-                    stamped: frames.stamped,
-                    polled: frames.polled,
-                    busy_ns,
-                    packets,
-                    bytes,
-                    checker,
-                    marks,
-                    reorder,
-                    failures,
-                    captures,
-                }
+                check.finish(&mut queues)
             })
             .map_err(StartError::Spawn)?;
         checkers.push(CheckerThread { thread });

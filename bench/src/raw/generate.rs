@@ -2,6 +2,7 @@
 //! generator threads, and the rate a paced run asks of the TX queues.
 
 use super::*;
+use dataplane::plane::TxQueue;
 
 /// The frames the generator of `bench_tx` entry `b` (stream `stream`) sends: with
 /// `bench_reorder_quantize`, they carry the sequence (and batch) fields of the reorder it
@@ -87,7 +88,7 @@ impl GpuFrames {
 }
 
 pub(super) struct Generator {
-    pub(super) thread: JoinHandle<(u64, u64, Option<String>, u64)>,
+    pub(super) thread: JoinHandle<GeneratorResult>,
 }
 
 /// `config` with every generator's TX queue paced to its share of `gbps`.
@@ -130,25 +131,52 @@ pub(super) fn paced_gbps(config: &Config) -> Option<f64> {
     (mbps > 0).then(|| mbps as f64 / 1000.0)
 }
 
-/// Starts a generator thread for every `bench_tx` entry; each counts the packets it hands
-/// to its TX queue into `sent` and stops when `stop` is set.
-pub(super) fn spawn_generators(
-    config: &Config,
-    opts: &RawOptions,
-    plane: &mut DataPlane,
-    stop_tx: &Arc<AtomicBool>,
-    sent: &Arc<AtomicU64>,
-) -> Result<Vec<Generator>, BenchError> {
-    let timed = opts.time_stages;
-    let mut generators = Vec::new();
-    for (stream, b) in config.bench.tx.iter().enumerate() {
-        let mut q = plane
-            .take_tx_queue(&b.interface_name, b.queue_id)
-            .ok_or_else(|| BenchError::QueueTwice {
-                interface: b.interface_name.clone(),
-                direction: Direction::Tx,
-                queue: b.queue_id,
-            })?;
+/// What one generator did: packets and bytes handed to its TX queue, why it stopped early
+/// (a failure), and ns spent making and sending bursts (`--stages`).
+pub(super) type GeneratorResult = (u64, u64, Option<String>, u64);
+
+/// One generator: makes bursts of its stream's frames and hands them to its TX queue, on
+/// a thread of its own or, with `--inline`, in the worker's handler.
+pub(super) struct FrameSource {
+    builder: FrameBuilder,
+    gpu_writer: Option<GpuFrames>,
+    /// One bit per buffer index of the region: its constant part is written.
+    initialised: Vec<u64>,
+    /// A burst the TX queue's ring had no room for yet.
+    pending: Option<dataplane::Burst>,
+    packets: u64,
+    bytes: u64,
+    failure: Option<String>,
+    busy_ns: u64,
+    clock: dataplane::clock::WallClock,
+    tx_work: TxWork,
+    frame_len: usize,
+    batch: usize,
+    timed: bool,
+    paced: bool,
+}
+
+/// What one [`FrameSource::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// A burst went to the queue.
+    Sent,
+    /// Nothing could go now (no buffers, a full ring, pacing): try again later.
+    Wait,
+    /// The queue is gone or the writer failed: nothing more will go.
+    Done,
+}
+
+impl FrameSource {
+    /// The generator of `bench_tx` entry `b` (stream `stream`) on TX queue `q`, or why the
+    /// queue cannot carry its frames.
+    pub(super) fn new(
+        config: &Config,
+        opts: &RawOptions,
+        stream: usize,
+        b: &dataplane::config::BenchTxConfig,
+        q: &TxQueue,
+    ) -> Result<Self, BenchError> {
         let unusable = |reason: String| BenchError::UnusableTxQueue {
             stream,
             interface: b.interface_name.clone(),
@@ -161,7 +189,7 @@ pub(super) fn spawn_generators(
                 q.segment_sizes().len()
             )));
         }
-        let mut builder = generator_frames(config, b, stream);
+        let builder = generator_frames(config, b, stream);
         if builder.frame_len() > q.segment_sizes()[0] {
             return Err(unusable(format!(
                 "has {}-byte buffers, shorter than the {}-byte frames",
@@ -170,7 +198,7 @@ pub(super) fn spawn_generators(
             )));
         }
         // Frames in GPU memory are written there by a kernel (`gpu_direct`).
-        let gpu_frames = if q.host_accessible() {
+        let gpu_writer = if q.host_accessible() {
             None
         } else if opts.tx_work == TxWork::Headers {
             return Err(unusable(
@@ -178,114 +206,159 @@ pub(super) fn spawn_generators(
             ));
         } else {
             match q.device_gpu() {
-                Some(gpu) => Some(gpu),
+                Some(gpu) => Some(
+                    GpuFrames::new(gpu, &builder)
+                        .map_err(|e| unusable(format!("GPU frame writer: {e}")))?,
+                ),
                 None => return Err(unusable("is neither host nor device memory".into())),
             }
         };
-        let tx_work = opts.tx_work;
-        let (stop, sent, core, batch) = (
-            stop_tx.clone(),
-            sent.clone(),
-            b.cpu_core,
-            b.batch_size as usize,
-        );
-        let paced = opts.target_gbps.is_some();
+        Ok(Self {
+            frame_len: builder.frame_len(),
+            builder,
+            gpu_writer,
+            initialised: Vec::new(),
+            pending: None,
+            packets: 0,
+            bytes: 0,
+            failure: None,
+            busy_ns: 0,
+            clock: dataplane::clock::WallClock::new(),
+            tx_work: opts.tx_work,
+            batch: b.batch_size as usize,
+            timed: opts.time_stages,
+            paced: opts.target_gbps.is_some(),
+        })
+    }
+
+    /// Packets handed to the queue so far.
+    pub(super) fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// What it did.
+    pub(super) fn result(&self) -> GeneratorResult {
+        (self.packets, self.bytes, self.failure.clone(), self.busy_ns)
+    }
+
+    /// Makes a burst (or takes the one the ring refused) and hands it to `q`.
+    pub(super) fn step(&mut self, q: &mut TxQueue) -> Step {
+        if self.failure.is_some() {
+            return Step::Done;
+        }
+        // Paced: a burst is made when the TX ring is empty (the worker holds the one its
+        // pacer sends), not queued ahead, so its send time measures the path rather than
+        // the wait in the ring.
+        if self.paced && self.pending.is_none() && q.pending() > 0 {
+            return Step::Wait;
+        }
+        let started = self.timed.then(Instant::now);
+        let burst = match self.pending.take() {
+            Some(b) => b,
+            None => match q.alloc_frames(self.batch, self.frame_len) {
+                Ok(burst) => match self.fill(burst) {
+                    Some(b) => b,
+                    None => return Step::Done,
+                },
+                Err(_) => return Step::Wait,
+            },
+        };
+        let n = burst.len() as u64;
+        let sent_now = q.send(burst);
+        if let Some(t) = started {
+            self.busy_ns += t.elapsed().as_nanos() as u64;
+        }
+        match sent_now {
+            Ok(()) => {
+                self.packets += n;
+                self.bytes += n * self.frame_len as u64;
+                Step::Sent
+            }
+            Err(e) if e.reason == TxFailure::RingFull => {
+                self.pending = Some(e.burst);
+                Step::Wait
+            }
+            // The queue is gone (its worker died): nothing more can be sent.
+            Err(e) => {
+                self.failure = Some(e.reason.to_string());
+                Step::Done
+            }
+        }
+    }
+
+    /// Writes the next frames into `burst` (`None`: the GPU writer failed).
+    fn fill(&mut self, mut burst: dataplane::Burst) -> Option<dataplane::Burst> {
+        self.builder.set_send_time(self.clock.now_ns());
+        if let Some(w) = self.gpu_writer.as_mut() {
+            if let Err(e) = w.write(&mut self.builder, &mut burst) {
+                self.failure = Some(format!("GPU frame writer: {e}"));
+                return None;
+            }
+            return Some(burst);
+        }
+        let frame_len = self.frame_len;
+        for i in 0..PREFETCH_AHEAD {
+            prefetch_frame(&burst, i, Some(frame_len));
+        }
+        for i in 0..burst.len() {
+            prefetch_frame(&burst, i + PREFETCH_AHEAD, Some(frame_len));
+            let idx = burst.segment(i, 0).index as usize;
+            let buf = burst.buffer_mut(i, 0).expect("host memory");
+            // Headers and fill are written once per buffer.
+            let (word, bit) = (idx / 64, idx % 64);
+            if self.initialised.len() <= word {
+                self.initialised.resize(word + 1, 0);
+            }
+            if self.initialised[word] & (1 << bit) == 0 {
+                self.builder.write_constant(buf);
+                self.initialised[word] |= 1 << bit;
+            }
+            match self.tx_work {
+                TxWork::Full => self.builder.write_next(buf),
+                TxWork::Headers => self.builder.write_headers(buf),
+            }
+            // The length is set: `alloc_frames` did it.
+        }
+        Some(burst)
+    }
+}
+
+/// Starts a generator thread for every `bench_tx` entry; each counts the packets it hands
+/// to its TX queue into `sent` and stops when `stop` is set.
+pub(super) fn spawn_generators(
+    config: &Config,
+    opts: &RawOptions,
+    plane: &mut DataPlane,
+    stop_tx: &Arc<AtomicBool>,
+    sent: &Arc<AtomicU64>,
+) -> Result<Vec<Generator>, BenchError> {
+    let mut generators = Vec::new();
+    for (stream, b) in config.bench.tx.iter().enumerate() {
+        let mut q = plane
+            .take_tx_queue(&b.interface_name, b.queue_id)
+            .ok_or_else(|| BenchError::QueueTwice {
+                interface: b.interface_name.clone(),
+                direction: Direction::Tx,
+                queue: b.queue_id,
+            })?;
+        let mut source = FrameSource::new(config, opts, stream, b, &q)?;
+        let (stop, sent, core) = (stop_tx.clone(), sent.clone(), b.cpu_core);
         let thread = std::thread::Builder::new()
             .name("bench-tx".into())
             .spawn(move || {
                 if let Some(c) = core {
                     let _ = affinity::pin_current_thread(c);
                 }
-                let frame_len = builder.frame_len();
-                let mut gpu_writer = match gpu_frames.map(|gpu| GpuFrames::new(gpu, &builder)) {
-                    None => None,
-                    Some(Ok(w)) => Some(w),
-                    Some(Err(e)) => return (0, 0, Some(format!("GPU frame writer: {e}")), 0),
-                };
-                let mut initialised: Vec<u64> = Vec::new();
-                let (mut packets, mut bytes) = (0u64, 0u64);
-                let mut pending = None;
-                let mut failure = None;
-                let mut busy_ns = 0u64;
-                let clock = dataplane::clock::WallClock::new();
                 while !stop.load(Ordering::Relaxed) {
-                    // Paced: a burst is made when the TX ring is empty (the worker holds
-                    // the one its pacer sends), not queued ahead, so its send time
-                    // measures the path rather than the wait in the ring.
-                    if paced && pending.is_none() && q.pending() > 0 {
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    let started = timed.then(Instant::now);
-                    let burst = match pending.take() {
-                        Some(b) => b,
-                        None => match q.alloc_frames(batch, frame_len) {
-                            Ok(mut burst) if gpu_writer.is_some() => {
-                                builder.set_send_time(clock.now_ns());
-                                let w = gpu_writer.as_mut().expect("checked");
-                                if let Err(e) = w.write(&mut builder, &mut burst) {
-                                    failure = Some(format!("GPU frame writer: {e}"));
-                                    break;
-                                }
-                                burst
-                            }
-                            Ok(mut burst) => {
-                                builder.set_send_time(clock.now_ns());
-                                for i in 0..PREFETCH_AHEAD {
-                                    prefetch_frame(&burst, i, Some(frame_len));
-                                }
-                                for i in 0..burst.len() {
-                                    prefetch_frame(&burst, i + PREFETCH_AHEAD, Some(frame_len));
-                                    let idx = burst.segment(i, 0).index as usize;
-                                    let buf = burst.buffer_mut(i, 0).expect("host memory");
-                                    // Headers and fill are written once per buffer.
-                                    let (word, bit) = (idx / 64, idx % 64);
-                                    if initialised.len() <= word {
-                                        initialised.resize(word + 1, 0);
-                                    }
-                                    if initialised[word] & (1 << bit) == 0 {
-                                        builder.write_constant(buf);
-                                        initialised[word] |= 1 << bit;
-                                    }
-                                    match tx_work {
-                                        TxWork::Full => builder.write_next(buf),
-                                        TxWork::Headers => builder.write_headers(buf),
-                                    }
-                                    // The length is set: `alloc_frames` did it.
-                                }
-                                burst
-                            }
-                            Err(_) => {
-                                std::thread::yield_now();
-                                continue;
-                            }
-                        },
-                    };
-                    let n = burst.len() as u64;
-                    let sent_now = q.send(burst);
-                    if let Some(t) = started {
-                        busy_ns += t.elapsed().as_nanos() as u64;
-                    }
-                    match sent_now {
-                        Ok(()) => {
-                            packets += n;
-                            bytes += n * frame_len as u64;
-                            sent.store(packets, Ordering::Relaxed);
-                        }
-                        Err(e) if e.reason == TxFailure::RingFull => {
-                            pending = Some(e.burst);
-                            std::thread::yield_now();
-                        }
-                        // The queue is gone (its worker died): nothing more can be sent.
-                        Err(e) => {
-                            failure = Some(e.reason.to_string());
-                            break;
-                        }
+                    match source.step(&mut q) {
+                        Step::Sent => sent.store(source.packets(), Ordering::Relaxed),
+                        Step::Wait => std::thread::yield_now(),
+                        Step::Done => break,
                     }
                 }
                 // A burst built but never sent is dropped here; its sequence numbers were
                 // never seen by anyone, so it is not a gap.
-                (packets, bytes, failure, busy_ns)
+                source.result()
             })
             .map_err(StartError::Spawn)?;
         generators.push(Generator { thread });

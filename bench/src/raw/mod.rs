@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 mod check;
 mod generate;
+mod inline;
 mod report;
 
 use check::*;
@@ -149,6 +150,10 @@ pub struct RawOptions {
     /// packet received or counted as dropped); what is still missing then is reported as
     /// in flight, not as lost.
     pub drain_deadline: Duration,
+    /// Run the generators and checkers to completion in the workers' handlers, on the
+    /// cores polling their queues (`delivery: handler`), instead of on threads of their
+    /// own (`bench_tx`/`bench_rx` `cpu_core` is then not used).
+    pub inline: bool,
 }
 
 impl RawOptions {
@@ -164,6 +169,7 @@ impl RawOptions {
             target_gbps: None,
             progress: false,
             drain_deadline: Duration::from_secs(10),
+            inline: false,
         }
     }
 }
@@ -338,6 +344,9 @@ pub enum BenchError {
         "--tx-work headers writes no sequence trailer, so this run's checkers cannot check its frames: add --rx-work count"
     )]
     UncheckableWork,
+    /// `--inline` with a queue whose results only a checker thread can report.
+    #[error("--inline: {0}; run without --inline")]
+    NotInline(String),
     /// The configuration has neither `bench_tx` nor `bench_rx`.
     #[error("the configuration has neither bench_tx nor bench_rx")]
     NothingToRun,
@@ -401,18 +410,30 @@ pub fn run(
     {
         return Err(BenchError::UncheckableWork);
     }
+    let inlined;
+    let config = if opts.inline {
+        inlined = inline::inline_config(config)?;
+        &inlined
+    } else {
+        config
+    };
     let _timing = dataplane::stats::time_stages_while(opts.time_stages);
-    let mut plane = DataPlane::start(config)?;
     let timed = opts.time_stages;
     let stop_tx = Arc::new(AtomicBool::new(false));
     let stop_rx = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let received = Arc::new(AtomicU64::new(0));
+    let (plane, mut sides) = if opts.inline {
+        let (plane, sides) = inline::start(config, opts, (&stop_tx, &stop_rx), (&sent, &received))?;
+        (plane, Sides::Inline(sides))
+    } else {
+        let mut plane = DataPlane::start(config)?;
+        let checkers = spawn_checkers(config, opts, &mut plane, &stop_rx, &received)?;
+        let generators = spawn_generators(config, opts, &mut plane, &stop_tx, &sent)?;
+        (plane, Sides::Threads(generators, checkers))
+    };
 
-    let checkers = spawn_checkers(config, opts, &mut plane, &stop_rx, &received)?;
-    let generators = spawn_generators(config, opts, &mut plane, &stop_tx, &sent)?;
-
-    let tx_only = checkers.is_empty();
+    let tx_only = sides.checkers() == 0;
     if opts.progress {
         plane.show_progress(opts.seconds.ceil() as u64);
     }
@@ -433,8 +454,7 @@ pub fn run(
     let (mut tx_packets, mut tx_bytes) = (0, 0);
     let mut worker_failures: Vec<String> = Vec::new();
     let mut stages = Vec::new();
-    for (i, g) in generators.into_iter().enumerate() {
-        let (p, b, failure, busy_ns) = g.thread.join().expect("generator thread");
+    for (i, (p, b, failure, busy_ns)) in sides.generator_results().into_iter().enumerate() {
         if timed {
             stages.push(StageCost::new(format!("generator {i}"), p, busy_ns));
         }
@@ -503,8 +523,7 @@ pub fn run(
     let mut captures = Vec::new();
     let mut latency = Latency::default();
     let (mut stamped, mut polled) = (0, 0);
-    for (i, c) in checkers.into_iter().enumerate() {
-        let r = c.thread.join().expect("checker thread");
+    for (i, r) in sides.checker_results().into_iter().enumerate() {
         for mut cap in r.captures {
             cap.mbytes_per_s = cap.stats.written_bytes as f64 / seconds.max(1e-9) / 1e6;
             if let Some(e) = &cap.error {
@@ -728,6 +747,45 @@ pub fn run(
         series,
         workers,
     })
+}
+
+/// Where the generators and checkers run.
+enum Sides {
+    /// Threads of their own, reaching the queues through rings.
+    Threads(Vec<Generator>, Vec<CheckerThread>),
+    /// The workers' handlers (`--inline`).
+    Inline(inline::InlineSides),
+}
+
+impl Sides {
+    fn checkers(&self) -> usize {
+        match self {
+            Sides::Threads(_, c) => c.len(),
+            Sides::Inline(s) => s.checkers(),
+        }
+    }
+
+    /// Once `stop_tx` is set: what each generator did.
+    fn generator_results(&mut self) -> Vec<GeneratorResult> {
+        match self {
+            Sides::Threads(g, _) => g
+                .drain(..)
+                .map(|g| g.thread.join().expect("generator thread"))
+                .collect(),
+            Sides::Inline(s) => s.generator_results(Duration::from_secs(10)),
+        }
+    }
+
+    /// Once `stop_rx` is set: what each checker found.
+    fn checker_results(&mut self) -> Vec<CheckerResult> {
+        match self {
+            Sides::Threads(_, c) => c
+                .drain(..)
+                .map(|c| c.thread.join().expect("checker thread"))
+                .collect(),
+            Sides::Inline(s) => s.checker_results(Duration::from_secs(10)),
+        }
+    }
 }
 
 /// Adds a worker failure once (the generators, checkers and shutdown may all see it).

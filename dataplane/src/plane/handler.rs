@@ -55,16 +55,20 @@ impl HandlerTx<'_> {
     }
 }
 
-/// What one worker serves for its handler: given to the factory that makes the handler.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HandlerQueues {
+/// What one worker serves for its handler, shown to the factory that makes the handler
+/// (to read the queues' names, segment sizes and memory before the worker starts).
+pub struct HandlerQueues<'a> {
     /// The worker's core.
     pub core: u32,
-    /// Its handler RX queues: (interface name, interface index, queue id).
-    pub rx: Vec<(String, u16, u16)>,
+    /// Its handler RX queues.
+    pub rx: &'a [RxQueue],
     /// Its handler TX queues, in the order of [`HandlerTx::queues`].
-    pub tx: Vec<(String, u16, u16)>,
+    pub tx: &'a [TxQueue],
 }
+
+/// Why a handler factory made no handler; start fails with it
+/// ([`super::StartError::Handler`]).
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The worker job that runs a handler: polls the handler RX queues' application ends on
 /// this core and calls the handler with what they deliver.

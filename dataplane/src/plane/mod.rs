@@ -8,7 +8,7 @@ mod start;
 mod stats;
 mod stream;
 
-pub use handler::{Handler, HandlerQueues, HandlerTx};
+pub use handler::{Handler, HandlerError, HandlerQueues, HandlerTx};
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
 pub use stream::Stream;
 
@@ -93,6 +93,14 @@ pub enum StartError {
         core: u32,
         /// Its handler queues, for the message.
         queues: String,
+    },
+    /// The application's handler factory refused a worker's queues.
+    #[error("core {core}'s handler: {source}")]
+    Handler {
+        /// The worker's core.
+        core: u32,
+        /// The factory's reason.
+        source: HandlerError,
     },
     /// An RX queue's GPU stage could not be set up.
     #[error("interface `{interface}` RX queue {queue}: {source}")]

@@ -284,6 +284,11 @@ impl TxQueue {
         self.alloc_with_len(count, len)
     }
 
+    /// The index of its interface (the `port()` of the bursts it sends).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Byte capacity of each segment's buffers.
     pub fn segment_sizes(&self) -> Vec<usize> {
         self.segment_regions

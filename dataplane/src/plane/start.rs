@@ -28,9 +28,12 @@ impl DataPlane {
     /// worker core that serves `delivery: handler` queues, with what it serves, and the
     /// handler it returns runs on that worker (see [`super::Handler`]). Those queues have
     /// no application end ([`DataPlane::take_rx_queue`] gives `None` for them).
+    /// A factory's error stops the start ([`StartError::Handler`]).
     pub fn start_with_handlers(
         config: &Config,
-        mut make: impl FnMut(&super::HandlerQueues) -> Box<dyn super::Handler>,
+        mut make: impl FnMut(
+            &super::HandlerQueues<'_>,
+        ) -> Result<Box<dyn super::Handler>, super::HandlerError>,
     ) -> Result<Self, StartError> {
         Self::start_planned(config, Some(&mut make))
     }
@@ -98,7 +101,7 @@ impl DataPlane {
                 .chain(c.stages.iter().filter_map(|i| stage_tasks.remove(i)))
                 .collect();
             if let (true, Some(make)) = (c.handler, make.as_deref_mut()) {
-                core_tasks = plane.with_handler(&c, core_tasks, make);
+                core_tasks = plane.with_handler(&c, core_tasks, make)?;
             }
             let health = health.remove(&c.core).unwrap_or_default();
             plane.spawn_worker(c.core, core_tasks, health)?;
@@ -118,7 +121,8 @@ impl DataPlane {
 }
 
 /// Makes the handler of one worker (see [`DataPlane::start_with_handlers`]).
-type MakeHandler<'a> = dyn FnMut(&super::HandlerQueues) -> Box<dyn super::Handler> + 'a;
+type MakeHandler<'a> = dyn FnMut(&super::HandlerQueues<'_>) -> Result<Box<dyn super::Handler>, super::HandlerError>
+    + 'a;
 
 /// Handler queues need a handler: refused before anything is allocated.
 fn check_handlers(plan: &Plan, have_handlers: bool) -> Result<(), StartError> {
@@ -149,42 +153,35 @@ impl DataPlane {
         c: &crate::plan::CorePlan,
         tasks: Vec<Task>,
         make: &mut MakeHandler<'_>,
-    ) -> Vec<Task> {
+    ) -> Result<Vec<Task>, StartError> {
         let mut rx = Vec::new();
         let mut tx = Vec::new();
-        let mut served = super::HandlerQueues {
-            core: c.core,
-            rx: Vec::new(),
-            tx: Vec::new(),
-        };
         let rx_queues = self.rx_queues.get_mut().unwrap_or_else(|e| e.into_inner());
         let tx_queues = self.tx_queues.get_mut().unwrap_or_else(|e| e.into_inner());
         for q in c.queues.iter().map(|&i| &self.plan.queues[i]) {
             if q.delivery != crate::config::Delivery::Handler {
                 continue;
             }
-            let name = (q.interface_name.clone(), q.interface as u16, q.id);
             match q.direction {
-                Direction::Rx => {
-                    rx.extend(rx_queues.remove(&(q.interface, q.id)));
-                    served.rx.push(name);
-                }
-                Direction::Tx => {
-                    tx.extend(tx_queues.remove(&(q.interface, q.id)));
-                    served.tx.push(name);
-                }
+                Direction::Rx => rx.extend(rx_queues.remove(&(q.interface, q.id))),
+                Direction::Tx => tx.extend(tx_queues.remove(&(q.interface, q.id))),
             }
         }
-        let job = super::handler::HandlerJob {
-            handler: make(&served),
-            rx,
-            tx,
+        let served = super::HandlerQueues {
+            core: c.core,
+            rx: &rx,
+            tx: &tx,
         };
+        let handler = make(&served).map_err(|source| StartError::Handler {
+            core: c.core,
+            source,
+        })?;
+        let job = super::handler::HandlerJob { handler, rx, tx };
         let (mut ordered, tx_tasks): (Vec<Task>, Vec<Task>) =
             tasks.into_iter().partition(|t| !matches!(t, Task::Tx(_)));
         ordered.push(Task::Job(Box::new(job)));
         ordered.extend(tx_tasks);
-        ordered
+        Ok(ordered)
     }
 }
 

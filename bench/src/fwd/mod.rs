@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod inline;
+
 /// Options of a forwarding run.
 #[derive(Clone, Debug, Default)]
 pub struct FwdOptions {
@@ -35,6 +37,10 @@ pub struct FwdOptions {
     pub tx_first: usize,
     /// Cores of the forwarding threads, one per TX queue in use (default: not pinned).
     pub cores: Vec<u32>,
+    /// Forward to completion in the workers' handlers, on the cores polling the queues
+    /// (`delivery: handler`; each RX queue and its TX queue on one worker), instead of
+    /// on forwarding threads (`cores` is then not used).
+    pub inline: bool,
 }
 
 /// Why a forwarding run could not start.
@@ -101,6 +107,7 @@ pub struct FwdReport {
     pub problems: Vec<String>,
 }
 
+#[derive(Default)]
 struct ThreadResult {
     seeded: u64,
     packets: u64,
@@ -205,16 +212,149 @@ pub fn run(
         .map(|q| q.id)
         .collect();
 
-    let mut plane = DataPlane::start(config)?;
     let threads = tx_ids.len().min(rx_ids.len());
+    let stop = Arc::new(AtomicBool::new(false));
+    let forwarded = Arc::new(AtomicU64::new(0));
+    let (plane, relays) = if opts.inline {
+        let shared = Arc::new(inline::Shared {
+            stop: stop.clone(),
+            forwarded: forwarded.clone(),
+            results: Default::default(),
+        });
+        let config = inline::inline_config(config, (rx_if, &rx_ids), (tx_if, &tx_ids[..threads]));
+        let mut relays = 0;
+        let plane = DataPlane::start_with_handlers(&config, |queues| {
+            relays += 1;
+            let seed = (opts.tx_first > 0).then(|| FrameBuilder::new(&config.bench.tx[0], 0));
+            let relay = inline::InlineRelay::new(
+                queues,
+                (rx_if as u16, &rx_ids),
+                (tx_if as u16, &tx_ids[..threads]),
+                opts,
+                seed,
+                shared.clone(),
+            )?;
+            Ok(Box::new(relay))
+        })?;
+        (plane, Relays::Inline(shared, relays))
+    } else {
+        let mut plane = DataPlane::start(config)?;
+        let threads = start_threads(
+            &mut plane,
+            config,
+            opts,
+            (&rx_name, &rx_ids),
+            (&tx_name, &tx_ids[..threads]),
+            (&stop, &forwarded),
+        )?;
+        (plane, threads)
+    };
+    if let Relays::Threads(_, go) = &relays {
+        go.store(true, Ordering::Release);
+    }
+    let started = Instant::now();
+    let duration = Duration::from_secs_f64(opts.seconds);
+    while started.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut totals = ThreadResult {
+        seeded: 0,
+        packets: 0,
+        bytes: 0,
+        unforwarded: 0,
+        problem: None,
+    };
+    let mut problems = Vec::new();
+    for r in relays.results() {
+        totals.seeded += r.seeded;
+        totals.packets += r.packets;
+        totals.bytes += r.bytes;
+        totals.unforwarded += r.unforwarded;
+        problems.extend(r.problem);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let snapshot = plane.snapshot();
+    let engine = plane.engine_name();
+    if let Err(failed) = plane.shutdown() {
+        problems.extend(failed.iter().map(|f| f.to_string()));
+    }
+    let drops = snapshot.drops();
+    if drops.total() > 0 {
+        problems.push(format!(
+            "data plane dropped {} packets ({drops:?})",
+            drops.total()
+        ));
+    }
+    Ok(FwdReport {
+        engine,
+        rx_interface: rx_name,
+        tx_interface: tx_name,
+        mac_swap: opts.mac_swap,
+        threads,
+        seconds,
+        seeded_packets: totals.seeded,
+        forwarded_packets: totals.packets,
+        forwarded_bytes: totals.bytes,
+        mpps: totals.packets as f64 / seconds / 1e6,
+        gbps: totals.bytes as f64 * 8.0 / seconds / 1e9,
+        unforwarded_at_stop: totals.unforwarded,
+        drops,
+        queues: snapshot.queues,
+        problems,
+    })
+}
+
+/// Where the relay runs.
+enum Relays {
+    /// Forwarding threads, released by the flag.
+    Threads(Vec<std::thread::JoinHandle<ThreadResult>>, Arc<AtomicBool>),
+    /// The workers' handlers (`--inline`): what they share, and how many there are.
+    Inline(Arc<inline::Shared>, usize),
+}
+
+impl Relays {
+    /// Once `stop` is set: what each thread or handler did.
+    fn results(self) -> Vec<ThreadResult> {
+        match self {
+            Relays::Threads(handles, _) => handles
+                .into_iter()
+                .map(|h| h.join().expect("forwarding thread"))
+                .collect(),
+            Relays::Inline(shared, count) => {
+                let until = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let mut got = shared.results.lock().unwrap_or_else(|e| e.into_inner());
+                    if got.len() >= count || Instant::now() >= until {
+                        return std::mem::take(&mut *got);
+                    }
+                    drop(got);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+}
+
+/// Starts one forwarding thread per TX queue in `tx_ids` (RX queue `i` of `rx_ids` goes to
+/// thread `i % threads`); they wait for the returned flag before seeding and forwarding.
+fn start_threads(
+    plane: &mut DataPlane,
+    config: &Config,
+    opts: &FwdOptions,
+    (rx_name, rx_ids): (&str, &[u16]),
+    (tx_name, tx_ids): (&str, &[u16]),
+    (stop, forwarded): (&Arc<AtomicBool>, &Arc<AtomicU64>),
+) -> Result<Relays, FwdError> {
+    let threads = tx_ids.len();
     let mut groups: Vec<(TxQueue, Vec<RxQueue>)> = Vec::new();
-    for &id in &tx_ids[..threads] {
+    for &id in tx_ids {
         let tx = plane
-            .take_tx_queue(&tx_name, id)
+            .take_tx_queue(tx_name, id)
             .expect("a configured queue, taken once");
         if opts.tx_first > 0 && (!tx.host_accessible() || tx.segment_sizes().len() != 1) {
             return Err(FwdError::UnusableTxQueue {
-                interface: tx_name,
+                interface: tx_name.to_owned(),
                 queue: id,
                 reason: "must have one memory region in host memory",
             });
@@ -223,14 +363,12 @@ pub fn run(
     }
     for (i, &id) in rx_ids.iter().enumerate() {
         let rx = plane
-            .take_rx_queue(&rx_name, id)
+            .take_rx_queue(rx_name, id)
             .expect("a configured queue, taken once");
         groups[i % threads].1.push(rx);
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
     let go = Arc::new(AtomicBool::new(false));
-    let forwarded = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for (j, (mut tx, mut rxs)) in groups.into_iter().enumerate() {
         let (stop_here, go_here, forwarded) = (stop.clone(), go.clone(), forwarded.clone());
@@ -325,59 +463,7 @@ pub fn run(
         }
     }
 
-    go.store(true, Ordering::Release);
-    let started = Instant::now();
-    let duration = Duration::from_secs_f64(opts.seconds);
-    while started.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let mut totals = ThreadResult {
-        seeded: 0,
-        packets: 0,
-        bytes: 0,
-        unforwarded: 0,
-        problem: None,
-    };
-    let mut problems = Vec::new();
-    for h in handles {
-        let r = h.join().expect("forwarding thread");
-        totals.seeded += r.seeded;
-        totals.packets += r.packets;
-        totals.bytes += r.bytes;
-        totals.unforwarded += r.unforwarded;
-        problems.extend(r.problem);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let snapshot = plane.snapshot();
-    let engine = plane.engine_name();
-    if let Err(failed) = plane.shutdown() {
-        problems.extend(failed.iter().map(|f| f.to_string()));
-    }
-    let drops = snapshot.drops();
-    if drops.total() > 0 {
-        problems.push(format!(
-            "data plane dropped {} packets ({drops:?})",
-            drops.total()
-        ));
-    }
-    Ok(FwdReport {
-        engine,
-        rx_interface: rx_name,
-        tx_interface: tx_name,
-        mac_swap: opts.mac_swap,
-        threads,
-        seconds,
-        seeded_packets: totals.seeded,
-        forwarded_packets: totals.packets,
-        forwarded_bytes: totals.bytes,
-        mpps: totals.packets as f64 / seconds / 1e6,
-        gbps: totals.bytes as f64 * 8.0 / seconds / 1e9,
-        unforwarded_at_stop: totals.unforwarded,
-        drops,
-        queues: snapshot.queues,
-        problems,
-    })
+    Ok(Relays::Threads(handles, go))
 }
 
 impl FwdReport {
