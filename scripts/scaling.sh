@@ -6,11 +6,13 @@
 #           the other)
 #   q1      one queue pair: worker (TX and RX queue), generator, checker on three cores
 #   q4      four such pairs, each on three cores of its own (flow rules keep each
-#           generator's traffic on its pair)
+#           generator's traffic on its pair); qN for any N (q2, q8, ...)
 #   pool8k / pool64k  configs/sw_loopback_4q.yaml with 8,192 and 65,536 TX buffers
 # Needs 13 cores for q4; on a smaller machine cores are folded (numbers then mean little).
 # Env: DATAPLANE_BIN, SECONDS_RUN (default 4), ROUNDS, CASES (default all), JSON=1,
-# STAGES=1 (time every stage: `bench raw --stages`, busy ns per packet printed per run).
+# STAGES=1 (time every stage: `bench raw --stages`, busy ns per packet printed per run),
+# EXTRA (more `bench raw` flags; with --inline a queue pair's generator and checker run on
+# its worker, and the qN pairs take cores 1 to N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DATAPLANE_BIN:-./target/release/dataplane}
@@ -36,9 +38,11 @@ config_for() { # CASE OUT
         /cpu_core: -1/ && m == 1 { sub(/cpu_core: -1/, "cpu_core: " k); m++; print; next }
         { print }' configs/sw_loopback.yaml | sed "s/payload_size: 1024/payload_size: 64/" >"$1"
       ;;
-    q1 | q4)
-      local n=1
-      [ "$1" = q4 ] && n=4
+    q[0-9]*)
+      local n=${1#q} step=3
+      # Run to completion (EXTRA=--inline): the generator and checker run on the queue's
+      # worker, so N queues take N cores, side by side.
+      case " ${EXTRA:-} " in *" --inline "*) step=1 ;; esac
       {
         cat <<EOF
 dataplane:
@@ -58,12 +62,12 @@ dataplane:
         queues:
 EOF
         for q in $(seq 0 $((n - 1))); do
-          echo "        - {name: tq$q, id: $q, cpu_core: $(c $((1 + 3 * q))), batch_size: 256, memory_regions: [tx_buffers]}"
+          echo "        - {name: tq$q, id: $q, cpu_core: $(c $((1 + step * q))), batch_size: 256, memory_regions: [tx_buffers]}"
         done
         echo "      rx:"
         echo "        queues:"
         for q in $(seq 0 $((n - 1))); do
-          echo "        - {name: rq$q, id: $q, cpu_core: $(c $((1 + 3 * q))), batch_size: 256, timeout_us: 100, memory_regions: [rx_buffers]}"
+          echo "        - {name: rq$q, id: $q, cpu_core: $(c $((1 + step * q))), batch_size: 256, timeout_us: 100, memory_regions: [rx_buffers]}"
         done
         echo "        flows:"
         for q in $(seq 0 $((n - 1))); do
@@ -92,8 +96,9 @@ for case in $cases; do
   config_for "$case" "$tmp/$case.yaml"
   runs=()
   for _ in $(seq "$rounds"); do
-    extra=()
-    [ "${STAGES:-0}" = 1 ] && extra=(--stages)
+    # shellcheck disable=SC2206 # EXTRA is a list of flags
+    extra=(${EXTRA:-})
+    [ "${STAGES:-0}" = 1 ] && extra+=(--stages)
     "$bin" bench raw "$tmp/$case.yaml" --seconds "$secs" --json "${extra[@]}" 2>/dev/null |
       tail -n 1 >"$tmp/last.json" || true
     r=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.2f" % r["rx_mpps"] if r["lossless"] else "0")' "$tmp/last.json") || r=0
