@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 vg=(valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite)
-for bin in target/c-loopback target/c-threads; do
+for bin in target/c-loopback target/c-threads target/c-handler; do
     echo "memcheck: $bin"
     "${vg[@]}" "$bin" >/dev/null
 done

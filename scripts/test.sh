@@ -52,8 +52,9 @@ step_examples() {
     ./target/release/examples/$e || return 1
   done
 }
-# The C API: the header is current (a test above), the examples build and run, the second
-# one checks the thread-safety contract from several threads.
+# The C API: the header is current (a test above), the examples build and run: the second
+# checks the thread-safety contract from several threads, the third runs a handler on the
+# worker's core (run to completion).
 step_c_api() {
   local c=(cc -O2 -Wall -Wextra -Werror -I capi/include)
   local link=(-L target/release -ldataplane_c -Wl,-rpath,"$PWD/target/release")
@@ -61,6 +62,8 @@ step_c_api() {
   ./target/c-loopback
   "${c[@]}" -pthread capi/examples/threads.c "${link[@]}" -o target/c-threads
   ./target/c-threads
+  "${c[@]}" capi/examples/handler.c "${link[@]}" -o target/c-handler
+  ./target/c-handler
 }
 # Both C programs under valgrind, with the unsafe-heavy crates' unit tests.
 step_memcheck() { ./scripts/memcheck.sh; }

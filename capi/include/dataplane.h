@@ -5,6 +5,9 @@
  * Different handles are independent: each queue may have its own thread. Freeing
  * (dp_*_free, dp_shutdown, a successful dp_tx_send of a burst) ends a handle: no call on
  * it may run at the same time or afterwards. dp_last_error is per thread.
+ * A DpHandler's callbacks (dp_start_yaml_with_handler) run on the worker thread of their
+ * core, each worker with its own context, one callback at a time per worker; the
+ * DpHandlerTx they get is valid only until the callback returns.
  */
 
 #ifndef DATAPLANE_H
@@ -51,6 +54,11 @@ typedef enum {
    */
   DP_STATUS_BUSY = 6,
 } DpStatus;
+
+/**
+ * The handler TX queues of one worker, valid only during the callback it is passed to.
+ */
+typedef struct DpHandlerTx DpHandlerTx;
 
 /**
  * A handle's contents behind a flag that lets one call at a time in: a call that finds
@@ -122,6 +130,38 @@ typedef struct {
    */
   uint64_t dropped;
 } DpStats;
+
+/**
+ * A run-to-completion handler's callbacks. The plane calls `make` once per worker core
+ * that serves `delivery: handler` queues (on the thread calling
+ * [`dp_start_yaml_with_handler`]); the other callbacks run on that worker's thread, with
+ * the context `make` returned. Any callback may be NULL.
+ */
+typedef struct {
+  /**
+   * Makes the context of the worker on `core` (may return NULL).
+   */
+  void *(*make)(void *user, uint32_t core);
+  /**
+   * A burst received on one of the worker's handler RX queues (`dp_burst_port` and
+   * `dp_burst_queue` say which). The callback owns it: send or forward it on `tx`, or
+   * free it. NULL: bursts are freed.
+   */
+  void (*on_burst)(void *context, DpBurst *burst, DpHandlerTx *tx);
+  /**
+   * Once per worker pass, after the RX queues (generation); returns nonzero when it
+   * moved packets.
+   */
+  int32_t (*on_pass)(void *context, DpHandlerTx *tx);
+  /**
+   * The worker stopped: its context is no longer used.
+   */
+  void (*release)(void *context);
+  /**
+   * Passed to `make`.
+   */
+  void *user;
+} DpHandler;
 
 #ifdef __cplusplus
 extern "C" {
@@ -273,6 +313,64 @@ void dp_rx_queue_free(DpRxQueue *queue);
  * `queue` is NULL or a live TX queue, not used afterwards.
  */
 void dp_tx_queue_free(DpTxQueue *queue);
+
+/**
+ * As [`dp_start_yaml`], with a run-to-completion handler for the queues configured
+ * `delivery: handler` (which then have no `dp_rx_queue`/`dp_tx_queue` handle).
+ *
+ * # Safety
+ * As [`dp_start_yaml`]; `handler` points to callbacks that keep the contract of
+ * [`DpHandler`] until the plane is shut down.
+ */
+DpStatus dp_start_yaml_with_handler(const char *yaml,
+                                    const char *source_name,
+                                    const DpHandler *handler,
+                                    DpPlane **out);
+
+/**
+ * Allocates a burst of `count` packets from handler TX queue `queue` of interface `port`
+ * (its index in the configuration), as `dp_tx_alloc`. Only inside a callback.
+ *
+ * # Safety
+ * `tx` is the handle passed to the running callback; `out` is writable.
+ */
+DpStatus dp_handler_tx_alloc(DpHandlerTx *tx,
+                             uint16_t port,
+                             uint16_t queue,
+                             uintptr_t count,
+                             DpBurst **out);
+
+/**
+ * Sends `burst` on handler TX queue `queue` of interface `port`, without waiting (the
+ * worker sends it later in this pass). `forward` nonzero: a burst received on any queue
+ * of the plane, sent as it is (`TxQueue::forward`). On `DP_STATUS_OK` the burst is gone;
+ * otherwise (`DP_STATUS_TIMEOUT`: the queue's ring is full) it is still the caller's.
+ *
+ * # Safety
+ * `tx` is the handle passed to the running callback; `burst` a live burst.
+ */
+DpStatus dp_handler_tx_send(DpHandlerTx *tx,
+                            uint16_t port,
+                            uint16_t queue,
+                            DpBurst *burst,
+                            int32_t forward);
+
+/**
+ * The interface index (`port`) of a burst: where it was received, or the queue it was
+ * allocated for. 0 for NULL.
+ *
+ * # Safety
+ * `burst` is NULL or a live burst.
+ */
+uint16_t dp_burst_port(const DpBurst *burst);
+
+/**
+ * The queue id of a burst, as [`dp_burst_port`].
+ *
+ * # Safety
+ * `burst` is NULL or a live burst.
+ */
+uint16_t dp_burst_queue(const DpBurst *burst);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,6 +15,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+mod handler;
+pub use handler::{DpHandler, DpHandlerTx};
+
 /// Result of a call.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,34 +190,47 @@ pub unsafe extern "C" fn dp_start_yaml(
     source_name: *const c_char,
     out: *mut *mut DpPlane,
 ) -> DpStatus {
-    guard(|| {
-        if out.is_null() {
-            return invalid("out is NULL");
+    // SAFETY: the caller's promise, passed on.
+    guard(|| unsafe { start(yaml, source_name, out, DataPlane::start) })
+}
+
+/// Loads `yaml` (named `source_name`), starts a plane from it with `starter` and puts it
+/// in `*out`.
+///
+/// # Safety
+/// As [`dp_start_yaml`].
+unsafe fn start(
+    yaml: *const c_char,
+    source_name: *const c_char,
+    out: *mut *mut DpPlane,
+    starter: impl FnOnce(&dataplane::config::Config) -> Result<DataPlane, dataplane::StartError>,
+) -> DpStatus {
+    if out.is_null() {
+        return invalid("out is NULL");
+    }
+    // SAFETY: the caller's promise.
+    let (yaml, name) = match unsafe { (text(yaml, "yaml"), text(source_name, "source_name")) } {
+        (Ok(y), Ok(n)) => (y, n),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let config = match dataplane::config::load_str(yaml, name) {
+        Ok(l) => l.config,
+        Err(e) => {
+            set_error(e.to_string());
+            return DpStatus::Error;
         }
-        // SAFETY: the caller's promise.
-        let (yaml, name) = match unsafe { (text(yaml, "yaml"), text(source_name, "source_name")) } {
-            (Ok(y), Ok(n)) => (y, n),
-            (Err(e), _) | (_, Err(e)) => return e,
-        };
-        let config = match dataplane::config::load_str(yaml, name) {
-            Ok(l) => l.config,
-            Err(e) => {
-                set_error(e.to_string());
-                return DpStatus::Error;
-            }
-        };
-        match DataPlane::start(&config) {
-            Ok(p) => {
-                // SAFETY: checked non-NULL; the caller's promise that it is writable.
-                unsafe { *out = DpPlane::boxed(p) };
-                DpStatus::Ok
-            }
-            Err(e) => {
-                set_error(e.to_string());
-                DpStatus::Error
-            }
+    };
+    match starter(&config) {
+        Ok(p) => {
+            // SAFETY: checked non-NULL; the caller's promise that it is writable.
+            unsafe { *out = DpPlane::boxed(p) };
+            DpStatus::Ok
         }
-    })
+        Err(e) => {
+            set_error(e.to_string());
+            DpStatus::Error
+        }
+    }
 }
 
 /// Takes a queue with `take` (each queue once); NULL when there is none or it was taken.
