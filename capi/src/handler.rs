@@ -122,12 +122,13 @@ pub unsafe extern "C" fn dp_start_yaml_with_handler(
 /// # Safety
 /// `tx` is NULL or the handle passed to the running callback.
 unsafe fn handler_tx<'a>(tx: *mut DpHandlerTx) -> Result<&'a mut HandlerTx<'a>, DpStatus> {
-    // SAFETY: the caller's promise: during the callback `tx.tx` points to the worker's
-    // `HandlerTx`, borrowed mutably for the callback's length.
-    match unsafe { tx.as_mut() } {
-        Some(t) => Ok(unsafe { &mut *(t.tx as *mut HandlerTx<'a>) }),
-        None => Err(invalid("tx is NULL")),
-    }
+    // SAFETY: the caller's promise: `tx` is NULL or the live handle of the callback.
+    let Some(t) = (unsafe { tx.as_mut() }) else {
+        return Err(invalid("tx is NULL"));
+    };
+    // SAFETY: during the callback `t.tx` points to the worker's `HandlerTx`, borrowed
+    // mutably for the callback's length and reached through nothing else meanwhile.
+    Ok(unsafe { &mut *(t.tx as *mut HandlerTx<'a>) })
 }
 
 /// Allocates a burst of `count` packets from handler TX queue `queue` of interface `port`
