@@ -1,6 +1,7 @@
 //! The DPDK engine between two processes over net_memif: the RX process receives exactly
 //! what the TX process sent, every packet checked, with the RX region lent to the RX
-//! queue's mbuf pool (`zero_copy: auto`, the default) and copied into (`zero_copy: false`).
+//! queue's mbuf pool (`zero_copy: auto`, the default) and copied into (`zero_copy: false`),
+//! with the benches on threads of their own and run to completion (`--inline`).
 #![cfg(feature = "dpdk")]
 
 #[path = "../../bench/tests/common/mod.rs"]
@@ -29,11 +30,14 @@ fn config(side: &str, socket: &str, dir: &std::path::Path, zero_copy: bool) -> P
 
 #[test]
 fn memif_tx_process_to_rx_process_counts_equal() {
-    run_pair(true);
-    run_pair(false);
+    run_pair(true, false);
+    run_pair(false, false);
+    // Both processes run to completion: generator and checker in the workers' handlers.
+    run_pair(true, true);
 }
 
-fn run_pair(zero_copy: bool) {
+fn run_pair(zero_copy: bool, inline: bool) {
+    let mode: &[&str] = if inline { &["--inline"] } else { &[] };
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("memif.sock");
     let socket = socket.to_str().unwrap();
@@ -42,6 +46,7 @@ fn run_pair(zero_copy: bool) {
         .args(["bench", "raw"])
         .arg(config("rx", socket, dir.path(), zero_copy))
         .args(["--seconds", "6", "--json"])
+        .args(mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -51,6 +56,7 @@ fn run_pair(zero_copy: bool) {
         .args(["bench", "raw"])
         .arg(config("tx", socket, dir.path(), true))
         .args(["--seconds", "2", "--json"])
+        .args(mode)
         .output()
         .unwrap();
     let rx = rx.wait_with_output().unwrap();

@@ -36,6 +36,9 @@ type Cell<T> = loom::cell::UnsafeCell<T>;
 #[cfg(not(loom))]
 type Cell<T> = std::cell::UnsafeCell<T>;
 
+/// Spins of a publisher waiting for an earlier reservation before it yields its core.
+#[cfg(not(loom))]
+const SPINS_BEFORE_YIELD: u32 = 1 << 10;
 /// Most slots a ring may have: indices are 32-bit and wrap, so at most half the range.
 pub const MAX_CAPACITY: usize = 1 << 30;
 
@@ -210,11 +213,24 @@ impl<T: Copy> Core<T> {
             // reservation's slot accesses too, or a thread that acquires our tail could race
             // with them (a plain store does not extend the earlier release sequence; loom
             // found this with two producers and a consumer).
+            #[cfg(not(loom))]
+            let mut spins = 0u32;
             while me.tail.load(Ordering::Acquire) != head {
                 #[cfg(loom)]
                 loom::thread::yield_now();
                 #[cfg(not(loom))]
-                std::hint::spin_loop();
+                {
+                    // The reservation ahead may belong to a thread that was preempted
+                    // before publishing: after a while, give it the core rather than spin
+                    // through a whole time slice (with more threads than cores, or under
+                    // emulation, spinning alone took minutes).
+                    spins += 1;
+                    if spins < SPINS_BEFORE_YIELD {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
             }
         }
         me.tail.store(head.wrapping_add(n), Ordering::Release);
