@@ -184,41 +184,29 @@ pub unsafe extern "C" fn dp_handler_tx_send(
     burst: *mut DpBurst,
     forward: i32,
 ) -> DpStatus {
-    let status = guard(|| {
+    guard(|| {
         // SAFETY: the caller's promise.
-        let (tx, b) = match unsafe { (handler_tx(tx), handle(burst, "burst")) } {
-            (Ok(t), Ok(b)) => (t, b),
-            (Err(s), _) | (_, Err(s)) => return s,
+        let tx = match unsafe { handler_tx(tx) } {
+            Ok(t) => t,
+            Err(s) => return s,
         };
         let Some(q) = tx.queue(port, queue) else {
             return invalid(&format!(
                 "no handler TX queue {queue} of port {port} on this worker"
             ));
         };
-        b.with(|slot| {
-            let Some(inner) = slot.take() else {
-                return invalid("the burst is empty");
-            };
-            let sent = if forward != 0 {
-                q.forward(inner)
-            } else {
-                q.send(inner)
-            };
-            match sent {
-                Ok(()) => DpStatus::Ok,
-                Err(e) => {
-                    *slot = Some(e.burst);
-                    tx_status(e.reason)
-                }
-            }
-        })
-    });
-    if status == DpStatus::Ok {
-        // SAFETY: the allocation made for this burst, now empty and no longer in use; the
-        // caller does not use it again (the contract of DP_STATUS_OK).
-        drop(unsafe { Box::from_raw(burst) });
-    }
-    status
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            hand_over(burst, |inner| {
+                let sent = if forward != 0 {
+                    q.forward(inner)
+                } else {
+                    q.send(inner)
+                };
+                sent.map_err(|e| (e.burst, tx_status(e.reason)))
+            })
+        }
+    })
 }
 
 /// The interface index (`port`) of a burst: where it was received, or the queue it was
@@ -228,15 +216,8 @@ pub unsafe extern "C" fn dp_handler_tx_send(
 /// `burst` is NULL or a live burst.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_burst_port(burst: *const DpBurst) -> u16 {
-    let mut port = 0;
-    // SAFETY: the caller's promise.
-    unsafe {
-        with_burst(burst, |b| {
-            port = b.port();
-            DpStatus::Ok
-        })
-    };
-    port
+    // SAFETY: the caller's promise, passed on.
+    unsafe { burst_field(burst, Burst::port) }
 }
 
 /// The queue id of a burst, as [`dp_burst_port`].
@@ -245,13 +226,22 @@ pub unsafe extern "C" fn dp_burst_port(burst: *const DpBurst) -> u16 {
 /// `burst` is NULL or a live burst.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_burst_queue(burst: *const DpBurst) -> u16 {
-    let mut queue = 0;
+    // SAFETY: the caller's promise, passed on.
+    unsafe { burst_field(burst, Burst::queue) }
+}
+
+/// `field` of the burst behind `burst`, 0 for NULL or a burst in use elsewhere.
+///
+/// # Safety
+/// `burst` is NULL or a live burst.
+unsafe fn burst_field(burst: *const DpBurst, field: fn(&Burst) -> u16) -> u16 {
+    let mut value = 0;
     // SAFETY: the caller's promise.
     unsafe {
         with_burst(burst, |b| {
-            queue = b.queue();
+            value = field(b);
             DpStatus::Ok
         })
     };
-    queue
+    value
 }

@@ -393,26 +393,55 @@ pub unsafe extern "C" fn dp_tx_send(
     burst: *mut DpBurst,
     timeout_us: u64,
 ) -> DpStatus {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        let q = match unsafe { handle(queue, "queue") } {
+            Ok(q) => q,
+            Err(s) => return s,
+        };
+        // The burst leaves its handle only once the queue is ours: a busy queue leaves it
+        // where it is.
+        q.with(|q| {
+            // SAFETY: the caller's promise, passed on.
+            unsafe {
+                hand_over(burst, |inner| {
+                    q.send_within(inner, micros(timeout_us))
+                        .map_err(|e| (e.burst, tx_status(e.reason)))
+                })
+            }
+        })
+    })
+}
+
+/// What a refused send gives back: the burst, unchanged, and why.
+type Refused = (Burst, DpStatus);
+
+/// Hands the burst of handle `burst` to `send`: `DP_STATUS_OK`, and the handle freed, when
+/// `send` took it; otherwise `send`'s status, the burst back in the handle unchanged.
+///
+/// # Safety
+/// `burst` is NULL or a live burst; after `DP_STATUS_OK` the caller does not use it.
+unsafe fn hand_over(
+    burst: *mut DpBurst,
+    send: impl FnOnce(Burst) -> Result<(), Refused>,
+) -> DpStatus {
     let status = guard(|| {
         // SAFETY: the caller's promise.
-        let (q, b) = match unsafe { (handle(queue, "queue"), handle(burst, "burst")) } {
-            (Ok(q), Ok(b)) => (q, b),
-            (Err(s), _) | (_, Err(s)) => return s,
+        let b = match unsafe { handle(burst, "burst") } {
+            Ok(b) => b,
+            Err(s) => return s,
         };
-        q.with(|q| {
-            b.with(|slot| {
-                let Some(inner) = slot.take() else {
-                    return invalid("the burst is empty");
-                };
-                match q.send_within(inner, micros(timeout_us)) {
-                    Ok(()) => DpStatus::Ok,
-                    Err(e) => {
-                        // Back to the caller, unchanged.
-                        *slot = Some(e.burst);
-                        tx_status(e.reason)
-                    }
+        b.with(|slot| {
+            let Some(inner) = slot.take() else {
+                return invalid("the burst is empty");
+            };
+            match send(inner) {
+                Ok(()) => DpStatus::Ok,
+                Err((back, status)) => {
+                    *slot = Some(back);
+                    status
                 }
-            })
+            }
         })
     });
     if status == DpStatus::Ok {
