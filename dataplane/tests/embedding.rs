@@ -2,30 +2,30 @@
 //! receiver that are waiting end with `Stopped` instead of waiting forever, and what the
 //! plane delivered before still comes out first.
 
+mod common;
+
 use dataplane::{DataPlane, RecvError, TxFailure};
 use std::time::Duration;
 
-const CONFIG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 2048, buf_size: 256}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]
-      rx:
-        queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}]
-"#;
+static CONFIG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    common::loopback_config(
+        r#"
+memory_regions:
+- {name: bufs, kind: host, affinity: 0, num_bufs: 2048, buf_size: 256}
+interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]
+  rx:
+    queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}]
+"#,
+    )
+});
 
 #[test]
 fn waiting_senders_and_receivers_end_with_stopped_after_shutdown() {
-    let config = dataplane::config::load_str(CONFIG, "embedding")
+    let config = dataplane::config::load_str(&CONFIG, "embedding")
         .unwrap()
         .config;
     let mut plane = DataPlane::start(&config).unwrap();

@@ -1,35 +1,35 @@
 //! The software loopback end to end through the public API: bursts keep their bytes,
 //! buffers return to their pools, failed sends hand the burst back, shutdown is clean.
 
+mod common;
+
 use dataplane::config;
 use dataplane::{DataPlane, TxFailure};
 use std::time::{Duration, Instant};
 
-const CFG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: txb, kind: host, affinity: 0, num_bufs: 512, buf_size: 256}
-    - {name: rxb, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues:
-        - {name: tq0, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [txb]}
-        - {name: tq1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [txb]}
-      rx:
-        queues:
-        - {name: rq, id: 0, cpu_core: 1, batch_size: 48, timeout_us: 200, memory_regions: [rxb]}
-"#;
+static CFG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    common::loopback_config(
+        r#"
+memory_regions:
+- {name: txb, kind: host, affinity: 0, num_bufs: 512, buf_size: 256}
+- {name: rxb, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}
+interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues:
+    - {name: tq0, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [txb]}
+    - {name: tq1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [txb]}
+  rx:
+    queues:
+    - {name: rq, id: 0, cpu_core: 1, batch_size: 48, timeout_us: 200, memory_regions: [rxb]}
+"#,
+    )
+});
 
 #[test]
 fn loopback_moves_bytes_without_loss_and_returns_buffers() {
-    let cfg = config::load_str(CFG, "test").expect("config").config;
+    let cfg = config::load_str(&CFG, "test").expect("config").config;
     let mut dp = DataPlane::start(&cfg).expect("start");
     let mut tx0 = dp.take_tx_queue("loop0", 0).unwrap();
     let mut tx1 = dp.take_tx_queue("loop0", 1).unwrap();
@@ -156,7 +156,7 @@ fn start_fails_cleanly_for_missing_cores_and_missing_cuda() {
 /// buffers go back to their pool.
 #[test]
 fn a_two_region_rx_queue_gets_headers_and_payloads_split() {
-    let text = HDS_CFG;
+    let text: &str = &HDS_CFG;
     let cfg = config::load_with(text, "hds.yaml", &|c| c < 2)
         .unwrap()
         .config;
@@ -165,27 +165,25 @@ fn a_two_region_rx_queue_gets_headers_and_payloads_split() {
 
 /// A loopback whose RX queue splits headers (64 bytes) from payloads, in 256-buffer
 /// regions, all on core 1.
-const HDS_CFG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: txb, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
-    - {name: hdr, kind: host, affinity: 0, num_bufs: 256, buf_size: 64}
-    - {name: pay, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues:
-        - {name: tq, id: 0, cpu_core: 1, batch_size: 16, memory_regions: [txb]}
-      rx:
-        queues:
-        - {name: rq, id: 0, cpu_core: 1, batch_size: 16, timeout_us: 200, memory_regions: [hdr, pay]}
-"#;
+static HDS_CFG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    common::loopback_config(
+        r#"
+memory_regions:
+- {name: txb, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
+- {name: hdr, kind: host, affinity: 0, num_bufs: 256, buf_size: 64}
+- {name: pay, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
+interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues:
+    - {name: tq, id: 0, cpu_core: 1, batch_size: 16, memory_regions: [txb]}
+  rx:
+    queues:
+    - {name: rq, id: 0, cpu_core: 1, batch_size: 16, timeout_us: 200, memory_regions: [hdr, pay]}
+"#,
+    )
+});
 
 /// Sends five packets of 10 to 1,024 bytes through `cfg` (as [`HDS_CFG`]) and checks
 /// each arrives split at 64 bytes, whole, and that the TX buffers come back.
@@ -320,25 +318,19 @@ fn a_queue_staged_on_its_own_core_delivers_every_packet_in_order() {
 #[test]
 fn stage_core_without_a_stage_or_on_the_receiving_core_is_refused() {
     let text = |regions: &str, stage_core: &str| {
-        format!(
+        common::loopback_config(&format!(
             r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {{name: hdr, kind: host, affinity: 0, num_bufs: 64, buf_size: 64}}
-    - {{name: pay, kind: host, affinity: 0, num_bufs: 64, buf_size: 1024}}
-    interfaces:
-    - name: loop0
-      address: loopback
-      rx:
-        queues:
-        - {{name: rq, id: 0, cpu_core: 1, stage_core: {stage_core}, batch_size: 16, memory_regions: [{regions}]}}
+memory_regions:
+- {{name: hdr, kind: host, affinity: 0, num_bufs: 64, buf_size: 64}}
+- {{name: pay, kind: host, affinity: 0, num_bufs: 64, buf_size: 1024}}
+interfaces:
+- name: loop0
+  address: loopback
+  rx:
+    queues:
+    - {{name: rq, id: 0, cpu_core: 1, stage_core: {stage_core}, batch_size: 16, memory_regions: [{regions}]}}
 "#
-        )
+        ))
     };
     let start = |t: String| {
         let cfg = config::load_with(&t, "stage_core.yaml", &|c| c < 2)

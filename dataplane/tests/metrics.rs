@@ -3,6 +3,8 @@
 //! plane's own final counters, queue by queue; other paths get 404 and the endpoint is gone
 //! after shutdown.
 
+mod common;
+
 use dataplane::config::MetricsConfig;
 use dataplane::packet::UdpFrame;
 use dataplane::{DataPlane, config::Direction};
@@ -11,21 +13,19 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-const YAML: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]}
-      rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}]}
-"#;
+static YAML: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    common::loopback_config(
+        r#"
+memory_regions:
+- {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
+interfaces:
+- name: loop0
+  address: loopback
+  tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]}
+  rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}]}
+"#,
+    )
+});
 
 /// `GET path` over a fresh connection: the status code and the body.
 fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
@@ -60,7 +60,7 @@ fn queue_key(name: &str, direction: &str) -> String {
 
 #[test]
 fn scrapes_during_and_after_a_loopback_run_match_the_planes_counters() {
-    let mut config = dataplane::config::load_str(YAML, "metrics-test")
+    let mut config = dataplane::config::load_str(&YAML, "metrics-test")
         .unwrap()
         .config;
     config.metrics = Some(MetricsConfig {
@@ -197,7 +197,7 @@ fn a_metrics_address_that_is_not_ip_port_names_the_key() {
 
 /// A plane with the endpoint on `listen`.
 fn plane_with_metrics(listen: &str) -> DataPlane {
-    let mut config = dataplane::config::load_str(YAML, "metrics-test")
+    let mut config = dataplane::config::load_str(&YAML, "metrics-test")
         .unwrap()
         .config;
     config.metrics = Some(MetricsConfig {

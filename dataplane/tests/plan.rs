@@ -506,28 +506,24 @@ fn every_other_shipped_config_plans() {
 
 #[test]
 fn tx_eth_src_on_gpu_headers_is_planned_as_unstamped() {
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: host, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}
-    - {name: gpu, kind: device, affinity: 0, num_bufs: 64, buf_size: 256}
-    interfaces:
-    - name: l
-      address: loopback
-      tx:
-        queues:
-        - {name: a, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [host], offloads: [tx_eth_src]}
-        - {name: b, id: 1, cpu_core: 0, batch_size: 8, memory_regions: [gpu], offloads: [tx_eth_src]}
-      rx:
-        queues:
-        - {name: r, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [host]}
-"#;
-    let cfg = load(text, "t").unwrap();
+    let text = common::loopback_config(
+        r#"
+memory_regions:
+- {name: host, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}
+- {name: gpu, kind: device, affinity: 0, num_bufs: 64, buf_size: 256}
+interfaces:
+- name: l
+  address: loopback
+  tx:
+    queues:
+    - {name: a, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [host], offloads: [tx_eth_src]}
+    - {name: b, id: 1, cpu_core: 0, batch_size: 8, memory_regions: [gpu], offloads: [tx_eth_src]}
+  rx:
+    queues:
+    - {name: r, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [host]}
+"#,
+    );
+    let cfg = load(&text, "t").unwrap();
     let p = Plan::from_config(&cfg).unwrap();
     assert_eq!(p.queue(0, Direction::Tx, 0).unwrap().eth_src, EthSrc::Stamp);
     assert_eq!(
@@ -542,23 +538,20 @@ dataplane:
 
 #[test]
 fn dpdk_header_data_split_gets_two_pools() {
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
-    - {name: headers, kind: host, affinity: 0, num_bufs: 4096, buf_size: 64}
-    - {name: payload, kind: host, affinity: 0, num_bufs: 4096, buf_size: 8000}
-    interfaces:
-    - name: a
-      address: "0000:3b:00.0"
-      rx:
-        queues:
-        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [headers, payload]}
-"#;
-    let p = Plan::from_config(&load(text, "t").unwrap()).unwrap();
+    let text = common::raw_config(
+        r#"
+memory_regions:
+- {name: headers, kind: host, affinity: 0, num_bufs: 4096, buf_size: 64}
+- {name: payload, kind: host, affinity: 0, num_bufs: 4096, buf_size: 8000}
+interfaces:
+- name: a
+  address: "0000:3b:00.0"
+  rx:
+    queues:
+    - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [headers, payload]}
+"#,
+    );
+    let p = Plan::from_config(&load(&text, "t").unwrap()).unwrap();
     let RxReceive::Split {
         header,
         payload,
@@ -581,23 +574,20 @@ dataplane:
 
 #[test]
 fn impossible_plans_are_typed_errors() {
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
-    - {name: gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 4096}
-    interfaces:
-    - name: a
-      address: net_null0
-      rx:
-        queues:
-        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [gpu]}
-"#;
+    let text = common::raw_config(
+        r#"
+memory_regions:
+- {name: gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 4096}
+interfaces:
+- name: a
+  address: net_null0
+  rx:
+    queues:
+    - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [gpu]}
+"#,
+    );
     // A virtual device copies with the CPU: the queue is staged through pinned memory.
-    let p = Plan::from_config(&load(text, "t").unwrap()).expect("staged");
+    let p = Plan::from_config(&load(&text, "t").unwrap()).expect("staged");
     let staging = p.queues[0].staging.expect("a staging region");
     assert_eq!(p.regions[staging as usize].name, "a.rx0.staging");
     assert_eq!(p.regions[staging as usize].kind, MemoryKind::HostPinned);
