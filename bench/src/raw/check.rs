@@ -741,8 +741,11 @@ pub(super) fn spawn_checkers(
                         match q.poll() {
                             Ok(Some(burst)) => {
                                 got = true;
+                                // Checkers share `received`: each adds what it saw new.
+                                let before = check.unique_packets();
                                 check.take(burst, polled);
-                                received.store(check.unique_packets(), Ordering::Relaxed);
+                                let new = check.unique_packets().saturating_sub(before);
+                                received.fetch_add(new, Ordering::Relaxed);
                             }
                             Ok(None) => {}
                             Err(e) => note_failure(&mut check.failures, e.to_string()),

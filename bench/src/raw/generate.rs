@@ -350,8 +350,12 @@ pub(super) fn spawn_generators(
                     let _ = affinity::pin_current_thread(c);
                 }
                 while !stop.load(Ordering::Relaxed) {
+                    // Generators share `sent`: each adds what it sent.
+                    let before = source.packets();
                     match source.step(&mut q) {
-                        Step::Sent => sent.store(source.packets(), Ordering::Relaxed),
+                        Step::Sent => {
+                            sent.fetch_add(source.packets() - before, Ordering::Relaxed);
+                        }
                         Step::Wait => std::thread::yield_now(),
                         Step::Done => break,
                     }
