@@ -13,6 +13,25 @@ pub mod ring;
 pub mod socket;
 pub mod traffic;
 
+/// What `count` handlers put in `from` once they were told to stop, waiting at most
+/// `deadline` for the last of them (a handler whose worker died never reports; the
+/// plane's worker failures say why).
+pub(crate) fn handler_results<T>(
+    from: &std::sync::Mutex<Vec<T>>,
+    count: usize,
+    deadline: std::time::Duration,
+) -> Vec<T> {
+    let until = std::time::Instant::now() + deadline;
+    loop {
+        let mut got = from.lock().unwrap_or_else(|e| e.into_inner());
+        if got.len() >= count || std::time::Instant::now() >= until {
+            return std::mem::take(&mut *got);
+        }
+        drop(got);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Sends `burst` on `tx`, yielding while its ring is full; any other failure comes back.
 pub(crate) fn send_when_room(
     tx: &mut dataplane::TxQueue,

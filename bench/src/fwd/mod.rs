@@ -322,15 +322,7 @@ impl Relays {
                 .map(|h| h.join().expect("forwarding thread"))
                 .collect(),
             Relays::Inline(shared, count) => {
-                let until = Instant::now() + Duration::from_secs(10);
-                loop {
-                    let mut got = shared.results.lock().unwrap_or_else(|e| e.into_inner());
-                    if got.len() >= count || Instant::now() >= until {
-                        return std::mem::take(&mut *got);
-                    }
-                    drop(got);
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                crate::handler_results(&shared.results, count, Duration::from_secs(10))
             }
         }
     }

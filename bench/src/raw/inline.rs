@@ -111,24 +111,12 @@ impl InlineSides {
 
     /// Waits (at most `deadline`) for every generator's result once `stop_tx` is set.
     pub(super) fn generator_results(&self, deadline: Duration) -> Vec<GeneratorResult> {
-        self.collect(&self.shared.generated, self.generators, deadline)
+        crate::handler_results(&self.shared.generated, self.generators, deadline)
     }
 
     /// Waits (at most `deadline`) for every checker's result once `stop_rx` is set.
     pub(super) fn checker_results(&self, deadline: Duration) -> Vec<CheckerResult> {
-        self.collect(&self.shared.checked, self.checkers, deadline)
-    }
-
-    fn collect<T>(&self, from: &Mutex<Vec<T>>, count: usize, deadline: Duration) -> Vec<T> {
-        let until = Instant::now() + deadline;
-        loop {
-            let mut got = from.lock().unwrap_or_else(|e| e.into_inner());
-            if got.len() >= count || Instant::now() >= until {
-                return std::mem::take(&mut *got);
-            }
-            drop(got);
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        crate::handler_results(&self.shared.checked, self.checkers, deadline)
     }
 }
 
