@@ -174,6 +174,7 @@ impl QueueConfig {
             cpu_core,
             batch_size,
             timeout_us: 0,
+            ring_packets: super::model::DEFAULT_RING_PACKETS,
             memory_regions: regions.iter().map(|r| (*r).to_owned()).collect(),
             tx_eth_src: false,
             pacing_mbps: 0,
@@ -188,6 +189,13 @@ impl QueueConfig {
     /// With its bursts taken by the worker's handler (`delivery: handler`).
     pub fn with_delivery(mut self, delivery: Delivery) -> Self {
         self.delivery = delivery;
+        self
+    }
+
+    /// With a ring of `packets` packets' worth of full bursts between worker and
+    /// application (`ring_packets`).
+    pub fn with_ring_packets(mut self, packets: u32) -> Self {
+        self.ring_packets = packets;
         self
     }
 

@@ -130,12 +130,13 @@ impl Plan {
                 .collect();
             let _ = writeln!(
                 s,
-                "  {} {} {}: core {}, batch {}, segments [{}]{}",
+                "  {} {} {}: core {}, batch {}, ring {} bursts, segments [{}]{}",
                 q.interface_name,
                 q.direction.name(),
                 q.id,
                 q.core,
                 q.batch,
+                q.ring_bursts,
                 segs.join(", "),
                 if extra.is_empty() {
                     String::new()

@@ -31,6 +31,19 @@ use std::collections::BTreeMap;
 pub const HOST_BUFFER_ALIGN: usize = 64;
 /// GPU buffers start on 256 bytes, the alignment CUDA kernels and NICs expect.
 pub const DEVICE_BUFFER_ALIGN: usize = 256;
+/// The fewest bursts a queue's ring holds, so a worker and its application can each work
+/// on a burst while others wait, whatever `ring_packets` and `batch_size` are.
+pub const MIN_RING_BURSTS: usize = 4;
+
+/// Bursts in a queue's ring for `ring_packets` packets in bursts of `batch` (rounded up).
+///
+/// Every engine holds a burst when the ring is full (backpressure), so a producer faster
+/// than its consumer keeps the ring full: what it holds is then in flight all the time,
+/// and its buffers are the data's cache footprint. Bounding it in packets keeps that
+/// footprint independent of the region's size.
+pub fn ring_bursts(ring_packets: u32, batch: u32) -> usize {
+    (ring_packets.div_ceil(batch.max(1)) as usize).max(MIN_RING_BURSTS)
+}
 
 /// Distance between buffer starts of a region of `kind`: headroom plus buffer, aligned.
 pub fn buffer_stride(kind: MemoryKind, headroom: usize, buf_size: usize) -> usize {
@@ -178,6 +191,9 @@ pub struct QueuePlan {
     pub core: u32,
     /// Packets per burst.
     pub batch: usize,
+    /// Bursts the ring between worker and application holds: `ring_packets` in full
+    /// bursts, at least [`MIN_RING_BURSTS`].
+    pub ring_bursts: usize,
     /// RX: deliver a partial burst this long after its first packet (0: never).
     pub timeout_us: u64,
     /// The stage, when the engine's bursts are outside the queue's layout: RX, it moves

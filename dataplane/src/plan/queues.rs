@@ -109,6 +109,7 @@ impl QueueAt<'_> {
             segments,
             core: q.cpu_core,
             batch: q.batch_size as usize,
+            ring_bursts: ring_bursts(q.ring_packets, q.batch_size),
             timeout_us: if dir == Direction::Rx {
                 q.timeout_us
             } else {

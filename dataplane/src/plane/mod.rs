@@ -36,8 +36,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use std::time::Instant;
 
-/// Bursts a queue's ring holds between worker and application.
-pub const QUEUE_RING_BURSTS: usize = 1024;
+/// Bursts a connection's rings hold between worker and application: the default
+/// `ring_packets` in bursts of a connection's size.
+fn connection_ring_bursts() -> usize {
+    crate::plan::ring_bursts(
+        crate::config::DEFAULT_RING_PACKETS,
+        crate::plan::rdma::CONNECTION_BURST as u32,
+    )
+}
 
 /// Why a data plane could not start.
 #[derive(Debug, thiserror::Error)]
@@ -378,8 +384,8 @@ impl DataPlane {
             .cloned()
             .unwrap_or_default();
         let (port, queue) = (e.interface as u16, e.slot as u16);
-        let (rx_producer, rx_consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
-        let (tx_producer, tx_consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
+        let (rx_producer, rx_consumer) = rtrb::RingBuffer::new(connection_ring_bursts());
+        let (tx_producer, tx_consumer) = rtrb::RingBuffer::new(connection_ring_bursts());
         let rx_task = RxTask::new(
             e.rx,
             rx_producer,

@@ -3,7 +3,7 @@
 //! workers, the stats thread, metrics). Each step's result is owned by a local or by the
 //! plane, so a failing step drops what the earlier ones made, in reverse order.
 
-use super::{DataPlane, QUEUE_RING_BURSTS, QueueLabel, RxQueue, StartError, TxQueue, open_capture};
+use super::{DataPlane, QueueLabel, RxQueue, StartError, TxQueue, open_capture};
 use crate::config::{Config, Direction, RxConfig};
 use crate::engine::{self, Engine, EngineError};
 use crate::hugepages;
@@ -244,7 +244,7 @@ impl<'a> QueueBuild<'a> {
             },
             c.clone(),
         ));
-        let (producer, consumer) = rtrb::RingBuffer::new(QUEUE_RING_BURSTS);
+        let (producer, consumer) = rtrb::RingBuffer::new(q.ring_bursts);
         let task = match q.direction {
             Direction::Rx => self.rx(q, c, producer, consumer)?,
             Direction::Tx => self.tx(q, c, producer, consumer)?,

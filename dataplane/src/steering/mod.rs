@@ -359,6 +359,7 @@ mod tests {
             cpu_core: 0,
             batch_size: 32,
             timeout_us: 0,
+            ring_packets: crate::config::DEFAULT_RING_PACKETS,
             memory_regions: vec!["m".into()],
             tx_eth_src: false,
             pacing_mbps: 0,

@@ -342,6 +342,9 @@ pub struct QueueConfig {
     pub batch_size: u32,
     /// RX: flush a partial burst this long after its first packet (0: only full bursts).
     pub timeout_us: u64,
+    /// `ring_packets` (this project's key): packets the ring between worker and
+    /// application holds, in full bursts ([`DEFAULT_RING_PACKETS`] when not given).
+    pub ring_packets: u32,
     /// Memory regions, one per segment, in segment order.
     pub memory_regions: Vec<String>,
     /// TX `offloads: [tx_eth_src]`: the worker writes the interface's MAC address into the
@@ -365,6 +368,12 @@ pub struct QueueConfig {
     /// Where it is defined.
     pub location: Location,
 }
+
+/// Packets a queue's ring holds when `ring_packets` is not given: as many as the
+/// reference system's default device descriptor ring.
+pub const DEFAULT_RING_PACKETS: u32 = 8192;
+/// The largest `ring_packets`.
+pub const MAX_RING_PACKETS: u32 = 1 << 18;
 
 /// `delivery` of a queue: where its bursts go (RX) or come from (TX).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]

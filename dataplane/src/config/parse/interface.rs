@@ -334,6 +334,11 @@ pub(super) fn queue(
             r::uint_in(d, n, p, 0, 60_000_000)
         })
         .unwrap_or(0);
+    let ring_packets = m
+        .optional(d, "ring_packets", |d, n, p| {
+            r::uint_in(d, n, p, 1, MAX_RING_PACKETS as u64)
+        })
+        .map_or(DEFAULT_RING_PACKETS, |v| v as u32);
     let memory_regions = m
         .optional(d, "memory_regions", |d, n, p| {
             let items = r::list(d, n, p)?;
@@ -403,6 +408,7 @@ pub(super) fn queue(
         cpu_core: cpu_core? as u32,
         batch_size: batch_size?,
         timeout_us,
+        ring_packets,
         memory_regions,
         tx_eth_src,
         pacing_mbps,
