@@ -22,13 +22,16 @@ pub use crate::clock::WallClock;
 pub use rx::{RxTask, STAGE_BURSTS_PER_POLL, StageTask};
 pub use tx::{LatenessSummary, PACING_DEPTH_NS, Pacer, SendLateness, TxTask};
 
-/// Empty passes over all tasks before a worker yields its core once. Keeps busy polling
-/// honest on machines with fewer cores than busy threads, at ~1 µs worst-case latency.
-const IDLE_PASSES_BEFORE_YIELD: u32 = 1024;
+/// Empty passes over all tasks before a worker yields its core once. Few, so that an
+/// application thread sharing the worker's core (the reference's socket examples, one
+/// message per burst) runs within microseconds instead of after the worker's time slice;
+/// on a core of its own the yield returns at once and costs one system call per this many
+/// idle passes, never a busy one.
+const IDLE_PASSES_BEFORE_YIELD: u32 = 16;
 
 /// Yields of an idle worker (each after [`IDLE_PASSES_BEFORE_YIELD`] empty passes, a few
 /// milliseconds in all) before it hands its cached buffers back to their pools.
-const IDLE_YIELDS_BEFORE_FLUSH: u32 = 64;
+const IDLE_YIELDS_BEFORE_FLUSH: u32 = 4096;
 
 /// Passes between a worker's housekeeping: taking tasks handed to it while it runs
 /// (connections) and retiring tasks whose port closed.
