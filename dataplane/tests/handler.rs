@@ -408,7 +408,10 @@ impl Handler for WindowedUdp {
         buf[8..LEN].fill(sent as u8);
         if q.send(burst).is_ok() {
             self.inner.next_sent += 1;
-            self.inner.seen.sent.store(self.inner.next_sent, Ordering::Relaxed);
+            self.inner
+                .seen
+                .sent
+                .store(self.inner.next_sent, Ordering::Relaxed);
         }
         true
     }
