@@ -22,16 +22,18 @@ pub use crate::clock::WallClock;
 pub use rx::{RxTask, STAGE_BURSTS_PER_POLL, StageTask};
 pub use tx::{LatenessSummary, PACING_DEPTH_NS, Pacer, SendLateness, TxTask};
 
-/// Empty passes over all tasks before a worker yields its core once. Few, so that an
-/// application thread sharing the worker's core (the reference's socket examples, one
-/// message per burst) runs within microseconds instead of after the worker's time slice;
-/// on a core of its own the yield returns at once and costs one system call per this many
-/// idle passes, never a busy one.
-const IDLE_PASSES_BEFORE_YIELD: u32 = 16;
+/// How long a worker polls without finding work before it yields its core, and then
+/// yields every [`IDLE_PASSES_PER_CHECK`] empty passes. Short, so that an application
+/// thread sharing the worker's core (the reference's socket examples, one message per
+/// burst) runs within microseconds instead of after the worker's time slice; long enough
+/// that a stream with short gaps never pays for the system call on a core of its own.
+const IDLE_NS_BEFORE_YIELD: u64 = 10_000;
 
-/// Yields of an idle worker (each after [`IDLE_PASSES_BEFORE_YIELD`] empty passes, a few
-/// milliseconds in all) before it hands its cached buffers back to their pools.
-const IDLE_YIELDS_BEFORE_FLUSH: u32 = 4096;
+/// Empty passes between looks at the clock while idle.
+const IDLE_PASSES_PER_CHECK: u32 = 16;
+
+/// Idle time after which a worker hands its cached buffers back to their pools.
+const IDLE_NS_BEFORE_FLUSH: u64 = 2_000_000;
 
 /// Passes between a worker's housekeeping: taking tasks handed to it while it runs
 /// (connections) and retiring tasks whose port closed.
@@ -365,8 +367,11 @@ impl Task {
 /// stopping are dropped here, which returns their buffers.
 pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
     let mut idle = 0u32;
+    let mut idle_since = 0u64;
     let mut caches_flushed = false;
-    let mut idle_yields = 0u32;
+    let per_ns = crate::cycles::ticks_per_second() / 1e9;
+    let yield_after = (IDLE_NS_BEFORE_YIELD as f64 * per_ns) as u64;
+    let flush_after = (IDLE_NS_BEFORE_FLUSH as f64 * per_ns) as u64;
     let mut passes = 0u64;
     let (mut busy_passes, mut busy_ticks) = (0u64, 0u64);
     let activity = &control.activity;
@@ -409,26 +414,29 @@ pub fn run(mut tasks: Vec<Task>, control: &WorkerControl) {
         }
         if busy {
             idle = 0;
-            idle_yields = 0;
             caches_flushed = false;
             busy_passes += 1;
             if tick_passes {
                 busy_ticks += crate::cycles::ticks().wrapping_sub(pass_started);
             }
         } else {
-            idle += 1;
-            if idle >= IDLE_PASSES_BEFORE_YIELD {
-                idle = 0;
-                // Once per idle spell of IDLE_YIELDS_BEFORE_FLUSH yields: buffers this
-                // worker's caches hold go back to the shared lists, so an idle worker
-                // strands none that another queue needs (not sooner: between bursts the
-                // cache is what keeps allocations off the shared lock).
-                idle_yields += 1;
-                if !caches_flushed && idle_yields >= IDLE_YIELDS_BEFORE_FLUSH {
-                    caches_flushed = true;
-                    crate::memory::pool::flush_thread_caches();
+            if idle == 0 {
+                idle_since = crate::cycles::ticks();
+            }
+            idle = idle.wrapping_add(1);
+            if idle.is_multiple_of(IDLE_PASSES_PER_CHECK) {
+                let idle_ticks = crate::cycles::ticks().wrapping_sub(idle_since);
+                if idle_ticks >= yield_after {
+                    // Once per idle spell: buffers this worker's caches hold go back to the
+                    // shared lists, so an idle worker strands none that another queue needs
+                    // (not sooner: between bursts the cache is what keeps allocations off
+                    // the shared lock).
+                    if !caches_flushed && idle_ticks >= flush_after {
+                        caches_flushed = true;
+                        crate::memory::pool::flush_thread_caches();
+                    }
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
             }
             std::hint::spin_loop();
         }
