@@ -151,6 +151,32 @@ fn batch_size_zero_is_rejected() {
 }
 
 #[test]
+fn ring_packets_is_range_checked_and_planned_in_full_bursts() {
+    let with = |v: &str| {
+        GOOD.replacen(
+            "          batch_size: 64\n          memory_regions: [bufs]\n      rx:",
+            &format!("          batch_size: 64\n          ring_packets: {v}\n          memory_regions: [bufs]\n      rx:"),
+            1,
+        )
+    };
+    let e = one_error(&with("0"));
+    assert!(
+        e.contains("interfaces[0].tx.queues[0].ring_packets")
+            && e.contains("line 23, column 25")
+            && e.contains("out of range"),
+        "{e}"
+    );
+    let e = one_error(&with("1000000"));
+    assert!(e.contains("at most 262144"), "{e}");
+    let cfg = load(&with("1000")).expect("loads").config;
+    let plan = dataplane::plan::Plan::from_config(&cfg).expect("plans");
+    // 1000 packets in bursts of 64: 16 bursts; the RX queue has the default 8192: 128.
+    let rings: Vec<usize> = plan.queues.iter().map(|q| q.ring_bursts).collect();
+    assert_eq!(rings.iter().copied().max(), Some(128), "{rings:?}");
+    assert!(rings.contains(&16), "{rings:?}");
+}
+
+#[test]
 fn duplicate_names_are_rejected() {
     let dup_region = GOOD.replace(
         "    interfaces:",
