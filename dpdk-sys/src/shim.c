@@ -141,6 +141,14 @@ void shim_tx_attach(struct rte_mbuf *m, void *addr, uint16_t buf_len, uint16_t l
 	m->pkt_len = len;
 }
 
+void shim_tx_attach_bulk(struct rte_mbuf *const *mbufs, void *const *addrs,
+	const uint16_t *lens, const uint32_t *indices, unsigned int n, uint16_t buf_len,
+	struct rte_mbuf_ext_shared_info *table)
+{
+	for (unsigned int i = 0; i < n; i++)
+		shim_tx_attach(mbufs[i], addrs[i], buf_len, lens[i], table, indices[i]);
+}
+
 void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n)
 {
 	for (unsigned int i = 0; i < n; i++) {
@@ -168,6 +176,12 @@ void shim_tx_reuse(struct rte_mbuf *m, uint16_t len)
 	rte_pktmbuf_reset(m);
 	m->data_len = len;
 	m->pkt_len = len;
+}
+
+void shim_tx_reuse_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		shim_tx_reuse(mbufs[i], lens[i]);
 }
 
 int shim_rte_errno(void)

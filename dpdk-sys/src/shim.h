@@ -45,6 +45,11 @@ void shim_shinfo_table_free(struct rte_mbuf_ext_shared_info *table);
  * `m` as an external buffer with table[index] as its shared info, holding `len` bytes. */
 void shim_tx_attach(struct rte_mbuf *m, void *addr, uint16_t buf_len, uint16_t len,
 	struct rte_mbuf_ext_shared_info *table, uint32_t index);
+/* shim_tx_attach for each of n mbufs (one call a burst): buffer indices[i] at addrs[i]
+ * holding lens[i] bytes, every buffer buf_len long and its shared info in table. */
+void shim_tx_attach_bulk(struct rte_mbuf *const *mbufs, void *const *addrs,
+	const uint16_t *lens, const uint32_t *indices, unsigned int n, uint16_t buf_len,
+	struct rte_mbuf_ext_shared_info *table);
 /* Frees mbufs a driver did not take without running the free callback of buffers
  * attached to them: the caller keeps those buffers. */
 void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n);
@@ -56,6 +61,8 @@ void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, void *
 /* Makes an mbuf that carries its own buffer (received into it) a one-segment frame of
  * `len` bytes at the default headroom, for sending. */
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);
+/* shim_tx_reuse for each of n mbufs with lens[i] (one call a burst). */
+void shim_tx_reuse_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, unsigned int n);
 /* Device timestamps. RX: DPDK's timestamp dynamic field and flag (registered once per
  * process; 0 on success, else -rte_errno). */
 int shim_rx_timestamp_register(int *offset, uint64_t *flag);

@@ -6,6 +6,7 @@
 
 use super::error::DpdkError;
 use super::extmem::{Device, ExternalMemory};
+use super::queue::MAX_BURST;
 use crate::memory::{RegionId, RegionSet};
 use dpdk_sys as sys;
 use std::ffi::c_void;
@@ -91,26 +92,91 @@ impl AttachableRegion {
             _memory: memory,
         })
     }
+}
 
-    /// Attaches buffer `index` (at `addr`, holding `len` bytes) to the direct mbuf `m`.
+/// Fresh mbufs of one burst waiting for their buffers, handed to the shim in one call
+/// per run of packets of one region ([`AttachBatch::flush`]) instead of one per packet.
+pub struct AttachBatch<'r> {
+    region: Option<&'r AttachableRegion>,
+    mbufs: [*mut sys::rte_mbuf; MAX_BURST],
+    addrs: [*mut c_void; MAX_BURST],
+    lens: [u16; MAX_BURST],
+    indices: [u32; MAX_BURST],
+    len: usize,
+}
+
+impl<'r> AttachBatch<'r> {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self {
+            region: None,
+            mbufs: [std::ptr::null_mut(); MAX_BURST],
+            addrs: [std::ptr::null_mut(); MAX_BURST],
+            lens: [0; MAX_BURST],
+            indices: [0; MAX_BURST],
+            len: 0,
+        }
+    }
+
+    /// Queues buffer `index` of `region` (at `addr`, `len` bytes) for attaching to `m`;
+    /// a change of region attaches what was queued first.
     ///
     /// # Safety
-    /// `m` is a fresh direct mbuf; buffer `index` of this region lies at `addr` and is
-    /// handed over: from now on only the mbuf's release gives it back.
+    /// `m` is a fresh direct mbuf; buffer `index` of `region` lies at `addr` and is handed
+    /// over: from now on only the mbuf's release gives it back. `m` is not used before
+    /// the batch is flushed.
     #[inline]
-    pub unsafe fn attach(&self, m: *mut sys::rte_mbuf, addr: u64, index: u32, len: u16) {
-        debug_assert!(len <= self.buf_len);
-        // SAFETY: as the caller promises; `index` < num_bufs since the region handed it out.
-        unsafe {
-            sys::shim_tx_attach(
-                m,
-                addr as *mut c_void,
-                self.buf_len,
-                len,
-                self.table.as_ptr(),
-                index,
-            )
-        };
+    pub unsafe fn push(
+        &mut self,
+        region: &'r AttachableRegion,
+        m: *mut sys::rte_mbuf,
+        addr: u64,
+        index: u32,
+        len: u16,
+    ) {
+        if self.len == MAX_BURST || self.region.is_some_and(|r| !std::ptr::eq(r, region)) {
+            // SAFETY: passed on from the caller of each queued push.
+            unsafe { self.flush() };
+        }
+        debug_assert!(len <= region.buf_len);
+        self.region = Some(region);
+        let k = self.len;
+        self.mbufs[k] = m;
+        self.addrs[k] = addr as *mut c_void;
+        self.lens[k] = len;
+        self.indices[k] = index;
+        self.len += 1;
+    }
+
+    /// Attaches every queued buffer to its mbuf, in one call into the shim.
+    ///
+    /// # Safety
+    /// As for each [`AttachBatch::push`].
+    pub unsafe fn flush(&mut self) {
+        let Some(region) = self.region else { return };
+        if self.len > 0 {
+            // SAFETY: `len` queued entries, each a fresh direct mbuf and a buffer of
+            // `region` handed over by the caller; indices below num_bufs (the region
+            // handed them out).
+            unsafe {
+                sys::shim_tx_attach_bulk(
+                    self.mbufs.as_ptr(),
+                    self.addrs.as_ptr(),
+                    self.lens.as_ptr(),
+                    self.indices.as_ptr(),
+                    self.len as u32,
+                    region.buf_len,
+                    region.table.as_ptr(),
+                )
+            };
+        }
+        self.len = 0;
+    }
+}
+
+impl Default for AttachBatch<'_> {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

@@ -655,6 +655,11 @@ impl TxPort for DpdkTx {
                 return Some(burst);
             }
             let (mut next_copy, mut next_attach) = (0, 0);
+            // Own mbufs are reset and fresh ones attached a burst at a time, after the loop.
+            let mut attach = super::attach::AttachBatch::new();
+            let mut reuse = [std::ptr::null_mut(); MAX_BURST];
+            let mut reuse_lens = [0u16; MAX_BURST];
+            let mut reused = 0;
             for i in 0..n {
                 let p = burst.packets()[i];
                 self.scratch[i] = match self.carried[i] {
@@ -665,10 +670,9 @@ impl TxPort for DpdkTx {
                             unreachable!("planned above");
                         };
                         let m = lent.mbufs[s.index as usize];
-                        // SAFETY: the mbuf carrying this lent buffer, out of its pool while
-                        // the burst owns the buffer; reset to one segment of the frame's
-                        // length at the headroom where the region's data starts.
-                        unsafe { sys::shim_tx_reuse(m, s.len as u16) };
+                        reuse[reused] = m;
+                        reuse_lens[reused] = s.len as u16;
+                        reused += 1;
                         m
                     }
                     Carried::Attached => {
@@ -682,8 +686,8 @@ impl TxPort for DpdkTx {
                         let addr = regions.get(s.region).buffer_addr(s.index);
                         // SAFETY: a fresh direct mbuf; the burst owns buffer `s.index` and
                         // hands it over only if the driver takes the mbuf (else
-                        // `shim_tx_free_untaken` keeps it the burst's).
-                        unsafe { region.attach(m, addr, s.index, s.len as u16) };
+                        // `shim_tx_free_untaken` keeps it the burst's). Attached below.
+                        unsafe { attach.push(region, m, addr, s.index, s.len as u16) };
                         m
                     }
                     Carried::Copied => {
@@ -709,6 +713,16 @@ impl TxPort for DpdkTx {
                         m
                     }
                     Carried::TooLarge => unreachable!("dropped above"),
+                };
+            }
+            // SAFETY: as promised at each push, before any of these mbufs is used.
+            unsafe { attach.flush() };
+            if reused > 0 {
+                // SAFETY: the mbufs carrying this burst's lent buffers, out of their pool
+                // while the burst owns the buffers; each reset to one segment of the
+                // frame's length at the headroom where the region's data starts.
+                unsafe {
+                    sys::shim_tx_reuse_bulk(reuse.as_ptr(), reuse_lens.as_ptr(), reused as u32)
                 };
             }
             if let Some(t) = &self.send_times {
