@@ -571,6 +571,39 @@ const SPARE_LARGE_VECS: usize = 256;
 const SPARE_DESCRIPTOR_MAX_CAPACITY: usize = 16 * 1024;
 /// Vectors up to this many packets go to the small spares.
 const SPARE_SMALL_CAPACITY: usize = 256;
+/// Small spares each thread keeps for itself before the shared ones: a worker that
+/// builds and drops its own bursts (run to completion) then touches no shared queue.
+const THREAD_SPARES: usize = 16;
+
+thread_local! {
+    /// This thread's small spare descriptor vectors (any region set's: they are plain
+    /// memory).
+    static SPARES: std::cell::RefCell<Vec<Vec<Packet>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A small spare vector of this thread's, if it has one.
+#[inline]
+fn thread_spare() -> Option<Vec<Packet>> {
+    SPARES
+        .try_with(|s| s.try_borrow_mut().ok()?.pop())
+        .ok()
+        .flatten()
+}
+
+/// Keeps `v` (empty, small) among this thread's spares; gives it back when they are full.
+#[inline]
+fn keep_thread_spare(v: Vec<Packet>) -> Option<Vec<Packet>> {
+    let mut v = Some(v);
+    let _ = SPARES.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut()
+            && s.len() < THREAD_SPARES
+        {
+            s.push(v.take().expect("not yet kept"));
+        }
+    });
+    v
+}
 
 impl RegionSet {
     /// Allocates every region of the configuration; on failure nothing stays allocated.
@@ -630,6 +663,10 @@ impl RegionSet {
         let (first, second) = if capacity > SPARE_SMALL_CAPACITY {
             (&self.spare_large, &self.spare_descriptors)
         } else {
+            if let Some(mut v) = thread_spare() {
+                v.reserve(capacity);
+                return v;
+            }
             (&self.spare_descriptors, &self.spare_large)
         };
         match first.pop().or_else(|| second.pop()) {
@@ -652,7 +689,10 @@ impl RegionSet {
         let _ = if v.capacity() > SPARE_SMALL_CAPACITY {
             self.spare_large.push(v)
         } else {
-            self.spare_descriptors.push(v)
+            match keep_thread_spare(v) {
+                Some(v) => self.spare_descriptors.push(v),
+                None => Ok(()),
+            }
         };
     }
 
@@ -707,6 +747,23 @@ mod tests {
         assert!(set.descriptor_vec(1000).capacity() >= SPARE_DESCRIPTOR_MAX_CAPACITY);
         assert_eq!(set.spare_large.len(), SPARE_LARGE_VECS - 1);
         assert!(set.descriptor_vec(8).capacity() < SPARE_SMALL_CAPACITY);
+        // The first small ones dropped stayed with this thread: taken back without the
+        // shared queue.
+        let shared = set.spare_descriptors.len();
+        for _ in 0..THREAD_SPARES - 1 {
+            assert_eq!(set.descriptor_vec(8).capacity(), 32);
+        }
+        assert_eq!(
+            set.spare_descriptors.len(),
+            shared,
+            "taken from this thread's own"
+        );
+        let _ = set.descriptor_vec(8);
+        assert_eq!(
+            set.spare_descriptors.len(),
+            shared - 1,
+            "then from the shared ones"
+        );
     }
 
     #[test]
