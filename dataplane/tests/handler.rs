@@ -353,30 +353,25 @@ fn delivery_is_read_checked_and_planned() {
 /// A UDP client interface sending to a server interface on 127.0.0.1, both queues run by
 /// one handler on core 0 (kernel sockets: the socket engine in run to completion).
 fn udp_pair(port: u16) -> String {
-    format!(
+    common::socket_config(&format!(
         r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 0
-    memory_regions:
-    - {{name: srv, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
-    - {{name: cli, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
-    interfaces:
-    - name: server
-      address: 127.0.0.1
-      socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
-      rx:
-        queues: [{{name: rq, id: 0, cpu_core: 0, batch_size: 1, memory_regions: [srv], delivery: handler}}]
-    - name: client
-      address: 127.0.0.1
-      socket_config: {{mode: client, local_addr: "udp://127.0.0.1:{client}", remote_addr: "udp://127.0.0.1:{port}"}}
-      tx:
-        queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 1, memory_regions: [cli], delivery: handler}}]
+memory_regions:
+- {{name: srv, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+- {{name: cli, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+interfaces:
+- name: server
+  address: 127.0.0.1
+  socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
+  rx:
+    queues: [{{name: rq, id: 0, cpu_core: 0, batch_size: 1, memory_regions: [srv], delivery: handler}}]
+- name: client
+  address: 127.0.0.1
+  socket_config: {{mode: client, local_addr: "udp://127.0.0.1:{client}", remote_addr: "udp://127.0.0.1:{port}"}}
+  tx:
+    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 1, memory_regions: [cli], delivery: handler}}]
 "#,
         client = port + 1
-    )
+    ))
 }
 
 /// Sends one datagram a pass while fewer than a window's worth are unanswered (so the

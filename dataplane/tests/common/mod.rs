@@ -23,17 +23,22 @@ pub fn config_path(name: &str) -> PathBuf {
 /// so errors name lines and columns as in the written-out file (the header is lines 2
 /// to 6, `body` starts at line 7).
 pub fn raw_config(body: &str) -> String {
-    config_with_header(&[], body)
+    config_with_header("raw", &[], body)
+}
+
+/// [`raw_config`] with `stream_type: socket` (kernel sockets).
+pub fn socket_config(body: &str) -> String {
+    config_with_header("socket", &[], body)
 }
 
 /// [`raw_config`] on the software loopback (`loopback: "sw"`, line 7; `body` from line 8).
 pub fn loopback_config(body: &str) -> String {
-    config_with_header(&["loopback: \"sw\""], body)
+    config_with_header("raw", &["loopback: \"sw\""], body)
 }
 
-fn config_with_header(extra: &[&str], body: &str) -> String {
-    let mut text = String::from(
-        "\ndataplane:\n  cfg:\n    version: 1\n    stream_type: raw\n    master_core: 0\n",
+fn config_with_header(stream_type: &str, extra: &[&str], body: &str) -> String {
+    let mut text = format!(
+        "\ndataplane:\n  cfg:\n    version: 1\n    stream_type: {stream_type}\n    master_core: 0\n"
     );
     for line in extra
         .iter()
