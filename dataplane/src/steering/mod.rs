@@ -353,22 +353,7 @@ mod tests {
 
     fn steering(capacity: u32, exception: bool) -> (InterfaceSteering, Arc<Recorder>) {
         let mut rx = RxConfig::empty();
-        rx.queues.push(QueueConfig {
-            name: "q0".into(),
-            id: 0,
-            cpu_core: 0,
-            batch_size: 32,
-            timeout_us: 0,
-            ring_packets: crate::config::DEFAULT_RING_PACKETS,
-            memory_regions: vec!["m".into()],
-            tx_eth_src: false,
-            pacing_mbps: 0,
-            capture: None,
-            stage_core: None,
-            copy_cores: Vec::new(),
-            delivery: crate::config::Delivery::Ring,
-            location: Default::default(),
-        });
+        rx.queues.push(QueueConfig::new("q0", 0, 0, 32, &["m"]));
         rx.flows = vec![flow("a", 1, 5000), flow("b", 2, 5001)];
         rx.flow_isolation = exception;
         rx.exception_queue = exception.then_some(0);

@@ -11,22 +11,7 @@ use proptest::prelude::*;
 use std::net::Ipv4Addr;
 
 fn queue(id: u16) -> QueueConfig {
-    QueueConfig {
-        name: format!("q{id}"),
-        id,
-        cpu_core: 0,
-        batch_size: 32,
-        timeout_us: 0,
-        ring_packets: crate::config::DEFAULT_RING_PACKETS,
-        memory_regions: vec!["m".into()],
-        tx_eth_src: false,
-        pacing_mbps: 0,
-        capture: None,
-        stage_core: None,
-        copy_cores: Vec::new(),
-        delivery: crate::config::Delivery::Ring,
-        location: Default::default(),
-    }
+    QueueConfig::new(&format!("q{id}"), id, 0, 32, &["m"])
 }
 
 fn rx(queues: &[u16], flows: Vec<FlowConfig>, isolation: bool) -> RxConfig {
