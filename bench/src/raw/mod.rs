@@ -465,124 +465,28 @@ pub fn run(
     let seconds = started.elapsed().as_secs_f64();
     plane.show_progress(0);
 
-    // Drain: deliver partial bursts, then wait until the pipeline is empty (every sent
-    // packet received or counted as dropped) or the deadline passes. A run with only the
-    // receiving side here cannot know what was sent: it waits until nothing moves.
-    plane.flush();
-    let deadline = if interrupted.load(Ordering::Relaxed) {
-        opts.drain_deadline.min(Duration::from_secs(1))
-    } else {
-        opts.drain_deadline
-    };
-    let drain_start = Instant::now();
     let both_sides = !config.bench.tx.is_empty() && !tx_only;
-    // Every sent packet received (once) or counted as dropped.
-    let pipeline_empty =
-        |seen: u64, s: &dataplane::stats::Snapshot| seen + s.drops().total() >= tx_packets;
-    if both_sides {
-        while !pipeline_empty(received.load(Ordering::Relaxed), &plane.snapshot())
-            && drain_start.elapsed() < deadline
-            && plane.worker_failures().is_empty()
-        {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    } else if !tx_only {
-        let mut last = received.load(Ordering::Relaxed);
-        let mut last_change = Instant::now();
-        while drain_start.elapsed() < deadline && last_change.elapsed() < Duration::from_millis(300)
-        {
-            std::thread::sleep(Duration::from_millis(2));
-            let now = received.load(Ordering::Relaxed);
-            if now != last {
-                last = now;
-                last_change = Instant::now();
-            }
-        }
-    }
-    // A sender on its own (the other side is another process): wait until the workers have
-    // handed every generated packet to the engine, then give the link a moment to carry the
-    // last ones before the ports close.
-    let mut unsent = 0;
-    if tx_only {
-        let transmitted = || plane.snapshot().total(Direction::Tx).0;
-        while transmitted() < tx_packets && drain_start.elapsed() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        unsent = tx_packets.saturating_sub(transmitted());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // Where undelivered packets are, before the checkers stop reading.
-    let pipeline = plane.snapshot();
-    let unique_seen = received.load(Ordering::Relaxed);
+    let drain = Drain::run(
+        &plane,
+        &received,
+        tx_packets,
+        both_sides,
+        tx_only,
+        opts,
+        interrupted,
+    );
     stop_rx.store(true, Ordering::Relaxed);
-    let (mut rx_packets, mut rx_bytes) = (0, 0);
-    let mut counts = CheckCounts::default();
-    let mut problems = Vec::new();
-    let mut flow_ids = BTreeMap::new();
-    let mut reorder: Option<ReorderReport> = None;
-    let mut captures = Vec::new();
-    let mut latency = Latency::default();
-    let (mut stamped, mut polled) = (0, 0);
-    for (i, r) in sides.checker_results().into_iter().enumerate() {
-        for mut cap in r.captures {
-            cap.mbytes_per_s = cap.stats.written_bytes as f64 / seconds.max(1e-9) / 1e6;
-            if let Some(e) = &cap.error {
-                problems.push(format!("capture {}: {e}", cap.queue));
-            }
-            captures.push(cap);
-        }
-        if timed {
-            stages.push(StageCost::new(format!("checker {i}"), r.packets, r.busy_ns));
-        }
-        if let Some(rr) = &r.reorder {
-            reorder.get_or_insert_with(Default::default).add(rr);
-        }
-        r.marks.merge_into(&mut flow_ids);
-        rx_packets += r.packets;
-        rx_bytes += r.bytes;
-        counts.add(&r.checker.counts);
-        let mut checker = r.checker;
-        latency.add(&mut checker.latency);
-        stamped += r.stamped;
-        polled += r.polled;
-        if let Some(p) = checker.first_problem {
-            problems.push(p);
-        }
-        for f in r.failures {
-            note_failure(&mut worker_failures, f);
-        }
+    let mut checked = CheckTotals::collect(sides.checker_results(), seconds, timed);
+    stages.append(&mut checked.stages);
+    for f in std::mem::take(&mut checked.failures) {
+        note_failure(&mut worker_failures, f);
     }
     let snapshot = plane.snapshot();
     let series = plane.take_series();
     let workers =
         dataplane::worker::WorkerUse::between(&workers_at_start, &plane.worker_readings());
-    let engine = plane.engine_name();
-    let steering = plane.steering();
+    let setup = run_setup(config, &plane, &snapshot);
     let zero_copy_regions = plane.zero_copy_regions();
-    let first_tx = config.bench.tx.first();
-    let setup = RunSetup {
-        version: env!("CARGO_PKG_VERSION"),
-        commit: dataplane::stats::BUILD_COMMIT,
-        engine,
-        steering: steering.clone(),
-        frame_bytes: first_tx.map(|b| FrameBuilder::new(b, 0).frame_len()),
-        payload_bytes: first_tx.map(|b| b.payload_size),
-        batch: first_tx.map(|b| b.batch_size),
-        generators: config.bench.tx.len(),
-        checkers: config.bench.rx.len(),
-        rx_queues: snapshot
-            .queues
-            .iter()
-            .filter(|q| q.direction == "rx")
-            .count(),
-        tx_queues: snapshot
-            .queues
-            .iter()
-            .filter(|q| q.direction == "tx")
-            .count(),
-        worker_cores: plane.worker_cores(),
-        paced_gbps: paced_gbps(config),
-    };
     if let Err(failed) = plane.shutdown() {
         for f in failed {
             note_failure(&mut worker_failures, f.to_string());
@@ -599,7 +503,8 @@ pub fn run(
         }
     }
     let drops = snapshot.drops();
-    let unique_rx = rx_packets.saturating_sub(counts.duplicates);
+    let counts = checked.counts;
+    let unique_rx = checked.packets.saturating_sub(counts.duplicates);
     let missing = if both_sides {
         tx_packets.saturating_sub(unique_rx)
     } else {
@@ -607,25 +512,16 @@ pub fn run(
     };
     // Missing packets that no counter explains, when the deadline cut the drain short,
     // are in flight; after a complete drain they are lost without attribution.
-    let drained = both_sides && pipeline_empty(unique_seen, &pipeline);
+    let drained = both_sides && drain.pipeline_empty(tx_packets);
     let unexplained = missing.saturating_sub(drops.total());
     let (lost, unattributed, in_flight) = if drained || !both_sides {
         (missing, unexplained, 0)
     } else {
         (missing - unexplained, 0, unexplained)
     };
-    let in_flight_cause = (in_flight > 0).then(|| {
-        let (tx_done, _) = pipeline.total(Direction::Tx);
-        let (rx_done, _) = pipeline.total(Direction::Rx);
-        format!(
-            "{in_flight} packets were neither received nor counted as dropped {:.1} s after the generators stopped (drain deadline{}): {} not yet taken by the TX workers, {} transmitted but not delivered to an RX queue, {} delivered but not yet read by the checkers",
-            drain_start.elapsed().as_secs_f64(),
-            if interrupted.load(Ordering::Relaxed) { ", shortened by the interrupt" } else { "" },
-            tx_packets.saturating_sub(tx_done),
-            tx_done.saturating_sub(rx_done + pipeline.drops().total()),
-            rx_done.saturating_sub(unique_seen),
-        )
-    });
+    let in_flight_cause =
+        (in_flight > 0).then(|| drain.in_flight_cause(in_flight, tx_packets, interrupted));
+    let mut problems = checked.problems;
     if drops.total() > 0 {
         problems.push(format!(
             "data plane dropped {} packets ({drops:?})",
@@ -638,9 +534,10 @@ pub fn run(
             lost - unattributed
         ));
     }
-    if unsent > 0 {
+    if drain.unsent > 0 {
         problems.push(format!(
-            "{unsent} of {tx_packets} generated packets were never handed to the engine"
+            "{} of {tx_packets} generated packets were never handed to the engine",
+            drain.unsent
         ));
     }
     if counts.corrupt > 0 || counts.reordered > 0 || counts.gaps > 0 || counts.duplicates > 0 {
@@ -649,7 +546,257 @@ pub fn run(
             counts.corrupt, counts.gaps, counts.reordered, counts.duplicates
         ));
     }
-    if let Some(r) = &reorder
+    problems.extend(reorder_problems(config, checked.reorder.as_ref()));
+    if both_sides && unique_rx > tx_packets {
+        problems.push(format!(
+            "received {unique_rx} distinct packets but only {tx_packets} were sent"
+        ));
+    }
+    problems.extend(worker_failures.iter().cloned());
+    let verdict = if !problems.is_empty() {
+        Verdict::NotLossless
+    } else if in_flight > 0 {
+        Verdict::Inconclusive
+    } else {
+        Verdict::Lossless
+    };
+    // A TX-only run reports what it sent.
+    let (tput_bytes, tput_packets) = if tx_only {
+        (tx_bytes, tx_packets)
+    } else {
+        (checked.bytes, checked.packets)
+    };
+    Ok(RawReport {
+        engine: setup.engine,
+        tx_work: opts.tx_work,
+        rx_work: opts.rx_work,
+        steering: setup.steering.clone(),
+        zero_copy_regions,
+        seconds,
+        requested_seconds: opts.seconds,
+        captures: checked.captures,
+        interrupted: interrupted.load(Ordering::Relaxed),
+        tx_packets,
+        tx_bytes,
+        rx_packets: checked.packets,
+        rx_bytes: checked.bytes,
+        drops,
+        lost,
+        unattributed,
+        in_flight,
+        in_flight_cause,
+        worker_failures,
+        verdict,
+        lossless: verdict == Verdict::Lossless,
+        rx_gbps: tput_bytes as f64 * 8.0 / seconds / 1e9,
+        rx_mpps: tput_packets as f64 / seconds / 1e6,
+        queues: snapshot.queues,
+        flow_ids: checked.flow_ids,
+        checker: counts,
+        stages,
+        pacing: paced_gbps(config).map(|target_gbps| PacingReport {
+            target_gbps,
+            sent_gbps,
+        }),
+        reorder: checked.reorder,
+        latency: checked.latency.summary(),
+        latency_clock: match (checked.stamped, checked.polled) {
+            (_, 0) => "rx_timestamp",
+            (0, _) => "poll",
+            _ => "mixed",
+        },
+        problems,
+        setup,
+        series,
+        workers,
+    })
+}
+
+/// The drain after the generators stopped: where the packets still were when it ended.
+struct Drain {
+    /// When it began.
+    start: Instant,
+    /// Generated packets the workers never handed to the engine (sender on its own).
+    unsent: u64,
+    /// The counters as the drain ended, before the checkers stopped reading.
+    pipeline: dataplane::stats::Snapshot,
+    /// Distinct packets the checkers had seen then.
+    unique_seen: u64,
+}
+
+impl Drain {
+    /// Delivers partial bursts, then waits until the pipeline is empty (every sent packet
+    /// received or counted as dropped) or the deadline passes. A run with only the
+    /// receiving side here cannot know what was sent: it waits until nothing moves. A
+    /// sender on its own (the other side is another process) waits until the workers have
+    /// handed every generated packet to the engine, then gives the link a moment to carry
+    /// the last ones before the ports close.
+    fn run(
+        plane: &DataPlane,
+        received: &AtomicU64,
+        tx_packets: u64,
+        both_sides: bool,
+        tx_only: bool,
+        opts: &RawOptions,
+        interrupted: &AtomicBool,
+    ) -> Self {
+        plane.flush();
+        let deadline = if interrupted.load(Ordering::Relaxed) {
+            opts.drain_deadline.min(Duration::from_secs(1))
+        } else {
+            opts.drain_deadline
+        };
+        let start = Instant::now();
+        if both_sides {
+            while received.load(Ordering::Relaxed) + plane.snapshot().drops().total() < tx_packets
+                && start.elapsed() < deadline
+                && plane.worker_failures().is_empty()
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        } else if !tx_only {
+            let mut last = received.load(Ordering::Relaxed);
+            let mut last_change = Instant::now();
+            while start.elapsed() < deadline && last_change.elapsed() < Duration::from_millis(300) {
+                std::thread::sleep(Duration::from_millis(2));
+                let now = received.load(Ordering::Relaxed);
+                if now != last {
+                    last = now;
+                    last_change = Instant::now();
+                }
+            }
+        }
+        let mut unsent = 0;
+        if tx_only {
+            let transmitted = || plane.snapshot().total(Direction::Tx).0;
+            while transmitted() < tx_packets && start.elapsed() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            unsent = tx_packets.saturating_sub(transmitted());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Self {
+            start,
+            unsent,
+            pipeline: plane.snapshot(),
+            unique_seen: received.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every sent packet received (once) or counted as dropped when the drain ended.
+    fn pipeline_empty(&self, tx_packets: u64) -> bool {
+        self.unique_seen + self.pipeline.drops().total() >= tx_packets
+    }
+
+    /// Where the packets in flight were when the drain's deadline passed.
+    fn in_flight_cause(&self, in_flight: u64, tx_packets: u64, interrupted: &AtomicBool) -> String {
+        let pipeline = &self.pipeline;
+        let (tx_done, _) = pipeline.total(Direction::Tx);
+        let (rx_done, _) = pipeline.total(Direction::Rx);
+        format!(
+            "{in_flight} packets were neither received nor counted as dropped {:.1} s after the generators stopped (drain deadline{}): {} not yet taken by the TX workers, {} transmitted but not delivered to an RX queue, {} delivered but not yet read by the checkers",
+            self.start.elapsed().as_secs_f64(),
+            if interrupted.load(Ordering::Relaxed) {
+                ", shortened by the interrupt"
+            } else {
+                ""
+            },
+            tx_packets.saturating_sub(tx_done),
+            tx_done.saturating_sub(rx_done + pipeline.drops().total()),
+            rx_done.saturating_sub(self.unique_seen),
+        )
+    }
+}
+
+/// The checkers' results added up.
+#[derive(Default)]
+struct CheckTotals {
+    packets: u64,
+    bytes: u64,
+    counts: CheckCounts,
+    /// The first problem each checker found, and the captures' errors.
+    problems: Vec<String>,
+    /// Worker failures the checkers saw.
+    failures: Vec<String>,
+    flow_ids: BTreeMap<u32, u64>,
+    reorder: Option<ReorderReport>,
+    captures: Vec<CaptureReport>,
+    latency: Latency,
+    stamped: u64,
+    polled: u64,
+    /// Per-checker stage costs (`--stages`).
+    stages: Vec<StageCost>,
+}
+
+impl CheckTotals {
+    fn collect(results: Vec<CheckerResult>, seconds: f64, timed: bool) -> Self {
+        let mut t = Self::default();
+        for (i, r) in results.into_iter().enumerate() {
+            for mut cap in r.captures {
+                cap.mbytes_per_s = cap.stats.written_bytes as f64 / seconds.max(1e-9) / 1e6;
+                if let Some(e) = &cap.error {
+                    t.problems.push(format!("capture {}: {e}", cap.queue));
+                }
+                t.captures.push(cap);
+            }
+            if timed {
+                t.stages
+                    .push(StageCost::new(format!("checker {i}"), r.packets, r.busy_ns));
+            }
+            if let Some(rr) = &r.reorder {
+                t.reorder.get_or_insert_with(Default::default).add(rr);
+            }
+            r.marks.merge_into(&mut t.flow_ids);
+            t.packets += r.packets;
+            t.bytes += r.bytes;
+            t.counts.add(&r.checker.counts);
+            let mut checker = r.checker;
+            t.latency.add(&mut checker.latency);
+            t.stamped += r.stamped;
+            t.polled += r.polled;
+            t.problems.extend(checker.first_problem);
+            t.failures.extend(r.failures);
+        }
+        t
+    }
+}
+
+/// What the run was, from the configuration and the plane before it shuts down.
+fn run_setup(
+    config: &Config,
+    plane: &DataPlane,
+    snapshot: &dataplane::stats::Snapshot,
+) -> RunSetup {
+    let first_tx = config.bench.tx.first();
+    let queues = |direction: &str| {
+        snapshot
+            .queues
+            .iter()
+            .filter(|q| q.direction == direction)
+            .count()
+    };
+    RunSetup {
+        version: env!("CARGO_PKG_VERSION"),
+        commit: dataplane::stats::BUILD_COMMIT,
+        engine: plane.engine_name(),
+        steering: plane.steering(),
+        frame_bytes: first_tx.map(|b| FrameBuilder::new(b, 0).frame_len()),
+        payload_bytes: first_tx.map(|b| b.payload_size),
+        batch: first_tx.map(|b| b.batch_size),
+        generators: config.bench.tx.len(),
+        checkers: config.bench.rx.len(),
+        rx_queues: queues("rx"),
+        tx_queues: queues("tx"),
+        worker_cores: plane.worker_cores(),
+        paced_gbps: paced_gbps(config),
+    }
+}
+
+/// Reorder batches with a packet in the wrong slot, and a quantizing reorder that did not
+/// verify what `bench_reorder_quantize` asks for.
+fn reorder_problems(config: &Config, reorder: Option<&ReorderReport>) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(r) = reorder
         && r.bad_batches > 0
     {
         problems.push(format!(
@@ -663,7 +810,7 @@ pub fn run(
         ));
     }
     if let Some(q) = &config.bench.reorder_quantize {
-        let r = reorder.clone().unwrap_or_default();
+        let r = reorder.cloned().unwrap_or_default();
         let verifiable = super::quantize::lossless(q.conversion);
         if !verifiable {
             problems.push(format!(
@@ -682,71 +829,7 @@ pub fn run(
             ));
         }
     }
-    if both_sides && unique_rx > tx_packets {
-        problems.push(format!(
-            "received {unique_rx} distinct packets but only {tx_packets} were sent"
-        ));
-    }
-    for f in &worker_failures {
-        problems.push(f.clone());
-    }
-    let verdict = if !problems.is_empty() {
-        Verdict::NotLossless
-    } else if in_flight > 0 {
-        Verdict::Inconclusive
-    } else {
-        Verdict::Lossless
-    };
-    // A TX-only run reports what it sent.
-    let (tput_bytes, tput_packets) = if tx_only {
-        (tx_bytes, tx_packets)
-    } else {
-        (rx_bytes, rx_packets)
-    };
-    Ok(RawReport {
-        engine,
-        tx_work: opts.tx_work,
-        rx_work: opts.rx_work,
-        steering,
-        zero_copy_regions,
-        seconds,
-        requested_seconds: opts.seconds,
-        captures,
-        interrupted: interrupted.load(Ordering::Relaxed),
-        tx_packets,
-        tx_bytes,
-        rx_packets,
-        rx_bytes,
-        drops,
-        lost,
-        unattributed,
-        in_flight,
-        in_flight_cause,
-        worker_failures,
-        verdict,
-        lossless: verdict == Verdict::Lossless,
-        rx_gbps: tput_bytes as f64 * 8.0 / seconds / 1e9,
-        rx_mpps: tput_packets as f64 / seconds / 1e6,
-        queues: snapshot.queues,
-        flow_ids,
-        checker: counts,
-        stages,
-        pacing: paced_gbps(config).map(|target_gbps| PacingReport {
-            target_gbps,
-            sent_gbps,
-        }),
-        reorder,
-        latency: latency.summary(),
-        latency_clock: match (stamped, polled) {
-            (_, 0) => "rx_timestamp",
-            (0, _) => "poll",
-            _ => "mixed",
-        },
-        problems,
-        setup,
-        series,
-        workers,
-    })
+    problems
 }
 
 /// Where the generators and checkers run.

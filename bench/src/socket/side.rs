@@ -220,14 +220,11 @@ pub(super) fn run_side(
         })
         .collect();
     r.streams = if send { senders.len() } else { 0 };
-    let mut rx_streams: BTreeMap<(usize, u32), StreamRx> = BTreeMap::new();
-    let mut bad: Vec<String> = Vec::new();
+    let mut rx = RxCheck::new(udp, size);
     let start = Instant::now();
     let mut send_from: Option<Instant> = None;
     let mut send_until = start + Duration::from_secs_f64(seconds);
     let mut tx_done_at = None;
-    let mut last_rx = start;
-    let mut first_rx: Option<Instant> = None;
     // Bursts of at most BURST_BYTES, at most QUEUED_BURSTS waiting per queue: a sender
     // that keeps its data in flight small keeps it in cache (as an application that
     // produces data as it goes does), instead of running a whole region ahead.
@@ -238,9 +235,8 @@ pub(super) fn run_side(
     let give_up =
         start + connect_timeout + Duration::from_secs_f64(seconds) + Duration::from_secs(30);
     let mut waiting_since = start;
-    // Expected bytes of a message checked by digest, and written into GPU memory.
+    // A message written into GPU memory is built here first.
     let mut scratch: Vec<u8> = Vec::new();
-    let mut digest = Digest::default();
     let mut last_wait_error = String::new();
     loop {
         let now = Instant::now();
@@ -256,89 +252,43 @@ pub(super) fn run_side(
                     let burst = match s.unsent.take() {
                         Some(b) => Some(b),
                         None if txq.pending() >= queued_bursts => None,
-                        None => match txq.alloc(batch) {
-                            Ok(mut b) => {
-                                for i in 0..b.len() {
-                                    let (seq, offset) =
-                                        (s.seq + i as u64, s.offset + (i * size) as u64);
-                                    let fill = |buf: &mut [u8]| {
-                                        if udp {
-                                            fill_udp(buf, s.stream, seq, KIND_DATA);
-                                        } else {
-                                            fill_stream(buf, offset);
-                                        }
-                                    };
-                                    match b.buffer_mut(i, 0) {
-                                        Some(buf) => {
-                                            fill(&mut buf[..size]);
-                                            b.set_len(i, 0, size);
-                                        }
-                                        None => {
-                                            scratch.resize(size, 0);
-                                            fill(&mut scratch[..]);
-                                            if let Err(e) = write_gpu_packet(&mut b, i, &scratch) {
-                                                bad.push(format!(
-                                                    "writing a message into GPU memory: {e}"
-                                                ));
-                                            }
-                                        }
-                                    }
-                                }
-                                s.seq += b.len() as u64;
-                                s.offset += (b.len() * size) as u64;
-                                Some(b)
-                            }
-                            Err(_) => None,
-                        },
+                        None => txq.alloc(batch).ok().map(|mut b| {
+                            fill_messages(&mut b, s, size, udp, &mut scratch, &mut rx.bad);
+                            b
+                        }),
                     };
-                    if let Some(b) = burst {
-                        let (n, bytes) = (b.len() as u64, b.bytes());
-                        match txq.send(b) {
-                            Ok(()) => {
-                                if send_from.is_none() {
-                                    send_from = Some(now);
-                                    send_until = now + Duration::from_secs_f64(seconds);
-                                }
-                                progressed = true;
-                                r.traffic.messages_sent += n;
-                                r.traffic.bytes_sent += bytes;
+                    let Some(b) = burst else { continue };
+                    let (n, bytes) = (b.len() as u64, b.bytes());
+                    match txq.send(b) {
+                        Ok(()) => {
+                            if send_from.is_none() {
+                                send_from = Some(now);
+                                send_until = now + Duration::from_secs_f64(seconds);
                             }
-                            Err(e) => {
-                                if let TxFailure::NotConnected(why) = &e.reason {
-                                    last_wait_error = why.clone();
-                                    if send_from.is_none() && now - waiting_since > connect_timeout
-                                    {
-                                        r.traffic.errors += 1;
-                                        r.problems.push(format!(
-                                            "no peer within {:.1} s: {why}",
-                                            connect_timeout.as_secs_f64()
-                                        ));
-                                        return r;
-                                    }
+                            progressed = true;
+                            r.traffic.messages_sent += n;
+                            r.traffic.bytes_sent += bytes;
+                        }
+                        Err(e) => {
+                            if let TxFailure::NotConnected(why) = &e.reason {
+                                last_wait_error = why.clone();
+                                if send_from.is_none() && now - waiting_since > connect_timeout {
+                                    r.traffic.errors += 1;
+                                    r.problems.push(format!(
+                                        "no peer within {:.1} s: {why}",
+                                        connect_timeout.as_secs_f64()
+                                    ));
+                                    return r;
                                 }
-                                s.unsent = Some(e.burst);
                             }
+                            s.unsent = Some(e.burst);
                         }
                     }
                 } else if udp && s.ends_sent < END_MARKERS {
                     all_ended = false;
                     let due = send_until + END_SPREAD * s.ends_sent / END_MARKERS;
-                    if now >= due
-                        && let Ok(mut b) = txq.alloc(1)
-                    {
-                        let mut marker = [0u8; HEADER];
-                        fill_udp(&mut marker, s.stream, s.seq, KIND_END);
-                        let written = match b.buffer_mut(0, 0) {
-                            Some(buf) => {
-                                buf[..HEADER].copy_from_slice(&marker);
-                                b.set_len(0, 0, HEADER);
-                                true
-                            }
-                            None => write_gpu_packet(&mut b, 0, &marker).is_ok(),
-                        };
-                        if written && txq.send(b).is_ok() {
-                            s.ends_sent += 1;
-                        }
+                    if now >= due {
+                        send_end_marker(s, txq);
                     }
                 }
             }
@@ -349,107 +299,18 @@ pub(super) fn run_side(
             waiting_since = now;
         }
         for (k, rxq) in q.rx.iter_mut().enumerate() {
-            let burst = match rxq.poll() {
-                Ok(Some(b)) => b,
-                Ok(None) => continue,
-                Err(f) => {
-                    bad.push(format!("RX worker failed: {f}"));
-                    continue;
+            match rxq.poll() {
+                Ok(Some(b)) => {
+                    progressed = true;
+                    rx.burst(k, &b, &mut r.traffic, now);
                 }
-            };
-            progressed = true;
-            let on_gpu = burst.packets().first().is_some_and(|p| {
-                !burst
-                    .regions()
-                    .get(p.segments()[0].region)
-                    .host_accessible()
-            });
-            if on_gpu && let Err(e) = gpu_digest(&mut digest, &burst) {
-                bad.push(format!("GPU check: {e}"));
-                continue;
-            }
-            for i in 0..burst.len() {
-                let len = burst.packets()[i].len();
-                let view = if on_gpu {
-                    Seen::Digest {
-                        len,
-                        sum: digest_sum(&digest, i),
-                        head: digest_bytes(&digest, i, 0),
-                        tail: digest_bytes(&digest, i, HEADER),
-                    }
-                } else {
-                    Seen::Bytes(burst.data(i, 0).expect("host memory"))
-                };
-                if udp {
-                    if len < HEADER {
-                        bad.push(format!("a {len}-byte datagram, shorter than the header"));
-                        continue;
-                    }
-                    let head = view.head();
-                    let seq = u64::from_le_bytes(head[..8].try_into().expect("8"));
-                    let stream = u32::from_le_bytes(head[8..12].try_into().expect("4"));
-                    let kind = u32::from_le_bytes(head[12..16].try_into().expect("4"));
-                    let st = rx_streams.entry((0, stream)).or_default();
-                    if kind == KIND_END {
-                        st.total = Some(seq);
-                        continue;
-                    }
-                    let intact = len == size
-                        && match &view {
-                            Seen::Bytes(m) => check_udp_body(m, stream, seq),
-                            Seen::Digest { .. } => {
-                                scratch.resize(size, 0);
-                                fill_udp(&mut scratch, stream, seq, KIND_DATA);
-                                view.matches(&scratch)
-                            }
-                        };
-                    if !intact {
-                        bad.push(format!(
-                            "stream {stream} message {seq} corrupt ({len} bytes)"
-                        ));
-                        continue;
-                    }
-                    if seq < st.next {
-                        bad.push(format!(
-                            "stream {stream} message {seq} duplicated or reordered"
-                        ));
-                        continue;
-                    }
-                    st.next = seq + 1;
-                    st.received += 1;
-                    r.traffic.messages_received += 1;
-                } else {
-                    let st = rx_streams.entry((k, k as u32)).or_default();
-                    let intact = match &view {
-                        Seen::Bytes(m) => check_stream(m, st.offset),
-                        Seen::Digest { .. } => {
-                            scratch.resize(len, 0);
-                            fill_stream(&mut scratch, st.offset);
-                            view.matches(&scratch)
-                        }
-                    };
-                    if !intact {
-                        bad.push(format!(
-                            "stream {k}: bytes {}..{} corrupt",
-                            st.offset,
-                            st.offset + len as u64
-                        ));
-                    }
-                    st.offset += len as u64;
-                }
-                r.traffic.bytes_received += len as u64;
-                last_rx = now;
-                first_rx.get_or_insert(now);
+                Ok(None) => {}
+                Err(f) => rx.bad.push(format!("RX worker failed: {f}")),
             }
         }
         let senders_done = tx_done_at.is_some() || !send;
-        let markers_in = udp
-            && !rx_streams.is_empty()
-            && rx_streams
-                .values()
-                .all(|s| s.total.is_some_and(|t| s.received >= t));
-        let quiet = now - last_rx > QUIET_END && now > send_until;
-        if senders_done && (!receive || markers_in || quiet || stop.load(Ordering::Relaxed)) {
+        let quiet = now - rx.last > QUIET_END && now > send_until;
+        if senders_done && (!receive || rx.markers_in() || quiet || stop.load(Ordering::Relaxed)) {
             break;
         }
         if now > give_up {
@@ -470,33 +331,243 @@ pub(super) fn run_side(
             std::thread::yield_now();
         }
     }
-    if !udp {
-        r.traffic.messages_received = r.traffic.bytes_received / size as u64;
-    }
-    for ((_, stream), st) in &rx_streams {
-        if let Some(t) = st.total {
-            r.traffic.lost += t.saturating_sub(st.received);
-        } else if udp {
-            r.traffic.lost += st.next.saturating_sub(st.received);
-            bad.push(format!(
-                "stream {stream}: no end marker arrived; {} messages counted as lost from the sequence numbers seen",
-                st.next.saturating_sub(st.received)
-            ));
-        }
-    }
-    if receive && peer_sends && r.traffic.bytes_received == 0 && !stop.load(Ordering::Relaxed) {
-        bad.push("nothing arrived from the peer (its section sends)".into());
-    }
-    if !bad.is_empty() {
-        r.traffic.errors += bad.len() as u64;
-        r.problems.extend(bad.into_iter().take(5));
-    }
+    let rx_secs = rx
+        .first
+        .map_or(seconds, |a| (rx.last - a).as_secs_f64().max(1e-3));
+    let expect_data = receive && peer_sends && !stop.load(Ordering::Relaxed);
+    rx.finish(&mut r, expect_data);
     let tx_secs = match (send_from, tx_done_at) {
         (Some(a), Some(b)) => (b.min(send_until) - a).as_secs_f64().max(1e-9),
         _ => seconds,
     };
-    let rx_secs = first_rx.map_or(seconds, |a| (last_rx - a).as_secs_f64().max(1e-3));
     r.traffic.tx_gbps = r.traffic.bytes_sent as f64 * 8.0 / tx_secs / 1e9;
     r.traffic.rx_gbps = r.traffic.bytes_received as f64 * 8.0 / rx_secs / 1e9;
     r
+}
+
+/// Writes the next messages of sender `s` into burst `b` (each `size` bytes, in GPU memory
+/// through `scratch` where the buffer is not host memory) and advances its sequence.
+fn fill_messages(
+    b: &mut Burst,
+    s: &mut Sender,
+    size: usize,
+    udp: bool,
+    scratch: &mut Vec<u8>,
+    bad: &mut Vec<String>,
+) {
+    for i in 0..b.len() {
+        let (seq, offset) = (s.seq + i as u64, s.offset + (i * size) as u64);
+        let fill = |buf: &mut [u8]| {
+            if udp {
+                fill_udp(buf, s.stream, seq, KIND_DATA);
+            } else {
+                fill_stream(buf, offset);
+            }
+        };
+        match b.buffer_mut(i, 0) {
+            Some(buf) => {
+                fill(&mut buf[..size]);
+                b.set_len(i, 0, size);
+            }
+            None => {
+                scratch.resize(size, 0);
+                fill(&mut scratch[..]);
+                if let Err(e) = write_gpu_packet(b, i, scratch) {
+                    bad.push(format!("writing a message into GPU memory: {e}"));
+                }
+            }
+        }
+    }
+    s.seq += b.len() as u64;
+    s.offset += (b.len() * size) as u64;
+}
+
+/// Sends one UDP end marker of sender `s` (its total so far), when `txq` has a buffer.
+fn send_end_marker(s: &mut Sender, txq: &mut TxQueue) {
+    let Ok(mut b) = txq.alloc(1) else { return };
+    let mut marker = [0u8; HEADER];
+    fill_udp(&mut marker, s.stream, s.seq, KIND_END);
+    let written = match b.buffer_mut(0, 0) {
+        Some(buf) => {
+            buf[..HEADER].copy_from_slice(&marker);
+            b.set_len(0, 0, HEADER);
+            true
+        }
+        None => write_gpu_packet(&mut b, 0, &marker).is_ok(),
+    };
+    if written && txq.send(b).is_ok() {
+        s.ends_sent += 1;
+    }
+}
+
+/// The receiving half: every message checked against what its sender wrote.
+struct RxCheck {
+    udp: bool,
+    /// Bytes of each message.
+    size: usize,
+    /// Per `(queue, stream)` state (UDP streams all on queue slot 0).
+    streams: BTreeMap<(usize, u32), StreamRx>,
+    /// The GPU's digests of a burst in GPU memory.
+    digest: Digest,
+    /// Expected bytes of a message checked by digest.
+    scratch: Vec<u8>,
+    /// Problems found (sending's too).
+    bad: Vec<String>,
+    first: Option<Instant>,
+    last: Instant,
+}
+
+impl RxCheck {
+    fn new(udp: bool, size: usize) -> Self {
+        Self {
+            udp,
+            size,
+            streams: BTreeMap::new(),
+            digest: Digest::default(),
+            scratch: Vec::new(),
+            bad: Vec::new(),
+            first: None,
+            last: Instant::now(),
+        }
+    }
+
+    /// Checks every message of a burst from RX queue `k`, received at `now`.
+    fn burst(&mut self, k: usize, burst: &Burst, traffic: &mut Traffic, now: Instant) {
+        let on_gpu = burst.packets().first().is_some_and(|p| {
+            !burst
+                .regions()
+                .get(p.segments()[0].region)
+                .host_accessible()
+        });
+        if on_gpu && let Err(e) = gpu_digest(&mut self.digest, burst) {
+            self.bad.push(format!("GPU check: {e}"));
+            return;
+        }
+        for i in 0..burst.len() {
+            let len = burst.packets()[i].len();
+            let view = if on_gpu {
+                Seen::Digest {
+                    len,
+                    sum: digest_sum(&self.digest, i),
+                    head: digest_bytes(&self.digest, i, 0),
+                    tail: digest_bytes(&self.digest, i, HEADER),
+                }
+            } else {
+                Seen::Bytes(burst.data(i, 0).expect("host memory"))
+            };
+            let counted = if self.udp {
+                self.datagram(&view, len, traffic)
+            } else {
+                self.stream_bytes(k, &view, len);
+                true
+            };
+            if counted {
+                traffic.bytes_received += len as u64;
+                self.last = now;
+                self.first.get_or_insert(now);
+            }
+        }
+    }
+
+    /// A UDP message: an end marker, or data in sequence. False when it is not counted as
+    /// received (short, corrupt, duplicated or reordered, or a marker).
+    fn datagram(&mut self, view: &Seen, len: usize, traffic: &mut Traffic) -> bool {
+        if len < HEADER {
+            self.bad
+                .push(format!("a {len}-byte datagram, shorter than the header"));
+            return false;
+        }
+        let head = view.head();
+        let seq = u64::from_le_bytes(head[..8].try_into().expect("8"));
+        let stream = u32::from_le_bytes(head[8..12].try_into().expect("4"));
+        let kind = u32::from_le_bytes(head[12..16].try_into().expect("4"));
+        let st = self.streams.entry((0, stream)).or_default();
+        if kind == KIND_END {
+            st.total = Some(seq);
+            return false;
+        }
+        let intact = len == self.size
+            && match view {
+                Seen::Bytes(m) => check_udp_body(m, stream, seq),
+                Seen::Digest { .. } => {
+                    self.scratch.resize(self.size, 0);
+                    fill_udp(&mut self.scratch, stream, seq, KIND_DATA);
+                    view.matches(&self.scratch)
+                }
+            };
+        if !intact {
+            self.bad.push(format!(
+                "stream {stream} message {seq} corrupt ({len} bytes)"
+            ));
+            return false;
+        }
+        if seq < st.next {
+            self.bad.push(format!(
+                "stream {stream} message {seq} duplicated or reordered"
+            ));
+            return false;
+        }
+        st.next = seq + 1;
+        st.received += 1;
+        traffic.messages_received += 1;
+        true
+    }
+
+    /// TCP bytes of stream `k`, checked against their offset in the stream.
+    fn stream_bytes(&mut self, k: usize, view: &Seen, len: usize) {
+        let st = self.streams.entry((k, k as u32)).or_default();
+        let intact = match view {
+            Seen::Bytes(m) => check_stream(m, st.offset),
+            Seen::Digest { .. } => {
+                self.scratch.resize(len, 0);
+                fill_stream(&mut self.scratch, st.offset);
+                view.matches(&self.scratch)
+            }
+        };
+        if !intact {
+            self.bad.push(format!(
+                "stream {k}: bytes {}..{} corrupt",
+                st.offset,
+                st.offset + len as u64
+            ));
+        }
+        st.offset += len as u64;
+    }
+
+    /// UDP: every stream's end marker arrived and its messages with it.
+    fn markers_in(&self) -> bool {
+        self.udp
+            && !self.streams.is_empty()
+            && self
+                .streams
+                .values()
+                .all(|s| s.total.is_some_and(|t| s.received >= t))
+    }
+
+    /// Losses from the end markers (or the sequence numbers seen), and the problems, into
+    /// the report; `expect_data`: the peer sends, so nothing arriving is a problem.
+    fn finish(mut self, r: &mut SideReport, expect_data: bool) {
+        if !self.udp {
+            r.traffic.messages_received = r.traffic.bytes_received / self.size as u64;
+        }
+        for ((_, stream), st) in &self.streams {
+            if let Some(t) = st.total {
+                r.traffic.lost += t.saturating_sub(st.received);
+            } else if self.udp {
+                r.traffic.lost += st.next.saturating_sub(st.received);
+                self.bad.push(format!(
+                    "stream {stream}: no end marker arrived; {} messages counted as lost from the sequence numbers seen",
+                    st.next.saturating_sub(st.received)
+                ));
+            }
+        }
+        if expect_data && r.traffic.bytes_received == 0 {
+            self.bad
+                .push("nothing arrived from the peer (its section sends)".into());
+        }
+        if !self.bad.is_empty() {
+            r.traffic.errors += self.bad.len() as u64;
+            r.problems.extend(self.bad.into_iter().take(5));
+        }
+    }
 }
