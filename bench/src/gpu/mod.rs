@@ -230,6 +230,11 @@ pub fn run(
     progress(&format!(
         "{gpu_name}: pinned host-to-device copy {h2d_pinned_gbps:.1} Gb/s"
     ));
+    let timing = Timing {
+        round,
+        rounds,
+        h2d_pinned_gbps,
+    };
 
     let mut copies = Vec::new();
     let copy_sizes: &[usize] = if parts.copies {
@@ -267,141 +272,15 @@ pub fn run(
             with_upload_gbps,
         };
         progress(&g.line());
-        let gather_gbps = g.gbps;
+        stage.extend(stage_cases(payload, g.gbps, &timing, progress)?);
         gathers.push(g);
-        let of_gather = |kind, gbps: f64| (kind == MemoryKind::Host).then(|| gbps / gather_gbps);
-        // Pinned sources also as runs (copy mode, where the stage keeps them runs).
-        for (source, kind, runs) in [
-            ("host", MemoryKind::Host, false),
-            ("host_pinned", MemoryKind::HostPinned, false),
-            ("host_pinned", MemoryKind::HostPinned, true),
-        ] {
-            let modes: &[(&'static str, StageMode)] = if runs {
-                &[("copy", StageMode::Copy)]
-            } else {
-                &[("kernel", StageMode::Kernel), ("copy", StageMode::Copy)]
-            };
-            for &(mode_name, mode) in modes {
-                let c = stage_case(payload, kind, mode, runs, round, rounds)?;
-                let r = StageResult {
-                    payload,
-                    source,
-                    mode: mode_name,
-                    runs,
-                    delivered_as_runs: c.delivered_as_runs,
-                    threads: 1,
-                    copy_helpers: 0,
-                    gbps: c.gbps,
-                    ratio_to_h2d: c.gbps / h2d_pinned_gbps,
-                    submit_us_per_burst: Some(c.submit_us),
-                    wait_us_per_burst: Some(c.wait_us),
-                    source_us_per_burst: Some(c.source_us),
-                    bursts_per_copy: c.bursts_per_copy,
-                    ratio_to_gather: of_gather(kind, c.gbps),
-                };
-                progress(&r.line());
-                stage.push(r);
-            }
-            // Pageable sources also with copy helpers (the gather is the CPU's memcpy).
-            let helper_counts: &[usize] = if kind == MemoryKind::Host {
-                &[0, 2]
-            } else {
-                &[0]
-            };
-            for &helpers in helper_counts {
-                let c = stage_case_threads(
-                    payload,
-                    kind,
-                    StageMode::Copy,
-                    runs,
-                    helpers,
-                    round,
-                    rounds,
-                )?;
-                let gbps = c.gbps;
-                let r = StageResult {
-                    payload,
-                    source,
-                    mode: "copy",
-                    runs,
-                    delivered_as_runs: c.delivered_as_runs,
-                    threads: 3 + helpers as u32,
-                    copy_helpers: helpers as u32,
-                    gbps,
-                    ratio_to_h2d: gbps / h2d_pinned_gbps,
-                    submit_us_per_burst: None,
-                    wait_us_per_burst: None,
-                    source_us_per_burst: None,
-                    bursts_per_copy: c.bursts_per_copy,
-                    ratio_to_gather: of_gather(kind, gbps),
-                };
-                progress(&r.line());
-                stage.push(r);
-            }
-        }
     }
 
-    let mut reorder = Vec::new();
-    let seq = BitField {
-        bit_offset: 0,
-        bit_width: 32,
+    let reorder = if parts.reorder {
+        reorder_cases(&mut gpu, rounds, progress)?
+    } else {
+        Vec::new()
     };
-    for (case, payload, conversion) in [
-        ("reorder 1024 x 8 KiB, bytes", 8192u32, None),
-        ("reorder 1024 x 1 KiB, bytes", 1024, None),
-        (
-            "reorder 1024 x 8 KiB, int16 -> fp32",
-            8192,
-            Some(Conversion {
-                input: InputType::Int16,
-                output: OutputType::Fp32,
-                network_order: true,
-            }),
-        ),
-        (
-            "reorder 1024 x 8 KiB, int16 -> fp16",
-            8192,
-            Some(Conversion {
-                input: InputType::Int16,
-                output: OutputType::Fp16,
-                network_order: true,
-            }),
-        ),
-        (
-            "reorder 1024 x 8 KiB, int8 -> bf16",
-            8192,
-            Some(Conversion {
-                input: InputType::Int8,
-                output: OutputType::Bf16,
-                network_order: true,
-            }),
-        ),
-        (
-            "reorder 1024 x 8 KiB, int4 -> fp32",
-            8192,
-            Some(Conversion {
-                input: InputType::Int4,
-                output: OutputType::Fp32,
-                network_order: true,
-            }),
-        ),
-    ]
-    .into_iter()
-    .filter(|_| parts.reorder)
-    {
-        let spec = ReorderSpec {
-            method: Method::SeqPacketsPerBatch {
-                sequence: seq,
-                packets_per_batch: 1024,
-            },
-            payload_byte_offset: 64,
-            in_slot_bytes: payload,
-            conversion,
-        };
-        let r = reorder_case(&mut gpu, case, &spec, payload, rounds)?;
-        progress(&r.line());
-        reorder.push(r);
-    }
     Ok(GpuReport {
         gpu: gpu_name,
         h2d_pinned_gbps,
@@ -410,6 +289,153 @@ pub fn run(
         stage,
         reorder,
     })
+}
+
+/// How the cases are timed, and the pinned copy they are compared with.
+struct Timing {
+    round: Duration,
+    rounds: usize,
+    h2d_pinned_gbps: f64,
+}
+
+/// The stage cases of one payload size: each source kind through the kernel and copy
+/// modes, pinned sources also as runs, pageable ones also with copy helpers.
+/// `gather_gbps`: the CPU gather's bound for this payload.
+fn stage_cases(
+    payload: usize,
+    gather_gbps: f64,
+    timing: &Timing,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<StageResult>, GpuBenchError> {
+    let Timing {
+        round,
+        rounds,
+        h2d_pinned_gbps,
+    } = *timing;
+    let of_gather = |kind, gbps: f64| (kind == MemoryKind::Host).then(|| gbps / gather_gbps);
+    let mut stage = Vec::new();
+    // Pinned sources also as runs (copy mode, where the stage keeps them runs).
+    for (source, kind, runs) in [
+        ("host", MemoryKind::Host, false),
+        ("host_pinned", MemoryKind::HostPinned, false),
+        ("host_pinned", MemoryKind::HostPinned, true),
+    ] {
+        let modes: &[(&'static str, StageMode)] = if runs {
+            &[("copy", StageMode::Copy)]
+        } else {
+            &[("kernel", StageMode::Kernel), ("copy", StageMode::Copy)]
+        };
+        for &(mode_name, mode) in modes {
+            let c = stage_case(payload, kind, mode, runs, round, rounds)?;
+            let r = StageResult {
+                payload,
+                source,
+                mode: mode_name,
+                runs,
+                delivered_as_runs: c.delivered_as_runs,
+                threads: 1,
+                copy_helpers: 0,
+                gbps: c.gbps,
+                ratio_to_h2d: c.gbps / h2d_pinned_gbps,
+                submit_us_per_burst: Some(c.submit_us),
+                wait_us_per_burst: Some(c.wait_us),
+                source_us_per_burst: Some(c.source_us),
+                bursts_per_copy: c.bursts_per_copy,
+                ratio_to_gather: of_gather(kind, c.gbps),
+            };
+            progress(&r.line());
+            stage.push(r);
+        }
+        // Pageable sources also with copy helpers (the gather is the CPU's memcpy).
+        let helper_counts: &[usize] = if kind == MemoryKind::Host {
+            &[0, 2]
+        } else {
+            &[0]
+        };
+        for &helpers in helper_counts {
+            let c =
+                stage_case_threads(payload, kind, StageMode::Copy, runs, helpers, round, rounds)?;
+            let gbps = c.gbps;
+            let r = StageResult {
+                payload,
+                source,
+                mode: "copy",
+                runs,
+                delivered_as_runs: c.delivered_as_runs,
+                threads: 3 + helpers as u32,
+                copy_helpers: helpers as u32,
+                gbps,
+                ratio_to_h2d: gbps / h2d_pinned_gbps,
+                submit_us_per_burst: None,
+                wait_us_per_burst: None,
+                source_us_per_burst: None,
+                bursts_per_copy: c.bursts_per_copy,
+                ratio_to_gather: of_gather(kind, gbps),
+            };
+            progress(&r.line());
+            stage.push(r);
+        }
+    }
+    Ok(stage)
+}
+
+/// The reorder cases: 1,024 packets a batch by a 32-bit sequence number, bytes as they
+/// are and each conversion.
+fn reorder_cases(
+    gpu: &mut gpudirect::Gpu,
+    rounds: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<ReorderResult>, GpuBenchError> {
+    let convert = |input, output| {
+        Some(Conversion {
+            input,
+            output,
+            network_order: true,
+        })
+    };
+    let cases = [
+        ("reorder 1024 x 8 KiB, bytes", 8192u32, None),
+        ("reorder 1024 x 1 KiB, bytes", 1024, None),
+        (
+            "reorder 1024 x 8 KiB, int16 -> fp32",
+            8192,
+            convert(InputType::Int16, OutputType::Fp32),
+        ),
+        (
+            "reorder 1024 x 8 KiB, int16 -> fp16",
+            8192,
+            convert(InputType::Int16, OutputType::Fp16),
+        ),
+        (
+            "reorder 1024 x 8 KiB, int8 -> bf16",
+            8192,
+            convert(InputType::Int8, OutputType::Bf16),
+        ),
+        (
+            "reorder 1024 x 8 KiB, int4 -> fp32",
+            8192,
+            convert(InputType::Int4, OutputType::Fp32),
+        ),
+    ];
+    let mut reorder = Vec::new();
+    for (case, payload, conversion) in cases {
+        let spec = ReorderSpec {
+            method: Method::SeqPacketsPerBatch {
+                sequence: BitField {
+                    bit_offset: 0,
+                    bit_width: 32,
+                },
+                packets_per_batch: 1024,
+            },
+            payload_byte_offset: 64,
+            in_slot_bytes: payload,
+            conversion,
+        };
+        let r = reorder_case(gpu, case, &spec, payload, rounds)?;
+        progress(&r.line());
+        reorder.push(r);
+    }
+    Ok(reorder)
 }
 
 impl GpuReport {

@@ -8,6 +8,7 @@ use dataplane::config::{Config, Direction};
 use dataplane::plane::{DataPlane, StartError, TxFailure};
 use dataplane::stats::{Drops, QueueStats};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -393,30 +394,7 @@ pub fn run(
     opts: &RawOptions,
     interrupted: &AtomicBool,
 ) -> Result<RawReport, BenchError> {
-    if config.bench.tx.is_empty() && config.bench.rx.is_empty() {
-        return Err(BenchError::NothingToRun);
-    }
-    let paced;
-    let config = match opts.target_gbps {
-        Some(gbps) if !config.bench.tx.is_empty() => {
-            paced = with_target_rate(config, gbps);
-            &paced
-        }
-        _ => config,
-    };
-    if opts.tx_work == TxWork::Headers
-        && !config.bench.rx.is_empty()
-        && opts.rx_work != RxWork::Count
-    {
-        return Err(BenchError::UncheckableWork);
-    }
-    let inlined;
-    let config = if opts.inline {
-        inlined = inline::inline_config(config)?;
-        &inlined
-    } else {
-        config
-    };
+    let config = &*run_config(config, opts)?;
     let _timing = dataplane::stats::time_stages_while(opts.time_stages);
     let timed = opts.time_stages;
     let stop_tx = Arc::new(AtomicBool::new(false));
@@ -503,55 +481,21 @@ pub fn run(
         }
     }
     let drops = snapshot.drops();
-    let counts = checked.counts;
-    let unique_rx = checked.packets.saturating_sub(counts.duplicates);
-    let missing = if both_sides {
-        tx_packets.saturating_sub(unique_rx)
-    } else {
-        0
-    };
-    // Missing packets that no counter explains, when the deadline cut the drain short,
-    // are in flight; after a complete drain they are lost without attribution.
-    let drained = both_sides && drain.pipeline_empty(tx_packets);
-    let unexplained = missing.saturating_sub(drops.total());
-    let (lost, unattributed, in_flight) = if drained || !both_sides {
-        (missing, unexplained, 0)
-    } else {
-        (missing - unexplained, 0, unexplained)
-    };
+    let loss = Loss::reckon(tx_packets, &checked, drops.total(), both_sides, &drain);
+    let in_flight = loss.in_flight;
     let in_flight_cause =
         (in_flight > 0).then(|| drain.in_flight_cause(in_flight, tx_packets, interrupted));
-    let mut problems = checked.problems;
-    if drops.total() > 0 {
-        problems.push(format!(
-            "data plane dropped {} packets ({drops:?})",
-            drops.total()
-        ));
-    }
-    if lost > 0 {
-        problems.push(format!(
-            "{lost} of {tx_packets} sent packets never arrived ({} attributed to drop counters, {unattributed} unattributed)",
-            lost - unattributed
-        ));
-    }
-    if drain.unsent > 0 {
-        problems.push(format!(
-            "{} of {tx_packets} generated packets were never handed to the engine",
-            drain.unsent
-        ));
-    }
-    if counts.corrupt > 0 || counts.reordered > 0 || counts.gaps > 0 || counts.duplicates > 0 {
-        problems.push(format!(
-            "checker: {} corrupt, {} missing from sequences, {} out of order, {} duplicated",
-            counts.corrupt, counts.gaps, counts.reordered, counts.duplicates
-        ));
-    }
-    problems.extend(reorder_problems(config, checked.reorder.as_ref()));
-    if both_sides && unique_rx > tx_packets {
-        problems.push(format!(
-            "received {unique_rx} distinct packets but only {tx_packets} were sent"
-        ));
-    }
+    let mut problems = std::mem::take(&mut checked.problems);
+    note_problems(
+        &mut problems,
+        config,
+        tx_packets,
+        &drops,
+        &loss,
+        drain.unsent,
+        &checked,
+        both_sides,
+    );
     problems.extend(worker_failures.iter().cloned());
     let verdict = if !problems.is_empty() {
         Verdict::NotLossless
@@ -581,8 +525,8 @@ pub fn run(
         rx_packets: checked.packets,
         rx_bytes: checked.bytes,
         drops,
-        lost,
-        unattributed,
+        lost: loss.lost,
+        unattributed: loss.unattributed,
         in_flight,
         in_flight_cause,
         worker_failures,
@@ -592,7 +536,7 @@ pub fn run(
         rx_mpps: tput_packets as f64 / seconds / 1e6,
         queues: snapshot.queues,
         flow_ids: checked.flow_ids,
-        checker: counts,
+        checker: checked.counts,
         stages,
         pacing: paced_gbps(config).map(|target_gbps| PacingReport {
             target_gbps,
@@ -610,6 +554,120 @@ pub fn run(
         series,
         workers,
     })
+}
+
+/// The configuration as the run uses it: the TX queues paced to `--target-gbps`, handler
+/// queues for `--inline`; work the checkers cannot check is refused.
+fn run_config<'a>(config: &'a Config, opts: &RawOptions) -> Result<Cow<'a, Config>, BenchError> {
+    if config.bench.tx.is_empty() && config.bench.rx.is_empty() {
+        return Err(BenchError::NothingToRun);
+    }
+    if opts.tx_work == TxWork::Headers
+        && !config.bench.rx.is_empty()
+        && opts.rx_work != RxWork::Count
+    {
+        return Err(BenchError::UncheckableWork);
+    }
+    let mut config = Cow::Borrowed(config);
+    if let Some(gbps) = opts.target_gbps
+        && !config.bench.tx.is_empty()
+    {
+        config = Cow::Owned(with_target_rate(&config, gbps));
+    }
+    if opts.inline {
+        config = Cow::Owned(inline::inline_config(&config)?);
+    }
+    Ok(config)
+}
+
+/// Sent packets that did not arrive, split by what explains them.
+struct Loss {
+    /// Distinct packets received.
+    unique_rx: u64,
+    lost: u64,
+    /// Of `lost`, those no drop counter explains.
+    unattributed: u64,
+    /// Neither received nor dropped when the drain's deadline passed.
+    in_flight: u64,
+}
+
+impl Loss {
+    /// Missing packets that no counter explains, when the deadline cut the drain short,
+    /// are in flight; after a complete drain they are lost without attribution.
+    fn reckon(
+        tx_packets: u64,
+        checked: &CheckTotals,
+        dropped: u64,
+        both_sides: bool,
+        drain: &Drain,
+    ) -> Self {
+        let unique_rx = checked.packets.saturating_sub(checked.counts.duplicates);
+        let missing = if both_sides {
+            tx_packets.saturating_sub(unique_rx)
+        } else {
+            0
+        };
+        let drained = both_sides && drain.pipeline_empty(tx_packets);
+        let unexplained = missing.saturating_sub(dropped);
+        let (lost, unattributed, in_flight) = if drained || !both_sides {
+            (missing, unexplained, 0)
+        } else {
+            (missing - unexplained, 0, unexplained)
+        };
+        Self {
+            unique_rx,
+            lost,
+            unattributed,
+            in_flight,
+        }
+    }
+}
+
+/// Why the run is not lossless: drops, losses, unsent and damaged packets, the reorder's
+/// and the workers' failures (after the checkers' own problems, already in `problems`).
+#[allow(clippy::too_many_arguments)]
+fn note_problems(
+    problems: &mut Vec<String>,
+    config: &Config,
+    tx_packets: u64,
+    drops: &Drops,
+    loss: &Loss,
+    unsent: u64,
+    checked: &CheckTotals,
+    both_sides: bool,
+) {
+    if drops.total() > 0 {
+        problems.push(format!(
+            "data plane dropped {} packets ({drops:?})",
+            drops.total()
+        ));
+    }
+    let (lost, unattributed) = (loss.lost, loss.unattributed);
+    if lost > 0 {
+        problems.push(format!(
+            "{lost} of {tx_packets} sent packets never arrived ({} attributed to drop counters, {unattributed} unattributed)",
+            lost - unattributed
+        ));
+    }
+    if unsent > 0 {
+        problems.push(format!(
+            "{unsent} of {tx_packets} generated packets were never handed to the engine"
+        ));
+    }
+    let counts = &checked.counts;
+    if counts.corrupt > 0 || counts.reordered > 0 || counts.gaps > 0 || counts.duplicates > 0 {
+        problems.push(format!(
+            "checker: {} corrupt, {} missing from sequences, {} out of order, {} duplicated",
+            counts.corrupt, counts.gaps, counts.reordered, counts.duplicates
+        ));
+    }
+    problems.extend(reorder_problems(config, checked.reorder.as_ref()));
+    if both_sides && loss.unique_rx > tx_packets {
+        problems.push(format!(
+            "received {} distinct packets but only {tx_packets} were sent",
+            loss.unique_rx
+        ));
+    }
 }
 
 /// The drain after the generators stopped: where the packets still were when it ended.

@@ -246,88 +246,123 @@ pub const QUEUED_BURSTS: usize = 16;
 /// senders' time with nothing arriving.
 const QUIET_END: Duration = Duration::from_secs(2);
 
+/// What the bench runs, checked against the configuration: the transport, each side's
+/// section (present when that side runs here) and the message size.
+struct Plan {
+    transport: Transport,
+    server: Option<PeerBenchConfig>,
+    client: Option<PeerBenchConfig>,
+    size: u64,
+}
+
+impl Plan {
+    fn new(config: &Config, opts: &SocketBenchOptions) -> Result<Self, SocketBenchError> {
+        let transport = config
+            .interfaces
+            .iter()
+            .find_map(|i| i.socket.as_ref().map(|s| s.transport))
+            .filter(|t| *t != Transport::Roce)
+            .ok_or(SocketBenchError::NotSockets)?;
+        let server = config.bench.socket_server.clone();
+        let client = config.bench.socket_client.clone();
+        if opts.mode != Mode::Client && server.is_none() {
+            return Err(SocketBenchError::Missing("socket_bench_server"));
+        }
+        if opts.mode != Mode::Server && client.is_none() {
+            return Err(SocketBenchError::Missing("socket_bench_client"));
+        }
+        let size = opts
+            .message_size
+            .or(server.as_ref().map(|c| c.message_size))
+            .or(client.as_ref().map(|c| c.message_size))
+            .unwrap_or(1024);
+        if transport == Transport::Udp && size < HEADER as u64 {
+            return Err(SocketBenchError::TooSmall(size));
+        }
+        Ok(Self {
+            transport,
+            server,
+            client,
+            size,
+        })
+    }
+
+    /// The sides that run here: name, mode, own section, the peer's section.
+    fn sides(
+        &self,
+        mode: Mode,
+    ) -> impl Iterator<
+        Item = (
+            &'static str,
+            SocketMode,
+            &PeerBenchConfig,
+            &Option<PeerBenchConfig>,
+        ),
+    > {
+        [
+            (
+                mode != Mode::Client,
+                "server",
+                SocketMode::Server,
+                &self.server,
+                &self.client,
+            ),
+            (
+                mode != Mode::Server,
+                "client",
+                SocketMode::Client,
+                &self.client,
+                &self.server,
+            ),
+        ]
+        .into_iter()
+        .filter(|side| side.0)
+        .map(|(_, name, m, cfg, peer)| (name, m, cfg.as_ref().expect("checked"), peer))
+    }
+
+    /// `config` with only the sides that run here, their senders paced to `--target-gbps`.
+    fn config(
+        &self,
+        config: &Config,
+        opts: &SocketBenchOptions,
+    ) -> Result<Config, SocketBenchError> {
+        let mut c = for_mode(config, opts.mode);
+        for (name, mode, _, _) in self.sides(opts.mode) {
+            if !c
+                .interfaces
+                .iter()
+                .any(|i| i.socket.as_ref().is_some_and(|s| s.mode == mode))
+            {
+                return Err(SocketBenchError::NoInterface(name));
+            }
+        }
+        if let Some(g) = opts.target_gbps {
+            let senders: Vec<SocketMode> = self
+                .sides(opts.mode)
+                .filter(|side| side.2.send)
+                .map(|side| side.1)
+                .collect();
+            c = paced(&c, g, &senders);
+        }
+        Ok(c)
+    }
+}
+
 /// Runs the bench.
 pub fn run(
     config: &Config,
     opts: &SocketBenchOptions,
     stop: &AtomicBool,
 ) -> Result<SocketReport, SocketBenchError> {
-    let transport = config
-        .interfaces
-        .iter()
-        .find_map(|i| i.socket.as_ref().map(|s| s.transport))
-        .filter(|t| *t != Transport::Roce)
-        .ok_or(SocketBenchError::NotSockets)?;
-    let server_cfg = config.bench.socket_server.clone();
-    let client_cfg = config.bench.socket_client.clone();
-    let run_server = opts.mode != Mode::Client;
-    let run_client = opts.mode != Mode::Server;
-    let server_cfg = match (run_server, server_cfg) {
-        (true, None) => return Err(SocketBenchError::Missing("socket_bench_server")),
-        (_, c) => c,
-    };
-    let client_cfg = match (run_client, client_cfg) {
-        (true, None) => return Err(SocketBenchError::Missing("socket_bench_client")),
-        (_, c) => c,
-    };
-    let size = opts
-        .message_size
-        .or(server_cfg.as_ref().map(|c| c.message_size))
-        .or(client_cfg.as_ref().map(|c| c.message_size))
-        .unwrap_or(1024);
-    if transport == Transport::Udp && size < HEADER as u64 {
-        return Err(SocketBenchError::TooSmall(size));
-    }
-    let mut c = for_mode(config, opts.mode);
-    for (run, mode, name) in [
-        (run_server, SocketMode::Server, "server"),
-        (run_client, SocketMode::Client, "client"),
-    ] {
-        if run
-            && !c
-                .interfaces
-                .iter()
-                .any(|i| i.socket.as_ref().is_some_and(|s| s.mode == mode))
-        {
-            return Err(SocketBenchError::NoInterface(name));
-        }
-    }
-    if let Some(g) = opts.target_gbps {
-        let mut senders = Vec::new();
-        if run_server && server_cfg.as_ref().is_some_and(|c| c.send) {
-            senders.push(SocketMode::Server);
-        }
-        if run_client && client_cfg.as_ref().is_some_and(|c| c.send) {
-            senders.push(SocketMode::Client);
-        }
-        c = paced(&c, g, &senders);
-    }
+    let plan = Plan::new(config, opts)?;
+    let (transport, size) = (plan.transport, plan.size);
+    let c = plan.config(config, opts)?;
     let _timing = dataplane::stats::time_stages_while(opts.time_stages);
     let mut plane = DataPlane::start(&c)?;
     let mut sides = Vec::new();
-    for (run, mode, name, cfg, peer) in [
-        (
-            run_server,
-            SocketMode::Server,
-            "server",
-            &server_cfg,
-            &client_cfg,
-        ),
-        (
-            run_client,
-            SocketMode::Client,
-            "client",
-            &client_cfg,
-            &server_cfg,
-        ),
-    ] {
-        if !run {
-            continue;
-        }
-        let cfg = cfg.clone().expect("checked above");
+    for (name, mode, cfg, peer) in plan.sides(opts.mode) {
         // Whether the peer sends (its section says so): then nothing arriving is an error.
         let peer_sends = peer.as_ref().is_some_and(|p| p.send);
-
         let q = take_side(&mut plane, &c, mode);
         for t in &q.tx {
             let buf = t.segment_sizes().first().copied().unwrap_or(0);
@@ -340,7 +375,7 @@ pub fn run(
                 });
             }
         }
-        sides.push((name, q, cfg, peer_sends));
+        sides.push((name, q, cfg.clone(), peer_sends));
     }
     let results: Vec<(&'static str, SideReport)> = std::thread::scope(|s| {
         let handles: Vec<_> = sides
@@ -368,9 +403,19 @@ pub fn run(
     // Let the RX workers read the kernel's drop counters once more.
     std::thread::sleep(Duration::from_millis(50));
     let snapshot = plane.snapshot();
-    let elapsed = opts.seconds * 1e9;
-    let drops = snapshot.drops();
     let failures = plane.shutdown().err().unwrap_or_default();
+    Ok(report(opts, &plan, snapshot, results, &failures))
+}
+
+/// The report from each side's results, the counters and the workers' failures.
+fn report(
+    opts: &SocketBenchOptions,
+    plan: &Plan,
+    snapshot: dataplane::stats::Snapshot,
+    results: Vec<(&'static str, SideReport)>,
+    failures: &[dataplane::worker::WorkerFailed],
+) -> SocketReport {
+    let elapsed = opts.seconds * 1e9;
     let (mut stages, mut busy_fraction) = (Vec::new(), Vec::new());
     if opts.time_stages {
         for q in snapshot.queues.iter().filter(|q| q.packets > 0) {
@@ -384,16 +429,16 @@ pub fn run(
     }
     let mut report = SocketReport {
         mode: opts.mode.name(),
-        transport: if transport == Transport::Udp {
+        transport: if plan.transport == Transport::Udp {
             "udp"
         } else {
             "tcp"
         },
-        message_size: size,
+        message_size: plan.size,
         seconds: opts.seconds,
         total: Traffic::default(),
         target_gbps: opts.target_gbps,
-        drops,
+        drops: snapshot.drops(),
         attributed: false,
         lossless: false,
         server: None,
@@ -402,7 +447,7 @@ pub fn run(
         busy_fraction,
     };
     for (name, mut side) in results {
-        for f in &failures {
+        for f in failures {
             side.traffic.errors += 1;
             side.problems.push(f.to_string());
         }
@@ -413,7 +458,7 @@ pub fn run(
             report.client = Some(side);
         }
     }
-    if transport == Transport::Tcp && opts.mode == Mode::Both {
+    if plan.transport == Transport::Tcp && opts.mode == Mode::Both {
         // Everything one side wrote must have arrived at the other.
         let (s, c) = (report.server.as_ref(), report.client.as_ref());
         for (from, to) in [(c, s), (s, c)] {
@@ -421,7 +466,7 @@ pub fn run(
                 && f.traffic.bytes_sent > 0
                 && t.traffic.bytes_received < f.traffic.bytes_sent
             {
-                let missing = (f.traffic.bytes_sent - t.traffic.bytes_received) / size;
+                let missing = (f.traffic.bytes_sent - t.traffic.bytes_received) / plan.size;
                 report.total.lost += missing;
                 report.total.errors += 1;
             }
@@ -432,7 +477,7 @@ pub fn run(
     // losses even where the other end's count is not known here.
     report.lossless =
         report.total.lost == 0 && report.total.errors == 0 && report.drops.total() == 0;
-    Ok(report)
+    report
 }
 
 #[cfg(test)]
