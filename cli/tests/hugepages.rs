@@ -187,7 +187,18 @@ fn hugepage_files_are_cleaned_on_every_path() {
     };
     let free_before = read_u64(FREE);
 
-    // 1. A bench that is SIGKILLed leaves its files and pages behind; cleanup gets both back.
+    killed_bench_leaves_files_that_cleanup_removes(&run, free_before);
+    next_start_removes_a_dead_runs_files(&run);
+    sigterm_ends_with_a_report_and_no_files(&run);
+    failed_init_removes_the_region_files(&run, cfg_dir.path());
+    preflight_without_free_pages_allocates_nothing(&run, free_before);
+}
+
+const OTHERS: [&str; 3] = ["notes.txt", "rtemap_0", "rtemap_9"];
+
+/// A bench that is SIGKILLed leaves its files and pages behind; cleanup gets both back.
+fn killed_bench_leaves_files_that_cleanup_removes(run: &Run, free_before: u64) {
+    let env = run.env;
     let mut child = run.start_long_bench();
     let left = files(&env.mount);
     assert_eq!(left.len(), 2, "{left:?}");
@@ -265,8 +276,11 @@ fn hugepage_files_are_cleaned_on_every_path() {
     assert_eq!(read_u64(FREE), free_before, "the pages came back");
     drop(held);
     fs::remove_file(&held_path).unwrap();
+}
 
-    // 2. After a SIGKILL, the next start removes the dead run's files itself.
+/// After a SIGKILL, the next start removes the dead run's files itself.
+fn next_start_removes_a_dead_runs_files(run: &Run) {
+    let env = run.env;
     let mut child = run.start_long_bench();
     kill(&child, rustix::process::Signal::KILL);
     child.wait().unwrap();
@@ -281,13 +295,12 @@ fn hugepage_files_are_cleaned_on_every_path() {
         so.lines().last().unwrap().contains("\"lossless\":true"),
         "{so}"
     );
-    assert_eq!(
-        files(&env.mount),
-        vec!["notes.txt", "rtemap_0", "rtemap_9"],
-        "a normal exit leaves nothing"
-    );
+    assert_eq!(files(&env.mount), OTHERS, "a normal exit leaves nothing");
+}
 
-    // 3. SIGTERM during a bench: final report, no files.
+/// SIGTERM during a bench: final report, no files.
+fn sigterm_ends_with_a_report_and_no_files(run: &Run) {
+    let env = run.env;
     let mut child = run.start_long_bench();
     kill(&child, rustix::process::Signal::TERM);
     let status = child.wait().unwrap();
@@ -299,13 +312,16 @@ fn hugepage_files_are_cleaned_on_every_path() {
     assert_eq!(status.code(), Some(143), "{status:?}");
     assert!(last.contains("\"lossless\":true"), "{last}");
     assert!(last.contains("\"interrupted\":true"), "{last}");
-    assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_0", "rtemap_9"]);
+    assert_eq!(files(&env.mount), OTHERS);
+}
 
-    // 4. Init failing after the regions were made: the socket engine cannot bind its
-    // port (this test holds it).
+/// Init failing after the regions were made: the socket engine cannot bind its
+/// port (this test holds it).
+fn failed_init_removes_the_region_files(run: &Run, dir: &Path) {
+    let env = run.env;
     let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = held.local_addr().unwrap().port();
-    let bad = cfg_dir.path().join("bad.yaml");
+    let bad = dir.join("bad.yaml");
     let text = HUGE_CFG
         .replace("stream_type: raw", "stream_type: socket")
         .replace("    loopback: \"sw\"\n", "")
@@ -316,7 +332,7 @@ fn hugepage_files_are_cleaned_on_every_path() {
     fs::write(&bad, text).unwrap();
     let mut c = run.cmd(&["capture"]);
     c.arg(&bad)
-        .arg(cfg_dir.path().join("never.pcap"))
+        .arg(dir.join("never.pcap"))
         .args(["--seconds", "1"])
         .env("DATAPLANE_LOG", "debug");
     let (out, _, se) = run.output(c);
@@ -330,13 +346,12 @@ fn hugepage_files_are_cleaned_on_every_path() {
         "{se}"
     );
     drop(held);
-    assert_eq!(
-        files(&env.mount),
-        vec!["notes.txt", "rtemap_0", "rtemap_9"],
-        "and removed again"
-    );
+    assert_eq!(files(&env.mount), OTHERS, "and removed again");
+}
 
-    // 5. Preflight with no free pages: the numbers and the commands, nothing allocated.
+/// Preflight with no free pages: the numbers and the commands, nothing allocated.
+fn preflight_without_free_pages_allocates_nothing(run: &Run, free_before: u64) {
+    let env = run.env;
     let nr = read_u64(NR);
     fs::write(NR, "0").unwrap();
     let (out, _, se) = run.output(run.bench("1"));
@@ -349,7 +364,7 @@ fn hugepage_files_are_cleaned_on_every_path() {
     ] {
         assert!(se.contains(needle), "`{needle}` missing in:\n{se}");
     }
-    assert_eq!(files(&env.mount), vec!["notes.txt", "rtemap_0", "rtemap_9"]);
+    assert_eq!(files(&env.mount), OTHERS);
     assert_eq!(read_u64(FREE), free_before);
 }
 
