@@ -71,91 +71,16 @@ struct Seen {
 fn flows_added_and_removed_under_traffic() {
     let cfg = config::load_str(DYNAMIC, "dynamic").expect("config").config;
     let mut dp = DataPlane::start(&cfg).expect("start");
-    let mut tx = dp.take_tx_queue("loop0", 0).unwrap();
-    let mut rx0 = dp.take_rx_queue("loop0", 0).unwrap();
-    let mut rx1 = dp.take_rx_queue("loop0", 1).unwrap();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let removed = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicU64::new(0));
-    let sender = {
-        let (stop, removed, sent) = (stop.clone(), removed.clone(), sent.clone());
-        std::thread::spawn(move || {
-            let mut seq = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(mut b) = tx.alloc(16) else {
-                    std::thread::yield_now();
-                    continue;
-                };
-                let after = removed.load(Ordering::Acquire);
-                for i in 0..b.len() {
-                    let n = write_frame(b.buffer_mut(i, 0).unwrap(), seq, after);
-                    b.set_len(i, 0, n);
-                    seq += 1;
-                }
-                let mut b = Some(b);
-                while let Some(burst) = b.take() {
-                    if let Err(e) = tx.send(burst) {
-                        assert_eq!(e.reason, TxFailure::RingFull);
-                        b = Some(e.burst);
-                        std::thread::yield_now();
-                    }
-                }
-                sent.store(seq, Ordering::Relaxed);
-            }
-            seq
-        })
-    };
-    let sender_done = Arc::new(AtomicBool::new(false));
-    let receiver = {
-        let (done, sent) = (sender_done.clone(), sent.clone());
-        std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            let mut received = 0u64;
-            let mut done_at = None;
-            loop {
-                let mut got = false;
-                for (q, rx) in [(0u16, &mut rx0), (1u16, &mut rx1)] {
-                    if let Some(b) = rx.poll().expect("worker alive") {
-                        got = true;
-                        let mut s = Seen {
-                            queue: q,
-                            epoch: b.steering_epoch(),
-                            flow_ids: Vec::new(),
-                            after_remove: Vec::new(),
-                            seqs: Vec::new(),
-                        };
-                        for i in 0..b.len() {
-                            let d = b.data(i, 0).unwrap();
-                            s.flow_ids.push(b.packets()[i].flow_id);
-                            s.seqs
-                                .push(u64::from_be_bytes(d[42..50].try_into().unwrap()));
-                            s.after_remove.push(d[50] == 1);
-                        }
-                        received += b.len() as u64;
-                        seen.push(s);
-                    }
-                }
-                if done.load(Ordering::Acquire) {
-                    // Everything sent has arrived, or a generous bound for a report.
-                    let since = done_at.get_or_insert_with(std::time::Instant::now);
-                    if received >= sent.load(Ordering::Relaxed)
-                        || since.elapsed() > Duration::from_secs(10)
-                    {
-                        break;
-                    }
-                }
-                if !got {
-                    std::thread::yield_now();
-                }
-            }
-            seen
-        })
-    };
+    let tx = dp.take_tx_queue("loop0", 0).unwrap();
+    let rx0 = dp.take_rx_queue("loop0", 0).unwrap();
+    let rx1 = dp.take_rx_queue("loop0", 1).unwrap();
+    let flags = Arc::new(Flags::default());
+    let sender = spawn_sender(tx, flags.clone());
+    let receiver = spawn_receiver([rx0, rx1], flags.clone());
 
     let wait_sent = |n: u64| {
-        let start = sent.load(Ordering::Relaxed);
-        while sent.load(Ordering::Relaxed) < start + n {
+        let start = flags.sent.load(Ordering::Relaxed);
+        while flags.sent.load(Ordering::Relaxed) < start + n {
             std::thread::sleep(Duration::from_millis(1));
         }
     };
@@ -186,12 +111,12 @@ fn flows_added_and_removed_under_traffic() {
     wait_sent(20_000);
     dp.remove_flow(handle).expect("remove_flow");
     let e_rm = dp.steering_epoch("loop0").unwrap();
-    removed.store(true, Ordering::Release);
+    flags.removed.store(true, Ordering::Release);
     assert!(dp.remove_flow(handle).is_err(), "already removed");
     wait_sent(20_000);
-    stop.store(true, Ordering::Relaxed);
+    flags.stop.store(true, Ordering::Relaxed);
     let total = sender.join().unwrap();
-    sender_done.store(true, Ordering::Release);
+    flags.sender_done.store(true, Ordering::Release);
     dp.flush();
     let seen = receiver.join().unwrap();
 
@@ -200,12 +125,106 @@ fn flows_added_and_removed_under_traffic() {
     let mut seqs: Vec<u64> = seen.iter().flat_map(|s| s.seqs.iter().copied()).collect();
     seqs.sort_unstable();
     assert_eq!(seqs, (0..total).collect::<Vec<_>>());
+    check_epochs_and_flow_ids(&seen, e_add, e_rm);
+    drop(dp);
+}
 
+/// What the sender and receiver threads share with the test.
+#[derive(Default)]
+struct Flags {
+    stop: AtomicBool,
+    /// The flow was removed: frames built from now on say so.
+    removed: AtomicBool,
+    sent: AtomicU64,
+    sender_done: AtomicBool,
+}
+
+/// Sends numbered frames until `stop`; returns how many.
+fn spawn_sender(mut tx: dataplane::TxQueue, flags: Arc<Flags>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut seq = 0u64;
+        while !flags.stop.load(Ordering::Relaxed) {
+            let Ok(mut b) = tx.alloc(16) else {
+                std::thread::yield_now();
+                continue;
+            };
+            let after = flags.removed.load(Ordering::Acquire);
+            for i in 0..b.len() {
+                let n = write_frame(b.buffer_mut(i, 0).unwrap(), seq, after);
+                b.set_len(i, 0, n);
+                seq += 1;
+            }
+            let mut b = Some(b);
+            while let Some(burst) = b.take() {
+                if let Err(e) = tx.send(burst) {
+                    assert_eq!(e.reason, TxFailure::RingFull);
+                    b = Some(e.burst);
+                    std::thread::yield_now();
+                }
+            }
+            flags.sent.store(seq, Ordering::Relaxed);
+        }
+        seq
+    })
+}
+
+/// Records every burst of both queues until the sender is done and everything it sent
+/// arrived (or a generous bound passed, for a report).
+fn spawn_receiver(
+    mut rx: [dataplane::RxQueue; 2],
+    flags: Arc<Flags>,
+) -> std::thread::JoinHandle<Vec<Seen>> {
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut received = 0u64;
+        let mut done_at = None;
+        loop {
+            let mut got = false;
+            for (q, rx) in rx.iter_mut().enumerate() {
+                if let Some(b) = rx.poll().expect("worker alive") {
+                    got = true;
+                    let mut s = Seen {
+                        queue: q as u16,
+                        epoch: b.steering_epoch(),
+                        flow_ids: Vec::new(),
+                        after_remove: Vec::new(),
+                        seqs: Vec::new(),
+                    };
+                    for i in 0..b.len() {
+                        let d = b.data(i, 0).unwrap();
+                        s.flow_ids.push(b.packets()[i].flow_id);
+                        s.seqs
+                            .push(u64::from_be_bytes(d[42..50].try_into().unwrap()));
+                        s.after_remove.push(d[50] == 1);
+                    }
+                    received += b.len() as u64;
+                    seen.push(s);
+                }
+            }
+            if flags.sender_done.load(Ordering::Acquire) {
+                let since = done_at.get_or_insert_with(std::time::Instant::now);
+                if received >= flags.sent.load(Ordering::Relaxed)
+                    || since.elapsed() > Duration::from_secs(10)
+                {
+                    break;
+                }
+            }
+            if !got {
+                std::thread::yield_now();
+            }
+        }
+        seen
+    })
+}
+
+/// Epochs never go back on a queue and a burst holds one epoch's packets; flow 42 reached
+/// queue 1 only while it existed (epochs `e_add..e_rm`); everything else went unmarked to
+/// the exception queue.
+fn check_epochs_and_flow_ids(seen: &[Seen], e_add: u64, e_rm: u64) {
     let mut last_epoch = BTreeMap::new();
     let mut flow_packets = 0;
     let mut after = 0;
-    for s in &seen {
-        // Epochs never go back on a queue, and a burst holds one epoch's packets.
+    for s in seen {
         let last = last_epoch.entry(s.queue).or_insert(0);
         assert!(
             s.epoch >= *last,
@@ -242,5 +261,4 @@ fn flows_added_and_removed_under_traffic() {
     }
     assert!(flow_packets > 0, "the added flow steered packets");
     assert!(after > 0, "traffic continued after the removal");
-    drop(dp);
 }
