@@ -401,15 +401,7 @@ pub fn run(
     let stop_rx = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let received = Arc::new(AtomicU64::new(0));
-    let (plane, mut sides) = if opts.inline {
-        let (plane, sides) = inline::start(config, opts, (&stop_tx, &stop_rx), (&sent, &received))?;
-        (plane, Sides::Inline(sides))
-    } else {
-        let mut plane = DataPlane::start(config)?;
-        let checkers = spawn_checkers(config, opts, &mut plane, &stop_rx, &received)?;
-        let generators = spawn_generators(config, opts, &mut plane, &stop_tx, &sent)?;
-        (plane, Sides::Threads(generators, checkers))
-    };
+    let (plane, mut sides) = start_sides(config, opts, (&stop_tx, &stop_rx), (&sent, &received))?;
 
     let tx_only = sides.checkers() == 0;
     if opts.progress {
@@ -418,24 +410,13 @@ pub fn run(
     plane.record_series();
     let workers_at_start = plane.worker_readings();
     let started = Instant::now();
-    let tx_bytes_at_start = plane.snapshot().total(Direction::Tx).1;
-    let duration = Duration::from_secs_f64(opts.seconds);
-    while started.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // What the TX workers sent while the generators ran: the paced rate (queued bursts
-    // still go out after, during the drain).
-    let sent_gbps = (plane.snapshot().total(Direction::Tx).1 - tx_bytes_at_start) as f64 * 8.0
-        / started.elapsed().as_secs_f64()
-        / 1e9;
+    let sent_gbps = wait_run(&plane, opts.seconds, interrupted);
     stop_tx.store(true, Ordering::Relaxed);
     let (mut tx_packets, mut tx_bytes) = (0, 0);
     let mut worker_failures: Vec<String> = Vec::new();
     let mut stages = Vec::new();
     for (i, (p, b, failure, busy_ns)) in sides.generator_results().into_iter().enumerate() {
-        if timed {
-            stages.push(StageCost::new(format!("generator {i}"), p, busy_ns));
-        }
+        stages.extend(timed.then(|| StageCost::new(format!("generator {i}"), p, busy_ns)));
         tx_packets += p;
         tx_bytes += b;
         worker_failures.extend(failure);
@@ -459,26 +440,16 @@ pub fn run(
     for f in std::mem::take(&mut checked.failures) {
         note_failure(&mut worker_failures, f);
     }
-    let snapshot = plane.snapshot();
-    let series = plane.take_series();
-    let workers =
-        dataplane::worker::WorkerUse::between(&workers_at_start, &plane.worker_readings());
-    let setup = run_setup(config, &plane, &snapshot);
-    let zero_copy_regions = plane.zero_copy_regions();
-    if let Err(failed) = plane.shutdown() {
-        for f in failed {
-            note_failure(&mut worker_failures, f.to_string());
-        }
-    }
+    let Finished {
+        snapshot,
+        series,
+        workers,
+        setup,
+        zero_copy_regions,
+    } = Finished::shut_down(plane, config, &workers_at_start, &mut worker_failures);
 
     if timed {
-        for q in &snapshot.queues {
-            stages.push(StageCost::new(
-                format!("{} {} queue {} (worker)", q.interface, q.direction, q.queue),
-                q.packets,
-                q.busy_ns,
-            ));
-        }
+        stages.extend(worker_stages(&snapshot.queues));
     }
     let drops = snapshot.drops();
     let loss = Loss::reckon(tx_packets, &checked, drops.total(), both_sides, &drain);
@@ -497,12 +468,10 @@ pub fn run(
         both_sides,
     );
     problems.extend(worker_failures.iter().cloned());
-    let verdict = if !problems.is_empty() {
-        Verdict::NotLossless
-    } else if in_flight > 0 {
-        Verdict::Inconclusive
-    } else {
-        Verdict::Lossless
+    let verdict = match (problems.is_empty(), in_flight) {
+        (false, _) => Verdict::NotLossless,
+        (true, 0) => Verdict::Lossless,
+        (true, _) => Verdict::Inconclusive,
     };
     // A TX-only run reports what it sent.
     let (tput_bytes, tput_packets) = if tx_only {
@@ -554,6 +523,88 @@ pub fn run(
         series,
         workers,
     })
+}
+
+/// What the plane said as it shut down.
+struct Finished {
+    snapshot: dataplane::stats::Snapshot,
+    series: Vec<dataplane::stats::SeriesPoint>,
+    workers: Vec<dataplane::worker::WorkerUse>,
+    setup: RunSetup,
+    zero_copy_regions: Vec<String>,
+}
+
+impl Finished {
+    /// Reads the plane's counters, then shuts it down; its workers' failures are noted.
+    fn shut_down(
+        plane: DataPlane,
+        config: &Config,
+        workers_at_start: &[dataplane::worker::WorkerReading],
+        failures: &mut Vec<String>,
+    ) -> Self {
+        let snapshot = plane.snapshot();
+        let series = plane.take_series();
+        let workers =
+            dataplane::worker::WorkerUse::between(workers_at_start, &plane.worker_readings());
+        let setup = run_setup(config, &plane, &snapshot);
+        let zero_copy_regions = plane.zero_copy_regions();
+        if let Err(failed) = plane.shutdown() {
+            for f in failed {
+                note_failure(failures, f.to_string());
+            }
+        }
+        Self {
+            snapshot,
+            series,
+            workers,
+            setup,
+            zero_copy_regions,
+        }
+    }
+}
+
+/// Each worker queue's cost per packet (`--stages`).
+pub(crate) fn worker_stages(queues: &[QueueStats]) -> impl Iterator<Item = StageCost> + '_ {
+    queues.iter().map(|q| {
+        StageCost::new(
+            format!("{} {} queue {} (worker)", q.interface, q.direction, q.queue),
+            q.packets,
+            q.busy_ns,
+        )
+    })
+}
+
+/// Starts the plane with the generators and checkers: threads of their own, or the
+/// workers' handlers (`--inline`).
+fn start_sides(
+    config: &Config,
+    opts: &RawOptions,
+    (stop_tx, stop_rx): (&Arc<AtomicBool>, &Arc<AtomicBool>),
+    (sent, received): (&Arc<AtomicU64>, &Arc<AtomicU64>),
+) -> Result<(DataPlane, Sides), BenchError> {
+    if opts.inline {
+        let (plane, sides) = inline::start(config, opts, (stop_tx, stop_rx), (sent, received))?;
+        return Ok((plane, Sides::Inline(sides)));
+    }
+    let mut plane = DataPlane::start(config)?;
+    let checkers = spawn_checkers(config, opts, &mut plane, stop_rx, received)?;
+    let generators = spawn_generators(config, opts, &mut plane, stop_tx, sent)?;
+    Ok((plane, Sides::Threads(generators, checkers)))
+}
+
+/// Lets the generators run for `seconds` (or until interrupted); returns what the TX
+/// workers sent meanwhile, Gb/s: the paced rate (queued bursts still go out after, during
+/// the drain).
+fn wait_run(plane: &DataPlane, seconds: f64, interrupted: &AtomicBool) -> f64 {
+    let started = Instant::now();
+    let tx_bytes_at_start = plane.snapshot().total(Direction::Tx).1;
+    let duration = Duration::from_secs_f64(seconds);
+    while started.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (plane.snapshot().total(Direction::Tx).1 - tx_bytes_at_start) as f64 * 8.0
+        / started.elapsed().as_secs_f64()
+        / 1e9
 }
 
 /// The configuration as the run uses it: the TX queues paced to `--target-gbps`, handler

@@ -418,14 +418,14 @@ fn report(
     let elapsed = opts.seconds * 1e9;
     let (mut stages, mut busy_fraction) = (Vec::new(), Vec::new());
     if opts.time_stages {
-        for q in snapshot.queues.iter().filter(|q| q.packets > 0) {
-            stages.push(super::raw::StageCost::new(
-                format!("{} {} queue {} (worker)", q.interface, q.direction, q.queue),
-                q.packets,
-                q.busy_ns,
-            ));
-            busy_fraction.push(q.busy_ns as f64 / elapsed);
-        }
+        let busy: Vec<_> = snapshot
+            .queues
+            .iter()
+            .filter(|q| q.packets > 0)
+            .cloned()
+            .collect();
+        busy_fraction = busy.iter().map(|q| q.busy_ns as f64 / elapsed).collect();
+        stages = super::raw::worker_stages(&busy).collect();
     }
     let mut report = SocketReport {
         mode: opts.mode.name(),
