@@ -160,83 +160,132 @@ fn seed(tx: &mut TxQueue, builder: &mut FrameBuilder, bursts: usize) -> Result<u
     Ok(sent)
 }
 
+/// The relay's two interfaces and their queues.
+struct Ends {
+    rx_if: usize,
+    tx_if: usize,
+    rx_name: String,
+    tx_name: String,
+    rx_ids: Vec<u16>,
+    tx_ids: Vec<u16>,
+}
+
+impl Ends {
+    /// The interfaces `--rx-interface` and `--tx-interface` name, or the first with RX
+    /// queues and another (else the same) with TX queues.
+    fn choose(config: &Config, opts: &FwdOptions) -> Result<Self, FwdError> {
+        let count = |i: usize, dir: Direction| {
+            let iface = &config.interfaces[i];
+            match dir {
+                Direction::Rx => iface.rx.iter().map(|r| r.queues.len()).sum::<usize>(),
+                Direction::Tx => iface.tx.iter().map(|t| t.queues.len()).sum::<usize>(),
+            }
+        };
+        let rx_if = pick(
+            config,
+            opts.rx_interface.as_deref(),
+            "RX",
+            |i| count(i, Direction::Rx) > 0,
+            |i| count(i, Direction::Rx) > 0,
+        )?;
+        let tx_if = pick(
+            config,
+            opts.tx_interface.as_deref(),
+            "TX",
+            |i| count(i, Direction::Tx) > 0,
+            |i| i != rx_if && count(i, Direction::Tx) > 0,
+        )
+        .or_else(|e| {
+            if opts.tx_interface.is_none() && count(rx_if, Direction::Tx) > 0 {
+                Ok(rx_if)
+            } else {
+                Err(e)
+            }
+        })?;
+        let rx_name = config.interfaces[rx_if].name.clone();
+        let tx_name = config.interfaces[tx_if].name.clone();
+        let rx_ids: Vec<u16> = config.interfaces[rx_if]
+            .rx
+            .iter()
+            .flat_map(|r| &r.queues)
+            .map(|q| q.id)
+            .collect();
+        let tx_ids: Vec<u16> = config.interfaces[tx_if]
+            .tx
+            .iter()
+            .flat_map(|t| &t.queues)
+            .map(|q| q.id)
+            .collect();
+        Ok(Self {
+            rx_if,
+            tx_if,
+            rx_name,
+            tx_name,
+            rx_ids,
+            tx_ids,
+        })
+    }
+}
+
+/// Starts the plane with the relay in the workers' handlers (`--inline`).
+fn start_inline(
+    config: &Config,
+    opts: &FwdOptions,
+    (rx_if, rx_ids): (usize, &[u16]),
+    (tx_if, tx_ids): (usize, &[u16]),
+    (stop, forwarded): (&Arc<AtomicBool>, &Arc<AtomicU64>),
+) -> Result<(DataPlane, Relays), FwdError> {
+    let shared = Arc::new(inline::Shared {
+        stop: stop.clone(),
+        forwarded: forwarded.clone(),
+        results: Default::default(),
+    });
+    let config = inline::inline_config(config, (rx_if, rx_ids), (tx_if, tx_ids));
+    let mut relays = 0;
+    let plane = DataPlane::start_with_handlers(&config, |queues| {
+        relays += 1;
+        let seed = (opts.tx_first > 0).then(|| FrameBuilder::new(&config.bench.tx[0], 0));
+        let relay = inline::InlineRelay::new(
+            queues,
+            (rx_if as u16, rx_ids),
+            (tx_if as u16, tx_ids),
+            opts,
+            seed,
+            shared.clone(),
+        )?;
+        Ok(Box::new(relay))
+    })?;
+    Ok((plane, Relays::Inline(shared, relays)))
+}
+
 /// Runs the relay. `interrupted` is polled (Ctrl-C ends the run early, with a report).
 pub fn run(
     config: &Config,
     opts: &FwdOptions,
     interrupted: &AtomicBool,
 ) -> Result<FwdReport, FwdError> {
-    let count = |i: usize, dir: Direction| {
-        let iface = &config.interfaces[i];
-        match dir {
-            Direction::Rx => iface.rx.iter().map(|r| r.queues.len()).sum::<usize>(),
-            Direction::Tx => iface.tx.iter().map(|t| t.queues.len()).sum::<usize>(),
-        }
-    };
-    let rx_if = pick(
-        config,
-        opts.rx_interface.as_deref(),
-        "RX",
-        |i| count(i, Direction::Rx) > 0,
-        |i| count(i, Direction::Rx) > 0,
-    )?;
-    let tx_if = pick(
-        config,
-        opts.tx_interface.as_deref(),
-        "TX",
-        |i| count(i, Direction::Tx) > 0,
-        |i| i != rx_if && count(i, Direction::Tx) > 0,
-    )
-    .or_else(|e| {
-        if opts.tx_interface.is_none() && count(rx_if, Direction::Tx) > 0 {
-            Ok(rx_if)
-        } else {
-            Err(e)
-        }
-    })?;
+    let Ends {
+        rx_if,
+        tx_if,
+        rx_name,
+        tx_name,
+        rx_ids,
+        tx_ids,
+    } = Ends::choose(config, opts)?;
     if opts.tx_first > 0 && config.bench.tx.is_empty() {
         return Err(FwdError::NoFrames);
     }
-    let rx_name = config.interfaces[rx_if].name.clone();
-    let tx_name = config.interfaces[tx_if].name.clone();
-    let rx_ids: Vec<u16> = config.interfaces[rx_if]
-        .rx
-        .iter()
-        .flat_map(|r| &r.queues)
-        .map(|q| q.id)
-        .collect();
-    let tx_ids: Vec<u16> = config.interfaces[tx_if]
-        .tx
-        .iter()
-        .flat_map(|t| &t.queues)
-        .map(|q| q.id)
-        .collect();
-
     let threads = tx_ids.len().min(rx_ids.len());
     let stop = Arc::new(AtomicBool::new(false));
     let forwarded = Arc::new(AtomicU64::new(0));
     let (plane, relays) = if opts.inline {
-        let shared = Arc::new(inline::Shared {
-            stop: stop.clone(),
-            forwarded: forwarded.clone(),
-            results: Default::default(),
-        });
-        let config = inline::inline_config(config, (rx_if, &rx_ids), (tx_if, &tx_ids[..threads]));
-        let mut relays = 0;
-        let plane = DataPlane::start_with_handlers(&config, |queues| {
-            relays += 1;
-            let seed = (opts.tx_first > 0).then(|| FrameBuilder::new(&config.bench.tx[0], 0));
-            let relay = inline::InlineRelay::new(
-                queues,
-                (rx_if as u16, &rx_ids),
-                (tx_if as u16, &tx_ids[..threads]),
-                opts,
-                seed,
-                shared.clone(),
-            )?;
-            Ok(Box::new(relay))
-        })?;
-        (plane, Relays::Inline(shared, relays))
+        start_inline(
+            config,
+            opts,
+            (rx_if, &rx_ids),
+            (tx_if, &tx_ids[..threads]),
+            (&stop, &forwarded),
+        )?
     } else {
         let mut plane = DataPlane::start(config)?;
         let threads = start_threads(
@@ -394,51 +443,7 @@ fn start_threads(
                         }
                     }
                 }
-                let mut idle = 0u32;
-                'run: while !stop.load(Ordering::Relaxed) {
-                    let mut got = false;
-                    for rx in &mut rxs {
-                        let mut burst = match rx.poll() {
-                            Ok(Some(b)) => b,
-                            Ok(None) => continue,
-                            Err(e) => {
-                                r.problem = Some(e.to_string());
-                                break 'run;
-                            }
-                        };
-                        got = true;
-                        if mac_swap {
-                            swap_macs(&mut burst);
-                        }
-                        let (n, bytes) = (burst.len() as u64, burst.bytes());
-                        loop {
-                            match tx.forward(burst) {
-                                Ok(()) => break,
-                                Err(e) if e.reason == TxFailure::RingFull => {
-                                    if stop.load(Ordering::Relaxed) {
-                                        r.unforwarded += n;
-                                        break 'run;
-                                    }
-                                    burst = e.burst;
-                                    std::hint::spin_loop();
-                                }
-                                Err(e) => {
-                                    r.unforwarded += n;
-                                    r.problem = Some(e.reason.to_string());
-                                    break 'run;
-                                }
-                            }
-                        }
-                        r.packets += n;
-                        r.bytes += bytes;
-                        forwarded.fetch_add(n, Ordering::Relaxed);
-                    }
-                    idle = if got { 0 } else { idle + 1 };
-                    if idle > 1024 {
-                        idle = 0;
-                        std::thread::yield_now();
-                    }
-                }
+                forward_until_stop(&mut tx, &mut rxs, mac_swap, (&stop, &forwarded), &mut r);
                 r
             });
         match handle {
@@ -456,6 +461,61 @@ fn start_threads(
     }
 
     Ok(Relays::Threads(handles, go))
+}
+
+/// Forwards every burst of `rxs` to `tx` until `stop` (or a failure, noted in `r`).
+fn forward_until_stop(
+    tx: &mut TxQueue,
+    rxs: &mut [RxQueue],
+    mac_swap: bool,
+    (stop, forwarded): (&AtomicBool, &AtomicU64),
+    r: &mut ThreadResult,
+) {
+    let mut idle = 0u32;
+    'run: while !stop.load(Ordering::Relaxed) {
+        let mut got = false;
+        for rx in rxs.iter_mut() {
+            let mut burst = match rx.poll() {
+                Ok(Some(b)) => b,
+                Ok(None) => continue,
+                Err(e) => {
+                    r.problem = Some(e.to_string());
+                    break 'run;
+                }
+            };
+            got = true;
+            if mac_swap {
+                swap_macs(&mut burst);
+            }
+            let (n, bytes) = (burst.len() as u64, burst.bytes());
+            loop {
+                match tx.forward(burst) {
+                    Ok(()) => break,
+                    Err(e) if e.reason == TxFailure::RingFull => {
+                        if stop.load(Ordering::Relaxed) {
+                            r.unforwarded += n;
+                            break 'run;
+                        }
+                        burst = e.burst;
+                        std::hint::spin_loop();
+                    }
+                    Err(e) => {
+                        r.unforwarded += n;
+                        r.problem = Some(e.reason.to_string());
+                        break 'run;
+                    }
+                }
+            }
+            r.packets += n;
+            r.bytes += bytes;
+            forwarded.fetch_add(n, Ordering::Relaxed);
+        }
+        idle = if got { 0 } else { idle + 1 };
+        if idle > 1024 {
+            idle = 0;
+            std::thread::yield_now();
+        }
+    }
 }
 
 impl FwdReport {
