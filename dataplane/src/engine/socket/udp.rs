@@ -95,65 +95,10 @@ impl UdpInterface {
                     (SocketAddrV4::new(*local.ip(), port), s.remote, false)
                 }
             };
-            let (socket, sizes) = sys::udp_socket(at, shared, peer, s.buffers.0, s.buffers.1)
-                .map_err(|e| {
-                    bad(match e.raw_os_error() {
-                        Some(libc::EADDRINUSE) => format!(
-                            "cannot bind {}: the port is in use by another socket ({e})",
-                            udp_uri(at)
-                        ),
-                        Some(libc::EADDRNOTAVAIL) => format!(
-                            "cannot bind {}: the address is not on this machine ({e})",
-                            udp_uri(at)
-                        ),
-                        _ => format!("cannot open a UDP socket on {}: {e}", udp_uri(at)),
-                    })
-                })?;
-            if k == 0 {
-                warn_if_capped(&s.name, s.buffers, sizes);
-            }
-            if s.gro
-                && let Err(e) = sys::udp_gro(&socket)
-            {
-                tracing::warn!(
-                    "interface `{}`: UDP GRO not available ({e}); one datagram per read",
-                    s.name
-                );
-                gro = false;
-            }
-            if kernel_timestamps && let Err(e) = sys::rx_timestamps(&socket) {
-                tracing::warn!(
-                    "interface `{}`: no kernel receive timestamps ({e}); the RX worker stamps packets instead",
-                    s.name
-                );
-                kernel_timestamps = false;
-            }
-            if s.busy_poll_us > 0 {
-                let refused = sys::busy_poll(&socket, s.busy_poll_us, 64);
-                if !refused.is_empty() {
-                    tracing::warn!(
-                        "interface `{}`: busy polling not fully on: {}",
-                        s.name,
-                        refused.join("; ")
-                    );
-                }
-            }
+            let socket = open_socket(s, k, (at, shared, peer), (&mut gro, &mut kernel_timestamps))
+                .map_err(bad)?;
             let bound = super::bound(&socket).unwrap_or(at);
-            let link = match (s.mode, peer) {
-                (SocketMode::Client, Some(p)) => {
-                    let l = Link::up_from_start();
-                    l.connected(SocketAddr::V4(p));
-                    l
-                }
-                _ => match s.remote {
-                    Some(p) => {
-                        let l = Link::default();
-                        l.connected(SocketAddr::V4(p));
-                        l
-                    }
-                    None => Link::default(),
-                },
-            };
+            let link = lane_link(s.mode, peer, s.remote);
             lanes.push(Lane {
                 socket: Arc::new(socket),
                 local: bound,
@@ -327,6 +272,81 @@ struct UdpRx {
     drained: bool,
 }
 
+/// Lane `k`'s socket bound at `at` (shared by a server's lanes, connected to `peer`), with
+/// GRO, kernel timestamps and busy polling as the plan asks; what the kernel refuses is
+/// turned off in `gro` and `kernel_timestamps`, with a warning. The error is the reason.
+fn open_socket(
+    s: &SocketInterfacePlan,
+    k: usize,
+    (at, shared, peer): (SocketAddrV4, bool, Option<SocketAddrV4>),
+    (gro, kernel_timestamps): (&mut bool, &mut bool),
+) -> Result<UdpSocket, String> {
+    let (socket, sizes) =
+        sys::udp_socket(at, shared, peer, s.buffers.0, s.buffers.1).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::EADDRINUSE) => format!(
+                    "cannot bind {}: the port is in use by another socket ({e})",
+                    udp_uri(at)
+                ),
+                Some(libc::EADDRNOTAVAIL) => format!(
+                    "cannot bind {}: the address is not on this machine ({e})",
+                    udp_uri(at)
+                ),
+                _ => format!("cannot open a UDP socket on {}: {e}", udp_uri(at)),
+            }
+        })?;
+    if k == 0 {
+        warn_if_capped(&s.name, s.buffers, sizes);
+    }
+    if s.gro
+        && let Err(e) = sys::udp_gro(&socket)
+    {
+        tracing::warn!(
+            "interface `{}`: UDP GRO not available ({e}); one datagram per read",
+            s.name
+        );
+        *gro = false;
+    }
+    if *kernel_timestamps && let Err(e) = sys::rx_timestamps(&socket) {
+        tracing::warn!(
+            "interface `{}`: no kernel receive timestamps ({e}); the RX worker stamps packets instead",
+            s.name
+        );
+        *kernel_timestamps = false;
+    }
+    if s.busy_poll_us > 0 {
+        let refused = sys::busy_poll(&socket, s.busy_poll_us, 64);
+        if !refused.is_empty() {
+            tracing::warn!(
+                "interface `{}`: busy polling not fully on: {}",
+                s.name,
+                refused.join("; ")
+            );
+        }
+    }
+    Ok(socket)
+}
+
+/// A lane's link: a connected client's is up from the start; any lane with a configured
+/// remote knows its peer.
+fn lane_link(mode: SocketMode, peer: Option<SocketAddrV4>, remote: Option<SocketAddrV4>) -> Link {
+    match (mode, peer) {
+        (SocketMode::Client, Some(p)) => {
+            let l = Link::up_from_start();
+            l.connected(SocketAddr::V4(p));
+            l
+        }
+        _ => match remote {
+            Some(p) => {
+                let l = Link::default();
+                l.connected(SocketAddr::V4(p));
+                l
+            }
+            None => Link::default(),
+        },
+    }
+}
+
 impl UdpRx {
     /// Counts kernel drops up to the socket's counter value `now`.
     fn account_drops(&mut self, now: u32) {
@@ -353,23 +373,10 @@ impl UdpRx {
         };
         let reads = (self.batch / per_read).clamp(1, sys::MAX_MESSAGES);
         let want = reads * per_read;
-        let mut spare = match self.spare.take() {
-            Some(b) if b.len() >= per_read => b,
-            other => {
-                drop(other);
-                match Burst::allocate_up_to(
-                    self.regions.clone(),
-                    self.port,
-                    self.queue,
-                    &[self.region],
-                    want,
-                ) {
-                    Some(b) if b.len() >= per_read => b,
-                    // Too few buffers for one read: the datagrams wait in the kernel (which
-                    // counts what it drops).
-                    _ => return,
-                }
-            }
+        // Too few buffers for one read: the datagrams wait in the kernel (which counts
+        // what it drops).
+        let Some(mut spare) = self.spare_buffers(per_read, want) else {
+            return;
         };
         let usable = (spare.len() / per_read).min(reads) * per_read;
         // With GRO every read ends in an overflow area of its own, so a read longer than
@@ -406,13 +413,7 @@ impl UdpRx {
         };
         if self.received.is_empty() {
             self.spare = Some(spare);
-            self.empty_polls += 1;
-            if self.empty_polls >= DROP_CHECK_EVERY {
-                self.empty_polls = 0;
-                if let Ok(d) = sys::socket_drops(&*self.socket) {
-                    self.account_drops(d);
-                }
-            }
+            self.idle_poll();
             return;
         }
         self.empty_polls = 0;
@@ -473,6 +474,53 @@ impl UdpRx {
         self.received = received;
         left.take_from(&mut spare, usize::MAX);
         self.spare = Some(left);
+        self.note_dropped(malformed, rejected, buf_size);
+        if !got.is_empty() {
+            self.held = self
+                .ingress
+                .steer_datagrams(got, self.queue, &self.sources, self.local);
+        }
+    }
+
+    /// The buffers for the next reads: the spare burst when it holds at least one read's
+    /// worth, else up to `want` fresh ones (none when the pool has fewer than `per_read`).
+    fn spare_buffers(&mut self, per_read: usize, want: usize) -> Option<Burst> {
+        match self.spare.take() {
+            Some(b) if b.len() >= per_read => Some(b),
+            other => {
+                drop(other);
+                Burst::allocate_up_to(
+                    self.regions.clone(),
+                    self.port,
+                    self.queue,
+                    &[self.region],
+                    want,
+                )
+                .filter(|b| b.len() >= per_read)
+            }
+        }
+    }
+
+    /// A read that found nothing: every `DROP_CHECK_EVERY` of them, the kernel's drop
+    /// counter is read (a busy socket reports it with its datagrams).
+    fn idle_poll(&mut self) {
+        self.empty_polls += 1;
+        if self.empty_polls >= DROP_CHECK_EVERY {
+            self.empty_polls = 0;
+            if let Ok(d) = sys::socket_drops(&*self.socket) {
+                self.account_drops(d);
+            }
+        }
+    }
+
+    /// Counts and reports the batch's dropped datagrams (too long for a buffer, from a
+    /// peer the gate refused), and a server learns its peer from the last datagram kept.
+    fn note_dropped(
+        &mut self,
+        malformed: u64,
+        rejected: Option<(u64, SocketAddrV4)>,
+        buf_size: usize,
+    ) {
         if malformed > 0 {
             self.counters.drop_packets(DropReason::Malformed, malformed);
             if let Some(held) = self.warn_malformed.allow() {
@@ -503,11 +551,6 @@ impl UdpRx {
             && self.learned.store(last)
         {
             self.link.connected(SocketAddr::V4(last));
-        }
-        if !got.is_empty() {
-            self.held = self
-                .ingress
-                .steer_datagrams(got, self.queue, &self.sources, self.local);
         }
     }
 
