@@ -604,6 +604,122 @@ impl DpdkTx {
         }
         (copies, attaches)
     }
+
+    /// Puts the mbuf carrying each of the first `n` packets into `scratch`, as planned:
+    /// own mbufs reset, fresh ones attached to region buffers (a burst at a time, after
+    /// the loop), frames copied into the copy pool's mbufs.
+    #[inline]
+    fn carry(
+        &mut self,
+        burst: &Burst,
+        regions: &RegionSet,
+        n: usize,
+        (copy_mbufs, attach_mbufs): (&[*mut sys::rte_mbuf], &[*mut sys::rte_mbuf]),
+    ) {
+        let (mut next_copy, mut next_attach) = (0, 0);
+        // Own mbufs are reset and fresh ones attached a burst at a time, after the loop.
+        let mut attach = super::attach::AttachBatch::new();
+        let mut reuse = [std::ptr::null_mut(); MAX_BURST];
+        let mut reuse_lens = [0u16; MAX_BURST];
+        let mut reused = 0;
+        for i in 0..n {
+            let p = burst.packets()[i];
+            self.scratch[i] = match self.carried[i] {
+                Carried::Own => {
+                    let s = p.segments()[0];
+                    let Some(TxCarrier::Own(lent)) = self.carriers.get(s.region as usize) else {
+                        unreachable!("planned by `plan`");
+                    };
+                    let m = lent.mbufs[s.index as usize];
+                    reuse[reused] = m;
+                    reuse_lens[reused] = s.len as u16;
+                    reused += 1;
+                    m
+                }
+                Carried::Attached => {
+                    let s = p.segments()[0];
+                    let Some(TxCarrier::Attach(region)) = self.carriers.get(s.region as usize)
+                    else {
+                        unreachable!("planned by `plan`");
+                    };
+                    let m = attach_mbufs[next_attach];
+                    next_attach += 1;
+                    let addr = regions.get(s.region).buffer_addr(s.index);
+                    // SAFETY: a fresh direct mbuf; the burst owns buffer `s.index` and
+                    // hands it over only if the driver takes the mbuf (else
+                    // `shim_tx_free_untaken` keeps it the burst's). Attached below.
+                    unsafe { attach.push(region, m, addr, s.index, s.len as u16) };
+                    m
+                }
+                Carried::Copied => {
+                    let m = copy_mbufs[next_copy];
+                    next_copy += 1;
+                    let mut off = 0usize;
+                    // SAFETY: a fresh mbuf whose data room holds `room` bytes.
+                    let dst = unsafe { sys::shim_rte_pktmbuf_data(m) as *mut u8 };
+                    for seg in 0..p.segments().len() {
+                        let data = burst.data(i, seg).expect("DPDK regions are host memory");
+                        // SAFETY: the packet's length is at most `room` (planned by `plan`).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(off), data.len())
+                        };
+                        off += data.len();
+                    }
+                    // SAFETY: as above.
+                    unsafe { sys::shim_rte_pktmbuf_set_len(m, off as u16) };
+                    m
+                }
+                Carried::TooLarge => unreachable!("`transmit` drops these first"),
+            };
+        }
+        // SAFETY: as promised at each push, before any of these mbufs is used.
+        unsafe { attach.flush() };
+        if reused > 0 {
+            // SAFETY: the mbufs carrying this burst's lent buffers, out of their pool
+            // while the burst owns the buffers; each reset to one segment of the
+            // frame's length at the headroom where the region's data starts.
+            unsafe { sys::shim_tx_reuse_bulk(reuse.as_ptr(), reuse_lens.as_ptr(), reused as u32) };
+        }
+    }
+
+    /// Gives each packet with a send time its mbuf's TX timestamp (`accurate_send`).
+    #[inline]
+    fn stamp_send_times(&mut self, burst: &Burst, n: usize) {
+        if let Some(t) = &self.send_times {
+            for i in 0..n {
+                let at = burst.packets()[i].timestamp_ns;
+                if at != 0 {
+                    // SAFETY: an mbuf of this burst, not yet handed to the driver.
+                    unsafe {
+                        sys::shim_set_tx_timestamp(
+                            self.scratch[i],
+                            t.offset,
+                            t.flag,
+                            t.clock.to_ticks(at),
+                        )
+                    };
+                }
+            }
+        }
+    }
+
+    /// Returns the copy and attach mbufs of packets `sent..n` that the driver did not
+    /// take to their pools; the burst keeps the buffers. An own mbuf stays out of its
+    /// pool, with its buffer in the burst.
+    #[inline]
+    fn free_untaken(&mut self, sent: usize, n: usize) {
+        let mut untaken = [std::ptr::null_mut(); MAX_BURST];
+        let mut k = 0;
+        for i in sent..n {
+            if self.carried[i] != Carried::Own {
+                untaken[k] = self.scratch[i];
+                k += 1;
+            }
+        }
+        // SAFETY: mbufs the driver did not take, each freed once, without giving
+        // back the buffers attached to them.
+        unsafe { sys::shim_tx_free_untaken(untaken.as_mut_ptr(), k as u32) };
+    }
 }
 
 /// Fills `out` with fresh mbufs of `pool`, all or none.
@@ -654,93 +770,8 @@ impl TxPort for DpdkTx {
                 }
                 return Some(burst);
             }
-            let (mut next_copy, mut next_attach) = (0, 0);
-            // Own mbufs are reset and fresh ones attached a burst at a time, after the loop.
-            let mut attach = super::attach::AttachBatch::new();
-            let mut reuse = [std::ptr::null_mut(); MAX_BURST];
-            let mut reuse_lens = [0u16; MAX_BURST];
-            let mut reused = 0;
-            for i in 0..n {
-                let p = burst.packets()[i];
-                self.scratch[i] = match self.carried[i] {
-                    Carried::Own => {
-                        let s = p.segments()[0];
-                        let Some(TxCarrier::Own(lent)) = self.carriers.get(s.region as usize)
-                        else {
-                            unreachable!("planned above");
-                        };
-                        let m = lent.mbufs[s.index as usize];
-                        reuse[reused] = m;
-                        reuse_lens[reused] = s.len as u16;
-                        reused += 1;
-                        m
-                    }
-                    Carried::Attached => {
-                        let s = p.segments()[0];
-                        let Some(TxCarrier::Attach(region)) = self.carriers.get(s.region as usize)
-                        else {
-                            unreachable!("planned above");
-                        };
-                        let m = attach_mbufs[next_attach];
-                        next_attach += 1;
-                        let addr = regions.get(s.region).buffer_addr(s.index);
-                        // SAFETY: a fresh direct mbuf; the burst owns buffer `s.index` and
-                        // hands it over only if the driver takes the mbuf (else
-                        // `shim_tx_free_untaken` keeps it the burst's). Attached below.
-                        unsafe { attach.push(region, m, addr, s.index, s.len as u16) };
-                        m
-                    }
-                    Carried::Copied => {
-                        let m = copy_mbufs[next_copy];
-                        next_copy += 1;
-                        let mut off = 0usize;
-                        // SAFETY: a fresh mbuf whose data room holds `room` bytes.
-                        let dst = unsafe { sys::shim_rte_pktmbuf_data(m) as *mut u8 };
-                        for seg in 0..p.segments().len() {
-                            let data = burst.data(i, seg).expect("DPDK regions are host memory");
-                            // SAFETY: the packet's length is at most `room` (planned above).
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    data.as_ptr(),
-                                    dst.add(off),
-                                    data.len(),
-                                )
-                            };
-                            off += data.len();
-                        }
-                        // SAFETY: as above.
-                        unsafe { sys::shim_rte_pktmbuf_set_len(m, off as u16) };
-                        m
-                    }
-                    Carried::TooLarge => unreachable!("dropped above"),
-                };
-            }
-            // SAFETY: as promised at each push, before any of these mbufs is used.
-            unsafe { attach.flush() };
-            if reused > 0 {
-                // SAFETY: the mbufs carrying this burst's lent buffers, out of their pool
-                // while the burst owns the buffers; each reset to one segment of the
-                // frame's length at the headroom where the region's data starts.
-                unsafe {
-                    sys::shim_tx_reuse_bulk(reuse.as_ptr(), reuse_lens.as_ptr(), reused as u32)
-                };
-            }
-            if let Some(t) = &self.send_times {
-                for i in 0..n {
-                    let at = burst.packets()[i].timestamp_ns;
-                    if at != 0 {
-                        // SAFETY: an mbuf of this burst, not yet handed to the driver.
-                        unsafe {
-                            sys::shim_set_tx_timestamp(
-                                self.scratch[i],
-                                t.offset,
-                                t.flag,
-                                t.clock.to_ticks(at),
-                            )
-                        };
-                    }
-                }
-            }
+            self.carry(&burst, &regions, n, (&copy_mbufs, &attach_mbufs));
+            self.stamp_send_times(&burst, n);
             // SAFETY: a started port; the driver takes the mbufs it accepts.
             let sent = unsafe {
                 sys::shim_rte_eth_tx_burst(
@@ -751,19 +782,7 @@ impl TxPort for DpdkTx {
                 )
             } as usize;
             if sent < n {
-                // Untaken copy and attach mbufs go back to their pools; the burst keeps the
-                // buffers. An own mbuf stays out of its pool, with its buffer in the burst.
-                let mut untaken = [std::ptr::null_mut(); MAX_BURST];
-                let mut k = 0;
-                for i in sent..n {
-                    if self.carried[i] != Carried::Own {
-                        untaken[k] = self.scratch[i];
-                        k += 1;
-                    }
-                }
-                // SAFETY: mbufs the driver did not take, each freed once, without giving
-                // back the buffers attached to them.
-                unsafe { sys::shim_tx_free_untaken(untaken.as_mut_ptr(), k as u32) };
+                self.free_untaken(sent, n);
             }
             let copied = self.carried[..sent]
                 .iter()
