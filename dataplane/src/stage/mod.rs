@@ -365,17 +365,7 @@ impl RxStage {
     /// A burst already in the layout is handed back as it is. Call only with
     /// [`RxStage::has_room`].
     pub fn submit(&mut self, burst: Burst) -> Result<(), StageError> {
-        let in_layout = match burst.run() {
-            Some(run) => self.layout == [run.region],
-            None => burst.packets().iter().all(|p| {
-                p.segments().len() == self.layout.len()
-                    && p.segments()
-                        .iter()
-                        .zip(&self.layout)
-                        .all(|(s, r)| s.region == *r)
-            }),
-        };
-        if burst.is_empty() || in_layout {
+        if burst.is_empty() || self.in_layout(&burst) {
             self.flush_before(&burst)?;
             let empty = Burst::empty(self.regions.clone(), burst.port(), burst.queue(), 0);
             self.in_flight.push_back(InFlight::done(burst, empty));
@@ -426,6 +416,30 @@ impl RxStage {
                 return Err(StageError::NoBuffers(burst));
             }
         }
+        self.plan_moves(&burst, &mut out)?;
+        self.issue_moves(out, burst)
+    }
+
+    /// Every packet of `burst` is already in the queue's layout (a run of the one region,
+    /// or each segment in its region).
+    fn in_layout(&self, burst: &Burst) -> bool {
+        match burst.run() {
+            Some(run) => self.layout == [run.region],
+            None => burst.packets().iter().all(|p| {
+                p.segments().len() == self.layout.len()
+                    && p.segments()
+                        .iter()
+                        .zip(&self.layout)
+                        .all(|(s, r)| s.region == *r)
+            }),
+        }
+    }
+
+    /// Lays each single-segment packet of `burst` out over `out`'s segments (split at
+    /// `split` where the layout has two regions) and records the copies in `moves`; flow
+    /// ids and times go along.
+    fn plan_moves(&mut self, burst: &Burst, out: &mut Burst) -> Result<(), StageError> {
+        let n = burst.len();
         self.moves.clear();
         let failed = |reason| StageError::Failed {
             packets: n as u64,
@@ -470,6 +484,16 @@ impl RxStage {
             out.set_flow_id(i, p.flow_id);
             out.set_timestamp(i, p.timestamp_ns);
         }
+        Ok(())
+    }
+
+    /// Does the host-to-host copies of `moves` now and, where one side is GPU memory,
+    /// issues the GPU copy; `out` is handed back once they are done.
+    fn issue_moves(&mut self, out: Burst, burst: Burst) -> Result<(), StageError> {
+        let failed = |reason| StageError::Failed {
+            packets: burst.len() as u64,
+            reason,
+        };
         let regions = self.regions.clone();
         let on_gpu = |r| gpu_side(&regions, r);
         // Host to host: plain copies, done now.
