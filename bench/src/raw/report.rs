@@ -71,6 +71,13 @@ impl RawReport {
                 self.checker.valid, self.checker.corrupt, self.checker.gaps, self.checker.reordered, self.checker.duplicates
             )),
         }
+        self.push_details(&mut s);
+        self.push_verdict(&mut s);
+        s
+    }
+
+    /// Latency, pacing, captures, stage costs, the reorder, per-queue and per-flow counts.
+    fn push_details(&self, s: &mut String) {
         if let Some(l) = &self.latency {
             s.push_str(&format!(
                 "  one-way latency ({} frames, receive time from {}): min {} p50 {} p99 {} p99.9 {} max {} ns{}\n",
@@ -143,6 +150,10 @@ impl RawReport {
                 .collect();
             s.push_str(&format!("  packets by flow id: {}\n", ids.join(", ")));
         }
+    }
+
+    /// The verdict, with the problems of a run that was not lossless.
+    fn push_verdict(&self, s: &mut String) {
         match self.verdict {
             Verdict::Lossless if self.rx_work == RxWork::Count => s.push_str(
                 "LOSSLESS: every packet sent arrived (counted; contents and order not checked)\n",
@@ -161,6 +172,5 @@ impl RawReport {
                 }
             }
         }
-        s
     }
 }
