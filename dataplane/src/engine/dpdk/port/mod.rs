@@ -272,68 +272,14 @@ impl Port {
         .map_err(device_err)?;
         // SAFETY: the PMD's static driver name, or null.
         let driver = unsafe { c_text(info.driver_name, "unknown driver") };
-        // Queue ids in configuration order.
-        let rx: Vec<u16> = planned.rx.iter().map(|q| q.queue).collect();
-        let tx: Vec<u16> = planned.tx.iter().map(|q| q.queue).collect();
-        let flows = &planned.flows;
-        let hw_queue = |q: u16| planned.device_queue(q);
-
-        // Flow rules: translate now; isolation must be asked for before configuration.
-        let mut fallback: Option<flow::FlowError> = None;
-        let mut flow_plan = None;
-        if flows.any() {
-            match flow::translate(flows, &hw_queue, true) {
-                Ok(rules) => flow_plan = Some(rules),
-                Err(e) => fallback = Some(e),
-            }
-        }
-        let mut isolated = false;
-        if flow_plan.is_some() && flows.isolation {
-            match flow_isolate(id, true) {
-                Ok(()) => isolated = true,
-                Err(e) => {
-                    flow_plan = None;
-                    fallback = Some(e);
-                }
-            }
-        }
-
-        let mut conf = sys::rte_eth_conf::default();
-        // SAFETY: reads a constant defined in the shim.
-        let rss_hf = unsafe { sys::shim_rss_ip_udp } & info.flow_type_rss_offloads;
-        if rx.len() > 1 && rss_hf != 0 {
-            // Packets no rule places are spread over every queue, as in software.
-            conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
-            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
-        }
-        // net_tap wants as many RX as TX queues: it gets idle ones to match. A memif end
-        // must have a ring for each ring its peer adds, and peers (testpmd, VPP) add at
-        // least one each way: a one-way interface gets an idle queue the other way.
-        let (hw_rx, hw_tx) = if driver == "net_tap" {
-            let n = rx.len().max(tx.len());
-            (n, n)
-        } else if driver == "net_memif" {
-            (rx.len().max(1), tx.len().max(1))
-        } else {
-            (rx.len(), tx.len())
-        };
-        // Device timestamps where the driver offers them; software otherwise (said at
-        // start by the plane).
-        // SAFETY: reads constants defined in the shim.
-        let (rx_stamp, tx_stamp) = unsafe {
-            (
-                sys::shim_rx_offload_timestamp,
-                sys::shim_tx_offload_send_on_timestamp,
-            )
-        };
-        let device_rx_time = planned.rx_timestamps && info.rx_offload_capa & rx_stamp != 0;
-        let device_tx_time = planned.accurate_send && info.tx_offload_capa & tx_stamp != 0;
-        if device_rx_time {
-            conf.rxmode.offloads |= rx_stamp;
-        }
-        if device_tx_time {
-            conf.txmode.offloads |= tx_stamp;
-        }
+        let (flow_plan, fallback, isolated) = device_flows(planned, id);
+        let DeviceConf {
+            conf,
+            hw_rx,
+            hw_tx,
+            device_rx_time,
+            device_tx_time,
+        } = DeviceConf::new(planned, &info, &driver);
         // SAFETY: a valid port id and configuration.
         super::error::check("rte_eth_dev_configure", unsafe {
             sys::rte_eth_dev_configure(id, hw_rx as u16, hw_tx as u16, &conf)
@@ -530,4 +476,93 @@ fn flow_isolate(port_id: u16, on: bool) -> Result<(), flow::FlowError> {
         return Ok(());
     }
     Err(flow::flow_error(format!("rte_flow_isolate({on})"), &err))
+}
+
+/// The port's flow rules translated for the device, with isolation asked for (before the
+/// port is configured, as DPDK wants): the rules, why the device refused them (then they
+/// are steered in software), and whether the port is isolated.
+fn device_flows(
+    planned: &PortPlan,
+    id: u16,
+) -> (Option<Vec<flow::Rule>>, Option<flow::FlowError>, bool) {
+    let flows = &planned.flows;
+    let hw_queue = |q: u16| planned.device_queue(q);
+    let mut fallback: Option<flow::FlowError> = None;
+    let mut flow_plan = None;
+    if flows.any() {
+        match flow::translate(flows, &hw_queue, true) {
+            Ok(rules) => flow_plan = Some(rules),
+            Err(e) => fallback = Some(e),
+        }
+    }
+    let mut isolated = false;
+    if flow_plan.is_some() && flows.isolation {
+        match flow_isolate(id, true) {
+            Ok(()) => isolated = true,
+            Err(e) => {
+                flow_plan = None;
+                fallback = Some(e);
+            }
+        }
+    }
+    (flow_plan, fallback, isolated)
+}
+
+/// How the port is configured: RSS, its queue counts and the timestamp offloads.
+struct DeviceConf {
+    conf: sys::rte_eth_conf,
+    hw_rx: usize,
+    hw_tx: usize,
+    device_rx_time: bool,
+    device_tx_time: bool,
+}
+
+impl DeviceConf {
+    fn new(planned: &PortPlan, info: &sys::rte_eth_dev_info, driver: &str) -> Self {
+        let rx = planned.rx.len();
+        let tx = planned.tx.len();
+        let mut conf = sys::rte_eth_conf::default();
+        // SAFETY: reads a constant defined in the shim.
+        let rss_hf = unsafe { sys::shim_rss_ip_udp } & info.flow_type_rss_offloads;
+        if rx > 1 && rss_hf != 0 {
+            // Packets no rule places are spread over every queue, as in software.
+            conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        }
+        // net_tap wants as many RX as TX queues: it gets idle ones to match. A memif end
+        // must have a ring for each ring its peer adds, and peers (testpmd, VPP) add at
+        // least one each way: a one-way interface gets an idle queue the other way.
+        let (hw_rx, hw_tx) = if driver == "net_tap" {
+            let n = rx.max(tx);
+            (n, n)
+        } else if driver == "net_memif" {
+            (rx.max(1), tx.max(1))
+        } else {
+            (rx, tx)
+        };
+        // Device timestamps where the driver offers them; software otherwise (said at
+        // start by the plane).
+        // SAFETY: reads constants defined in the shim.
+        let (rx_stamp, tx_stamp) = unsafe {
+            (
+                sys::shim_rx_offload_timestamp,
+                sys::shim_tx_offload_send_on_timestamp,
+            )
+        };
+        let device_rx_time = planned.rx_timestamps && info.rx_offload_capa & rx_stamp != 0;
+        let device_tx_time = planned.accurate_send && info.tx_offload_capa & tx_stamp != 0;
+        if device_rx_time {
+            conf.rxmode.offloads |= rx_stamp;
+        }
+        if device_tx_time {
+            conf.txmode.offloads |= tx_stamp;
+        }
+        Self {
+            conf,
+            hw_rx,
+            hw_tx,
+            device_rx_time,
+            device_tx_time,
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! RX and TX queues with the idle ones a driver needs, and the device clocks.
 
 use super::*;
+use crate::memory::RegionId;
 
 /// What setting up a port's queues needs of the port: its plan, the regions, the device's
 /// information, its id and NUMA socket.
@@ -61,13 +62,82 @@ impl QueueSetup<'_> {
         })
     }
 
+    /// Lends `region` to DPDK for RX queue `q` (zero-copy receive): the pool's pointer and
+    /// the lent pool; the pool and the registered memory are kept in `port`.
+    fn lend_rx(
+        &self,
+        port: &mut Port,
+        q: u16,
+        region: RegionId,
+    ) -> Result<(PoolPtr, Arc<LentPool>), EngineError> {
+        let (planned, regions) = (self.planned, self.regions);
+        let device = (planned.pci).then_some(Device(self.info.device));
+        let made = lend_region(
+            regions,
+            region,
+            device,
+            self.socket,
+            format!("dp{}rx{}z", planned.interface, q),
+        )
+        .map_err(|source| EngineError::Lend {
+            interface: planned.name.clone(),
+            queue: q,
+            source,
+        })?;
+        tracing::info!(
+            "interface `{}` RX queue {}: receives into region `{}` without copying",
+            planned.name,
+            q,
+            regions.get(region).name()
+        );
+        let ptr = made.pool.ptr();
+        port.pools.push(made.pool);
+        port.memory.push(made.memory);
+        Ok((ptr, made.lent))
+    }
+
+    /// Idle RX queue `i`, which nobody polls; its pool only has to fill the ring.
+    fn idle_rx_queue(&self, port: &mut Port, i: u16) -> Result<(), EngineError> {
+        let (planned, id, socket, index) =
+            (self.planned, self.id, self.socket, self.planned.interface);
+        // An idle queue nobody polls; its pool only has to fill the ring.
+        let room = 2048 + dpdk_plan::HEADROOM;
+        let pool = Mempool::pktmbuf(
+            format!("dp{index}idle{i}"),
+            usize::from(RING_DESCRIPTORS) * 2,
+            0,
+            room as u16,
+            socket,
+        )
+        .map_err(|source| EngineError::Pool {
+            interface: planned.name.clone(),
+            direction: Direction::Rx,
+            queue: None,
+            source,
+        })?;
+        let ptr = pool.ptr();
+        port.pools.push(pool);
+        // SAFETY: configured port, queue index below the configured count.
+        super::super::error::check("rte_eth_rx_queue_setup (idle queue)", unsafe {
+            sys::rte_eth_rx_queue_setup(
+                id,
+                i,
+                RING_DESCRIPTORS,
+                socket as u32,
+                std::ptr::null(),
+                ptr.0,
+            )
+        })
+        .map_err(|source| self.device_err(source))?;
+        Ok(())
+    }
+
     /// The configured RX queues (lent, copied or split), then idle ones up to `hw_rx`.
     pub(super) fn rx_queues(&self, port: &mut Port, hw_rx: usize) -> Result<(), EngineError> {
-        let (planned, regions, info, driver) = (self.planned, self.regions, self.info, self.driver);
-        let (id, socket, index) = (self.id, self.socket, planned.interface);
+        let (planned, info, driver) = (self.planned, self.info, self.driver);
+        let (id, socket) = (self.id, self.socket);
         let device_err = |source| self.device_err(source);
         let rx: Vec<u16> = planned.rx.iter().map(|q| q.queue).collect();
-        let device = (planned.pci).then_some(Device(info.device));
         for (&q, planned_rx) in rx.iter().zip(&planned.rx) {
             let i = planned_rx.device_queue;
             let mut rxconf = info.default_rxconf;
@@ -75,28 +145,8 @@ impl QueueSetup<'_> {
             let mut lent = None;
             let pool: PoolPtr = match &planned_rx.receive {
                 RxReceive::Lent { region } => {
-                    let made = lend_region(
-                        regions,
-                        *region,
-                        device,
-                        socket,
-                        format!("dp{index}rx{}z", q),
-                    )
-                    .map_err(|source| EngineError::Lend {
-                        interface: planned.name.clone(),
-                        queue: q,
-                        source,
-                    })?;
-                    tracing::info!(
-                        "interface `{}` RX queue {}: receives into region `{}` without copying",
-                        planned.name,
-                        q,
-                        regions.get(*region).name()
-                    );
-                    let ptr = made.pool.ptr();
-                    lent = Some(made.lent);
-                    port.pools.push(made.pool);
-                    port.memory.push(made.memory);
+                    let (ptr, made) = self.lend_rx(port, q, *region)?;
+                    lent = Some(made);
                     ptr
                 }
                 RxReceive::Copy { pool } => {
@@ -167,35 +217,7 @@ impl QueueSetup<'_> {
             });
         }
         for i in rx.len()..hw_rx {
-            // An idle queue nobody polls; its pool only has to fill the ring.
-            let room = 2048 + dpdk_plan::HEADROOM;
-            let pool = Mempool::pktmbuf(
-                format!("dp{index}idle{i}"),
-                usize::from(RING_DESCRIPTORS) * 2,
-                0,
-                room as u16,
-                socket,
-            )
-            .map_err(|source| EngineError::Pool {
-                interface: planned.name.clone(),
-                direction: Direction::Rx,
-                queue: None,
-                source,
-            })?;
-            let ptr = pool.ptr();
-            port.pools.push(pool);
-            // SAFETY: configured port, queue index below the configured count.
-            super::super::error::check("rte_eth_rx_queue_setup (idle queue)", unsafe {
-                sys::rte_eth_rx_queue_setup(
-                    id,
-                    i as u16,
-                    RING_DESCRIPTORS,
-                    socket as u32,
-                    std::ptr::null(),
-                    ptr.0,
-                )
-            })
-            .map_err(device_err)?;
+            self.idle_rx_queue(port, i as u16)?;
         }
         Ok(())
     }
