@@ -94,39 +94,18 @@ pub(super) fn socket_config(
         })
     });
     let mut transports = Vec::new();
-    let mut endpoint = |m: &mut MapReader,
-                        d: &mut Diagnostics,
-                        uri_key: &'static str,
-                        ip_key: &'static str,
-                        port_key: &'static str| {
-        let uri = m.optional(d, uri_key, |d, n, p| {
-            let (t, e) = parse_uri(d, n, p)?;
-            Some((t, e))
-        });
-        let ip = m.optional(d, ip_key, ipv4);
-        let port = m.optional(d, port_key, |d, n, p| r::uint_in(d, n, p, 0, 65535));
-        if uri.is_some() && (ip.is_some() || port.is_some()) {
-            d.error(
-                Kind::Invalid,
-                &m.child(uri_key),
-                Some(m.location_of(uri_key)),
-                format!("{uri_key} cannot be combined with the legacy {ip_key}/{port_key}"),
-            );
-        }
-        match (uri, ip) {
-            (Some((t, e)), _) => {
-                transports.push(t);
-                Some(e)
-            }
-            (None, Some(ip)) => Some(Endpoint {
-                ip,
-                port: port.unwrap_or(0) as u16,
-            }),
-            (None, None) => None,
-        }
-    };
-    let local = endpoint(&mut m, d, "local_addr", "local_ip", "local_port");
-    let remote = endpoint(&mut m, d, "remote_addr", "remote_ip", "remote_port");
+    let local = endpoint(
+        &mut m,
+        d,
+        ["local_addr", "local_ip", "local_port"],
+        &mut transports,
+    );
+    let remote = endpoint(
+        &mut m,
+        d,
+        ["remote_addr", "remote_ip", "remote_port"],
+        &mut transports,
+    );
     let max_payload_size = m
         .optional(d, "max_payload_size", |d, n, p| {
             r::uint_in(d, n, p, 0, 1 << 30)
@@ -159,29 +138,7 @@ pub(super) fn socket_config(
     m.not_supported(d, "max_burst_interval_ms");
     m.not_supported(d, "min_ipg_ns");
     m.finish(d);
-    let transport = match (transports.first(), legacy) {
-        (Some(t), _) => {
-            if transports.iter().any(|x| x != t) {
-                d.error(
-                    Kind::Invalid,
-                    path,
-                    Some(node.location),
-                    "local_addr and remote_addr use different schemes",
-                );
-            }
-            *t
-        }
-        (None, Some(t)) => t,
-        (None, None) => {
-            d.error(
-                Kind::Missing,
-                path,
-                Some(node.location),
-                "no transport: give local_addr/remote_addr as udp://, tcp:// or roce:// URIs",
-            );
-            return None;
-        }
-    };
+    let transport = transport_of(d, node, path, &transports, legacy)?;
     let mode = mode?;
     if mode == SocketMode::Server && local.is_none_or(|e| e.port == 0) {
         d.error(
@@ -212,6 +169,71 @@ pub(super) fn socket_config(
         allowed_peers,
         idle_timeout_s,
     })
+}
+
+/// An endpoint given as a URI (`uri_key`, its transport noted in `transports`) or in the
+/// legacy form (`ip_key`, `port_key`); both at once is an error.
+fn endpoint(
+    m: &mut MapReader,
+    d: &mut Diagnostics,
+    [uri_key, ip_key, port_key]: [&'static str; 3],
+    transports: &mut Vec<Transport>,
+) -> Option<Endpoint> {
+    let uri = m.optional(d, uri_key, parse_uri);
+    let ip = m.optional(d, ip_key, ipv4);
+    let port = m.optional(d, port_key, |d, n, p| r::uint_in(d, n, p, 0, 65535));
+    if uri.is_some() && (ip.is_some() || port.is_some()) {
+        d.error(
+            Kind::Invalid,
+            &m.child(uri_key),
+            Some(m.location_of(uri_key)),
+            format!("{uri_key} cannot be combined with the legacy {ip_key}/{port_key}"),
+        );
+    }
+    match (uri, ip) {
+        (Some((t, e)), _) => {
+            transports.push(t);
+            Some(e)
+        }
+        (None, Some(ip)) => Some(Endpoint {
+            ip,
+            port: port.unwrap_or(0) as u16,
+        }),
+        (None, None) => None,
+    }
+}
+
+/// The transport: the URIs' scheme (one for both), else the legacy key's.
+fn transport_of(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+    transports: &[Transport],
+    legacy: Option<Transport>,
+) -> Option<Transport> {
+    match (transports.first(), legacy) {
+        (Some(t), _) => {
+            if transports.iter().any(|x| x != t) {
+                d.error(
+                    Kind::Invalid,
+                    path,
+                    Some(node.location),
+                    "local_addr and remote_addr use different schemes",
+                );
+            }
+            Some(*t)
+        }
+        (None, Some(t)) => Some(t),
+        (None, None) => {
+            d.error(
+                Kind::Missing,
+                path,
+                Some(node.location),
+                "no transport: give local_addr/remote_addr as udp://, tcp:// or roce:// URIs",
+            );
+            None
+        }
+    }
 }
 
 pub(super) fn parse_uri(
