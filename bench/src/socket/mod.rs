@@ -71,6 +71,14 @@ pub struct Traffic {
 }
 
 impl Traffic {
+    /// The rates from the bytes and the seconds each direction took.
+    fn set_rates(&mut self, tx_secs: f64, rx_secs: f64) {
+        self.tx_gbps = self.bytes_sent as f64 * 8.0 / tx_secs / 1e9;
+        self.rx_gbps = self.bytes_received as f64 * 8.0 / rx_secs / 1e9;
+    }
+}
+
+impl Traffic {
     fn add(&mut self, o: &Traffic) {
         self.messages_sent += o.messages_sent;
         self.messages_received += o.messages_received;

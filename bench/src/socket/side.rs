@@ -91,6 +91,18 @@ pub(super) struct Sender {
     ends_sent: u32,
 }
 
+impl Sender {
+    fn new(stream: u32) -> Self {
+        Self {
+            stream,
+            seq: 0,
+            offset: 0,
+            unsent: None,
+            ends_sent: 0,
+        }
+    }
+}
+
 /// Bytes of the digest a GPU check compares: the tail.
 pub(super) const TAIL: usize = 8;
 
@@ -210,28 +222,14 @@ pub(super) fn run_side(
     let udp = transport == Transport::Udp;
     let send = cfg.send && !q.tx.is_empty();
     let receive = cfg.receive && !q.rx.is_empty();
-    let mut senders: Vec<Sender> = (0..q.tx.len())
-        .map(|k| Sender {
-            stream: k as u32,
-            seq: 0,
-            offset: 0,
-            unsent: None,
-            ends_sent: 0,
-        })
-        .collect();
+    let mut senders: Vec<Sender> = (0..q.tx.len() as u32).map(Sender::new).collect();
     r.streams = if send { senders.len() } else { 0 };
     let mut rx = RxCheck::new(udp, size);
     let start = Instant::now();
     let mut send_from: Option<Instant> = None;
     let mut send_until = start + Duration::from_secs_f64(seconds);
     let mut tx_done_at = None;
-    // Bursts of at most BURST_BYTES, at most QUEUED_BURSTS waiting per queue: a sender
-    // that keeps its data in flight small keeps it in cache (as an application that
-    // produces data as it goes does), instead of running a whole region ahead.
-    let batch =
-        q.tx.first()
-            .map_or(32, |t| t.batch_size.clamp(1, 64))
-            .min((BURST_BYTES / size.max(1)).max(1));
+    let batch = messages_per_burst(&q.tx, size);
     let give_up =
         start + connect_timeout + Duration::from_secs_f64(seconds) + Duration::from_secs(30);
     let mut waiting_since = start;
@@ -298,16 +296,7 @@ pub(super) fn run_side(
         } else {
             waiting_since = now;
         }
-        for (k, rxq) in q.rx.iter_mut().enumerate() {
-            match rxq.poll() {
-                Ok(Some(b)) => {
-                    progressed = true;
-                    rx.burst(k, &b, &mut r.traffic, now);
-                }
-                Ok(None) => {}
-                Err(f) => rx.bad.push(format!("RX worker failed: {f}")),
-            }
-        }
+        progressed |= rx.poll_all(&mut q.rx, &mut r.traffic, now);
         let senders_done = tx_done_at.is_some() || !send;
         let quiet = now - rx.last > QUIET_END && now > send_until;
         if senders_done && (!receive || rx.markers_in() || quiet || stop.load(Ordering::Relaxed)) {
@@ -315,16 +304,14 @@ pub(super) fn run_side(
         }
         if now > give_up {
             r.traffic.errors += 1;
-            r.problems.push(format!(
-                "gave up: still {} after {:.0} s{}",
-                if senders_done { "receiving" } else { "sending" },
-                (now - start).as_secs_f64(),
-                if last_wait_error.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({last_wait_error})")
-                }
-            ));
+            let doing = if senders_done { "receiving" } else { "sending" };
+            let why = Some(&last_wait_error)
+                .filter(|w| !w.is_empty())
+                .map(|w| format!(" ({w})"))
+                .unwrap_or_default();
+            let after = (now - start).as_secs_f64();
+            r.problems
+                .push(format!("gave up: still {doing} after {after:.0} s{why}"));
             break;
         }
         if !progressed {
@@ -334,15 +321,26 @@ pub(super) fn run_side(
     let rx_secs = rx
         .first
         .map_or(seconds, |a| (rx.last - a).as_secs_f64().max(1e-3));
-    let expect_data = receive && peer_sends && !stop.load(Ordering::Relaxed);
-    rx.finish(&mut r, expect_data);
     let tx_secs = match (send_from, tx_done_at) {
         (Some(a), Some(b)) => (b.min(send_until) - a).as_secs_f64().max(1e-9),
         _ => seconds,
     };
-    r.traffic.tx_gbps = r.traffic.bytes_sent as f64 * 8.0 / tx_secs / 1e9;
-    r.traffic.rx_gbps = r.traffic.bytes_received as f64 * 8.0 / rx_secs / 1e9;
+    rx.finish(
+        &mut r,
+        receive && peer_sends && !stop.load(Ordering::Relaxed),
+    );
+    r.traffic.set_rates(tx_secs, rx_secs);
     r
+}
+
+/// Messages per burst: bursts of at most BURST_BYTES, at most QUEUED_BURSTS waiting per
+/// queue. A sender that keeps its data in flight small keeps it in cache (as an
+/// application that produces data as it goes does), instead of running a whole region
+/// ahead.
+fn messages_per_burst(tx: &[TxQueue], size: usize) -> usize {
+    tx.first()
+        .map_or(32, |t| t.batch_size.clamp(1, 64))
+        .min((BURST_BYTES / size.max(1)).max(1))
 }
 
 /// Writes the next messages of sender `s` into burst `b` (each `size` bytes, in GPU memory
@@ -429,6 +427,22 @@ impl RxCheck {
             first: None,
             last: Instant::now(),
         }
+    }
+
+    /// Polls every RX queue once and checks what came; true when something did.
+    fn poll_all(&mut self, queues: &mut [RxQueue], traffic: &mut Traffic, now: Instant) -> bool {
+        let mut progressed = false;
+        for (k, rxq) in queues.iter_mut().enumerate() {
+            match rxq.poll() {
+                Ok(Some(b)) => {
+                    progressed = true;
+                    self.burst(k, &b, traffic, now);
+                }
+                Ok(None) => {}
+                Err(f) => self.bad.push(format!("RX worker failed: {f}")),
+            }
+        }
+        progressed
     }
 
     /// Checks every message of a burst from RX queue `k`, received at `now`.
