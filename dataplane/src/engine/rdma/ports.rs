@@ -2,6 +2,7 @@
 //! regions registered (or staged where the NIC cannot reach them) and its ports built.
 
 use super::*;
+use crate::rdma_conn::RegionRegistration;
 
 /// Receive side: polls the connection's completions (also those of its sends).
 pub(super) struct RdmaRx {
@@ -139,7 +140,6 @@ pub(super) fn establish(
     let q = &iface.slots[slot];
     let qp = conn.qp_settings()?;
     let regions = &shared.regions;
-    let name = |r: RegionId| regions.get(r).name().to_owned();
     let path = iface.roce.gpu_memory_path;
     let rx = reach(
         q.rx_staging.as_ref(),
@@ -159,68 +159,14 @@ pub(super) fn establish(
         None => None,
     };
     let mut registered = BTreeMap::new();
-    let layout: Vec<String> = q.rx_layout.iter().map(|&r| name(r)).collect();
-    let (rx_region, rx_stage) = match rx {
-        Reach::Direct(reg) => {
-            if regions.get(q.rx_region).host_accessible() {
-                tracing::debug!(
-                    "interface `{}` connection {slot}: receives land in `{}`",
-                    iface.name,
-                    layout[0]
-                );
-            } else {
-                tracing::info!(
-                    "interface `{}` connection {slot}: receives land in GPU memory `{}` (the NIC registered it)",
-                    iface.name,
-                    layout[0]
-                );
-            }
-            registered.insert(q.rx_region, reg);
-            (q.rx_region, None)
-        }
-        Reach::Staged(reg, why) => {
-            let s = q
-                .rx_staging
-                .as_ref()
-                .expect("staged only with a staging region");
-            tracing::info!(
-                "interface `{}` connection {slot}: receives land in `{}` and the RX stage moves them into `{}`: {why}",
-                iface.name,
-                name(s.region),
-                layout.join("` + `")
-            );
-            registered.insert(s.region, reg);
-            (s.region, Some(stage(regions, &q.rx_layout, &s.stage)?))
-        }
+    let lands = Landing {
+        iface,
+        slot,
+        q,
+        regions,
     };
-    let tx_stage = match (tx, q.tx_region) {
-        (Some(Reach::Direct(reg)), Some(t)) => {
-            if !regions.get(t).host_accessible() {
-                tracing::info!(
-                    "interface `{}` connection {slot}: sends leave GPU memory `{}` (the NIC registered it)",
-                    iface.name,
-                    name(t)
-                );
-            }
-            registered.insert(t, reg);
-            None
-        }
-        (Some(Reach::Staged(reg, why)), Some(t)) => {
-            let s = q
-                .tx_staging
-                .as_ref()
-                .expect("staged only with a staging region");
-            tracing::info!(
-                "interface `{}` connection {slot}: sends are staged out of `{}` into `{}` before the NIC reads them: {why}",
-                iface.name,
-                name(t),
-                name(s.region)
-            );
-            registered.insert(s.region, reg);
-            Some(stage(regions, &[s.region], &s.stage)?)
-        }
-        _ => None,
-    };
+    let (rx_region, rx_stage) = lands.rx(rx, &mut registered)?;
+    let tx_stage = lands.tx(tx, &mut registered)?;
     let conn = BurstConnection::with_registrations(
         conn,
         shared.regions.clone(),
@@ -255,6 +201,103 @@ pub(super) fn establish(
         tx_stage,
     };
     Ok((established, state))
+}
+
+/// Where a connection's receives land and its sends leave from, said in the log as the
+/// registrations are kept.
+struct Landing<'a> {
+    iface: &'a RdmaInterface,
+    slot: usize,
+    q: &'a SlotPlan,
+    regions: &'a Arc<RegionSet>,
+}
+
+impl Landing<'_> {
+    fn name(&self, r: RegionId) -> String {
+        self.regions.get(r).name().to_owned()
+    }
+
+    /// The region receives land in (the queue's, or its staging region) and the RX stage
+    /// that moves them from staging into the queue's layout.
+    fn rx(
+        &self,
+        rx: Reach<RegionRegistration>,
+        registered: &mut BTreeMap<RegionId, RegionRegistration>,
+    ) -> Result<(RegionId, Option<crate::stage::RxStage>), VerbsError> {
+        let (iface, slot, q, regions) = (self.iface, self.slot, self.q, self.regions);
+        let layout: Vec<String> = q.rx_layout.iter().map(|&r| self.name(r)).collect();
+        match rx {
+            Reach::Direct(reg) => {
+                if regions.get(q.rx_region).host_accessible() {
+                    tracing::debug!(
+                        "interface `{}` connection {slot}: receives land in `{}`",
+                        iface.name,
+                        layout[0]
+                    );
+                } else {
+                    tracing::info!(
+                        "interface `{}` connection {slot}: receives land in GPU memory `{}` (the NIC registered it)",
+                        iface.name,
+                        layout[0]
+                    );
+                }
+                registered.insert(q.rx_region, reg);
+                Ok((q.rx_region, None))
+            }
+            Reach::Staged(reg, why) => {
+                let s = q
+                    .rx_staging
+                    .as_ref()
+                    .expect("staged only with a staging region");
+                tracing::info!(
+                    "interface `{}` connection {slot}: receives land in `{}` and the RX stage moves them into `{}`: {why}",
+                    iface.name,
+                    self.name(s.region),
+                    layout.join("` + `")
+                );
+                registered.insert(s.region, reg);
+                Ok((s.region, Some(stage(regions, &q.rx_layout, &s.stage)?)))
+            }
+        }
+    }
+
+    /// The stage that moves sends into the staging region, where the NIC cannot read the
+    /// queue's region itself.
+    fn tx(
+        &self,
+        tx: Option<Reach<RegionRegistration>>,
+        registered: &mut BTreeMap<RegionId, RegionRegistration>,
+    ) -> Result<Option<crate::stage::RxStage>, VerbsError> {
+        let (iface, slot, q, regions) = (self.iface, self.slot, self.q, self.regions);
+        Ok(match (tx, q.tx_region) {
+            (Some(Reach::Direct(reg)), Some(t)) => {
+                if !regions.get(t).host_accessible() {
+                    tracing::info!(
+                        "interface `{}` connection {slot}: sends leave GPU memory `{}` (the NIC registered it)",
+                        iface.name,
+                        self.name(t)
+                    );
+                }
+                registered.insert(t, reg);
+                None
+            }
+            (Some(Reach::Staged(reg, why)), Some(t)) => {
+                let s = q
+                    .tx_staging
+                    .as_ref()
+                    .expect("staged only with a staging region");
+                tracing::info!(
+                    "interface `{}` connection {slot}: sends are staged out of `{}` into `{}` before the NIC reads them: {why}",
+                    iface.name,
+                    self.name(t),
+                    self.name(s.region)
+                );
+                registered.insert(s.region, reg);
+                Some(stage(regions, &[s.region], &s.stage)?)
+            }
+            _ => None,
+        })
+    }
 }
 
 /// How one side of a connection reaches the application's region.
