@@ -38,6 +38,8 @@ impl CmLoop {
         }
     }
 
+    /// A connection request on listener `listening`: accepted into a free slot or
+    /// rejected; the outcome goes to the application's accept queue.
     pub(super) fn on_request(&mut self, listening: usize, req: rdma::verbs::Request) {
         let conn_id = self.next_conn;
         self.next_conn += 1;
@@ -58,84 +60,9 @@ impl CmLoop {
                     req.reject();
                     return;
                 };
-                let owner = &shared.interfaces[position];
-                let transport = |e: VerbsError| ConnectionError::Transport {
-                    interface: owner.name.clone(),
-                    source: Box::new(e),
-                };
-                let accepted = match owner.take_slot() {
-                    None => {
-                        req.reject();
-                        Err(None)
-                    }
-                    Some(slot) => {
-                        let admit = |peer| owner.allowed_peers.allows(peer);
-                        match req.accept_if(owner.params(slot), admit) {
-                            Ok(conn) => Ok((slot, conn)),
-                            Err(e) => {
-                                owner.release_slot(slot);
-                                Err(Some(e))
-                            }
-                        }
-                    }
-                };
-                if let Err(Some(VerbsError::PeerRefused { peer })) = &accepted {
-                    // Counted and logged, not handed to `accept`: an outsider's requests
-                    // must not wake, or end, the application's wait for its real peer.
-                    owner.rejected_peers.fetch_add(1, Ordering::Relaxed);
-                    self.server.on_event(&CmEvent::Failed {
-                        conn: conn_id,
-                        what: format!("{peer} is not in allowed_peers"),
-                    });
-                    static REFUSED: crate::stats::WarnLimiter = crate::stats::WarnLimiter::new();
-                    if let Some(held) = REFUSED.allow() {
-                        tracing::warn!(
-                            interface = %owner.name,
-                            "connection request from {peer} rejected: not in allowed_peers ({}){}",
-                            owner.allowed_peers,
-                            crate::stats::WarnLimiter::note(held)
-                        );
-                    }
-                    return;
-                }
-                match accepted {
-                    Ok((slot, conn)) => {
-                        let key = conn.key();
-                        self.server.on_event(&CmEvent::Established(conn_id));
-                        match establish(&shared, position, slot, conn, false) {
-                            Ok((established, state)) => {
-                                self.conn_of_key.insert(key, (conn_id, state));
-                                Ok(established)
-                            }
-                            Err(e) => {
-                                self.server.on_event(&CmEvent::Disconnected(conn_id));
-                                Err(transport(e))
-                            }
-                        }
-                    }
-                    Err(None) => {
-                        // Every queue is taken (the state machine counts all interfaces).
-                        let reason = format!(
-                            "interface `{}` has no free queue ({} queues, each carries one connection); close a connection first",
-                            owner.name,
-                            owner.slots.len()
-                        );
-                        self.server.on_event(&CmEvent::Failed {
-                            conn: conn_id,
-                            what: reason.clone(),
-                        });
-                        Err(ConnectionError::Rejected {
-                            interface: owner.name.clone(),
-                            reason,
-                        })
-                    }
-                    Err(Some(e)) => {
-                        self.server.on_event(&CmEvent::Failed {
-                            conn: conn_id,
-                            what: e.to_string(),
-                        });
-                        Err(transport(e))
-                    }
+                match self.accept(conn_id, position, req) {
+                    Some(result) => result,
+                    None => return,
                 }
             }
             Some(CmAction::Reject { reason, .. }) => {
@@ -166,6 +93,97 @@ impl CmLoop {
             // A full or closed queue drops the connection, which closes it.
             let _ = tx.try_send(result);
         }
+    }
+
+    /// Accepts a request for interface `position` into a free slot (one queue carries one
+    /// connection) and establishes it. None when the request is dropped without an
+    /// answer to the application: a peer outside `allowed_peers`.
+    fn accept(
+        &mut self,
+        conn_id: u64,
+        position: usize,
+        req: rdma::verbs::Request,
+    ) -> Option<Result<Established, ConnectionError>> {
+        let shared = self.shared.clone();
+        let owner = &shared.interfaces[position];
+        let transport = |e: VerbsError| ConnectionError::Transport {
+            interface: owner.name.clone(),
+            source: Box::new(e),
+        };
+        let accepted = match owner.take_slot() {
+            None => {
+                req.reject();
+                Err(None)
+            }
+            Some(slot) => {
+                let admit = |peer| owner.allowed_peers.allows(peer);
+                match req.accept_if(owner.params(slot), admit) {
+                    Ok(conn) => Ok((slot, conn)),
+                    Err(e) => {
+                        owner.release_slot(slot);
+                        Err(Some(e))
+                    }
+                }
+            }
+        };
+        if let Err(Some(VerbsError::PeerRefused { peer })) = &accepted {
+            // Counted and logged, not handed to `accept`: an outsider's requests
+            // must not wake, or end, the application's wait for its real peer.
+            owner.rejected_peers.fetch_add(1, Ordering::Relaxed);
+            self.server.on_event(&CmEvent::Failed {
+                conn: conn_id,
+                what: format!("{peer} is not in allowed_peers"),
+            });
+            static REFUSED: crate::stats::WarnLimiter = crate::stats::WarnLimiter::new();
+            if let Some(held) = REFUSED.allow() {
+                tracing::warn!(
+                    interface = %owner.name,
+                    "connection request from {peer} rejected: not in allowed_peers ({}){}",
+                    owner.allowed_peers,
+                    crate::stats::WarnLimiter::note(held)
+                );
+            }
+            return None;
+        }
+        Some(match accepted {
+            Ok((slot, conn)) => {
+                let key = conn.key();
+                self.server.on_event(&CmEvent::Established(conn_id));
+                match establish(&shared, position, slot, conn, false) {
+                    Ok((established, state)) => {
+                        self.conn_of_key.insert(key, (conn_id, state));
+                        Ok(established)
+                    }
+                    Err(e) => {
+                        self.server.on_event(&CmEvent::Disconnected(conn_id));
+                        Err(transport(e))
+                    }
+                }
+            }
+            Err(None) => {
+                // Every queue is taken (the state machine counts all interfaces).
+                let reason = format!(
+                    "interface `{}` has no free queue ({} queues, each carries one connection); close a connection first",
+                    owner.name,
+                    owner.slots.len()
+                );
+                self.server.on_event(&CmEvent::Failed {
+                    conn: conn_id,
+                    what: reason.clone(),
+                });
+                Err(ConnectionError::Rejected {
+                    interface: owner.name.clone(),
+                    reason,
+                })
+            }
+            Err(Some(e)) => {
+                self.server.on_event(&CmEvent::Failed {
+                    conn: conn_id,
+                    what: e.to_string(),
+                });
+                Err(transport(e))
+            }
+        })
     }
 
     pub(super) fn on_disconnected(&mut self, key: u64) {
