@@ -368,7 +368,8 @@ impl MetricsServer {
             address: address.to_owned(),
             reason,
         };
-        let wanted = crate::config::metrics_listen_address(address).map_err(err)?;
+        let wanted =
+            crate::config::metrics_listen_address(address).map_err(|e| err(e.to_string()))?;
         let listener = TcpListener::bind(wanted).map_err(|e| err(e.to_string()))?;
         listener
             .set_nonblocking(true)

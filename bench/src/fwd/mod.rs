@@ -148,13 +148,13 @@ fn swap_macs(burst: &mut dataplane::Burst) {
 }
 
 /// Sends `tx_first` bursts of frames from `builder` on `tx`.
-fn seed(tx: &mut TxQueue, builder: &mut FrameBuilder, bursts: usize) -> Result<u64, String> {
+fn seed(tx: &mut TxQueue, builder: &mut FrameBuilder, bursts: usize) -> Result<u64, TxFailure> {
     let mut sent = 0;
     for _ in 0..bursts {
-        let mut burst = tx.alloc(tx.batch_size).map_err(|e| e.to_string())?;
+        let mut burst = tx.alloc(tx.batch_size)?;
         builder.fill(&mut burst);
         let n = burst.len() as u64;
-        super::send_when_room(tx, burst).map_err(|e| e.reason.to_string())?;
+        super::send_when_room(tx, burst).map_err(|e| e.reason)?;
         sent += n;
     }
     Ok(sent)

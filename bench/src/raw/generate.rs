@@ -74,17 +74,23 @@ pub(super) struct GpuFrames;
 
 #[cfg(not(feature = "cuda"))]
 impl GpuFrames {
-    pub(super) fn new(_: u32, _: &FrameBuilder) -> Result<Self, String> {
-        Err("built without CUDA".into())
+    pub(super) fn new(_: u32, _: &FrameBuilder) -> Result<Self, gpudirect::GpuError> {
+        Err(no_cuda())
     }
 
     pub(super) fn write(
         &mut self,
         _: &mut FrameBuilder,
         _: &mut dataplane::Burst,
-    ) -> Result<(), String> {
-        Err("built without CUDA".into())
+    ) -> Result<(), gpudirect::GpuError> {
+        Err(no_cuda())
     }
+}
+
+/// What a GPU step says in a build without CUDA.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn no_cuda() -> gpudirect::GpuError {
+    gpudirect::GpuError::Unsupported("this build has no CUDA support".into())
 }
 
 pub(super) struct Generator {

@@ -22,6 +22,8 @@ mod report;
 
 use check::*;
 pub(crate) use generate::with_target_rate;
+#[cfg(not(feature = "cuda"))]
+pub(crate) use generate::no_cuda;
 use generate::*;
 
 /// Frames ahead of the current one whose lines the generator and checker prefetch: their

@@ -166,8 +166,8 @@ pub(super) fn gpu_digest(d: &mut Digest, b: &Burst) -> Result<(), gpudirect::Gpu
     d.run(b, 0, 0, (HEADER as u32, TAIL as u32))
 }
 #[cfg(not(feature = "cuda"))]
-pub(super) fn gpu_digest(_: &mut Digest, _: &Burst) -> Result<(), String> {
-    Err("this build has no CUDA support".into())
+pub(super) fn gpu_digest(_: &mut Digest, _: &Burst) -> Result<(), gpudirect::GpuError> {
+    Err(crate::raw::no_cuda())
 }
 
 #[cfg(feature = "cuda")]
@@ -201,8 +201,12 @@ pub(super) fn write_gpu_packet(
     crate::gpu::write_packet(b, i, data)
 }
 #[cfg(not(feature = "cuda"))]
-pub(super) fn write_gpu_packet(_: &mut Burst, _: usize, _: &[u8]) -> Result<(), String> {
-    Err("this build has no CUDA support".into())
+pub(super) fn write_gpu_packet(
+    _: &mut Burst,
+    _: usize,
+    _: &[u8],
+) -> Result<(), gpudirect::GpuError> {
+    Err(crate::raw::no_cuda())
 }
 
 /// Runs one side to the end.

@@ -72,8 +72,8 @@ impl GpuSink {
             source,
         };
         let out = FileOut::open(&cfg.path, cfg.format).map_err(|e| match e {
-            OpenError::Io(e) => io(e),
-            OpenError::Gpu(e) => gpu(e),
+            FileError::Io(e) => io(e),
+            FileError::Gpu(e) => gpu(e),
         })?;
         let depth = (cfg.queue_bytes / BATCH_BYTES).max(2);
         let free = (0..depth)
@@ -246,9 +246,13 @@ impl GpuSink {
     }
 }
 
-enum OpenError {
-    Io(std::io::Error),
-    Gpu(gpudirect::GpuError),
+/// Why the writer could not open or write its file.
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Gpu(#[from] gpudirect::GpuError),
 }
 
 /// Where the writer puts bytes.
@@ -260,34 +264,33 @@ enum FileOut {
 }
 
 impl FileOut {
-    fn open(path: &Path, format: CaptureFormat) -> Result<Self, OpenError> {
+    fn open(path: &Path, format: CaptureFormat) -> Result<Self, FileError> {
         if format == CaptureFormat::RawPerPacket {
-            crate::files::output_dir(path).map_err(OpenError::Io)?;
+            crate::files::output_dir(path).map_err(FileError::Io)?;
             // cuFile must work before the first packet, so a bad setup fails at start.
             let probe = path.join(".cufile-probe");
-            let f = crate::files::create_new(&probe).map_err(OpenError::Io)?;
+            let f = crate::files::create_new(&probe).map_err(FileError::Io)?;
             let registered = GdsFile::register(f).map(drop);
             let _ = std::fs::remove_file(&probe);
-            registered.map_err(OpenError::Gpu)?;
+            registered.map_err(FileError::Gpu)?;
             return Ok(FileOut::PerPacket {
                 dir: path.to_owned(),
                 next: 0,
             });
         }
-        let mut file = crate::files::create_output(path).map_err(OpenError::Io)?;
+        let mut file = crate::files::create_output(path).map_err(FileError::Io)?;
         let header = file_header(format);
-        file.write_all(&header).map_err(OpenError::Io)?;
+        file.write_all(&header).map_err(FileError::Io)?;
         Ok(FileOut::Single {
-            file: GdsFile::register(file).map_err(OpenError::Gpu)?,
+            file: GdsFile::register(file).map_err(FileError::Gpu)?,
             offset: header.len() as u64,
         })
     }
 
-    fn write(&mut self, format: CaptureFormat, f: &Filled) -> Result<(), String> {
+    fn write(&mut self, format: CaptureFormat, f: &Filled) -> Result<(), FileError> {
         match self {
             FileOut::Single { file, offset } => {
-                file.write(&f.staging, 0, f.used, *offset)
-                    .map_err(|e| e.to_string())?;
+                file.write(&f.staging, 0, f.used, *offset)?;
                 let mut framing = Vec::new();
                 for r in &f.records {
                     let (head, tail) = format.framing(r.len as usize);
@@ -295,17 +298,13 @@ impl FileOut {
                         framing.clear();
                         format.record_head(r.ts, r.len, &mut framing);
                         let at = *offset + (r.at as usize - head) as u64;
-                        file.file()
-                            .write_all_at(&framing, at)
-                            .map_err(|e| e.to_string())?;
+                        file.file().write_all_at(&framing, at)?;
                     }
                     if tail > 0 {
                         framing.clear();
                         format.record_tail(r.len, &mut framing);
                         let at = *offset + u64::from(r.at + r.len);
-                        file.file()
-                            .write_all_at(&framing, at)
-                            .map_err(|e| e.to_string())?;
+                        file.file().write_all_at(&framing, at)?;
                     }
                 }
                 *offset += f.used as u64;
@@ -313,10 +312,9 @@ impl FileOut {
             FileOut::PerPacket { dir, next } => {
                 for r in &f.records {
                     let path = dir.join(format!("{next:012}.bin"));
-                    let file = crate::files::create_new(&path).map_err(|e| e.to_string())?;
-                    let file = GdsFile::register(file).map_err(|e| e.to_string())?;
-                    file.write(&f.staging, r.at as usize, r.len as usize, 0)
-                        .map_err(|e| e.to_string())?;
+                    let file = crate::files::create_new(&path)?;
+                    let file = GdsFile::register(file)?;
+                    file.write(&f.staging, r.at as usize, r.len as usize, 0)?;
                     *next += 1;
                 }
             }
@@ -339,7 +337,7 @@ fn write_loop(
     };
     // Ends when the sink drops its sender (finish or drop).
     while let Ok(f) = rx.recv() {
-        out.write(format, &f).map_err(failed)?;
+        out.write(format, &f).map_err(|e| failed(e.to_string()))?;
         shared
             .written_packets
             .fetch_add(f.records.len() as u64, Ordering::Relaxed);

@@ -51,7 +51,20 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     }
 }
 
-fn read_config_file(path: &Path) -> Result<String, String> {
+/// Why a configuration file was not read.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a regular file ({0}); give the path of a YAML file")]
+    NotRegular(&'static str),
+    #[error("the configuration is {0} bytes; configurations are limited to {MAX_FILE_BYTES} bytes")]
+    TooLarge(u64),
+    #[error("the file grew past {MAX_FILE_BYTES} bytes while it was read")]
+    Grew,
+}
+
+fn read_config_file(path: &Path) -> Result<String, ReadError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     // Opened without blocking (a FIFO would wait for a writer), then examined through the
@@ -59,35 +72,21 @@ fn read_config_file(path: &Path) -> Result<String, String> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+        .open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(format!(
-            "not a regular file ({}); give the path of a YAML file",
-            describe_file_type(&meta.file_type())
-        ));
+        return Err(ReadError::NotRegular(describe_file_type(&meta.file_type())));
     }
     if meta.len() > MAX_FILE_BYTES {
-        return Err(too_large(meta.len()));
+        return Err(ReadError::TooLarge(meta.len()));
     }
     // The file may grow between the check and the read: read one byte past the limit.
     let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
+    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
     if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "the file grew past {MAX_FILE_BYTES} bytes while it was read"
-        ));
+        return Err(ReadError::Grew);
     }
     Ok(text)
-}
-
-fn too_large(len: u64) -> String {
-    format!(
-        "the configuration is {len} bytes; configurations are limited to {MAX_FILE_BYTES} bytes"
-    )
 }
 
 fn describe_file_type(t: &std::fs::FileType) -> &'static str {
@@ -130,7 +129,7 @@ pub fn load_with(
             DiagnosticKind::Invalid,
             "",
             None,
-            too_large(text.len() as u64),
+            ReadError::TooLarge(text.len() as u64).to_string(),
         );
         return Err(d.into_error(source_name));
     }

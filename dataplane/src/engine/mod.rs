@@ -487,6 +487,14 @@ pub enum EngineError {
         /// Why.
         source: dpdk::FlowError,
     },
+    /// An interface's socket could not be opened.
+    #[error("interface `{interface}`: {source}")]
+    Socket {
+        /// Interface name.
+        interface: String,
+        /// What the kernel refused.
+        source: socket::SocketOpenError,
+    },
     /// An interface cannot be run as configured.
     #[error("interface `{interface}`: {reason}")]
     Interface {

@@ -36,13 +36,25 @@ pub struct MetricsConfig {
 }
 
 /// `IP:PORT`, or a bare port (`9464`, `:9464`) on 127.0.0.1.
-pub fn metrics_listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+pub fn metrics_listen_address(text: &str) -> Result<std::net::SocketAddr, ListenAddressError> {
     let port = text.strip_prefix(':').unwrap_or(text);
     if let Ok(port) = port.parse::<u16>() {
         return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    text.parse()
-        .map_err(|e| format!("`{text}` is not IP:PORT or a port ({e}); for example 127.0.0.1:9464"))
+    text.parse().map_err(|source| ListenAddressError {
+        text: text.to_owned(),
+        source,
+    })
+}
+
+/// A metrics `listen` value that is neither `IP:PORT` nor a port.
+#[derive(Debug, thiserror::Error)]
+#[error("`{text}` is not IP:PORT or a port ({source}); for example 127.0.0.1:9464")]
+pub struct ListenAddressError {
+    /// The value.
+    pub text: String,
+    /// Why it is not `IP:PORT`.
+    pub source: std::net::AddrParseError,
 }
 
 /// A whole configuration file.

@@ -209,7 +209,7 @@ fn metrics_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Metric
         match super::model::metrics_listen_address(&text) {
             Ok(_) => Some(text),
             Err(why) => {
-                d.error(Kind::Invalid, p, Some(n.location), why);
+                d.error(Kind::Invalid, p, Some(n.location), why.to_string());
                 None
             }
         }

@@ -46,19 +46,16 @@ impl NicClock {
     pub fn calibrate(
         read: impl Fn() -> Result<u64, i32>,
         wall: impl Fn() -> u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, DeviceClockError> {
         let first = match read() {
             Ok(t) => t,
             Err(e) if e == -95 || e == 95 => return Ok(Self::REAL_TIME), // ENOTSUP
-            Err(e) => return Err(format!("rte_eth_read_clock failed ({e})")),
+            Err(e) => return Err(DeviceClockError::Read(e)),
         };
         let start = (first, wall());
         std::thread::sleep(CALIBRATION);
-        let end = (
-            read().map_err(|e| format!("rte_eth_read_clock failed ({e})"))?,
-            wall(),
-        );
-        Self::from_readings(start, end).ok_or_else(|| "the device clock does not advance".into())
+        let end = (read().map_err(DeviceClockError::Read)?, wall());
+        Self::from_readings(start, end).ok_or(DeviceClockError::Stopped)
     }
 
     /// Wall-clock nanoseconds of device clock value `ticks`.
@@ -79,6 +76,20 @@ impl NicClock {
     pub fn hz(&self) -> f64 {
         1e9 / self.ns_per_tick
     }
+}
+
+/// Why a device clock cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceClockError {
+    /// `rte_eth_read_clock` returned this error code.
+    #[error("rte_eth_read_clock failed ({0})")]
+    Read(i32),
+    /// Two readings 100 ms apart were the same.
+    #[error("the device clock does not advance")]
+    Stopped,
+    /// DPDK refused the mbuf timestamp field (`rte_mbuf_dyn_*_timestamp_register`).
+    #[error("registering the mbuf timestamp field failed ({0})")]
+    Field(i32),
 }
 
 #[cfg(test)]

@@ -117,9 +117,9 @@ impl SocketEngine {
                 }
                 Transport::Tcp => {
                     let t = tcp::TcpInterface::open(iface)
-                        .map_err(|reason| EngineError::Interface {
+                        .map_err(|source| EngineError::Socket {
                             interface: iface.name.clone(),
-                            reason,
+                            source,
                         })?
                         .with_regions(regions);
                     tcp_interfaces.push(t.shared());
@@ -272,5 +272,35 @@ fn side(mode: SocketMode) -> &'static str {
     match mode {
         SocketMode::Server => "server",
         SocketMode::Client => "client",
+    }
+}
+
+/// A socket the kernel would not open where the plan puts it.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct SocketOpenError {
+    /// What was asked of the kernel: `bind`, `listen on`.
+    pub verb: &'static str,
+    /// What is said when the kernel's reason is neither a port in use nor a foreign
+    /// address: `open a UDP socket on`, `listen on`.
+    pub otherwise: &'static str,
+    /// The address, as a URI (`udp://IP:PORT`).
+    pub uri: String,
+    /// The kernel's error.
+    pub source: std::io::Error,
+}
+
+impl SocketOpenError {
+    fn describe(&self) -> String {
+        let (verb, uri, e) = (self.verb, &self.uri, &self.source);
+        match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => {
+                format!("cannot {verb} {uri}: the port is in use by another socket ({e})")
+            }
+            Some(libc::EADDRNOTAVAIL) => {
+                format!("cannot {verb} {uri}: the address is not on this machine ({e})")
+            }
+            _ => format!("cannot {} {uri}: {e}", self.otherwise),
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! TCP lanes: one connection per lane, made and remade by a connection thread, read and
 //! written by the queues' workers without blocking.
 
-use super::{QueueSetup, SocketInterfacePlan, lane_in, lane_of, side, sys};
+use super::{QueueSetup, SocketInterfacePlan, SocketOpenError, lane_in, lane_of, side, sys};
 use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
 use crate::engine::{Link, RxPort, TxPort};
@@ -151,23 +151,18 @@ pub(super) struct TcpInterface {
 impl TcpInterface {
     /// Listens (server) or prepares the lanes (client); connecting happens on the
     /// connection thread.
-    pub(super) fn open(s: &SocketInterfacePlan) -> Result<Self, String> {
+    pub(super) fn open(s: &SocketInterfacePlan) -> Result<Self, SocketOpenError> {
         let lanes = s.rx.len().max(s.tx.len()).max(1);
         let local = s
             .local
             .unwrap_or(SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0));
         let listener = match s.mode {
             SocketMode::Server => Some(sys::tcp_listener(local, lanes as i32 * 2).map_err(
-                |e| match e.raw_os_error() {
-                    Some(libc::EADDRINUSE) => format!(
-                        "cannot listen on {}: the port is in use by another socket ({e})",
-                        tcp_uri(local)
-                    ),
-                    Some(libc::EADDRNOTAVAIL) => format!(
-                        "cannot listen on {}: the address is not on this machine ({e})",
-                        tcp_uri(local)
-                    ),
-                    _ => format!("cannot listen on {}: {e}", tcp_uri(local)),
+                |source| SocketOpenError {
+                    verb: "listen on",
+                    otherwise: "listen on",
+                    uri: tcp_uri(local),
+                    source,
                 },
             )?),
             SocketMode::Client => None,

@@ -3,7 +3,8 @@
 use super::peer::{LearnedPeer, PeerGate};
 use super::sys::{self, Outgoing, Received};
 use super::{
-    QueueSetup, SocketInterfacePlan, grid, lane_in, lane_of, side, udp_uri, warn_if_capped,
+    QueueSetup, SocketInterfacePlan, SocketOpenError, grid, lane_in, lane_of, side, udp_uri,
+    warn_if_capped,
 };
 use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
@@ -96,7 +97,10 @@ impl UdpInterface {
                 }
             };
             let socket = open_socket(s, k, (at, shared, peer), (&mut gro, &mut kernel_timestamps))
-                .map_err(bad)?;
+                .map_err(|source| EngineError::Socket {
+                    interface: s.name.to_owned(),
+                    source,
+                })?;
             let bound = super::bound(&socket).unwrap_or(at);
             let link = lane_link(s.mode, peer, s.remote);
             lanes.push(Lane {
@@ -280,19 +284,14 @@ fn open_socket(
     k: usize,
     (at, shared, peer): (SocketAddrV4, bool, Option<SocketAddrV4>),
     (gro, kernel_timestamps): (&mut bool, &mut bool),
-) -> Result<UdpSocket, String> {
+) -> Result<UdpSocket, SocketOpenError> {
     let (socket, sizes) =
-        sys::udp_socket(at, shared, peer, s.buffers.0, s.buffers.1).map_err(|e| {
-            match e.raw_os_error() {
-                Some(libc::EADDRINUSE) => format!(
-                    "cannot bind {}: the port is in use by another socket ({e})",
-                    udp_uri(at)
-                ),
-                Some(libc::EADDRNOTAVAIL) => format!(
-                    "cannot bind {}: the address is not on this machine ({e})",
-                    udp_uri(at)
-                ),
-                _ => format!("cannot open a UDP socket on {}: {e}", udp_uri(at)),
+        sys::udp_socket(at, shared, peer, s.buffers.0, s.buffers.1).map_err(|source| {
+            SocketOpenError {
+                verb: "bind",
+                otherwise: "open a UDP socket on",
+                uri: udp_uri(at),
+                source,
             }
         })?;
     if k == 0 {

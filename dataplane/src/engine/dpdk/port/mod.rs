@@ -128,7 +128,7 @@ pub struct DeviceTime {
 
 impl DeviceTime {
     /// Registers DPDK's timestamp field (RX or TX) and calibrates port `id`'s clock.
-    fn set_up(id: u16, tx: bool) -> Result<Self, String> {
+    fn set_up(id: u16, tx: bool) -> Result<Self, super::clock::DeviceClockError> {
         let (mut offset, mut flag) = (0i32, 0u64);
         // SAFETY: out pointers to locals; registration is idempotent within the process.
         let rc = unsafe {
@@ -139,9 +139,7 @@ impl DeviceTime {
             }
         };
         if rc != 0 {
-            return Err(format!(
-                "registering the mbuf timestamp field failed ({rc})"
-            ));
+            return Err(super::clock::DeviceClockError::Field(rc));
         }
         let read = || {
             let mut t = 0u64;
