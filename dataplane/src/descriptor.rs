@@ -7,8 +7,27 @@
 /// Largest number of segments per packet (header-data split uses 2).
 pub const MAX_SEGMENTS: usize = 4;
 
-/// Index of a memory region (the position in `memory_regions`).
-pub type RegionId = u16;
+/// Index of a memory region (the position in `memory_regions`). A type of its own so
+/// that a region is never taken for a port, a queue or a buffer index (all small
+/// integers too).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+#[repr(transparent)]
+pub struct RegionId(pub u16);
+
+impl RegionId {
+    /// The position in `memory_regions`, to index a per-region table.
+    #[inline]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for RegionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// One buffer of a packet: which region, which buffer, how many bytes are used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

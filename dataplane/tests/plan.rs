@@ -5,6 +5,7 @@
 mod common;
 
 use dataplane::config::{self, Config, Direction, EngineKind, MemoryKind, StageMode};
+use dataplane::memory::RegionId;
 use dataplane::plan::dpdk::RxReceive;
 use dataplane::plan::{EnginePlan, EthSrc, Overflow, Plan, PlanError};
 use std::path::{Path, PathBuf};
@@ -83,7 +84,7 @@ fn invariants(name: &str, cfg: &Config, plan: &Plan) {
             assert_eq!(s.len(), cfg.interfaces.len(), "{name}");
             for i in s {
                 for q in i.rx.iter().chain(&i.tx) {
-                    let r = &plan.regions[q.region as usize];
+                    let r = &plan.regions[q.region.index()];
                     assert_ne!(
                         r.kind,
                         MemoryKind::Device,
@@ -199,7 +200,12 @@ fn dpdk_memif_lends_its_region_with_mbuf_headroom() {
     let d = p.dpdk().unwrap();
     assert_eq!(d.ports[0].ethdev, "net_memif0");
     assert!(!d.ports[0].pci);
-    assert_eq!(d.ports[0].rx[0].receive, RxReceive::Lent { region: 0 });
+    assert_eq!(
+        d.ports[0].rx[0].receive,
+        RxReceive::Lent {
+            region: RegionId(0)
+        }
+    );
     assert!(d.eal_args.contains(&"--no-huge".to_owned()));
     assert!(p.hugepages.is_empty(), "no huge region: EAL runs --no-huge");
 }
@@ -219,7 +225,7 @@ fn dpdk_ring_copies_and_sizes_pools_for_the_ring() {
         .iter()
         .find(|q| q.direction == Direction::Rx)
         .unwrap();
-    let region = &p.regions[q.segments[0] as usize];
+    let region = &p.regions[q.segments[0].index()];
     assert!(
         region
             .not_lent_because
@@ -273,7 +279,7 @@ fn gpu_loopback_configs_stage_into_the_gpu() {
     let r = &reorder.queue(0, Direction::Rx, 0).unwrap().reorders[0];
     assert_eq!(r.name, "by_sequence");
     assert_eq!((r.packets_per_batch, r.in_slot_bytes), (1024, 1984));
-    assert_eq!(reorder.regions[r.output as usize].name, "batches_gpu");
+    assert_eq!(reorder.regions[r.output.index()].name, "batches_gpu");
     shipped("gpu_loopback_8k.yaml");
     // With stage_core: a second worker that runs the queue's stage and no queue.
     let name = "gpu_loopback_64.yaml";
@@ -300,12 +306,9 @@ fn rdma_loopback_has_a_server_and_a_client_slot() {
     let client = p.rdma().iter().find(|i| !i.listens()).unwrap();
     assert_eq!(server.slots.len(), 1);
     let slot = &server.slots[0];
+    assert_eq!(p.regions[slot.rx_region.index()].name, "DATA_RX_GPU_SERVER");
     assert_eq!(
-        p.regions[slot.rx_region as usize].name,
-        "DATA_RX_GPU_SERVER"
-    );
-    assert_eq!(
-        p.regions[slot.tx_region.unwrap() as usize].name,
+        p.regions[slot.tx_region.unwrap().index()].name,
         "DATA_TX_GPU_SERVER"
     );
     assert_eq!(slot.recv_window, 128, "the RX region's buffers");
@@ -372,10 +375,10 @@ fn rdma_staged_config(client_roce: &str, server_roce: &str) -> Result<Plan, Stri
 #[test]
 fn rdma_slots_are_staged_where_the_nic_cannot_reach_their_layout() {
     let p = rdma_staged_config("gpu_memory_path: auto", "min_rnr_timer: 12").unwrap();
-    let region = |r: u16| &p.regions[r as usize];
+    let region = |r: RegionId| &p.regions[r.index()];
     let server = &p.rdma().iter().find(|i| i.listens()).unwrap().slots[0];
     let client = &p.rdma().iter().find(|i| !i.listens()).unwrap().slots[0];
-    let names = |l: &[u16]| {
+    let names = |l: &[RegionId]| {
         l.iter()
             .map(|&r| region(r).name.clone())
             .collect::<Vec<_>>()
@@ -500,7 +503,7 @@ fn every_other_shipped_config_plans() {
     );
     for q in p.queues.iter().filter(|q| q.direction == Direction::Rx) {
         assert!(q.staging.is_none(), "{q:?}");
-        assert!(p.regions[q.segments[0] as usize].lent);
+        assert!(p.regions[q.segments[0].index()].lent);
     }
 }
 
@@ -589,8 +592,8 @@ interfaces:
     // A virtual device copies with the CPU: the queue is staged through pinned memory.
     let p = Plan::from_config(&load(&text, "t").unwrap()).expect("staged");
     let staging = p.queues[0].staging.expect("a staging region");
-    assert_eq!(p.regions[staging as usize].name, "a.rx0.staging");
-    assert_eq!(p.regions[staging as usize].kind, MemoryKind::HostPinned);
+    assert_eq!(p.regions[staging.index()].name, "a.rx0.staging");
+    assert_eq!(p.regions[staging.index()].kind, MemoryKind::HostPinned);
     assert!(p.queues[0].stage.is_some());
 
     // A PCI NIC is not staged: it writes GPU memory itself, which it cannot do for a
@@ -748,7 +751,7 @@ fn reference_examples_plan() {
         (r.name.as_str(), r.packets_per_batch),
         ("rx_reorder_seq_1024", 1024)
     );
-    assert_eq!(reorder.regions[r.output as usize].name, "Reorder_RX_CPU");
+    assert_eq!(reorder.regions[r.output.index()].name, "Reorder_RX_CPU");
 }
 
 /// `allowed_peers` on a `roce://` server reaches the RDMA engine through the plan (and is

@@ -7,6 +7,7 @@
 
 use dataplane::capture::{CaptureConfig, CaptureFormat, CaptureSink};
 use dataplane::config::{self, MemoryKind, MemoryRegionConfig};
+use dataplane::memory::RegionId;
 use dataplane::memory::RegionSet;
 use proptest::prelude::*;
 use std::path::PathBuf;
@@ -213,7 +214,7 @@ proptest! {
         ),
     ) {
         let regions = regions();
-        let mut burst = dataplane::Burst::allocate(regions, 0, 0, &[0], packets.len()).unwrap();
+        let mut burst = dataplane::Burst::allocate(regions, 0, 0, &[RegionId(0)], packets.len()).unwrap();
         for (i, (bytes, ts)) in packets.iter().enumerate() {
             burst.buffer_mut(i, 0).unwrap()[..bytes.len()].copy_from_slice(bytes);
             burst.set_len(i, 0, bytes.len());

@@ -7,6 +7,7 @@ mod common;
 
 use dataplane::Burst;
 use dataplane::config::{Access, MemoryKind, MemoryRegionConfig};
+use dataplane::memory::RegionId;
 use dataplane::memory::RegionSet;
 use dataplane::rdma_conn::{BurstConnection, SendError};
 use rdma::verbs::{self, Connection, ConnectionParams, Listener};
@@ -65,9 +66,17 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
         .expect("a request");
     let server = req.accept(params).expect("accept");
     let client = client.join().unwrap().expect("connect");
-    let mut srv = BurstConnection::new(server, regions.clone(), srv_rx, &[], (0, 0), 256).unwrap();
-    let mut cli =
-        BurstConnection::new(client, regions.clone(), srv_rx, &[cli_tx], (1, 0), 0).unwrap();
+    let mut srv =
+        BurstConnection::new(server, regions.clone(), RegionId(srv_rx), &[], (0, 0), 256).unwrap();
+    let mut cli = BurstConnection::new(
+        client,
+        regions.clone(),
+        RegionId(srv_rx),
+        &[RegionId(cli_tx)],
+        (1, 0),
+        0,
+    )
+    .unwrap();
     assert_eq!(srv.receives_posted(), 256, "receives up before any send");
 
     let (mut sent, mut got_bursts, mut got) = (0u32, 0u32, 0u64);
@@ -79,7 +88,7 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
             "stalled: sent {sent} bursts, got {got} packets"
         );
         if sent < BURSTS {
-            let mut b = Burst::allocate(regions.clone(), 1, 0, &[cli_tx], PER as usize)
+            let mut b = Burst::allocate(regions.clone(), 1, 0, &[RegionId(cli_tx)], PER as usize)
                 .expect("TX buffers");
             for p in 0..PER {
                 let data = payload(sent, p);
@@ -116,14 +125,14 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
     }
     eprintln!("{got} packets in {got_bursts} received bursts");
     assert_eq!(
-        regions.get(cli_tx).available(),
+        regions.get(RegionId(cli_tx)).available(),
         1024,
         "every TX buffer came back"
     );
     drop(cli);
     drop(srv);
     assert_eq!(
-        regions.get(srv_rx).available(),
+        regions.get(RegionId(srv_rx)).available(),
         1024,
         "every RX buffer came back"
     );
@@ -453,9 +462,18 @@ fn regions_outlive_their_registrations_in_every_drop_order() {
             .expect("a request");
         let server = req.accept(params).expect("accept");
         let client = client.join().unwrap().expect("connect");
-        let srv = BurstConnection::new(server, regions.clone(), 0, &[], (0, 0), 64).unwrap();
-        let mut cli = BurstConnection::new(client, regions.clone(), 0, &[1], (1, 0), 0).unwrap();
-        let mut b = Burst::allocate(regions.clone(), 1, 0, &[1], 8).expect("TX buffers");
+        let srv =
+            BurstConnection::new(server, regions.clone(), RegionId(0), &[], (0, 0), 64).unwrap();
+        let mut cli = BurstConnection::new(
+            client,
+            regions.clone(),
+            RegionId(0),
+            &[RegionId(1)],
+            (1, 0),
+            0,
+        )
+        .unwrap();
+        let mut b = Burst::allocate(regions.clone(), 1, 0, &[RegionId(1)], 8).expect("TX buffers");
         for p in 0..8 {
             b.buffer_mut(p, 0).unwrap()[..100].fill(p as u8);
             b.set_len(p, 0, 100);

@@ -3,6 +3,7 @@
 //! pinned memory, the pinned host-to-device copy of one large buffer).
 
 use super::*;
+use dataplane::memory::RegionId;
 
 /// Gb/s of one core copying bursts of [`BURST`] `payload`-byte packets, one packet at a
 /// time, from a pageable region sized as [`stage_case`]'s source into a pinned buffer
@@ -24,7 +25,7 @@ pub(super) fn gather_bound(
     )])?);
     // Every buffer in bursts held for the whole measurement, gathered in turn.
     let mut bursts = Vec::new();
-    while let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[0], BURST) {
+    while let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], BURST) {
         for i in 0..BURST {
             b.set_len(i, 0, payload);
         }
@@ -148,10 +149,12 @@ pub(super) fn source_burst(
     payload: usize,
     runs: bool,
 ) -> Option<Burst> {
-    if runs && let Some(b) = Burst::allocate_run(regions.clone(), 0, 0, src, BURST, payload) {
+    if runs
+        && let Some(b) = Burst::allocate_run(regions.clone(), 0, 0, RegionId(src), BURST, payload)
+    {
         return Some(b);
     }
-    let mut b = Burst::allocate(regions.clone(), 0, 0, &[src], BURST)?;
+    let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(src)], BURST)?;
     for i in 0..BURST {
         b.set_len(i, 0, payload);
     }
@@ -385,9 +388,9 @@ pub(super) fn stage_regions(
     ])?);
     let plan = dataplane::plan::StagePlan {
         split_header_bytes: None,
-        gpu: Some(regions.get(1).affinity()),
+        gpu: Some(regions.get(RegionId(1)).affinity()),
         mode,
     };
-    let stage = RxStage::new(&regions, &[1], BURST, &plan)?;
+    let stage = RxStage::new(&regions, &[RegionId(1)], BURST, &plan)?;
     Ok((regions, stage))
 }

@@ -21,9 +21,9 @@ mod inline;
 mod report;
 
 use check::*;
-pub(crate) use generate::with_target_rate;
 #[cfg(not(feature = "cuda"))]
 pub(crate) use generate::no_cuda;
+pub(crate) use generate::with_target_rate;
 use generate::*;
 
 /// Frames ahead of the current one whose lines the generator and checker prefetch: their

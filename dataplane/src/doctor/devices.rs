@@ -2,6 +2,7 @@
 //! and GIDs, and GPUs (driver, dma-buf or peer memory, placement).
 
 use super::*;
+use crate::memory::RegionId;
 
 /// `dddd:bb:dd.f` for a PCI address written with or without its domain.
 pub(super) fn full_pci(addr: &str) -> String {
@@ -15,7 +16,7 @@ pub(super) fn full_pci(addr: &str) -> String {
 /// The regions the configuration names, without the staging regions the plan added (the
 /// checks speak of what the user wrote).
 pub(super) fn configured_regions(p: &Plan) -> impl Iterator<Item = &crate::plan::RegionPlan> {
-    let staging: BTreeSet<u16> = p
+    let staging: BTreeSet<RegionId> = p
         .queues
         .iter()
         .filter_map(|q| q.staging)
@@ -29,7 +30,7 @@ pub(super) fn configured_regions(p: &Plan) -> impl Iterator<Item = &crate::plan:
     p.regions
         .iter()
         .enumerate()
-        .filter(move |(i, _)| !staging.contains(&(*i as u16)))
+        .filter(move |(i, _)| !staging.contains(&RegionId(*i as u16)))
         .map(|(_, r)| r)
 }
 
@@ -42,7 +43,7 @@ pub(super) fn largest_buffer(p: &Plan, interface: usize) -> usize {
         .map(|q| {
             q.segments
                 .iter()
-                .map(|&r| p.regions[r as usize].buf_size)
+                .map(|&r| p.regions[r.index()].buf_size)
                 .sum::<usize>()
         })
         .max()

@@ -699,12 +699,12 @@ impl RegionSet {
     /// Region by id.
     #[inline]
     pub fn get(&self, id: RegionId) -> &Region {
-        &self.regions[id as usize]
+        &self.regions[id.index()]
     }
 
     /// Region `id`, or `None` when the set has no such region.
     pub fn try_get(&self, id: RegionId) -> Option<&Region> {
-        self.regions.get(id as usize)
+        self.regions.get(id.index())
     }
 
     /// Region id by name.
@@ -712,7 +712,7 @@ impl RegionSet {
         self.regions
             .iter()
             .position(|r| r.name == name)
-            .map(|i| i as RegionId)
+            .map(|i| RegionId(i as u16))
     }
 
     /// All regions.

@@ -3,6 +3,7 @@
 
 use super::{PlanError, RegionPlan};
 use crate::config::{Config, Direction, MemoryKind, QueueConfig, validate::is_pci_address};
+use crate::descriptor::RegionId;
 use serde::Serialize;
 
 /// Descriptors per RX and TX ring.
@@ -50,7 +51,7 @@ pub enum RxReceive {
     /// The PMD fills the queue's region's own buffers (lent to an mbuf pool).
     Lent {
         /// The region.
-        region: u16,
+        region: RegionId,
     },
     /// Frames are copied out of mbufs of this pool.
     Copy {
@@ -433,7 +434,9 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                 _ => None,
             };
             let receive = match (lent, q.memory_regions.len()) {
-                (Some(r), _) => RxReceive::Lent { region: r as u16 },
+                (Some(r), _) => RxReceive::Lent {
+                    region: RegionId(r as u16),
+                },
                 (None, 0 | 1) => RxReceive::Copy {
                     pool: pool_size(config, q, 0),
                 },

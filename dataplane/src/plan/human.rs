@@ -100,7 +100,7 @@ impl Plan {
                         Direction::Rx => "receives into",
                         Direction::Tx => "sends from",
                     },
-                    self.regions[r as usize].name
+                    self.regions[r.index()].name
                 ));
             }
             if !q.reorders.is_empty() {
@@ -114,7 +114,7 @@ impl Plan {
                             r.kind,
                             r.packets_per_batch,
                             r.in_slot_bytes,
-                            self.regions[r.output as usize].name
+                            self.regions[r.output.index()].name
                         )
                     })
                     .collect();
@@ -126,7 +126,7 @@ impl Plan {
             let segs: Vec<&str> = q
                 .segments
                 .iter()
-                .map(|&r| self.regions[r as usize].name.as_str())
+                .map(|&r| self.regions[r.index()].name.as_str())
                 .collect();
             let _ = writeln!(
                 s,
@@ -196,10 +196,7 @@ impl Plan {
                 for q in &p.rx {
                     let how = match &q.receive {
                         dpdk::RxReceive::Lent { region } => {
-                            format!(
-                                "into region `{}` (lent)",
-                                self.regions[*region as usize].name
-                            )
+                            format!("into region `{}` (lent)", self.regions[region.index()].name)
                         }
                         dpdk::RxReceive::Copy { pool } => format!(
                             "copy from a pool of {} mbufs x {} B",
@@ -290,7 +287,7 @@ impl Plan {
                 i.name, i.mode, i.local, i.retry_connect_s, i.allowed_peers
             );
             for (n, slot) in i.slots.iter().enumerate() {
-                let name = |r: u16| self.regions[r as usize].name.as_str();
+                let name = |r: RegionId| self.regions[r.index()].name.as_str();
                 let layout: Vec<&str> = slot.rx_layout.iter().map(|&r| name(r)).collect();
                 let _ = writeln!(
                     s,

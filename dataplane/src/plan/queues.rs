@@ -47,7 +47,7 @@ fn gpu_source(
         .flat_map(|t| &t.queues)
         .filter_map(|t| t.memory_regions.first())
         .filter_map(|n| region_id(regions, n))
-        .map(|r| &regions[r as usize])
+        .map(|r| &regions[r.index()])
         .find(|r| r.kind == MemoryKind::Device)
         .map(|r| r.affinity)
 }
@@ -57,7 +57,7 @@ fn region_id(regions: &[RegionPlan], name: &str) -> Option<RegionId> {
     regions
         .iter()
         .position(|r| r.name == name)
-        .map(|i| i as RegionId)
+        .map(|i| RegionId(i as u16))
 }
 
 /// One configured queue being planned, with what its decisions read.
@@ -145,7 +145,7 @@ impl QueueAt<'_> {
     }
 
     fn kind_of(&self, r: RegionId) -> MemoryKind {
-        self.regions[r as usize].kind
+        self.regions[r.index()].kind
     }
 
     /// An RX queue's stage: needed when its packets must be split into two segments or
@@ -158,7 +158,7 @@ impl QueueAt<'_> {
         let first_gpu = segments
             .iter()
             .find(|&&r| self.kind_of(r) == MemoryKind::Device)
-            .map(|&r| self.regions[r as usize].affinity);
+            .map(|&r| self.regions[r.index()].affinity);
         if segments.len() < 2 && first_gpu.is_none() && gpu_source.is_none() {
             return Ok(None);
         }
@@ -170,7 +170,7 @@ impl QueueAt<'_> {
         }
         Ok(Some(StagePlan {
             split_header_bytes: (segments.len() == 2)
-                .then(|| self.regions[segments[0] as usize].buf_size),
+                .then(|| self.regions[segments[0].index()].buf_size),
             gpu: first_gpu.or(gpu_source),
             mode: self.config.gpu_stage,
         }))
@@ -180,7 +180,7 @@ impl QueueAt<'_> {
     fn rx_reorders(&self, segments: &[RegionId]) -> Vec<ReorderPlan> {
         let source_buf_size = segments
             .first()
-            .map_or(0, |&r| self.regions[r as usize].buf_size);
+            .map_or(0, |&r| self.regions[r.index()].buf_size);
         self.iface
             .rx
             .iter()
@@ -225,7 +225,7 @@ impl QueueAt<'_> {
             .flatten()
             .map(|&r| StagePlan {
                 split_header_bytes: None,
-                gpu: Some(self.regions[r as usize].affinity),
+                gpu: Some(self.regions[r.index()].affinity),
                 mode: self.config.gpu_stage,
             });
         (stage, eth_src)

@@ -9,6 +9,7 @@ use crate::config::{
     Config, Direction, GpuMemoryPath, InterfaceConfig, MemoryKind, MemoryRegionConfig, PeerFilter,
     QueueConfig, RoceConfig, SocketMode, Transport,
 };
+use crate::descriptor::RegionId;
 use serde::Serialize;
 use std::net::SocketAddr;
 
@@ -22,15 +23,15 @@ pub const MAX_RECV_WINDOW: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SlotPlan {
     /// Region receives land in when the NIC writes the layout itself (its first region).
-    pub rx_region: u16,
+    pub rx_region: RegionId,
     /// The RX queue's layout: one region, or two for a header-data split.
-    pub rx_layout: Vec<u16>,
+    pub rx_layout: Vec<RegionId>,
     /// Host region receives land in instead when the slot is staged, and how the RX stage
     /// then moves them into `rx_layout`. Always taken for a split; for a `device` region
     /// as `gpu_memory_path` says.
     pub rx_staging: Option<SlotStaging>,
     /// Region sends come from, when the slot has one.
-    pub tx_region: Option<u16>,
+    pub tx_region: Option<RegionId>,
     /// Host region a TX stage copies the application's sends into first, when
     /// `tx_region` is `device` memory the NIC may be unable to register.
     pub tx_staging: Option<SlotStaging>,
@@ -49,7 +50,7 @@ pub struct SlotPlan {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SlotStaging {
     /// The host staging region the NIC reads or writes.
-    pub region: u16,
+    pub region: RegionId,
     /// The stage between it and the application's region.
     pub stage: StagePlan,
     /// True when the slot always goes through it (a split, or `gpu_memory_path: staged`);
@@ -94,7 +95,7 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
             .memory_regions
             .iter()
             .position(|m| m.name == n)
-            .map(|i| i as u16)
+            .map(|i| RegionId(i as u16))
     };
     let mut out = Vec::new();
     for (index, iface) in config.interfaces.iter().enumerate() {
@@ -121,7 +122,8 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
         let mut slots = Vec::new();
         for slot in slot_queues(config, iface) {
             let n = slot.n;
-            let rx_layout: Vec<u16> = slot.rx_layout.iter().filter_map(|n| region_id(n)).collect();
+            let rx_layout: Vec<RegionId> =
+                slot.rx_layout.iter().filter_map(|n| region_id(n)).collect();
             let Some(&rx_region) = rx_layout.first() else {
                 return Err(bad(format!(
                     "no memory region to receive into for queue {n} (give the RX queue one, or define DATA_RX_GPU_{})",
@@ -161,7 +163,7 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
             };
             let rx_staging = staging(&needs.rx);
             let tx_staging = staging(&needs.tx);
-            let size_of = |r: u16| config.memory_regions[r as usize].buf_size;
+            let size_of = |r: RegionId| config.memory_regions[r.index()].buf_size;
             let message = tx_region.map_or(size_of(rx_region), size_of);
             slots.push(SlotPlan {
                 rx_region,
@@ -198,10 +200,10 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
 
 /// Receives posted at once: the fewest buffers of the layout's regions, at most
 /// [`MAX_RECV_WINDOW`].
-fn recv_window(config: &Config, layout: &[u16]) -> usize {
+fn recv_window(config: &Config, layout: &[RegionId]) -> usize {
     layout
         .iter()
-        .map(|&r| config.memory_regions[r as usize].num_bufs)
+        .map(|&r| config.memory_regions[r.index()].num_bufs)
         .min()
         .unwrap_or(0)
         .min(MAX_RECV_WINDOW)

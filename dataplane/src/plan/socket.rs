@@ -97,7 +97,7 @@ pub(super) fn plan(
         let tcp = socket.transport == Transport::Tcp;
         let rx = socket_queues(tcp, i, Direction::Rx, regions, queues)?;
         let tx = socket_queues(tcp, i, Direction::Tx, regions, queues)?;
-        let limit = |q: &SocketQueuePlan| regions[q.region as usize].buf_size;
+        let limit = |q: &SocketQueuePlan| regions[q.region.index()].buf_size;
         if let Some(q) = rx
             .iter()
             .find(|q| (socket.max_payload_size as usize) > limit(q))
@@ -110,13 +110,13 @@ pub(super) fn plan(
                     "socket_config.max_payload_size {} is above the {}-byte buffers it receives into (region `{}` buf_size)",
                     socket.max_payload_size,
                     limit(q),
-                    regions[q.region as usize].name
+                    regions[q.region.index()].name
                 ),
             });
         }
         let bytes = |q: Option<&SocketQueuePlan>| {
             q.map_or(MIN_SOCKET_BUFFER, |q| {
-                let r = &regions[q.region as usize];
+                let r = &regions[q.region.index()];
                 buffer_bytes_for(r.num_bufs, r.buf_size)
             })
         };
@@ -172,7 +172,7 @@ fn socket_queues(
         if q.staging.is_none() && q.segments.len() > 1 && (tcp || direction == Direction::Rx) {
             return Err(bad("TCP sends each packet from one buffer; a TX queue with several segments is not supported on tcp:// interfaces".into()));
         }
-        let r = &regions[region as usize];
+        let r = &regions[region.index()];
         if r.kind == MemoryKind::Device {
             return Err(bad(format!(
                 "the socket engine moves bytes with the CPU, but region `{}` is GPU memory and the queue has no staging region",

@@ -26,12 +26,12 @@ mod host_tests {
         let cores: Vec<u32> = (0..2)
             .filter(|&c| crate::affinity::core_is_usable(c))
             .collect();
-        let mut stage = RxStage::new(&regions, &[1, 2], 256, &plan)
+        let mut stage = RxStage::new(&regions, &[RegionId(1), RegionId(2)], 256, &plan)
             .unwrap()
             .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap());
         let byte = |i: usize, at: usize| (i * 31 + at * 3 + at / 256) as u8;
         for round in 0..8 {
-            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 256).unwrap();
+            let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], 256).unwrap();
             for i in 0..256 {
                 let len = 900 + (i * 7 + round) % 1100;
                 for (at, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
@@ -136,7 +136,7 @@ mod gpu_tests {
             gpu: Some(0),
             mode: StageMode::Copy,
         };
-        let stage = RxStage::new(&regions, &[1], 256, &plan).unwrap();
+        let stage = RxStage::new(&regions, &[RegionId(1)], 256, &plan).unwrap();
         (regions, stage)
     }
 
@@ -150,7 +150,7 @@ mod gpu_tests {
         len: &dyn Fn(usize, usize) -> usize,
         byte: &dyn Fn(usize, usize, usize) -> u8,
     ) -> Burst {
-        let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], n).unwrap();
+        let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], n).unwrap();
         for i in 0..n {
             let len = len(burst, i);
             for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
@@ -208,8 +208,14 @@ mod gpu_tests {
     fn assert_released(regions: &RegionSet, stage: RxStage, got: Vec<Burst>) {
         drop(got);
         drop(stage);
-        assert_eq!(regions.get(0).available(), regions.get(0).num_bufs());
-        assert_eq!(regions.get(1).available(), regions.get(1).num_bufs());
+        assert_eq!(
+            regions.get(RegionId(0)).available(),
+            regions.get(RegionId(0)).num_bufs()
+        );
+        assert_eq!(
+            regions.get(RegionId(1)).available(),
+            regions.get(RegionId(1)).num_bufs()
+        );
     }
 
     /// Bursts in consecutive pinned buffers join one copy into device memory, nothing is
@@ -245,7 +251,7 @@ mod gpu_tests {
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(5));
         // Source buffers taken in between: the next burst's source does not continue the
         // copy (its output still does), so the copy goes and another opens.
-        let skipped = Burst::allocate(regions.clone(), 0, 0, &[0], 8).unwrap();
+        let skipped = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], 8).unwrap();
         stage.submit(make(5, 8)).map_err(|_| "submit").unwrap();
         assert_eq!(stage.copies_in_flight, 1, "the first copy was issued");
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(1));
@@ -276,7 +282,7 @@ mod gpu_tests {
         let (regions, mut stage) = copy_stage(MemoryKind::HostPinned, 8192);
         let byte = |burst: usize, i: usize, k: usize| (burst * 29 + i * 5 + k) as u8;
         let make = |burst: usize| {
-            let mut b = Burst::allocate_run(regions.clone(), 0, 0, 0, 256, 1000).unwrap();
+            let mut b = Burst::allocate_run(regions.clone(), 0, 0, RegionId(0), 256, 1000).unwrap();
             for i in 0..256 {
                 for (k, x) in b.buffer_mut(i, 0).unwrap()[..1000].iter_mut().enumerate() {
                     *x = byte(burst, i, k);
@@ -291,7 +297,7 @@ mod gpu_tests {
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(4));
         assert_eq!(stage.copies_issued, 0);
         // Device buffers taken in between: the next output run does not continue the copy.
-        let skipped = Burst::allocate(regions.clone(), 0, 0, &[1], 3).unwrap();
+        let skipped = Burst::allocate(regions.clone(), 0, 0, &[RegionId(1)], 3).unwrap();
         stage.submit(make(4)).map_err(|_| "submit").unwrap();
         assert_eq!(stage.copies_issued, 1, "the first copy was issued");
         drop(skipped);
@@ -300,7 +306,10 @@ mod gpu_tests {
         assert_eq!(stage.copies_issued, 2);
         for (burst, b) in got.iter().enumerate() {
             let run = b.run().expect("delivered as a run");
-            assert_eq!((run.region, b.len(), b.bytes()), (1, 256, 256 * 1000));
+            assert_eq!(
+                (run.region, b.len(), b.bytes()),
+                (RegionId(1), 256, 256 * 1000)
+            );
             let mut back = vec![0u8; 1000];
             for i in 0..256 {
                 // SAFETY: the packet's device buffer holds 1000 bytes, copied in full.
@@ -326,9 +335,12 @@ mod gpu_tests {
             return;
         }
         let (regions, mut stage) = copy_stage(MemoryKind::HostPinned, 2048);
-        assert_eq!(stage.group_bytes, 2048 * regions.get(1).stride() / 6);
+        assert_eq!(
+            stage.group_bytes,
+            2048 * regions.get(RegionId(1)).stride() / 6
+        );
         for _ in 0..2 {
-            let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 256).unwrap();
+            let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], 256).unwrap();
             for i in 0..256 {
                 b.set_len(i, 0, 1024);
             }
@@ -341,7 +353,7 @@ mod gpu_tests {
             assert_eq!(done.map_err(|_| "stage").unwrap().len(), 256);
         }
         drop(stage);
-        assert_eq!(regions.get(1).available(), 2048);
+        assert_eq!(regions.get(RegionId(1)).available(), 2048);
     }
 
     /// Pageable bursts into consecutive device buffers: each packet gathered into staging
@@ -364,7 +376,7 @@ mod gpu_tests {
         for (burst, &n) in sizes.iter().enumerate() {
             if burst == 7 {
                 // Output buffers taken in between: the next burst cannot continue the copy.
-                skipped = Burst::allocate(regions.clone(), 0, 0, &[1], 4);
+                skipped = Burst::allocate(regions.clone(), 0, 0, &[RegionId(1)], 4);
             }
             let b = source_burst(&regions, burst, n, &len, &byte);
             stage.submit(b).map_err(|_| "submit").unwrap();
@@ -409,11 +421,11 @@ mod gpu_tests {
                     gpu: Some(0),
                     mode,
                 };
-                let mut into = RxStage::new(&regions, &[1], 64, &to_gpu).unwrap();
+                let mut into = RxStage::new(&regions, &[RegionId(1)], 64, &to_gpu).unwrap();
                 // A host layout fed device packets still converts: build it directly.
                 let mut out_of = RxStage {
                     regions: regions.clone(),
-                    layout: vec![2],
+                    layout: vec![RegionId(2)],
                     split: None,
                     moves: Vec::new(),
                     in_flight: VecDeque::new(),
@@ -446,7 +458,7 @@ mod gpu_tests {
                     .collect();
                 into = into
                     .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap().sharing_from(0));
-                let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 40).unwrap();
+                let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], 40).unwrap();
                 for i in 0..40 {
                     let len = 1 + i * 47;
                     for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
@@ -479,7 +491,7 @@ mod gpu_tests {
                 drop((into, out_of));
                 for r in 0..3 {
                     assert_eq!(
-                        regions.get(r).available(),
+                        regions.get(RegionId(r)).available(),
                         256,
                         "region {r} got every buffer back"
                     );

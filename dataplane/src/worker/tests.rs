@@ -1,4 +1,5 @@
 use super::*;
+use crate::memory::RegionId;
 
 #[test]
 fn the_pacer_spaces_bursts_by_their_bytes_and_lets_a_late_worker_catch_up_only_1_ms() {
@@ -48,7 +49,7 @@ impl RxPort for Scripted {
         if n == 0 {
             return 0;
         }
-        let mut fresh = Burst::allocate(self.regions.clone(), 0, 0, &[0], n).unwrap();
+        let mut fresh = Burst::allocate(self.regions.clone(), 0, 0, &[RegionId(0)], n).unwrap();
         into.take_from(&mut fresh, n)
     }
 }
@@ -126,12 +127,13 @@ fn a_stage_pass_takes_at_most_its_budget_of_bursts() {
         gpu: None,
         mode: crate::stage::StageMode::Copy,
     };
-    let stage = crate::stage::RxStage::new(&regions, &[1, 2], 8, &plan).unwrap();
+    let stage =
+        crate::stage::RxStage::new(&regions, &[RegionId(1), RegionId(2)], 8, &plan).unwrap();
     let queued = STAGE_BURSTS_PER_POLL * 2;
     let (mut to_stage, from_rx) = rtrb::RingBuffer::new(queued);
     let (to_app, mut from_stage) = rtrb::RingBuffer::new(queued);
     for _ in 0..queued {
-        let mut b = Burst::allocate(regions.clone(), 0, 0, &[0], 8).unwrap();
+        let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], 8).unwrap();
         for i in 0..8 {
             b.set_len(i, 0, 200);
         }

@@ -157,7 +157,7 @@ fn tx_carriers(
         .iter()
         .enumerate()
         .map(|(i, carry)| {
-            let id = i as RegionId;
+            let id = RegionId(i as u16);
             let name = regions.get(id).name();
             match carry {
                 TxCarry::Attached if sends => {
@@ -477,7 +477,7 @@ dataplane:
         for pool in ["dp0rx0z", "dp0rx1s0", "dp0txt0s0", "dp0tx0s0"] {
             assert!(!pool_exists(pool), "pool {pool} freed");
         }
-        let lent_base = regions.get(0).extent().0;
+        let lent_base = regions.get(RegionId(0)).extent().0;
         assert!(!registered(lent_base), "the lent region is unregistered");
         assert!(!port_exists("net_ring0"), "the port is closed");
         // Closing the port also frees what the PMD allocated at probe time, so the heap
@@ -494,7 +494,7 @@ dataplane:
         let pools = port.pool_names();
         assert_eq!(pools, ["dp0rx0z", "dp0rx1s0", "dp0tx0s0", "dp0txa0"]);
         assert!(pools.iter().all(|p| pool_exists(p)));
-        let lent_base = regions.get(0).extent().0;
+        let lent_base = regions.get(RegionId(0)).extent().0;
         assert!(registered(lent_base));
         drop(port);
         assert!(

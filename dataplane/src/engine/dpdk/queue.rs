@@ -586,7 +586,7 @@ impl DpdkTx {
         for (i, p) in burst.packets()[..n].iter().enumerate() {
             let segs = p.segments();
             let carrier = match segs {
-                [only] => self.carriers.get(only.region as usize),
+                [only] => self.carriers.get(only.region.index()),
                 _ => None,
             };
             self.carried[i] = match carrier {
@@ -627,7 +627,7 @@ impl DpdkTx {
             self.scratch[i] = match self.carried[i] {
                 Carried::Own => {
                     let s = p.segments()[0];
-                    let Some(TxCarrier::Own(lent)) = self.carriers.get(s.region as usize) else {
+                    let Some(TxCarrier::Own(lent)) = self.carriers.get(s.region.index()) else {
                         unreachable!("planned by `plan`");
                     };
                     let m = lent.mbufs[s.index as usize];
@@ -638,7 +638,7 @@ impl DpdkTx {
                 }
                 Carried::Attached => {
                     let s = p.segments()[0];
-                    let Some(TxCarrier::Attach(region)) = self.carriers.get(s.region as usize)
+                    let Some(TxCarrier::Attach(region)) = self.carriers.get(s.region.index())
                     else {
                         unreachable!("planned by `plan`");
                     };

@@ -465,7 +465,7 @@ mod tests {
 
     fn staging(always: bool, split: Option<usize>) -> SlotStaging {
         SlotStaging {
-            region: 7,
+            region: RegionId(7),
             stage: StagePlan {
                 split_header_bytes: split,
                 gpu: Some(0),
@@ -496,7 +496,7 @@ mod tests {
         );
         assert_eq!(tried.get(), 1);
         match reach(Some(&auto), GpuMemoryPath::Auto, refused, |s| {
-            assert_eq!(s.region, 7);
+            assert_eq!(s.region, RegionId(7));
             Ok("staging")
         })
         .unwrap()
