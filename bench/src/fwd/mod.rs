@@ -204,18 +204,15 @@ impl Ends {
         })?;
         let rx_name = config.interfaces[rx_if].name.clone();
         let tx_name = config.interfaces[tx_if].name.clone();
+        let ids = |queues: &[dataplane::config::QueueConfig]| queues.iter().map(|q| q.id).collect();
         let rx_ids: Vec<u16> = config.interfaces[rx_if]
             .rx
-            .iter()
-            .flat_map(|r| &r.queues)
-            .map(|q| q.id)
-            .collect();
+            .as_ref()
+            .map_or_else(Vec::new, |r| ids(&r.queues));
         let tx_ids: Vec<u16> = config.interfaces[tx_if]
             .tx
-            .iter()
-            .flat_map(|t| &t.queues)
-            .map(|q| q.id)
-            .collect();
+            .as_ref()
+            .map_or_else(Vec::new, |t| ids(&t.queues));
         Ok(Self {
             rx_if,
             tx_if,

@@ -432,17 +432,7 @@ impl ReorderChecker {
                     }
                 }
             }
-            let expected = if info.timed_out {
-                info.source_packets
-            } else {
-                ppb
-            };
-            if wrong || filled != expected {
-                self.report.bad_batches += 1;
-            } else {
-                self.report.verified_batches += 1;
-                self.report.verified_chunks += chunks;
-            }
+            self.count_batch(wrong, filled, info, ppb, chunks);
             return;
         }
         for s in 0..ppb {
@@ -463,6 +453,19 @@ impl ReorderChecker {
                 wrong = true;
             }
         }
+        self.count_batch(wrong, filled, info, ppb, 0);
+    }
+
+    /// A batch is good when no slot held a wrong packet and every slot that should be
+    /// filled was: all of them, or the packets that arrived when it timed out.
+    fn count_batch(
+        &mut self,
+        wrong: bool,
+        filled: u32,
+        info: &dataplane::descriptor::ReorderInfo,
+        ppb: u32,
+        chunks: u64,
+    ) {
         let expected = if info.timed_out {
             info.source_packets
         } else {
@@ -472,6 +475,7 @@ impl ReorderChecker {
             self.report.bad_batches += 1;
         } else {
             self.report.verified_batches += 1;
+            self.report.verified_chunks += chunks;
         }
     }
 }

@@ -608,7 +608,7 @@ impl DpdkTx {
     /// Puts the mbuf carrying each of the first `n` packets into `scratch`, as planned:
     /// own mbufs reset, fresh ones attached to region buffers (a burst at a time, after
     /// the loop), frames copied into the copy pool's mbufs.
-    #[inline]
+    #[inline(always)]
     fn carry(
         &mut self,
         burst: &Burst,
@@ -683,7 +683,7 @@ impl DpdkTx {
     }
 
     /// Gives each packet with a send time its mbuf's TX timestamp (`accurate_send`).
-    #[inline]
+    #[inline(always)]
     fn stamp_send_times(&mut self, burst: &Burst, n: usize) {
         if let Some(t) = &self.send_times {
             for i in 0..n {
@@ -706,7 +706,7 @@ impl DpdkTx {
     /// Returns the copy and attach mbufs of packets `sent..n` that the driver did not
     /// take to their pools; the burst keeps the buffers. An own mbuf stays out of its
     /// pool, with its buffer in the burst.
-    #[inline]
+    #[inline(always)]
     fn free_untaken(&mut self, sent: usize, n: usize) {
         let mut untaken = [std::ptr::null_mut(); MAX_BURST];
         let mut k = 0;
