@@ -274,6 +274,18 @@ fn run_gpu_config_with(
     mode: Option<dataplane::stage::StageMode>,
     edit: impl FnOnce(&mut dataplane::config::Config),
 ) {
+    run_gpu_bench(name, mode, false, edit);
+}
+
+/// Runs `bench raw` on config `name` (the generator and checker on threads of their own,
+/// or in the workers' handlers with `inline`) and checks it was lossless with every frame
+/// verified on the GPU.
+fn run_gpu_bench(
+    name: &str,
+    mode: Option<dataplane::stage::StageMode>,
+    inline: bool,
+    edit: impl FnOnce(&mut dataplane::config::Config),
+) {
     let mut cfg = dataplane::config::load_file(&common::config_path(name))
         .expect("config")
         .config;
@@ -282,8 +294,17 @@ fn run_gpu_config_with(
         cfg.gpu_stage = m;
     }
     edit(&mut cfg);
-    let report = common::run_bench(&cfg, 2.0);
-    eprint!("{name} ({mode:?}):\n{}", report.human());
+    let report = dataplane_bench::raw::run(
+        &cfg,
+        &dataplane_bench::raw::RawOptions {
+            verify_payload: true,
+            inline,
+            ..dataplane_bench::raw::RawOptions::new(2.0)
+        },
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .unwrap_or_else(|e| panic!("{name}: bench runs: {e}"));
+    eprint!("{name} ({mode:?}, inline {inline}):\n{}", report.human());
     assert!(report.lossless, "{name}: {:?}", report.problems);
     assert!(report.rx_packets > 0);
     match &report.reorder {
@@ -308,6 +329,22 @@ fn loopback_into_device_memory_is_lossless_and_verified_on_the_gpu() {
     for mode in [StageMode::Kernel, StageMode::Copy] {
         run_gpu_config("gpu_loopback_64.yaml", Some(mode));
         run_gpu_config("gpu_loopback_8k.yaml", Some(mode));
+    }
+}
+
+/// The same loopbacks run to completion: generator and checker in the workers' handlers
+/// (`bench raw --inline`), the RX stage on the worker's core before the handler sees the
+/// burst; lossless, every frame verified on the GPU.
+#[test]
+fn run_to_completion_into_device_memory_is_lossless_and_verified_on_the_gpu() {
+    if !have_gpu() {
+        return;
+    }
+    use dataplane::stage::StageMode;
+    for mode in [StageMode::Kernel, StageMode::Copy] {
+        for name in ["gpu_loopback_64.yaml", "gpu_loopback_8k.yaml"] {
+            run_gpu_bench(name, Some(mode), true, |_| {});
+        }
     }
 }
 
