@@ -86,9 +86,7 @@ impl LoopbackEngine {
     }
 
     fn interface(&self, port: u16) -> Result<&LoopbackInterface, EngineError> {
-        self.interfaces
-            .get(port as usize)
-            .ok_or(EngineError::NoInterface { port })
+        super::interface_at(&self.interfaces, port)
     }
 }
 
@@ -107,11 +105,7 @@ impl Engine for LoopbackEngine {
         let receiver = (iface.rx_port == port)
             .then(|| iface.grid.receiver(queue))
             .flatten()
-            .ok_or(EngineError::NoQueue {
-                port,
-                direction: Direction::Rx,
-                queue,
-            })?;
+            .ok_or(EngineError::no_queue(port, Direction::Rx, queue))?;
         Ok(Box::new(LoopbackRx(receiver)))
     }
 
@@ -126,11 +120,7 @@ impl Engine for LoopbackEngine {
             .tx_ids
             .iter()
             .position(|&id| id == queue)
-            .ok_or(EngineError::NoQueue {
-                port,
-                direction: Direction::Tx,
-                queue,
-            })?;
+            .ok_or(EngineError::no_queue(port, Direction::Tx, queue))?;
         let faults = iface
             .faults
             .clone()

@@ -533,6 +533,24 @@ pub enum EngineError {
     },
 }
 
+impl EngineError {
+    /// Interface `port` has no `direction` queue `queue`.
+    pub(crate) fn no_queue(port: u16, direction: Direction, queue: u16) -> Self {
+        EngineError::NoQueue {
+            port,
+            direction,
+            queue,
+        }
+    }
+}
+
+/// Entry `port` of an engine's per-interface table (interfaces by configuration index).
+pub(crate) fn interface_at<T>(table: &[T], port: u16) -> Result<&T, EngineError> {
+    table
+        .get(port as usize)
+        .ok_or(EngineError::NoInterface { port })
+}
+
 /// " RX queue 3" for messages; "" for no queue.
 fn queue_label(direction: Direction, queue: Option<u16>) -> String {
     match queue {

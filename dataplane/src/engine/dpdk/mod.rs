@@ -116,9 +116,7 @@ impl DpdkEngine {
     }
 
     fn port(&self, port: u16) -> Result<&Port, EngineError> {
-        self.ports
-            .get(port as usize)
-            .ok_or(EngineError::NoInterface { port })
+        super::interface_at(&self.ports, port)
     }
 
     fn segments(&self, port: u16, queue: u16) -> Vec<RegionId> {
@@ -206,11 +204,7 @@ impl Engine for DpdkEngine {
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
         let p = self.port(port)?;
-        let no_queue = || EngineError::NoQueue {
-            port,
-            direction: Direction::Rx,
-            queue,
-        };
+        let no_queue = || EngineError::no_queue(port, Direction::Rx, queue);
         let setup = p.rx_setup(queue).ok_or_else(no_queue)?;
         let hw = setup.index.0;
         let segments = self.segments(port, queue);
@@ -271,11 +265,9 @@ impl Engine for DpdkEngine {
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         let p = self.port(port)?;
-        let setup = p.tx_setup(queue).ok_or(EngineError::NoQueue {
-            port,
-            direction: Direction::Tx,
-            queue,
-        })?;
+        let setup = p
+            .tx_setup(queue)
+            .ok_or(EngineError::no_queue(port, Direction::Tx, queue))?;
         let mut tx = DpdkTx::new(
             p.id.0,
             setup.index.0,

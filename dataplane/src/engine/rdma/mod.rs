@@ -339,11 +339,11 @@ impl Engine for RdmaEngine {
         queue: u16,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
-        Err(EngineError::NoQueue {
+        Err(EngineError::no_queue(
             port,
-            direction: crate::config::Direction::Rx,
+            crate::config::Direction::Rx,
             queue,
-        })
+        ))
     }
 
     fn tx_port(
@@ -352,11 +352,11 @@ impl Engine for RdmaEngine {
         queue: u16,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
-        Err(EngineError::NoQueue {
+        Err(EngineError::no_queue(
             port,
-            direction: crate::config::Direction::Tx,
+            crate::config::Direction::Tx,
             queue,
-        })
+        ))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -151,9 +151,7 @@ impl SocketEngine {
     }
 
     fn interface(&self, port: u16) -> Result<&Interface, EngineError> {
-        self.interfaces
-            .get(port as usize)
-            .ok_or(EngineError::NoInterface { port })
+        super::interface_at(&self.interfaces, port)
     }
 }
 
@@ -181,11 +179,7 @@ impl Engine for SocketEngine {
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
-        let missing = EngineError::NoQueue {
-            port,
-            direction: Direction::Rx,
-            queue,
-        };
+        let missing = EngineError::no_queue(port, Direction::Rx, queue);
         match self.interface(port)? {
             Interface::Udp(u) => u.rx_port(queue, counters).ok_or(missing),
             // TCP drops nothing on receive: the sender waits.
@@ -199,11 +193,7 @@ impl Engine for SocketEngine {
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
-        let missing = EngineError::NoQueue {
-            port,
-            direction: Direction::Tx,
-            queue,
-        };
+        let missing = EngineError::no_queue(port, Direction::Tx, queue);
         match self.interface(port)? {
             Interface::Udp(u) => u.tx_port(queue, counters).ok_or(missing),
             Interface::Tcp(t) => t.tx_port(queue, counters).ok_or(missing),
