@@ -261,14 +261,8 @@ pub fn run(
     opts: &FwdOptions,
     interrupted: &AtomicBool,
 ) -> Result<FwdReport, FwdError> {
-    let Ends {
-        rx_if,
-        tx_if,
-        rx_name,
-        tx_name,
-        rx_ids,
-        tx_ids,
-    } = Ends::choose(config, opts)?;
+    let ends = Ends::choose(config, opts)?;
+    let (rx_if, tx_if, rx_ids, tx_ids) = (ends.rx_if, ends.tx_if, &ends.rx_ids, &ends.tx_ids);
     if opts.tx_first > 0 && config.bench.tx.is_empty() {
         return Err(FwdError::NoFrames);
     }
@@ -279,7 +273,7 @@ pub fn run(
         start_inline(
             config,
             opts,
-            (rx_if, &rx_ids),
+            (rx_if, rx_ids),
             (tx_if, &tx_ids[..threads]),
             (&stop, &forwarded),
         )?
@@ -289,8 +283,8 @@ pub fn run(
             &mut plane,
             config,
             opts,
-            (&rx_name, &rx_ids),
-            (&tx_name, &tx_ids[..threads]),
+            (&ends.rx_name, rx_ids),
+            (&ends.tx_name, &tx_ids[..threads]),
             (&stop, &forwarded),
         )?;
         (plane, threads)
@@ -334,8 +328,8 @@ pub fn run(
     }
     Ok(FwdReport {
         engine,
-        rx_interface: rx_name,
-        tx_interface: tx_name,
+        rx_interface: ends.rx_name.clone(),
+        tx_interface: ends.tx_name.clone(),
         mac_swap: opts.mac_swap,
         threads,
         seconds,
