@@ -217,7 +217,7 @@ pub unsafe extern "C" fn dp_handler_tx_send(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_burst_port(burst: *const DpBurst) -> u16 {
     // SAFETY: the caller's promise, passed on.
-    unsafe { burst_field(burst, Burst::port) }
+    unsafe { burst_field(burst, |b: &Burst| b.port().0) }
 }
 
 /// The queue id of a burst, as [`dp_burst_port`].

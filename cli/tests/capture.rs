@@ -370,8 +370,14 @@ fn full_burst() -> dataplane::Burst {
         )])
         .unwrap(),
     );
-    let mut b =
-        dataplane::Burst::allocate(regions, 0, 0, &[dataplane::memory::RegionId(0)], 64).unwrap();
+    let mut b = dataplane::Burst::allocate(
+        regions,
+        dataplane::memory::PortIndex(0),
+        0,
+        &[dataplane::memory::RegionId(0)],
+        64,
+    )
+    .unwrap();
     for i in 0..b.len() {
         b.set_len(i, 0, 1500);
     }

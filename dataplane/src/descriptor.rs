@@ -29,6 +29,28 @@ impl std::fmt::Display for RegionId {
     }
 }
 
+/// An interface's position in the configuration (`interfaces[i]`): the "port" a burst
+/// belongs to and an engine serves. A type of its own so that it is never taken for a
+/// queue id (the two travel together everywhere).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+#[repr(transparent)]
+pub struct PortIndex(pub u16);
+
+impl PortIndex {
+    /// The position in `interfaces`, to index a per-interface table.
+    #[inline]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for PortIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One buffer of a packet: which region, which buffer, how many bytes are used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Segment {

@@ -9,6 +9,7 @@
 //! pools.
 
 use crate::burst::Burst;
+use crate::descriptor::PortIndex;
 use crate::memory::{RegionId, RegionSet};
 use rdma::verbs::RemoteAccess::None as Local;
 use rdma::verbs::{Completion, Connection, ExternalBuffer, Registration, VerbsError};
@@ -39,7 +40,7 @@ pub struct BurstConnection {
     /// Registrations by region (kept alive as long as the connection; each holds the
     /// region set, so the memory outlives it whatever drops first).
     registered: BTreeMap<RegionId, RegionRegistration>,
-    port: u16,
+    port: PortIndex,
     queue: u16,
     /// Receives to keep posted.
     recv_window: usize,
@@ -58,7 +59,7 @@ impl BurstConnection {
         regions: Arc<RegionSet>,
         rx_region: RegionId,
         tx_regions: &[RegionId],
-        (port, queue): (u16, u16),
+        (port, queue): (PortIndex, u16),
         recv_window: usize,
     ) -> Result<Self, VerbsError> {
         let mut registered = BTreeMap::new();
@@ -84,7 +85,7 @@ impl BurstConnection {
         regions: Arc<RegionSet>,
         rx_region: RegionId,
         registered: BTreeMap<RegionId, RegionRegistration>,
-        (port, queue): (u16, u16),
+        (port, queue): (PortIndex, u16),
         recv_window: usize,
     ) -> Result<Self, VerbsError> {
         if !registered.contains_key(&rx_region) {

@@ -12,6 +12,7 @@
 
 use crate::burst::Burst;
 use crate::config::ReorderKind;
+use crate::descriptor::PortIndex;
 use crate::descriptor::RegionId;
 pub use crate::descriptor::ReorderInfo;
 use crate::memory::RegionSet;
@@ -96,7 +97,12 @@ impl QueueReorder {
                 first_at: None,
                 gpu: Default::default(),
             });
-            staged.push(Burst::empty(regions.clone(), q.interface as u16, q.id, 0));
+            staged.push(Burst::empty(
+                regions.clone(),
+                PortIndex(q.interface as u16),
+                q.id,
+                0,
+            ));
         }
         if plans.is_empty() {
             return None;

@@ -7,8 +7,8 @@ mod common;
 
 use dataplane::Burst;
 use dataplane::config::{Access, MemoryKind, MemoryRegionConfig};
-use dataplane::memory::RegionId;
 use dataplane::memory::RegionSet;
+use dataplane::memory::{PortIndex, RegionId};
 use dataplane::rdma_conn::{BurstConnection, SendError};
 use rdma::verbs::{self, Connection, ConnectionParams, Listener};
 use std::sync::Arc;
@@ -66,14 +66,21 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
         .expect("a request");
     let server = req.accept(params).expect("accept");
     let client = client.join().unwrap().expect("connect");
-    let mut srv =
-        BurstConnection::new(server, regions.clone(), RegionId(srv_rx), &[], (0, 0), 256).unwrap();
+    let mut srv = BurstConnection::new(
+        server,
+        regions.clone(),
+        RegionId(srv_rx),
+        &[],
+        (PortIndex(0), 0),
+        256,
+    )
+    .unwrap();
     let mut cli = BurstConnection::new(
         client,
         regions.clone(),
         RegionId(srv_rx),
         &[RegionId(cli_tx)],
-        (1, 0),
+        (PortIndex(1), 0),
         0,
     )
     .unwrap();
@@ -88,8 +95,14 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
             "stalled: sent {sent} bursts, got {got} packets"
         );
         if sent < BURSTS {
-            let mut b = Burst::allocate(regions.clone(), 1, 0, &[RegionId(cli_tx)], PER as usize)
-                .expect("TX buffers");
+            let mut b = Burst::allocate(
+                regions.clone(),
+                PortIndex(1),
+                0,
+                &[RegionId(cli_tx)],
+                PER as usize,
+            )
+            .expect("TX buffers");
             for p in 0..PER {
                 let data = payload(sent, p);
                 b.buffer_mut(p as usize, 0).unwrap()[..data.len()].copy_from_slice(&data);
@@ -462,18 +475,26 @@ fn regions_outlive_their_registrations_in_every_drop_order() {
             .expect("a request");
         let server = req.accept(params).expect("accept");
         let client = client.join().unwrap().expect("connect");
-        let srv =
-            BurstConnection::new(server, regions.clone(), RegionId(0), &[], (0, 0), 64).unwrap();
+        let srv = BurstConnection::new(
+            server,
+            regions.clone(),
+            RegionId(0),
+            &[],
+            (PortIndex(0), 0),
+            64,
+        )
+        .unwrap();
         let mut cli = BurstConnection::new(
             client,
             regions.clone(),
             RegionId(0),
             &[RegionId(1)],
-            (1, 0),
+            (PortIndex(1), 0),
             0,
         )
         .unwrap();
-        let mut b = Burst::allocate(regions.clone(), 1, 0, &[RegionId(1)], 8).expect("TX buffers");
+        let mut b = Burst::allocate(regions.clone(), PortIndex(1), 0, &[RegionId(1)], 8)
+            .expect("TX buffers");
         for p in 0..8 {
             b.buffer_mut(p, 0).unwrap()[..100].fill(p as u8);
             b.set_len(p, 0, 100);

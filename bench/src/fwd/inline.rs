@@ -5,6 +5,7 @@
 use super::*;
 use dataplane::burst::Burst;
 use dataplane::config::Delivery;
+use dataplane::memory::PortIndex;
 use dataplane::plane::{Handler, HandlerError, HandlerQueues, HandlerTx};
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -78,7 +79,7 @@ impl InlineRelay {
             let at = queues
                 .tx
                 .iter()
-                .position(|t| t.port() == tx_if && t.queue == to)
+                .position(|t| t.port() == PortIndex(tx_if) && t.queue == to)
                 .ok_or_else(|| {
                     format!(
                         "--inline: RX queue {} forwards to TX queue {to}, which another core serves; put both on one cpu_core",
@@ -137,7 +138,7 @@ impl Handler for InlineRelay {
         if self.done {
             return;
         }
-        let from = (burst.port(), burst.queue());
+        let from = (burst.port().0, burst.queue());
         let Some(&(_, at)) = self.routes.iter().find(|(r, _)| *r == from) else {
             return;
         };

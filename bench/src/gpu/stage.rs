@@ -3,7 +3,7 @@
 //! pinned memory, the pinned host-to-device copy of one large buffer).
 
 use super::*;
-use dataplane::memory::RegionId;
+use dataplane::memory::{PortIndex, RegionId};
 
 /// Gb/s of one core copying bursts of [`BURST`] `payload`-byte packets, one packet at a
 /// time, from a pageable region sized as [`stage_case`]'s source into a pinned buffer
@@ -25,7 +25,8 @@ pub(super) fn gather_bound(
     )])?);
     // Every buffer in bursts held for the whole measurement, gathered in turn.
     let mut bursts = Vec::new();
-    while let Some(mut b) = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], BURST) {
+    while let Some(mut b) = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], BURST)
+    {
         for i in 0..BURST {
             b.set_len(i, 0, payload);
         }
@@ -150,11 +151,18 @@ pub(super) fn source_burst(
     runs: bool,
 ) -> Option<Burst> {
     if runs
-        && let Some(b) = Burst::allocate_run(regions.clone(), 0, 0, RegionId(src), BURST, payload)
+        && let Some(b) = Burst::allocate_run(
+            regions.clone(),
+            PortIndex(0),
+            0,
+            RegionId(src),
+            BURST,
+            payload,
+        )
     {
         return Some(b);
     }
-    let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(src)], BURST)?;
+    let mut b = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(src)], BURST)?;
     for i in 0..BURST {
         b.set_len(i, 0, payload);
     }
@@ -274,7 +282,7 @@ pub(super) fn stage_case_threads(
         stage,
         dataplane::engine::Overflow::Backpressure,
         counters.clone(),
-        (0, 0),
+        (PortIndex(0), 0),
     );
     let stop = AtomicBool::new(false);
     let (delivered, delivered_bursts, as_runs) =
@@ -289,7 +297,7 @@ pub(super) fn stage_case_threads(
                     // port idles, and it tells the stage task so (an empty burst) once.
                     if !idle_marked {
                         idle_marked = to_stage
-                            .push(Burst::empty(regions.clone(), 0, 0, 0))
+                            .push(Burst::empty(regions.clone(), PortIndex(0), 0, 0))
                             .is_ok();
                     }
                     std::hint::spin_loop();

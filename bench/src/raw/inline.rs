@@ -187,7 +187,7 @@ impl Handler for BenchHandler {
             return;
         }
         self.got = true;
-        let at = (burst.port(), burst.queue());
+        let at = (burst.port().0, burst.queue());
         if let Some((_, check)) = self.checks.iter_mut().find(|(qs, _)| qs.contains(&at)) {
             let before = check.unique_packets();
             check.take(burst, None);

@@ -5,7 +5,7 @@
 //! buffer can be neither leaked nor freed twice by the application.
 
 pub use crate::descriptor::{MAX_SEGMENTS, Packet, Segment};
-use crate::descriptor::{RegionId, ReorderInfo};
+use crate::descriptor::{PortIndex, RegionId, ReorderInfo};
 use crate::memory::RegionSet;
 use once_cell::race::OnceBox;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ pub use run::Run;
 /// any change to one packet's descriptor turns it into an ordinary burst.
 pub struct Burst {
     regions: Arc<RegionSet>,
-    port: u16,
+    port: PortIndex,
     queue: u16,
     epoch: u64,
     /// The descriptors; empty while `run` is set.
@@ -43,7 +43,7 @@ pub struct Burst {
 
 impl Burst {
     /// An empty burst with room for `capacity` packets.
-    pub fn empty(regions: Arc<RegionSet>, port: u16, queue: u16, capacity: usize) -> Self {
+    pub fn empty(regions: Arc<RegionSet>, port: PortIndex, queue: u16, capacity: usize) -> Self {
         let packets = regions.descriptor_vec(capacity);
         Self {
             regions,
@@ -64,7 +64,7 @@ impl Burst {
     /// not consecutive, or it is not a FIFO pool): [`Burst::allocate`] works in every case.
     pub fn allocate_run(
         regions: Arc<RegionSet>,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         region: RegionId,
         count: usize,
@@ -138,7 +138,7 @@ impl Burst {
     /// nothing). Segment lengths start at 0.
     pub fn allocate(
         regions: Arc<RegionSet>,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         segment_regions: &[RegionId],
         count: usize,
@@ -150,7 +150,7 @@ impl Burst {
     /// (each descriptor written once; at most the first region's buf_size).
     pub(crate) fn allocate_frames(
         regions: Arc<RegionSet>,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         segment_regions: &[RegionId],
         count: usize,
@@ -176,7 +176,7 @@ impl Burst {
     /// many as every region can give (`None`: not one). Segment lengths start at 0.
     pub fn allocate_up_to(
         regions: Arc<RegionSet>,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         segment_regions: &[RegionId],
         max: usize,
@@ -189,7 +189,7 @@ impl Burst {
     /// holds `first_len` bytes (checked by the caller), the others 0.
     fn allocate_with(
         regions: Arc<RegionSet>,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         segment_regions: &[RegionId],
         count: usize,
@@ -307,7 +307,7 @@ impl Burst {
     }
 
     /// Interface index (port id).
-    pub fn port(&self) -> u16 {
+    pub fn port(&self) -> PortIndex {
         self.port
     }
 
@@ -323,7 +323,7 @@ impl Burst {
     }
 
     /// Addresses the burst to another queue (forwarding), as not steered.
-    pub(crate) fn readdress(&mut self, port: u16, queue: u16) {
+    pub(crate) fn readdress(&mut self, port: PortIndex, queue: u16) {
         self.port = port;
         self.queue = queue;
         self.epoch = 0;

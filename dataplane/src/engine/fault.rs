@@ -10,6 +10,7 @@
 
 use crate::burst::Burst;
 use crate::config::{FaultAction, FaultInjection, FaultSelect};
+use crate::descriptor::PortIndex;
 use crate::memory::{RegionId, RegionSet};
 use crate::stats::{DropReason, QueueCounters};
 use std::collections::VecDeque;
@@ -37,7 +38,7 @@ pub struct FaultInjector {
     config: FaultInjection,
     rng: fastrand::Rng,
     regions: Arc<RegionSet>,
-    port: u16,
+    port: PortIndex,
     queue: u16,
     counters: Arc<QueueCounters>,
     /// Frames numbered so far.
@@ -54,12 +55,12 @@ impl FaultInjector {
     pub fn new(
         config: FaultInjection,
         regions: Arc<RegionSet>,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Self {
         // Each queue gets its own stream of choices from the one seed.
-        let seed = config.seed ^ ((u64::from(port) << 16 | u64::from(queue)) << 32);
+        let seed = config.seed ^ ((u64::from(port.0) << 16 | u64::from(queue)) << 32);
         Self {
             config,
             rng: fastrand::Rng::with_seed(seed),

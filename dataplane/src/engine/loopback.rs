@@ -12,6 +12,7 @@ use super::wire::{Ingress, WireGrid, WireReceiver};
 use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
 use crate::burst::Burst;
 use crate::config::Direction;
+use crate::descriptor::PortIndex;
 use crate::memory::RegionSet;
 use crate::plan::loopback::LoopbackPlan;
 use crate::stats::QueueCounters;
@@ -24,7 +25,7 @@ struct LoopbackInterface {
     /// same address.
     grid: Arc<WireGrid>,
     /// The interface whose RX queues the port's wires feed.
-    rx_port: u16,
+    rx_port: PortIndex,
     faults: Option<crate::config::FaultInjection>,
     /// TX queue ids in config order.
     tx_ids: Vec<u16>,
@@ -73,7 +74,7 @@ impl LoopbackEngine {
                 .clone();
             interfaces.push(LoopbackInterface {
                 grid,
-                rx_port: iface.rx_interface as u16,
+                rx_port: PortIndex(iface.rx_interface as u16),
                 faults: iface.faults.clone(),
                 tx_ids: iface.tx_queues.iter().map(|&(id, _)| id).collect(),
                 first_ingress: iface.first_ingress,
@@ -85,7 +86,7 @@ impl LoopbackEngine {
         })
     }
 
-    fn interface(&self, port: u16) -> Result<&LoopbackInterface, EngineError> {
+    fn interface(&self, port: PortIndex) -> Result<&LoopbackInterface, EngineError> {
         super::interface_at(&self.interfaces, port)
     }
 }
@@ -97,7 +98,7 @@ impl Engine for LoopbackEngine {
 
     fn rx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
@@ -111,7 +112,7 @@ impl Engine for LoopbackEngine {
 
     fn tx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
@@ -146,8 +147,8 @@ impl Engine for LoopbackEngine {
     }
 
     /// A locally administered address per interface: 02:00:00:00:00:<index + 1>.
-    fn mac_address(&self, port: u16) -> Option<[u8; 6]> {
-        let [hi, lo] = (port + 1).to_be_bytes();
+    fn mac_address(&self, port: PortIndex) -> Option<[u8; 6]> {
+        let [hi, lo] = (port.0 + 1).to_be_bytes();
         Some([0x02, 0, 0, 0, hi, lo])
     }
 }

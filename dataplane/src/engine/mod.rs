@@ -13,6 +13,7 @@ pub mod wire;
 
 use crate::burst::Burst;
 use crate::config::Direction;
+use crate::descriptor::PortIndex;
 use crate::memory::RegionSet;
 use crate::plan::{EnginePlan, Plan};
 use crate::stats::QueueCounters;
@@ -66,7 +67,7 @@ pub trait Engine: Send + Sync {
     /// (its worker is their writer), for drops the engine sees (pool empty, NIC misses).
     fn rx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError>;
@@ -75,7 +76,7 @@ pub trait Engine: Send + Sync {
     /// frames on the way out (e.g. software steering) count them there.
     fn tx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError>;
@@ -92,7 +93,7 @@ pub trait Engine: Send + Sync {
 
     /// The MAC address of interface `port`, stamped into frames by the `tx_eth_src`
     /// offload; `None` when the engine has none to give.
-    fn mac_address(&self, _port: u16) -> Option<[u8; 6]> {
+    fn mac_address(&self, _port: PortIndex) -> Option<[u8; 6]> {
         None
     }
 
@@ -105,28 +106,33 @@ pub trait Engine: Send + Sync {
 
     /// True when the engine stamps the packets interface `port` receives itself (kernel
     /// timestamps on UDP sockets); the RX worker then leaves `timestamp_ns` alone.
-    fn stamps_rx(&self, _port: u16) -> bool {
+    fn stamps_rx(&self, _port: PortIndex) -> bool {
         false
     }
 
     /// True when the engine sends each packet of port `port` no earlier than its
     /// `timestamp_ns` itself (DPDK's send-on-timestamp); the TX worker then holds nothing
     /// back.
-    fn sends_at_time(&self, _port: u16) -> bool {
+    fn sends_at_time(&self, _port: PortIndex) -> bool {
         false
     }
 
     /// Asks the device to cap TX queue `queue` of interface `port` at `mbps` Mb/s. `Ok`
     /// when the device paces it (the worker then does not); `Err` says why the worker has
     /// to (the default: no device pacing).
-    fn pace_tx_queue(&self, _port: u16, _queue: u16, _mbps: u64) -> Result<(), NoDevicePacing> {
+    fn pace_tx_queue(
+        &self,
+        _port: PortIndex,
+        _queue: u16,
+        _mbps: u64,
+    ) -> Result<(), NoDevicePacing> {
         Err(NoDevicePacing::NotOffered(self.name()))
     }
 
     /// The peer state behind queue `queue` of interface `port` (kernel sockets: the TCP
     /// connection, or the UDP peer a server learned), shared with the queue's handles;
     /// `None` for queues without one.
-    fn link(&self, _port: u16, _direction: Direction, _queue: u16) -> Option<Arc<Link>> {
+    fn link(&self, _port: PortIndex, _direction: Direction, _queue: u16) -> Option<Arc<Link>> {
         None
     }
 }
@@ -519,13 +525,13 @@ pub enum EngineError {
     #[error("no interface with index {port}")]
     NoInterface {
         /// The index.
-        port: u16,
+        port: PortIndex,
     },
     /// A handle was asked for a queue the interface does not have.
     #[error("interface index {port} has no {} queue {queue}", direction.name().to_uppercase())]
     NoQueue {
         /// Interface index.
-        port: u16,
+        port: PortIndex,
         /// RX or TX.
         direction: Direction,
         /// Queue id.
@@ -535,7 +541,7 @@ pub enum EngineError {
 
 impl EngineError {
     /// Interface `port` has no `direction` queue `queue`.
-    pub(crate) fn no_queue(port: u16, direction: Direction, queue: u16) -> Self {
+    pub(crate) fn no_queue(port: PortIndex, direction: Direction, queue: u16) -> Self {
         EngineError::NoQueue {
             port,
             direction,
@@ -545,9 +551,9 @@ impl EngineError {
 }
 
 /// Entry `port` of an engine's per-interface table (interfaces by configuration index).
-pub(crate) fn interface_at<T>(table: &[T], port: u16) -> Result<&T, EngineError> {
+pub(crate) fn interface_at<T>(table: &[T], port: PortIndex) -> Result<&T, EngineError> {
     table
-        .get(port as usize)
+        .get(port.index())
         .ok_or(EngineError::NoInterface { port })
 }
 

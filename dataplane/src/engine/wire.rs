@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 use crate::burst::Burst;
+use crate::descriptor::PortIndex;
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::{Classifier, EpochAck, InterfaceSteering, Verdict};
@@ -71,7 +72,7 @@ impl WireGrid {
         &self,
         index: usize,
         regions: &Arc<RegionSet>,
-        port: u16,
+        port: PortIndex,
         counters: Arc<QueueCounters>,
     ) -> Ingress {
         let mut index_of = [NO_QUEUE; MAX_QUEUE_IDS];
@@ -118,7 +119,7 @@ impl WireGrid {
 /// Where frames enter an interface: classifies them and feeds the RX queues' wires.
 pub struct Ingress {
     regions: Arc<RegionSet>,
-    port: u16,
+    port: PortIndex,
     steering: Arc<InterfaceSteering>,
     /// This ingress point's wire to each RX queue, by RX index.
     wires: Vec<Wire>,

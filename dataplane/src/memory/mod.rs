@@ -6,7 +6,7 @@ pub mod pool;
 
 use crate::config::{MemoryKind, MemoryRegionConfig};
 use crate::descriptor::Packet;
-pub use crate::descriptor::RegionId;
+pub use crate::descriptor::{PortIndex, RegionId};
 use crate::hugepages;
 use crate::plan::RegionPlan;
 use crossbeam_queue::ArrayQueue;

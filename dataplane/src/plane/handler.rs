@@ -15,6 +15,7 @@
 
 use super::{RxQueue, TxQueue};
 use crate::burst::Burst;
+use crate::descriptor::PortIndex;
 
 /// Code run by a worker for its `delivery: handler` queues, on the worker's core.
 ///
@@ -51,7 +52,7 @@ impl HandlerTx<'_> {
     pub fn queue(&mut self, port: u16, queue: u16) -> Option<&mut TxQueue> {
         self.queues
             .iter_mut()
-            .find(|q| q.port == port && q.queue == queue)
+            .find(|q| q.port == PortIndex(port) && q.queue == queue)
     }
 }
 

@@ -15,6 +15,7 @@ pub use stream::Stream;
 use crate::affinity::{self, PinError};
 use crate::burst::Burst;
 use crate::config::{Config, Direction, FlowConfig};
+use crate::descriptor::PortIndex;
 use crate::engine::{
     ConnectionError, Connections, Engine, EngineError, Established, Link, LinkStatus, StreamState,
     StreamStats,
@@ -383,7 +384,7 @@ impl DataPlane {
             .get(&(e.interface, e.slot))
             .cloned()
             .unwrap_or_default();
-        let (port, queue) = (e.interface as u16, e.slot as u16);
+        let (port, queue) = (PortIndex(e.interface as u16), e.slot as u16);
         let (rx_producer, rx_consumer) = rtrb::RingBuffer::new(connection_ring_bursts());
         let (tx_producer, tx_consumer) = rtrb::RingBuffer::new(connection_ring_bursts());
         let rx_task = RxTask::new(
@@ -567,7 +568,8 @@ impl DataPlane {
                 .counters
                 .iter()
                 .map(|(l, c)| {
-                    let port = self.config.interface_index(&l.interface).unwrap_or(0) as u16;
+                    let port =
+                        PortIndex(self.config.interface_index(&l.interface).unwrap_or(0) as u16);
                     crate::metrics::QueueSource {
                         interface: l.interface.clone(),
                         direction: l.direction,

@@ -2,6 +2,7 @@
 //! (allocate, send, wait), their errors, and the back-off their waits share.
 
 use super::*;
+use crate::descriptor::PortIndex;
 
 /// The application's end of an RX queue: bursts in arrival order, or, on a queue with
 /// `reorder_configs`, reordered aggregates (see [`crate::reorder`]) and the other flows'
@@ -202,7 +203,7 @@ pub struct TxQueue {
     pub(super) ring: rtrb::Producer<Burst>,
     pub(super) regions: Arc<RegionSet>,
     pub(super) segment_regions: Vec<RegionId>,
-    pub(super) port: u16,
+    pub(super) port: PortIndex,
     /// Interface name.
     pub interface: String,
     /// Queue id.
@@ -285,7 +286,7 @@ impl TxQueue {
     }
 
     /// The index of its interface (the `port()` of the bursts it sends).
-    pub fn port(&self) -> u16 {
+    pub fn port(&self) -> PortIndex {
         self.port
     }
 

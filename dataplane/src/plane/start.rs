@@ -5,6 +5,7 @@
 
 use super::{DataPlane, QueueLabel, RxQueue, StartError, TxQueue, open_capture};
 use crate::config::{Config, Direction, RxConfig};
+use crate::descriptor::PortIndex;
 use crate::engine::{self, Engine, EngineError};
 use crate::hugepages;
 use crate::memory::RegionSet;
@@ -261,7 +262,7 @@ impl<'a> QueueBuild<'a> {
         producer: rtrb::Producer<Burst>,
         consumer: rtrb::Consumer<Burst>,
     ) -> Result<Task, StartError> {
-        let port = q.interface as u16;
+        let port = PortIndex(q.interface as u16);
         let worker_health = self.health.entry(q.core).or_default().clone();
         let timeout = (q.timeout_us > 0).then(|| Duration::from_micros(q.timeout_us));
         self.rx_queues.insert(
@@ -375,7 +376,7 @@ impl<'a> QueueBuild<'a> {
         producer: rtrb::Producer<Burst>,
         consumer: rtrb::Consumer<Burst>,
     ) -> Result<Task, StartError> {
-        let port = q.interface as u16;
+        let port = PortIndex(q.interface as u16);
         let worker_health = self.health.entry(q.core).or_default().clone();
         let by_device = q.send_at_time && self.engine.sends_at_time(port);
         if by_device {

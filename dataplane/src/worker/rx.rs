@@ -2,12 +2,13 @@
 //! it has one) to the application's ring; `StageTask` runs a stage on a core of its own.
 
 use super::*;
+use crate::descriptor::PortIndex;
 
 /// Receive task of one queue.
 pub struct RxTask {
     pub(crate) port: Box<dyn RxPort>,
     pub(crate) regions: Arc<RegionSet>,
-    pub(crate) port_id: u16,
+    pub(crate) port_id: PortIndex,
     pub(crate) queue_id: u16,
     pub(crate) batch_size: usize,
     pub(crate) timeout: Option<Duration>,
@@ -31,7 +32,7 @@ pub(super) struct Delivery {
     /// Counts what it pushes as the queue's packets (not when it hands bursts to a stage
     /// task, which counts them as it delivers them).
     pub(super) counts: bool,
-    pub(super) port_id: u16,
+    pub(super) port_id: PortIndex,
     pub(super) queue_id: u16,
     /// A burst waiting for ring space.
     pub(super) ready: Option<Burst>,
@@ -48,7 +49,7 @@ impl Delivery {
         ring: rtrb::Producer<Burst>,
         overflow: Overflow,
         counters: Arc<QueueCounters>,
-        (port_id, queue_id): (u16, u16),
+        (port_id, queue_id): (PortIndex, u16),
         stage: Option<Box<crate::stage::RxStage>>,
     ) -> Self {
         Self {
@@ -193,7 +194,7 @@ impl RxTask {
         port: Box<dyn RxPort>,
         ring: rtrb::Producer<Burst>,
         regions: Arc<RegionSet>,
-        port_id: u16,
+        port_id: PortIndex,
         queue_id: u16,
         batch_size: usize,
         timeout: Option<Duration>,
@@ -352,7 +353,7 @@ impl StageTask {
         stage: crate::stage::RxStage,
         overflow: Overflow,
         counters: Arc<QueueCounters>,
-        (port_id, queue_id): (u16, u16),
+        (port_id, queue_id): (PortIndex, u16),
     ) -> Self {
         Self {
             input,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::memory::PortIndex;
 use crate::memory::RegionId;
 
 #[test]
@@ -49,7 +50,8 @@ impl RxPort for Scripted {
         if n == 0 {
             return 0;
         }
-        let mut fresh = Burst::allocate(self.regions.clone(), 0, 0, &[RegionId(0)], n).unwrap();
+        let mut fresh =
+            Burst::allocate(self.regions.clone(), PortIndex(0), 0, &[RegionId(0)], n).unwrap();
         into.take_from(&mut fresh, n)
     }
 }
@@ -67,7 +69,7 @@ fn task(offer: usize, batch: usize) -> (RxTask, rtrb::Consumer<Burst>) {
         Box::new(port),
         producer,
         regions,
-        0,
+        PortIndex(0),
         0,
         batch,
         Some(Duration::from_micros(100)),
@@ -133,7 +135,7 @@ fn a_stage_pass_takes_at_most_its_budget_of_bursts() {
     let (mut to_stage, from_rx) = rtrb::RingBuffer::new(queued);
     let (to_app, mut from_stage) = rtrb::RingBuffer::new(queued);
     for _ in 0..queued {
-        let mut b = Burst::allocate(regions.clone(), 0, 0, &[RegionId(0)], 8).unwrap();
+        let mut b = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], 8).unwrap();
         for i in 0..8 {
             b.set_len(i, 0, 200);
         }
@@ -146,7 +148,7 @@ fn a_stage_pass_takes_at_most_its_budget_of_bursts() {
         stage,
         Overflow::Backpressure,
         counters.clone(),
-        (0, 0),
+        (PortIndex(0), 0),
     );
     assert!(task.poll());
     assert_eq!(to_stage.slots(), STAGE_BURSTS_PER_POLL, "half still queued");

@@ -33,6 +33,7 @@ pub use mempool::PoolError;
 
 use super::{Capabilities, Engine, EngineError, NoDevicePacing, RxPort, TxPort};
 use crate::config::Direction;
+use crate::descriptor::PortIndex;
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
 use crate::stats::QueueCounters;
@@ -115,13 +116,13 @@ impl DpdkEngine {
         })
     }
 
-    fn port(&self, port: u16) -> Result<&Port, EngineError> {
+    fn port(&self, port: PortIndex) -> Result<&Port, EngineError> {
         super::interface_at(&self.ports, port)
     }
 
-    fn segments(&self, port: u16, queue: u16) -> Vec<RegionId> {
+    fn segments(&self, port: PortIndex, queue: u16) -> Vec<RegionId> {
         self.rx_segments
-            .get(&(port, queue))
+            .get(&(port.0, queue))
             .cloned()
             .unwrap_or_default()
     }
@@ -177,7 +178,7 @@ fn tx_carriers(
 }
 
 impl Engine for DpdkEngine {
-    fn pace_tx_queue(&self, port: u16, queue: u16, mbps: u64) -> Result<(), NoDevicePacing> {
+    fn pace_tx_queue(&self, port: PortIndex, queue: u16, mbps: u64) -> Result<(), NoDevicePacing> {
         let p = self
             .port(port)
             .map_err(|e| NoDevicePacing::Port(Box::new(e)))?;
@@ -199,7 +200,7 @@ impl Engine for DpdkEngine {
 
     fn rx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
@@ -260,7 +261,7 @@ impl Engine for DpdkEngine {
 
     fn tx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
@@ -281,15 +282,15 @@ impl Engine for DpdkEngine {
         Ok(Box::new(tx))
     }
 
-    fn stamps_rx(&self, port: u16) -> bool {
+    fn stamps_rx(&self, port: PortIndex) -> bool {
         self.ports
-            .get(port as usize)
+            .get(port.index())
             .is_some_and(|p| p.rx_time.is_some())
     }
 
-    fn sends_at_time(&self, port: u16) -> bool {
+    fn sends_at_time(&self, port: PortIndex) -> bool {
         self.ports
-            .get(port as usize)
+            .get(port.index())
             .is_some_and(|p| p.tx_time.is_some())
     }
 
@@ -297,8 +298,8 @@ impl Engine for DpdkEngine {
         Capabilities::DPDK
     }
 
-    fn mac_address(&self, port: u16) -> Option<[u8; 6]> {
-        let id = self.ports.get(port as usize)?.id.0;
+    fn mac_address(&self, port: PortIndex) -> Option<[u8; 6]> {
+        let id = self.ports.get(port.index())?.id.0;
         let mut mac = sys::rte_ether_addr::default();
         // SAFETY: a started port and an out structure.
         let rc = unsafe { sys::rte_eth_macaddr_get(id, &mut mac) };

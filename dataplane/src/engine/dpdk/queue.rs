@@ -5,6 +5,7 @@
 use super::attach::{self, AttachableRegion};
 use super::mempool::{LentPool, PoolPtr};
 use crate::burst::Burst;
+use crate::descriptor::PortIndex;
 use crate::engine::wire::{Ingress, WireReceiver};
 use crate::engine::{RxPort, TxPort};
 use crate::memory::{RegionId, RegionSet};
@@ -27,7 +28,7 @@ pub struct DeviceQueue {
     pub(super) polls: u32,
     /// Missed + errored and no-mbuf counts already folded into our counters.
     pub(super) nic_seen: (u64, u64),
-    pub(super) port: u16,
+    pub(super) port: PortIndex,
     pub(super) queue: u16,
     pub(super) regions: Arc<RegionSet>,
     /// The queue's region per segment (two with header-data split).

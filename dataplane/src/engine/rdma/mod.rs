@@ -20,6 +20,7 @@ use super::{
 };
 use crate::burst::Burst;
 use crate::config::{GpuMemoryPath, PeerFilter, RoceConfig, SocketMode};
+use crate::descriptor::PortIndex;
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
 use crate::plan::rdma::{SlotPlan, SlotStaging};
@@ -335,7 +336,7 @@ impl Engine for RdmaEngine {
 
     fn rx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
@@ -348,7 +349,7 @@ impl Engine for RdmaEngine {
 
     fn tx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {

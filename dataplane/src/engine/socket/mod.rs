@@ -29,6 +29,7 @@ use super::wire::WireGrid;
 use super::{Capabilities, Engine, EngineError, Link, RxPort, TxPort};
 use crate::burst::Burst;
 use crate::config::{Direction, SocketMode, Transport};
+use crate::descriptor::PortIndex;
 use crate::memory::RegionSet;
 use crate::plan::socket::SocketInterfacePlan;
 /// A queue as the socket engine runs it: as planned.
@@ -112,7 +113,10 @@ impl SocketEngine {
             match iface.transport {
                 Transport::Udp => {
                     interfaces.push(Interface::Udp(udp::UdpInterface::open(
-                        iface, i as u16, regions, steering,
+                        iface,
+                        PortIndex(i as u16),
+                        regions,
+                        steering,
                     )?));
                 }
                 Transport::Tcp => {
@@ -150,7 +154,7 @@ impl SocketEngine {
         })
     }
 
-    fn interface(&self, port: u16) -> Result<&Interface, EngineError> {
+    fn interface(&self, port: PortIndex) -> Result<&Interface, EngineError> {
         super::interface_at(&self.interfaces, port)
     }
 }
@@ -175,7 +179,7 @@ impl Engine for SocketEngine {
 
     fn rx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
@@ -189,7 +193,7 @@ impl Engine for SocketEngine {
 
     fn tx_port(
         &self,
-        port: u16,
+        port: PortIndex,
         queue: u16,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
@@ -208,12 +212,12 @@ impl Engine for SocketEngine {
         "software".into()
     }
 
-    fn stamps_rx(&self, port: u16) -> bool {
-        matches!(self.interfaces.get(port as usize), Some(Interface::Udp(u)) if u.kernel_timestamps())
+    fn stamps_rx(&self, port: PortIndex) -> bool {
+        matches!(self.interfaces.get(port.index()), Some(Interface::Udp(u)) if u.kernel_timestamps())
     }
 
-    fn link(&self, port: u16, direction: Direction, queue: u16) -> Option<Arc<Link>> {
-        match self.interfaces.get(port as usize)? {
+    fn link(&self, port: PortIndex, direction: Direction, queue: u16) -> Option<Arc<Link>> {
+        match self.interfaces.get(port.index())? {
             Interface::Udp(u) => u.link(direction, queue),
             Interface::Tcp(t) => t.link(direction, queue),
         }

@@ -8,6 +8,7 @@ use super::{
 };
 use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
+use crate::descriptor::PortIndex;
 use crate::engine::wire::{Ingress, WireGrid, WireReceiver};
 use crate::engine::{EngineError, Link, RxPort, TxPort};
 use crate::memory::RegionSet;
@@ -42,7 +43,7 @@ struct Lane {
 /// A UDP interface: its lanes and the wires from lanes to RX queues.
 pub(super) struct UdpInterface {
     name: String,
-    port: u16,
+    port: PortIndex,
     mode: SocketMode,
     remote: Option<SocketAddrV4>,
     lanes: Vec<Lane>,
@@ -64,7 +65,7 @@ impl UdpInterface {
     /// Opens the lanes' sockets.
     pub(super) fn open(
         s: &SocketInterfacePlan,
-        interface_port: u16,
+        interface_port: PortIndex,
         regions: &Arc<RegionSet>,
         steering: &Arc<InterfaceSteering>,
     ) -> Result<Self, EngineError> {
@@ -247,7 +248,7 @@ struct UdpRx {
     warn_rejected: WarnLimiter,
     warn_malformed: WarnLimiter,
     regions: Arc<RegionSet>,
-    port: u16,
+    port: PortIndex,
     queue: u16,
     region: crate::memory::RegionId,
     batch: usize,
