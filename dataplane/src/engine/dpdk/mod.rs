@@ -24,6 +24,7 @@ pub mod flow;
 mod mempool;
 mod port;
 mod queue;
+mod tx;
 
 pub use eal::eal_args;
 pub use error::{DpdkError, free_memory_text};
@@ -41,9 +42,10 @@ use crate::steering::InterfaceSteering;
 use dpdk_sys as sys;
 use eal::Eal;
 use port::{Port, PortSteering};
-use queue::{DeviceQueue, DpdkRx, DpdkTx, MAX_BURST, RxMode, TxCarrier};
+use queue::{DeviceQueue, DpdkRx, MAX_BURST, RxMode};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tx::{DpdkTx, TxCarrier};
 
 /// The DPDK engine: EAL, then ports (each owning its pools and registrations). Fields drop
 /// in order, so every port is gone before EAL is cleaned up.

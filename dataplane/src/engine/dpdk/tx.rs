@@ -1,0 +1,305 @@
+//! Transmit on one device queue: each packet carried by an mbuf of its own region (reset),
+//! a fresh mbuf attached to its buffer, or a copy, a burst at a time.
+
+use super::attach::AttachableRegion;
+use super::mempool::{LentPool, PoolPtr};
+use super::queue::MAX_BURST;
+use crate::burst::Burst;
+use crate::engine::TxPort;
+use crate::memory::RegionSet;
+use crate::stats::{DropReason, QueueCounters};
+use dpdk_sys as sys;
+use std::sync::Arc;
+
+/// How a TX queue sends the buffers of one region.
+pub enum TxCarrier {
+    /// Attached to an mbuf of the queue's attach pool.
+    Attach(Arc<AttachableRegion>),
+    /// In the mbuf of the RX pool the region is lent to.
+    Own(Arc<LentPool>),
+    /// Copied into an mbuf of the queue's pool.
+    Copy,
+}
+
+/// What happened to packet `i` of the burst being sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Carried {
+    Copied,
+    Attached,
+    Own,
+    /// Larger than the queue's copy mbufs: dropped, counted.
+    TooLarge,
+}
+
+pub struct DpdkTx {
+    /// The port.
+    pub port_id: u16,
+    /// The device queue.
+    pub hw_queue: u16,
+    /// Mbufs frames are copied into.
+    pub pool: PoolPtr,
+    /// Bytes a copied frame may have.
+    pub room: usize,
+    /// Mbufs region buffers are attached to.
+    pub attach_pool: PoolPtr,
+    /// Per region id: how its buffers are sent.
+    pub carriers: Arc<Vec<TxCarrier>>,
+    /// The queue's counters (packets copied, frames too large).
+    pub counters: Arc<QueueCounters>,
+    /// Mbufs of the burst being sent.
+    pub scratch: [*mut sys::rte_mbuf; MAX_BURST],
+    /// How each packet of the burst being sent is carried.
+    carried: [Carried; MAX_BURST],
+    /// The device sends packets at their `timestamp_ns` (`accurate_send`).
+    pub send_times: Option<super::port::DeviceTime>,
+}
+
+// SAFETY: as for DpdkRx.
+unsafe impl Send for DpdkTx {}
+
+impl DpdkTx {
+    /// A TX queue's port.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        port_id: u16,
+        hw_queue: u16,
+        pool: PoolPtr,
+        room: usize,
+        attach_pool: PoolPtr,
+        carriers: Arc<Vec<TxCarrier>>,
+        counters: Arc<QueueCounters>,
+    ) -> Self {
+        Self {
+            port_id,
+            hw_queue,
+            pool,
+            room,
+            attach_pool,
+            carriers,
+            counters,
+            scratch: [std::ptr::null_mut(); MAX_BURST],
+            carried: [Carried::Copied; MAX_BURST],
+            send_times: None,
+        }
+    }
+
+    /// Decides how each of the first `n` packets goes; returns how many mbufs of the copy
+    /// and of the attach pool that takes.
+    fn plan(&mut self, burst: &Burst, n: usize) -> (usize, usize) {
+        let (mut copies, mut attaches) = (0, 0);
+        for (i, p) in burst.packets()[..n].iter().enumerate() {
+            let segs = p.segments();
+            let carrier = match segs {
+                [only] => self.carriers.get(only.region.index()),
+                _ => None,
+            };
+            self.carried[i] = match carrier {
+                Some(TxCarrier::Attach(_)) => {
+                    attaches += 1;
+                    Carried::Attached
+                }
+                Some(TxCarrier::Own(_)) => Carried::Own,
+                _ if p.len() > self.room => Carried::TooLarge,
+                _ => {
+                    copies += 1;
+                    Carried::Copied
+                }
+            };
+        }
+        (copies, attaches)
+    }
+
+    /// Puts the mbuf carrying each of the first `n` packets into `scratch`, as planned:
+    /// own mbufs reset, fresh ones attached to region buffers (a burst at a time, after
+    /// the loop), frames copied into the copy pool's mbufs.
+    #[inline(always)]
+    fn carry(
+        &mut self,
+        burst: &Burst,
+        regions: &RegionSet,
+        n: usize,
+        (copy_mbufs, attach_mbufs): (&[*mut sys::rte_mbuf], &[*mut sys::rte_mbuf]),
+    ) {
+        let (mut next_copy, mut next_attach) = (0, 0);
+        // Own mbufs are reset and fresh ones attached a burst at a time, after the loop.
+        let mut attach = super::attach::AttachBatch::new();
+        let mut reuse = [std::ptr::null_mut(); MAX_BURST];
+        let mut reuse_lens = [0u16; MAX_BURST];
+        let mut reused = 0;
+        for i in 0..n {
+            let p = burst.packets()[i];
+            self.scratch[i] = match self.carried[i] {
+                Carried::Own => {
+                    let s = p.segments()[0];
+                    let Some(TxCarrier::Own(lent)) = self.carriers.get(s.region.index()) else {
+                        unreachable!("planned by `plan`");
+                    };
+                    let m = lent.mbufs[s.index as usize];
+                    reuse[reused] = m;
+                    reuse_lens[reused] = s.len as u16;
+                    reused += 1;
+                    m
+                }
+                Carried::Attached => {
+                    let s = p.segments()[0];
+                    let Some(TxCarrier::Attach(region)) = self.carriers.get(s.region.index())
+                    else {
+                        unreachable!("planned by `plan`");
+                    };
+                    let m = attach_mbufs[next_attach];
+                    next_attach += 1;
+                    let addr = regions.get(s.region).buffer_addr(s.index);
+                    // SAFETY: a fresh direct mbuf; the burst owns buffer `s.index` and
+                    // hands it over only if the driver takes the mbuf (else
+                    // `shim_tx_free_untaken` keeps it the burst's). Attached below.
+                    unsafe { attach.push(region, m, addr, s.index, s.len as u16) };
+                    m
+                }
+                Carried::Copied => {
+                    let m = copy_mbufs[next_copy];
+                    next_copy += 1;
+                    let mut off = 0usize;
+                    // SAFETY: a fresh mbuf whose data room holds `room` bytes.
+                    let dst = unsafe { sys::shim_rte_pktmbuf_data(m) as *mut u8 };
+                    for seg in 0..p.segments().len() {
+                        let data = burst.data(i, seg).expect("DPDK regions are host memory");
+                        // SAFETY: the packet's length is at most `room` (planned by `plan`).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(off), data.len())
+                        };
+                        off += data.len();
+                    }
+                    // SAFETY: as above.
+                    unsafe { sys::shim_rte_pktmbuf_set_len(m, off as u16) };
+                    m
+                }
+                Carried::TooLarge => unreachable!("`transmit` drops these first"),
+            };
+        }
+        // SAFETY: as promised at each push, before any of these mbufs is used.
+        unsafe { attach.flush() };
+        if reused > 0 {
+            // SAFETY: the mbufs carrying this burst's lent buffers, out of their pool
+            // while the burst owns the buffers; each reset to one segment of the
+            // frame's length at the headroom where the region's data starts.
+            unsafe { sys::shim_tx_reuse_bulk(reuse.as_ptr(), reuse_lens.as_ptr(), reused as u32) };
+        }
+    }
+
+    /// Gives each packet with a send time its mbuf's TX timestamp (`accurate_send`).
+    #[inline(always)]
+    fn stamp_send_times(&mut self, burst: &Burst, n: usize) {
+        if let Some(t) = &self.send_times {
+            for i in 0..n {
+                let at = burst.packets()[i].timestamp_ns;
+                if at != 0 {
+                    // SAFETY: an mbuf of this burst, not yet handed to the driver.
+                    unsafe {
+                        sys::shim_set_tx_timestamp(
+                            self.scratch[i],
+                            t.offset,
+                            t.flag,
+                            t.clock.to_ticks(at),
+                        )
+                    };
+                }
+            }
+        }
+    }
+
+    /// Returns the copy and attach mbufs of packets `sent..n` that the driver did not
+    /// take to their pools; the burst keeps the buffers. An own mbuf stays out of its
+    /// pool, with its buffer in the burst.
+    #[inline(always)]
+    fn free_untaken(&mut self, sent: usize, n: usize) {
+        let mut untaken = [std::ptr::null_mut(); MAX_BURST];
+        let mut k = 0;
+        for i in sent..n {
+            if self.carried[i] != Carried::Own {
+                untaken[k] = self.scratch[i];
+                k += 1;
+            }
+        }
+        // SAFETY: mbufs the driver did not take, each freed once, without giving
+        // back the buffers attached to them.
+        unsafe { sys::shim_tx_free_untaken(untaken.as_mut_ptr(), k as u32) };
+    }
+}
+
+/// Fills `out` with fresh mbufs of `pool`, all or none.
+fn alloc_mbufs(pool: PoolPtr, out: &mut [*mut sys::rte_mbuf]) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    // SAFETY: a valid pool; `out` has room for its length.
+    unsafe { sys::shim_rte_pktmbuf_alloc_bulk(pool.0, out.as_mut_ptr(), out.len() as u32) == 0 }
+}
+
+impl TxPort for DpdkTx {
+    fn transmit(&mut self, mut burst: Burst) -> Option<Burst> {
+        let regions = burst.regions().clone();
+        while !burst.is_empty() {
+            let n = burst.len().min(MAX_BURST);
+            let (copies, attaches) = self.plan(&burst, n);
+            if copies
+                + attaches
+                + self.carried[..n]
+                    .iter()
+                    .filter(|c| **c == Carried::Own)
+                    .count()
+                < n
+            {
+                // Frames too large for this queue's mbufs (forwarded from a region with
+                // larger buffers): counted and freed, never sent cut.
+                let keep: Vec<bool> = self.carried[..n]
+                    .iter()
+                    .map(|c| *c != Carried::TooLarge)
+                    .collect();
+                let dropped = burst.drop_front_where(n, |i| !keep[i]);
+                self.counters
+                    .drop_packets(DropReason::Malformed, dropped as u64);
+                continue;
+            }
+            let mut copy_mbufs = [std::ptr::null_mut(); MAX_BURST];
+            let mut attach_mbufs = [std::ptr::null_mut(); MAX_BURST];
+            if !alloc_mbufs(self.pool, &mut copy_mbufs[..copies]) {
+                return Some(burst);
+            }
+            if !alloc_mbufs(self.attach_pool, &mut attach_mbufs[..attaches]) {
+                if copies > 0 {
+                    // SAFETY: fresh mbufs, each freed once.
+                    unsafe {
+                        sys::shim_rte_pktmbuf_free_bulk(copy_mbufs.as_mut_ptr(), copies as u32)
+                    };
+                }
+                return Some(burst);
+            }
+            self.carry(&burst, &regions, n, (&copy_mbufs, &attach_mbufs));
+            self.stamp_send_times(&burst, n);
+            // SAFETY: a started port; the driver takes the mbufs it accepts.
+            let sent = unsafe {
+                sys::shim_rte_eth_tx_burst(
+                    self.port_id,
+                    self.hw_queue,
+                    self.scratch.as_mut_ptr(),
+                    n as u16,
+                )
+            } as usize;
+            if sent < n {
+                self.free_untaken(sent, n);
+            }
+            let copied = self.carried[..sent]
+                .iter()
+                .filter(|c| **c == Carried::Copied)
+                .count();
+            self.counters.add_copied(copied as u64);
+            // Sent copies free their buffers; the others now belong to their mbufs.
+            let carried = self.carried;
+            burst.hand_over_front(sent, |i| carried[i] != Carried::Copied);
+            if sent < n {
+                return Some(burst);
+            }
+        }
+        None
+    }
+}
