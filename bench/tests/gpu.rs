@@ -734,8 +734,14 @@ dataplane:
     let mut tx = plane.take_tx_queue("out", 0).unwrap();
     let regions = plane.regions().clone();
     let gpu = regions.id_of("gpu").unwrap();
-    let burst =
-        dataplane::Burst::allocate(regions, dataplane::memory::PortIndex(0), 0, &[gpu], 4).unwrap();
+    let burst = dataplane::Burst::allocate(
+        regions,
+        dataplane::memory::PortIndex(0),
+        dataplane::memory::QueueId(0),
+        &[gpu],
+        4,
+    )
+    .unwrap();
     let e = tx
         .send(burst)
         .expect_err("a GPU burst on a socket queue without a stage");

@@ -227,7 +227,7 @@ pub unsafe extern "C" fn dp_burst_port(burst: *const DpBurst) -> u16 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_burst_queue(burst: *const DpBurst) -> u16 {
     // SAFETY: the caller's promise, passed on.
-    unsafe { burst_field(burst, Burst::queue) }
+    unsafe { burst_field(burst, |b: &Burst| b.queue().0) }
 }
 
 /// `field` of the burst behind `burst`, 0 for NULL or a burst in use elsewhere.

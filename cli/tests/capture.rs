@@ -373,7 +373,7 @@ fn full_burst() -> dataplane::Burst {
     let mut b = dataplane::Burst::allocate(
         regions,
         dataplane::memory::PortIndex(0),
-        0,
+        dataplane::memory::QueueId(0),
         &[dataplane::memory::RegionId(0)],
         64,
     )

@@ -51,6 +51,28 @@ impl std::fmt::Display for PortIndex {
     }
 }
 
+/// A queue's `id` within its interface and direction, as configured (`queues[].id`).
+/// A type of its own so that it is not mixed up with a port, or with the device queue a
+/// DPDK port maps it to (a plain `u16` there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+#[repr(transparent)]
+pub struct QueueId(pub u16);
+
+impl QueueId {
+    /// The id as an index into a per-queue table.
+    #[inline]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for QueueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One buffer of a packet: which region, which buffer, how many bytes are used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Segment {

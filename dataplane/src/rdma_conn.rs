@@ -10,6 +10,7 @@
 
 use crate::burst::Burst;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::{RegionId, RegionSet};
 use rdma::verbs::RemoteAccess::None as Local;
 use rdma::verbs::{Completion, Connection, ExternalBuffer, Registration, VerbsError};
@@ -41,7 +42,7 @@ pub struct BurstConnection {
     /// region set, so the memory outlives it whatever drops first).
     registered: BTreeMap<RegionId, RegionRegistration>,
     port: PortIndex,
-    queue: u16,
+    queue: QueueId,
     /// Receives to keep posted.
     recv_window: usize,
     /// RX-region buffers posted as receives.
@@ -59,7 +60,7 @@ impl BurstConnection {
         regions: Arc<RegionSet>,
         rx_region: RegionId,
         tx_regions: &[RegionId],
-        (port, queue): (PortIndex, u16),
+        (port, queue): (PortIndex, QueueId),
         recv_window: usize,
     ) -> Result<Self, VerbsError> {
         let mut registered = BTreeMap::new();
@@ -85,7 +86,7 @@ impl BurstConnection {
         regions: Arc<RegionSet>,
         rx_region: RegionId,
         registered: BTreeMap<RegionId, RegionRegistration>,
-        (port, queue): (PortIndex, u16),
+        (port, queue): (PortIndex, QueueId),
         recv_window: usize,
     ) -> Result<Self, VerbsError> {
         if !registered.contains_key(&rx_region) {

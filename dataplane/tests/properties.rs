@@ -8,7 +8,7 @@
 use dataplane::capture::{CaptureConfig, CaptureFormat, CaptureSink};
 use dataplane::config::{self, MemoryKind, MemoryRegionConfig};
 use dataplane::memory::RegionSet;
-use dataplane::memory::{PortIndex, RegionId};
+use dataplane::memory::{PortIndex, QueueId, RegionId};
 use proptest::prelude::*;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -214,7 +214,7 @@ proptest! {
         ),
     ) {
         let regions = regions();
-        let mut burst = dataplane::Burst::allocate(regions, PortIndex(0), 0, &[RegionId(0)], packets.len()).unwrap();
+        let mut burst = dataplane::Burst::allocate(regions, PortIndex(0), QueueId(0), &[RegionId(0)], packets.len()).unwrap();
         for (i, (bytes, ts)) in packets.iter().enumerate() {
             burst.buffer_mut(i, 0).unwrap()[..bytes.len()].copy_from_slice(bytes);
             burst.set_len(i, 0, bytes.len());

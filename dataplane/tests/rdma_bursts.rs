@@ -8,7 +8,7 @@ mod common;
 use dataplane::Burst;
 use dataplane::config::{Access, MemoryKind, MemoryRegionConfig};
 use dataplane::memory::RegionSet;
-use dataplane::memory::{PortIndex, RegionId};
+use dataplane::memory::{PortIndex, QueueId, RegionId};
 use dataplane::rdma_conn::{BurstConnection, SendError};
 use rdma::verbs::{self, Connection, ConnectionParams, Listener};
 use std::sync::Arc;
@@ -71,7 +71,7 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
         regions.clone(),
         RegionId(srv_rx),
         &[],
-        (PortIndex(0), 0),
+        (PortIndex(0), QueueId(0)),
         256,
     )
     .unwrap();
@@ -80,7 +80,7 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
         regions.clone(),
         RegionId(srv_rx),
         &[RegionId(cli_tx)],
-        (PortIndex(1), 0),
+        (PortIndex(1), QueueId(0)),
         0,
     )
     .unwrap();
@@ -98,7 +98,7 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
             let mut b = Burst::allocate(
                 regions.clone(),
                 PortIndex(1),
-                0,
+                QueueId(0),
                 &[RegionId(cli_tx)],
                 PER as usize,
             )
@@ -480,7 +480,7 @@ fn regions_outlive_their_registrations_in_every_drop_order() {
             regions.clone(),
             RegionId(0),
             &[],
-            (PortIndex(0), 0),
+            (PortIndex(0), QueueId(0)),
             64,
         )
         .unwrap();
@@ -489,11 +489,11 @@ fn regions_outlive_their_registrations_in_every_drop_order() {
             regions.clone(),
             RegionId(0),
             &[RegionId(1)],
-            (PortIndex(1), 0),
+            (PortIndex(1), QueueId(0)),
             0,
         )
         .unwrap();
-        let mut b = Burst::allocate(regions.clone(), PortIndex(1), 0, &[RegionId(1)], 8)
+        let mut b = Burst::allocate(regions.clone(), PortIndex(1), QueueId(0), &[RegionId(1)], 8)
             .expect("TX buffers");
         for p in 0..8 {
             b.buffer_mut(p, 0).unwrap()[..100].fill(p as u8);

@@ -5,7 +5,7 @@
 use super::*;
 use dataplane::burst::Burst;
 use dataplane::config::Delivery;
-use dataplane::memory::PortIndex;
+use dataplane::memory::{PortIndex, QueueId};
 use dataplane::plane::{Handler, HandlerError, HandlerQueues, HandlerTx};
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -48,7 +48,7 @@ pub(super) struct Shared {
 /// The relay of one worker: its RX queues, each with the TX queue it forwards to.
 pub(super) struct InlineRelay {
     /// (interface index, RX queue) and the index of its TX queue in [`HandlerTx::queues`].
-    routes: Vec<((u16, u16), usize)>,
+    routes: Vec<((u16, QueueId), usize)>,
     mac_swap: bool,
     /// `--tx-first`: frames and bursts per TX queue, sent on the first pass.
     seed: Option<(FrameBuilder, usize)>,
@@ -72,14 +72,14 @@ impl InlineRelay {
     ) -> Result<Self, HandlerError> {
         let mut routes = Vec::new();
         for rx in queues.rx {
-            let Some(i) = rx_ids.iter().position(|&id| id == rx.queue) else {
+            let Some(i) = rx_ids.iter().position(|&id| QueueId(id) == rx.queue) else {
                 continue;
             };
             let to = tx_ids[i % tx_ids.len()];
             let at = queues
                 .tx
                 .iter()
-                .position(|t| t.port() == PortIndex(tx_if) && t.queue == to)
+                .position(|t| t.port() == PortIndex(tx_if) && t.queue == QueueId(to))
                 .ok_or_else(|| {
                     format!(
                         "--inline: RX queue {} forwards to TX queue {to}, which another core serves; put both on one cpu_core",
@@ -92,7 +92,7 @@ impl InlineRelay {
             if opts.tx_first > 0 && (!t.host_accessible() || t.segment_sizes().len() != 1) {
                 return Err(FwdError::UnusableTxQueue {
                     interface: t.interface.clone(),
-                    queue: t.queue,
+                    queue: t.queue.0,
                     reason: "must have one memory region in host memory",
                 }
                 .into());

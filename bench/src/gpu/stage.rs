@@ -3,7 +3,7 @@
 //! pinned memory, the pinned host-to-device copy of one large buffer).
 
 use super::*;
-use dataplane::memory::{PortIndex, RegionId};
+use dataplane::memory::{PortIndex, QueueId, RegionId};
 
 /// Gb/s of one core copying bursts of [`BURST`] `payload`-byte packets, one packet at a
 /// time, from a pageable region sized as [`stage_case`]'s source into a pinned buffer
@@ -25,8 +25,13 @@ pub(super) fn gather_bound(
     )])?);
     // Every buffer in bursts held for the whole measurement, gathered in turn.
     let mut bursts = Vec::new();
-    while let Some(mut b) = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], BURST)
-    {
+    while let Some(mut b) = Burst::allocate(
+        regions.clone(),
+        PortIndex(0),
+        QueueId(0),
+        &[RegionId(0)],
+        BURST,
+    ) {
         for i in 0..BURST {
             b.set_len(i, 0, payload);
         }
@@ -154,7 +159,7 @@ pub(super) fn source_burst(
         && let Some(b) = Burst::allocate_run(
             regions.clone(),
             PortIndex(0),
-            0,
+            QueueId(0),
             RegionId(src),
             BURST,
             payload,
@@ -162,7 +167,13 @@ pub(super) fn source_burst(
     {
         return Some(b);
     }
-    let mut b = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(src)], BURST)?;
+    let mut b = Burst::allocate(
+        regions.clone(),
+        PortIndex(0),
+        QueueId(0),
+        &[RegionId(src)],
+        BURST,
+    )?;
     for i in 0..BURST {
         b.set_len(i, 0, payload);
     }
@@ -282,7 +293,7 @@ pub(super) fn stage_case_threads(
         stage,
         dataplane::engine::Overflow::Backpressure,
         counters.clone(),
-        (PortIndex(0), 0),
+        (PortIndex(0), QueueId(0)),
     );
     let stop = AtomicBool::new(false);
     let (delivered, delivered_bursts, as_runs) =
@@ -297,7 +308,7 @@ pub(super) fn stage_case_threads(
                     // port idles, and it tells the stage task so (an empty burst) once.
                     if !idle_marked {
                         idle_marked = to_stage
-                            .push(Burst::empty(regions.clone(), PortIndex(0), 0, 0))
+                            .push(Burst::empty(regions.clone(), PortIndex(0), QueueId(0), 0))
                             .is_ok();
                     }
                     std::hint::spin_loop();

@@ -6,6 +6,7 @@
 use super::*;
 use dataplane::burst::Burst;
 use dataplane::config::Delivery;
+use dataplane::memory::QueueId;
 use dataplane::plane::{Handler, HandlerError, HandlerQueues, HandlerTx};
 use std::sync::Mutex;
 
@@ -125,7 +126,7 @@ struct BenchHandler {
     /// Each generator with the index of its queue in [`HandlerTx::queues`].
     sources: Vec<(usize, FrameSource)>,
     /// Each checker with the (interface index, queue) pairs it checks.
-    checks: Vec<(Vec<(u16, u16)>, BurstCheck)>,
+    checks: Vec<(Vec<(u16, QueueId)>, BurstCheck)>,
     shared: Arc<Shared>,
     generators_done: bool,
     checkers_done: bool,
@@ -147,7 +148,7 @@ impl BenchHandler {
             if let Some(at) = queues
                 .tx
                 .iter()
-                .position(|q| index(&q.interface) == port && q.queue == b.queue_id)
+                .position(|q| index(&q.interface) == port && q.queue == QueueId(b.queue_id))
             {
                 sources.push((
                     at,
@@ -158,11 +159,12 @@ impl BenchHandler {
         let mut checks = Vec::new();
         for b in &config.bench.rx {
             let port = index(&b.interface_name);
-            let served: Vec<(u16, u16)> = queues
+            let served: Vec<(u16, QueueId)> = queues
                 .rx
                 .iter()
                 .filter(|q| {
-                    index(&q.interface) == port && b.queue_id.is_none_or(|id| id == q.queue)
+                    index(&q.interface) == port
+                        && b.queue_id.is_none_or(|id| QueueId(id) == q.queue)
                 })
                 .map(|q| (port, q.queue))
                 .collect();

@@ -5,7 +5,7 @@
 //! buffer can be neither leaked nor freed twice by the application.
 
 pub use crate::descriptor::{MAX_SEGMENTS, Packet, Segment};
-use crate::descriptor::{PortIndex, RegionId, ReorderInfo};
+use crate::descriptor::{PortIndex, QueueId, RegionId, ReorderInfo};
 use crate::memory::RegionSet;
 use once_cell::race::OnceBox;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub use run::Run;
 pub struct Burst {
     regions: Arc<RegionSet>,
     port: PortIndex,
-    queue: u16,
+    queue: QueueId,
     epoch: u64,
     /// The descriptors; empty while `run` is set.
     packets: Vec<Packet>,
@@ -43,7 +43,12 @@ pub struct Burst {
 
 impl Burst {
     /// An empty burst with room for `capacity` packets.
-    pub fn empty(regions: Arc<RegionSet>, port: PortIndex, queue: u16, capacity: usize) -> Self {
+    pub fn empty(
+        regions: Arc<RegionSet>,
+        port: PortIndex,
+        queue: QueueId,
+        capacity: usize,
+    ) -> Self {
         let packets = regions.descriptor_vec(capacity);
         Self {
             regions,
@@ -65,7 +70,7 @@ impl Burst {
     pub fn allocate_run(
         regions: Arc<RegionSet>,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         region: RegionId,
         count: usize,
         len: usize,
@@ -139,7 +144,7 @@ impl Burst {
     pub fn allocate(
         regions: Arc<RegionSet>,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         segment_regions: &[RegionId],
         count: usize,
     ) -> Option<Self> {
@@ -151,7 +156,7 @@ impl Burst {
     pub(crate) fn allocate_frames(
         regions: Arc<RegionSet>,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         segment_regions: &[RegionId],
         count: usize,
         len: usize,
@@ -177,7 +182,7 @@ impl Burst {
     pub fn allocate_up_to(
         regions: Arc<RegionSet>,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         segment_regions: &[RegionId],
         max: usize,
     ) -> Option<Self> {
@@ -190,7 +195,7 @@ impl Burst {
     fn allocate_with(
         regions: Arc<RegionSet>,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         segment_regions: &[RegionId],
         count: usize,
         exact: bool,
@@ -312,7 +317,7 @@ impl Burst {
     }
 
     /// Queue id.
-    pub fn queue(&self) -> u16 {
+    pub fn queue(&self) -> QueueId {
         self.queue
     }
 
@@ -323,7 +328,7 @@ impl Burst {
     }
 
     /// Addresses the burst to another queue (forwarding), as not steered.
-    pub(crate) fn readdress(&mut self, port: PortIndex, queue: u16) {
+    pub(crate) fn readdress(&mut self, port: PortIndex, queue: QueueId) {
         self.port = port;
         self.queue = queue;
         self.epoch = 0;

@@ -28,10 +28,11 @@ fn fifo_regions() -> Arc<RegionSet> {
 #[test]
 fn a_run_reads_like_the_burst_it_stands_for_and_frees_its_buffers() {
     let r = fifo_regions();
-    let mut run = Burst::allocate_run(r.clone(), PortIndex(1), 2, RegionId(1), 5, 100).unwrap();
+    let mut run =
+        Burst::allocate_run(r.clone(), PortIndex(1), QueueId(2), RegionId(1), 5, 100).unwrap();
     assert_eq!(
         (run.len(), run.bytes(), run.port(), run.queue()),
-        (5, 500, PortIndex(1), 2)
+        (5, 500, PortIndex(1), QueueId(2))
     );
     assert_eq!(r.get(RegionId(1)).available(), 11);
     for i in 0..5 {
@@ -59,7 +60,7 @@ fn a_run_reads_like_the_burst_it_stands_for_and_frees_its_buffers() {
         );
         assert_eq!((p.flow_id, p.timestamp_ns), (0, 0));
     }
-    let mut into = Burst::empty(r.clone(), PortIndex(1), 2, 0);
+    let mut into = Burst::empty(r.clone(), PortIndex(1), QueueId(2), 0);
     assert_eq!(into.take_from(&mut run, 5), 5);
     assert!(into.run().is_some() && run.run().is_none() && run.is_empty());
     drop(run);
@@ -72,16 +73,19 @@ fn a_run_reads_like_the_burst_it_stands_for_and_frees_its_buffers() {
 #[test]
 fn a_changed_run_becomes_descriptors_and_keeps_ownership_single() {
     let r = fifo_regions();
-    let mut run = Burst::allocate_run(r.clone(), PortIndex(0), 0, RegionId(1), 6, 64).unwrap();
+    let mut run =
+        Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(1), 6, 64).unwrap();
     run.set_len(2, 0, 10);
     assert!(run.run().is_none());
     assert_eq!(run.bytes(), 5 * 64 + 10);
     assert_eq!(run.packets()[2].segments()[0].index, 2);
-    let mut other = Burst::allocate_run(r.clone(), PortIndex(0), 0, RegionId(1), 4, 64).unwrap();
+    let mut other =
+        Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(1), 4, 64).unwrap();
     other.set_flow_id(0, 9);
     assert_eq!(other.packets()[0].flow_id, 9);
-    let mut part = Burst::allocate_run(r.clone(), PortIndex(0), 0, RegionId(1), 4, 32).unwrap();
-    let mut into = Burst::empty(r.clone(), PortIndex(0), 0, 0);
+    let mut part =
+        Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(1), 4, 32).unwrap();
+    let mut into = Burst::empty(r.clone(), PortIndex(0), QueueId(0), 0);
     assert_eq!(into.take_from(&mut part, 3), 3);
     assert_eq!((into.len(), part.len()), (3, 1));
     assert_eq!(part.packets()[0].segments()[0].index, 13);
@@ -102,16 +106,16 @@ fn a_changed_run_becomes_descriptors_and_keeps_ownership_single() {
 #[test]
 fn no_run_without_consecutive_buffers() {
     let r = fifo_regions();
-    assert!(Burst::allocate_run(r.clone(), PortIndex(0), 0, RegionId(0), 9, 1).is_none());
-    let a = Burst::allocate_run(r.clone(), PortIndex(0), 0, RegionId(0), 4, 1).unwrap();
-    let b = Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0)], 4).unwrap();
+    assert!(Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(0), 9, 1).is_none());
+    let a = Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(0), 4, 1).unwrap();
+    let b = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 4).unwrap();
     drop(b);
     drop(a);
     // Free order now 4..8, 0..4: a run of 5 would cross from 7 to 0.
-    assert!(Burst::allocate_run(r.clone(), PortIndex(0), 0, RegionId(0), 5, 1).is_none());
+    assert!(Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(0), 5, 1).is_none());
     assert_eq!(r.get(RegionId(0)).available(), 8);
     assert!(
-        Burst::allocate_run(regions(), PortIndex(0), 0, RegionId(0), 2, 1).is_none(),
+        Burst::allocate_run(regions(), PortIndex(0), QueueId(0), RegionId(0), 2, 1).is_none(),
         "LIFO"
     );
 }
@@ -121,14 +125,17 @@ fn no_run_without_consecutive_buffers() {
 fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
     let mk = |name: &str, n, buf_size| MemoryRegionConfig::new(name, MemoryKind::Host, n, buf_size);
     let r = Arc::new(RegionSet::allocate(&[mk("src", 16, 512), mk("dst", 8, 256)]).unwrap());
-    let mut src = Burst::allocate(r.clone(), PortIndex(3), 7, &[RegionId(0)], 4).unwrap();
+    let mut src = Burst::allocate(r.clone(), PortIndex(3), QueueId(7), &[RegionId(0)], 4).unwrap();
     for i in 0..4 {
         src.set_len(i, 0, 10 * i + 1);
         src.set_flow_id(i, 100 + i as u32);
         src.set_timestamp(i, 1000 + i as u64);
     }
     let out = Burst::allocate_like(&src, RegionId(1)).unwrap();
-    assert_eq!((out.port(), out.queue(), out.len()), (PortIndex(3), 7, 4));
+    assert_eq!(
+        (out.port(), out.queue(), out.len()),
+        (PortIndex(3), QueueId(7), 4)
+    );
     assert_eq!(r.get(RegionId(1)).available(), 4, "one buffer per packet");
     let mut seen = std::collections::BTreeSet::new();
     for (i, p) in out.packets().iter().enumerate() {
@@ -146,7 +153,7 @@ fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
     assert_eq!(r.get(RegionId(1)).available(), 8, "every buffer back");
 
     // Too few buffers: nothing taken.
-    let many = Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0)], 9).unwrap();
+    let many = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 9).unwrap();
     assert_eq!(
         Burst::allocate_like(&many, RegionId(1)).err(),
         Some(AllocateLike::NoBuffers)
@@ -157,7 +164,14 @@ fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
         Burst::allocate_like(&src, RegionId(1)).err(),
         Some(AllocateLike::Shape)
     );
-    let two = Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0), RegionId(0)], 1).unwrap();
+    let two = Burst::allocate(
+        r.clone(),
+        PortIndex(0),
+        QueueId(0),
+        &[RegionId(0), RegionId(0)],
+        1,
+    )
+    .unwrap();
     assert_eq!(
         Burst::allocate_like(&two, RegionId(1)).err(),
         Some(AllocateLike::Shape)
@@ -168,8 +182,14 @@ fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
 #[test]
 fn dropping_a_burst_returns_every_segment_buffer() {
     let r = regions();
-    let mut b =
-        Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0), RegionId(1)], 5).unwrap();
+    let mut b = Burst::allocate(
+        r.clone(),
+        PortIndex(0),
+        QueueId(0),
+        &[RegionId(0), RegionId(1)],
+        5,
+    )
+    .unwrap();
     assert_eq!(
         (
             r.get(RegionId(0)).available(),
@@ -194,10 +214,10 @@ fn dropping_a_burst_returns_every_segment_buffer() {
 #[test]
 fn dropped_bursts_hand_their_descriptor_vectors_to_the_next_burst() {
     let r = regions();
-    let b = Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0)], 5).unwrap();
+    let b = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 5).unwrap();
     let first = b.packets().as_ptr();
     drop(b);
-    let again = Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0)], 3).unwrap();
+    let again = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 3).unwrap();
     assert_eq!(again.packets().as_ptr(), first, "the vector was reused");
     assert_eq!(again.len(), 3, "and holds only the new packets");
     assert!(again.packets().iter().all(|p| p.segments().len() == 1));
@@ -207,7 +227,16 @@ fn dropped_bursts_hand_their_descriptor_vectors_to_the_next_burst() {
 fn failed_allocation_takes_nothing() {
     let r = regions();
     // 9 packets need 9 "data" buffers; only 8 exist. The 9 "hdr" buffers go back.
-    assert!(Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0), RegionId(1)], 9).is_none());
+    assert!(
+        Burst::allocate(
+            r.clone(),
+            PortIndex(0),
+            QueueId(0),
+            &[RegionId(0), RegionId(1)],
+            9
+        )
+        .is_none()
+    );
     assert_eq!(
         (
             r.get(RegionId(0)).available(),
@@ -220,8 +249,8 @@ fn failed_allocation_takes_nothing() {
 #[test]
 fn moving_packets_between_bursts_keeps_ownership_single() {
     let r = regions();
-    let mut tx = Burst::allocate(r.clone(), PortIndex(0), 0, &[RegionId(0)], 10).unwrap();
-    let mut rx = Burst::empty(r.clone(), PortIndex(0), 1, 4);
+    let mut tx = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 10).unwrap();
+    let mut rx = Burst::empty(r.clone(), PortIndex(0), QueueId(1), 4);
     assert_eq!(rx.take_from(&mut tx, 4), 4);
     assert_eq!((tx.len(), rx.len()), (6, 4));
     drop(tx);

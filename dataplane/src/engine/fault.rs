@@ -11,6 +11,7 @@
 use crate::burst::Burst;
 use crate::config::{FaultAction, FaultInjection, FaultSelect};
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::{RegionId, RegionSet};
 use crate::stats::{DropReason, QueueCounters};
 use std::collections::VecDeque;
@@ -39,7 +40,7 @@ pub struct FaultInjector {
     rng: fastrand::Rng,
     regions: Arc<RegionSet>,
     port: PortIndex,
-    queue: u16,
+    queue: QueueId,
     counters: Arc<QueueCounters>,
     /// Frames numbered so far.
     frame: u64,
@@ -56,11 +57,11 @@ impl FaultInjector {
         config: FaultInjection,
         regions: Arc<RegionSet>,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Self {
         // Each queue gets its own stream of choices from the one seed.
-        let seed = config.seed ^ ((u64::from(port.0) << 16 | u64::from(queue)) << 32);
+        let seed = config.seed ^ ((u64::from(port.0) << 16 | u64::from(queue.0)) << 32);
         Self {
             config,
             rng: fastrand::Rng::with_seed(seed),

@@ -13,6 +13,7 @@ use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
 use crate::burst::Burst;
 use crate::config::Direction;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::RegionSet;
 use crate::plan::loopback::LoopbackPlan;
 use crate::stats::QueueCounters;
@@ -28,7 +29,7 @@ struct LoopbackInterface {
     rx_port: PortIndex,
     faults: Option<crate::config::FaultInjection>,
     /// TX queue ids in config order.
-    tx_ids: Vec<u16>,
+    tx_ids: Vec<QueueId>,
     /// Ingress index of this interface's first TX queue on the shared grid.
     first_ingress: usize,
 }
@@ -99,7 +100,7 @@ impl Engine for LoopbackEngine {
     fn rx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
         let iface = self.interface(port)?;
@@ -113,7 +114,7 @@ impl Engine for LoopbackEngine {
     fn tx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         let iface = self.interface(port)?;

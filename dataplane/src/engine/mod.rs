@@ -14,6 +14,7 @@ pub mod wire;
 use crate::burst::Burst;
 use crate::config::Direction;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::RegionSet;
 use crate::plan::{EnginePlan, Plan};
 use crate::stats::QueueCounters;
@@ -68,7 +69,7 @@ pub trait Engine: Send + Sync {
     fn rx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError>;
     /// Transmit handle of queue `queue` of interface `port`.
@@ -77,7 +78,7 @@ pub trait Engine: Send + Sync {
     fn tx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError>;
     /// What the engine needs and can do; the same as the plan's
@@ -123,7 +124,7 @@ pub trait Engine: Send + Sync {
     fn pace_tx_queue(
         &self,
         _port: PortIndex,
-        _queue: u16,
+        _queue: QueueId,
         _mbps: u64,
     ) -> Result<(), NoDevicePacing> {
         Err(NoDevicePacing::NotOffered(self.name()))
@@ -132,7 +133,7 @@ pub trait Engine: Send + Sync {
     /// The peer state behind queue `queue` of interface `port` (kernel sockets: the TCP
     /// connection, or the UDP peer a server learned), shared with the queue's handles;
     /// `None` for queues without one.
-    fn link(&self, _port: PortIndex, _direction: Direction, _queue: u16) -> Option<Arc<Link>> {
+    fn link(&self, _port: PortIndex, _direction: Direction, _queue: QueueId) -> Option<Arc<Link>> {
         None
     }
 }
@@ -389,7 +390,7 @@ pub enum NoDevicePacing {
     Port(Box<EngineError>),
     /// The port has no such TX queue.
     #[error("no TX queue {0}")]
-    NoQueue(u16),
+    NoQueue(QueueId),
     /// The rate does not fit the device API.
     #[error("{0} Mb/s is above the API's range")]
     RateOutOfRange(u64),
@@ -469,7 +470,7 @@ pub enum EngineError {
         /// Queue direction.
         direction: Direction,
         /// Queue id; `None` for an idle device queue.
-        queue: Option<u16>,
+        queue: Option<QueueId>,
         /// Why.
         source: dpdk::PoolError,
     },
@@ -480,7 +481,7 @@ pub enum EngineError {
         /// Interface name.
         interface: String,
         /// Queue id.
-        queue: u16,
+        queue: QueueId,
         /// Why.
         source: dpdk::LendError,
     },
@@ -517,7 +518,7 @@ pub enum EngineError {
         /// RX or TX.
         direction: Direction,
         /// Queue id.
-        queue: u16,
+        queue: QueueId,
         /// Why.
         reason: String,
     },
@@ -535,13 +536,13 @@ pub enum EngineError {
         /// RX or TX.
         direction: Direction,
         /// Queue id.
-        queue: u16,
+        queue: QueueId,
     },
 }
 
 impl EngineError {
     /// Interface `port` has no `direction` queue `queue`.
-    pub(crate) fn no_queue(port: PortIndex, direction: Direction, queue: u16) -> Self {
+    pub(crate) fn no_queue(port: PortIndex, direction: Direction, queue: QueueId) -> Self {
         EngineError::NoQueue {
             port,
             direction,
@@ -558,7 +559,7 @@ pub(crate) fn interface_at<T>(table: &[T], port: PortIndex) -> Result<&T, Engine
 }
 
 /// " RX queue 3" for messages; "" for no queue.
-fn queue_label(direction: Direction, queue: Option<u16>) -> String {
+fn queue_label(direction: Direction, queue: Option<QueueId>) -> String {
     match queue {
         Some(q) => format!(" {} queue {q}", direction.name().to_uppercase()),
         None => String::new(),

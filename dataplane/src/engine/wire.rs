@@ -17,6 +17,7 @@
 
 use crate::burst::Burst;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::{Classifier, EpochAck, InterfaceSteering, Verdict};
@@ -40,7 +41,7 @@ type Wire = Arc<ArrayQueue<Burst>>;
 pub struct WireGrid {
     steering: Arc<InterfaceSteering>,
     /// RX queue ids, lowest first.
-    rx_ids: Vec<u16>,
+    rx_ids: Vec<QueueId>,
     /// `wires[rx][ingress]`.
     wires: Vec<Vec<Wire>>,
     /// Acknowledgement slot of each ingress point.
@@ -49,7 +50,11 @@ pub struct WireGrid {
 
 impl WireGrid {
     /// Wires from `ingress_points` ingress points to the RX queues `rx_ids`.
-    pub fn new(steering: &Arc<InterfaceSteering>, rx_ids: &[u16], ingress_points: usize) -> Self {
+    pub fn new(
+        steering: &Arc<InterfaceSteering>,
+        rx_ids: &[QueueId],
+        ingress_points: usize,
+    ) -> Self {
         let mut rx_ids = rx_ids.to_vec();
         rx_ids.sort_unstable();
         Self {
@@ -77,7 +82,7 @@ impl WireGrid {
     ) -> Ingress {
         let mut index_of = [NO_QUEUE; MAX_QUEUE_IDS];
         for (i, &id) in self.rx_ids.iter().enumerate() {
-            index_of[id as usize] = i as u8;
+            index_of[id.index()] = i as u8;
         }
         Ingress {
             regions: regions.clone(),
@@ -96,7 +101,7 @@ impl WireGrid {
     }
 
     /// The receiving end for RX queue `queue`, or `None` if the interface has no such queue.
-    pub fn receiver(&self, queue: u16) -> Option<WireReceiver> {
+    pub fn receiver(&self, queue: QueueId) -> Option<WireReceiver> {
         let rx = self.rx_ids.iter().position(|&id| id == queue)?;
         Some(WireReceiver {
             wires: self.wires[rx]
@@ -123,7 +128,7 @@ pub struct Ingress {
     steering: Arc<InterfaceSteering>,
     /// This ingress point's wire to each RX queue, by RX index.
     wires: Vec<Wire>,
-    rx_ids: Vec<u16>,
+    rx_ids: Vec<QueueId>,
     index_of: [u8; MAX_QUEUE_IDS],
     ack: EpochAck,
     acked: u64,
@@ -207,7 +212,7 @@ impl Ingress {
     pub fn steer_datagrams(
         &mut self,
         burst: Burst,
-        own: u16,
+        own: QueueId,
         sources: &[SocketAddrV4],
         local: SocketAddrV4,
     ) -> Option<Burst> {
@@ -220,7 +225,7 @@ impl Ingress {
     fn steer_by(
         &mut self,
         mut burst: Burst,
-        own: Option<u16>,
+        own: Option<QueueId>,
         classify: impl Fn(&Classifier, &Burst, usize) -> Verdict,
     ) -> Option<Burst> {
         if !self.has_room() {
@@ -230,9 +235,10 @@ impl Ingress {
         let epoch = rules.epoch();
         let whole = rules
             .trivial_queue()
+            .map(QueueId)
             .or(own.filter(|_| rules.spreads_everything()));
         if let Some(queue) = whole {
-            let rx = self.index_of[queue as usize] as usize;
+            let rx = self.index_of[queue.index()] as usize;
             burst.set_steering_epoch(epoch);
             if let Err(b) = self.wires[rx].push(burst) {
                 return Some(b);

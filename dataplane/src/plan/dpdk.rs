@@ -3,7 +3,7 @@
 
 use super::{PlanError, RegionPlan};
 use crate::config::{Config, Direction, MemoryKind, QueueConfig, validate::is_pci_address};
-use crate::descriptor::RegionId;
+use crate::descriptor::{QueueId, RegionId};
 use serde::Serialize;
 
 /// Descriptors per RX and TX ring.
@@ -73,7 +73,7 @@ pub enum RxReceive {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RxQueuePlan {
     /// Queue id in the configuration.
-    pub queue: u16,
+    pub queue: QueueId,
     /// The device's queue index.
     pub device_queue: u16,
     /// How it receives.
@@ -85,7 +85,7 @@ pub struct RxQueuePlan {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TxQueuePlan {
     /// Queue id in the configuration.
-    pub queue: u16,
+    pub queue: QueueId,
     /// The device's queue index.
     pub device_queue: u16,
     /// The mbuf pool frames are copied into.
@@ -171,7 +171,7 @@ pub struct PortPlan {
 
 impl PortPlan {
     /// The device queue index of RX queue `queue` (its position in the configuration).
-    pub fn device_queue(&self, queue: u16) -> Option<u16> {
+    pub fn device_queue(&self, queue: QueueId) -> Option<u16> {
         self.rx
             .iter()
             .find(|q| q.queue == queue)
@@ -450,7 +450,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                     return Err(PlanError::Queue {
                         interface: iface.name.clone(),
                         direction: Direction::Rx,
-                        queue: q.id,
+                        queue: QueueId(q.id),
                         reason: format!(
                             "not supported: {n} memory regions (DPDK buffer split here takes headers and payload, two regions)"
                         ),
@@ -459,7 +459,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
             };
             pools_bytes += eal_bytes_of(config, q);
             port.rx.push(RxQueuePlan {
-                queue: q.id,
+                queue: QueueId(q.id),
                 device_queue: i as u16,
                 receive,
             });
@@ -481,7 +481,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
             };
             pools_bytes += attach_pool.bytes();
             port.tx.push(TxQueuePlan {
-                queue: q.id,
+                queue: QueueId(q.id),
                 device_queue: i as u16,
                 pool,
                 attach_pool,

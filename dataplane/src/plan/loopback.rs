@@ -5,7 +5,7 @@
 
 use super::{PlanError, QueuePlan};
 use crate::config::{Config, Direction, FaultInjection};
-use crate::descriptor::RegionId;
+use crate::descriptor::{QueueId, RegionId};
 use serde::Serialize;
 
 /// The loopback engine's plan: one entry per interface, in configuration order.
@@ -26,12 +26,12 @@ pub struct LoopbackInterfacePlan {
     /// The interface whose RX queues the port's wires feed.
     pub rx_interface: usize,
     /// RX queue ids of `rx_interface`, ascending (the same for the whole port).
-    pub rx_queues: Vec<u16>,
+    pub rx_queues: Vec<QueueId>,
     /// Ingress points of the whole port: every TX queue of its interfaces.
     pub ingress_points: usize,
     /// This interface's TX queues in configuration order, each with the region its first
     /// segment lives in.
-    pub tx_queues: Vec<(u16, Option<RegionId>)>,
+    pub tx_queues: Vec<(QueueId, Option<RegionId>)>,
     /// Ingress index of this interface's first TX queue on the port's wires.
     pub first_ingress: usize,
     /// `faults`: the wire's deterministic fault rules.
@@ -71,14 +71,14 @@ pub(super) fn plan(config: &Config, queues: &[QueuePlan]) -> Result<LoopbackPlan
             });
         }
         let rx_interface = receiving.first().copied().unwrap_or(first);
-        let mut rx_queues: Vec<u16> = queues_of(rx_interface, Direction::Rx)
+        let mut rx_queues: Vec<QueueId> = queues_of(rx_interface, Direction::Rx)
             .map(|q| q.id)
             .collect();
         rx_queues.sort_unstable();
         let mut ingress_points = 0;
         let mut planned = Vec::new();
         for &m in &members {
-            let tx_queues: Vec<(u16, Option<RegionId>)> = queues_of(m, Direction::Tx)
+            let tx_queues: Vec<(QueueId, Option<RegionId>)> = queues_of(m, Direction::Tx)
                 .map(|q| (q.id, q.segments.first().copied()))
                 .collect();
             if !tx_queues.is_empty() && rx_queues.is_empty() {

@@ -23,7 +23,7 @@ use queues::queues;
 pub use capabilities::{Capabilities, Overflow};
 
 use crate::config::{Config, Direction, EngineKind, MemoryKind, ReorderKind, StageMode};
-use crate::descriptor::RegionId;
+use crate::descriptor::{QueueId, RegionId};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -85,7 +85,7 @@ pub enum PlanError {
         /// RX or TX.
         direction: Direction,
         /// Queue id.
-        queue: u16,
+        queue: QueueId,
         /// Why.
         reason: String,
     },
@@ -182,7 +182,7 @@ pub struct QueuePlan {
     /// RX or TX.
     pub direction: Direction,
     /// Queue id.
-    pub id: u16,
+    pub id: QueueId,
     /// Key path of its `cpu_core`, for messages.
     pub core_key: String,
     /// Regions of its segments, in order.
@@ -383,7 +383,7 @@ impl Plan {
                 return Err(PlanError::Queue {
                     interface: config.interfaces[i].name.clone(),
                     direction: Direction::Rx,
-                    queue: q.id,
+                    queue: QueueId(q.id),
                     reason: format!(
                         "stage_core is set, but the {} engine has none: a connection that needs a stage (header-data split, GPU memory the NIC cannot register) runs it on its own worker",
                         config.engine.name()
@@ -489,7 +489,7 @@ impl Plan {
     pub fn queue(&self, interface: usize, direction: Direction, id: u16) -> Option<&QueuePlan> {
         self.queues
             .iter()
-            .find(|q| q.interface == interface && q.direction == direction && q.id == id)
+            .find(|q| q.interface == interface && q.direction == direction && q.id == QueueId(id))
     }
 }
 
@@ -509,7 +509,7 @@ fn refuse_handlers_on_connections(config: &Config) -> Result<(), PlanError> {
                 return Err(PlanError::Queue {
                     interface: iface.name.clone(),
                     direction: dir,
-                    queue: q.id,
+                    queue: QueueId(q.id),
                     reason: format!(
                         "delivery: handler is not supported on {} interfaces: their queues are made per connection; use delivery: ring",
                         config.engine.name()

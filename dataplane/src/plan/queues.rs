@@ -104,7 +104,7 @@ impl QueueAt<'_> {
             interface: i,
             interface_name: iface.name.clone(),
             direction: dir,
-            id: q.id,
+            id: QueueId(q.id),
             core_key: format!("interfaces[{i}].{}.queues[{qi}].cpu_core", dir.name()),
             segments,
             core: q.cpu_core,
@@ -139,7 +139,7 @@ impl QueueAt<'_> {
         PlanError::Queue {
             interface: self.iface.name.clone(),
             direction: self.dir,
-            queue: self.q.id,
+            queue: QueueId(self.q.id),
             reason,
         }
     }

@@ -4,7 +4,7 @@
 
 use super::{PlanError, QueuePlan, RegionPlan};
 use crate::config::{Config, Direction, MemoryKind, PeerFilter, SocketMode, Transport};
-use crate::descriptor::RegionId;
+use crate::descriptor::{QueueId, RegionId};
 use serde::Serialize;
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -62,7 +62,7 @@ pub struct SocketInterfacePlan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SocketQueuePlan {
     /// Queue id.
-    pub id: u16,
+    pub id: QueueId,
     /// The host region the socket reads into or writes from (the staging region where the
     /// queue's layout is elsewhere).
     pub region: RegionId,

@@ -16,6 +16,7 @@
 use super::{RxQueue, TxQueue};
 use crate::burst::Burst;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 
 /// Code run by a worker for its `delivery: handler` queues, on the worker's core.
 ///
@@ -52,7 +53,7 @@ impl HandlerTx<'_> {
     pub fn queue(&mut self, port: u16, queue: u16) -> Option<&mut TxQueue> {
         self.queues
             .iter_mut()
-            .find(|q| q.port == PortIndex(port) && q.queue == queue)
+            .find(|q| q.port == PortIndex(port) && q.queue == QueueId(queue))
     }
 }
 

@@ -16,6 +16,7 @@ use crate::affinity::{self, PinError};
 use crate::burst::Burst;
 use crate::config::{Config, Direction, FlowConfig};
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::engine::{
     ConnectionError, Connections, Engine, EngineError, Established, Link, LinkStatus, StreamState,
     StreamStats,
@@ -86,7 +87,7 @@ pub enum StartError {
         /// Interface name.
         interface: String,
         /// Queue id.
-        queue: u16,
+        queue: QueueId,
         /// Why.
         source: crate::capture::CaptureError,
     },
@@ -115,7 +116,7 @@ pub enum StartError {
         /// Interface name.
         interface: String,
         /// Queue id.
-        queue: u16,
+        queue: QueueId,
         /// The GPU's error.
         source: gpudirect::GpuError,
     },
@@ -127,7 +128,7 @@ pub enum StartError {
 /// (GPUDirect Storage); in a build without CUDA its packets are counted as `not_host`.
 fn open_capture(
     interface: &str,
-    queue: u16,
+    queue: QueueId,
     c: &crate::config::CaptureSpec,
     gpu: Option<u32>,
 ) -> Result<crate::capture::CaptureSink, StartError> {
@@ -217,8 +218,8 @@ pub struct DataPlane {
     metrics: Option<crate::metrics::MetricsServer>,
     // Behind locks so the plane is `Sync` (accept and connect from several threads);
     // taking a queue needs `&mut self`, so they are never contended.
-    rx_queues: Mutex<BTreeMap<(usize, u16), RxQueue>>,
-    tx_queues: Mutex<BTreeMap<(usize, u16), TxQueue>>,
+    rx_queues: Mutex<BTreeMap<(usize, QueueId), RxQueue>>,
+    tx_queues: Mutex<BTreeMap<(usize, QueueId), TxQueue>>,
     regions: Arc<RegionSet>,
     plan: Plan,
     /// Per connection slot (interface index, slot): its RX and TX counters.
@@ -229,7 +230,7 @@ pub struct DataPlane {
 struct QueueLabel {
     interface: String,
     direction: Direction,
-    queue: u16,
+    queue: QueueId,
 }
 
 impl DataPlane {
@@ -384,7 +385,7 @@ impl DataPlane {
             .get(&(e.interface, e.slot))
             .cloned()
             .unwrap_or_default();
-        let (port, queue) = (PortIndex(e.interface as u16), e.slot as u16);
+        let (port, queue) = (PortIndex(e.interface as u16), QueueId(e.slot as u16));
         let (rx_producer, rx_consumer) = rtrb::RingBuffer::new(connection_ring_bursts());
         let (tx_producer, tx_consumer) = rtrb::RingBuffer::new(connection_ring_bursts());
         let rx_task = RxTask::new(
@@ -469,7 +470,7 @@ impl DataPlane {
         self.rx_queues
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&(i, queue))
+            .remove(&(i, QueueId(queue)))
     }
 
     /// Takes the application's end of a TX queue (each can be taken once).
@@ -478,7 +479,7 @@ impl DataPlane {
         self.tx_queues
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&(i, queue))
+            .remove(&(i, QueueId(queue)))
     }
 
     /// Current counters of every queue.
@@ -549,7 +550,7 @@ impl DataPlane {
     /// What the metrics endpoint reads: every queue with its worker's core and link, the
     /// regions, the workers.
     fn metrics_sources(&self) -> crate::metrics::Sources {
-        let core_of = |interface: &str, direction: Direction, queue: u16| {
+        let core_of = |interface: &str, direction: Direction, queue: QueueId| {
             let i = self.config.interface_index(interface);
             self.plan
                 .queues
@@ -558,7 +559,7 @@ impl DataPlane {
                 .map(|q| q.core)
                 .or_else(|| {
                     let r = self.plan.rdma().iter().find(|r| Some(r.interface) == i)?;
-                    Some(r.slots.get(queue as usize)?.core)
+                    Some(r.slots.get(queue.index())?.core)
                 })
                 .unwrap_or(self.config.master_core)
         };
@@ -573,7 +574,7 @@ impl DataPlane {
                     crate::metrics::QueueSource {
                         interface: l.interface.clone(),
                         direction: l.direction,
-                        queue: l.queue,
+                        queue: l.queue.0,
                         core: core_of(&l.interface, l.direction, l.queue),
                         counters: c.clone(),
                         link: self.engine.link(port, l.direction, l.queue),

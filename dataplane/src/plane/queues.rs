@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 
 /// The application's end of an RX queue: bursts in arrival order, or, on a queue with
 /// `reorder_configs`, reordered aggregates (see [`crate::reorder`]) and the other flows'
@@ -12,7 +13,7 @@ pub struct RxQueue {
     /// Interface name.
     pub interface: String,
     /// Queue id.
-    pub queue: u16,
+    pub queue: QueueId,
     pub(super) reorder: Option<crate::reorder::QueueReorder>,
     pub(super) reorder_error: Option<String>,
     pub(super) health: Arc<WorkerHealth>,
@@ -207,7 +208,7 @@ pub struct TxQueue {
     /// Interface name.
     pub interface: String,
     /// Queue id.
-    pub queue: u16,
+    pub queue: QueueId,
     /// Configured packets per burst.
     pub batch_size: usize,
     pub(super) health: Arc<WorkerHealth>,

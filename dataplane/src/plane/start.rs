@@ -5,7 +5,7 @@
 
 use super::{DataPlane, QueueLabel, RxQueue, StartError, TxQueue, open_capture};
 use crate::config::{Config, Direction, RxConfig};
-use crate::descriptor::PortIndex;
+use crate::descriptor::{PortIndex, QueueId};
 use crate::engine::{self, Engine, EngineError};
 use crate::hugepages;
 use crate::memory::RegionSet;
@@ -213,8 +213,8 @@ struct QueueBuild<'a> {
     counters: Vec<(QueueLabel, Arc<QueueCounters>)>,
     /// Stage tasks of queues with a `stage_core`, by queue index.
     stage_tasks: BTreeMap<usize, Task>,
-    rx_queues: BTreeMap<(usize, u16), RxQueue>,
-    tx_queues: BTreeMap<(usize, u16), TxQueue>,
+    rx_queues: BTreeMap<(usize, QueueId), RxQueue>,
+    tx_queues: BTreeMap<(usize, QueueId), TxQueue>,
     /// Connection slots' (RX, TX) counters, kept across their connections.
     slot_counters: BTreeMap<(usize, usize), (Arc<QueueCounters>, Arc<QueueCounters>)>,
 }
@@ -487,7 +487,7 @@ impl<'a> QueueBuild<'a> {
                         QueueLabel {
                             interface: i.name.clone(),
                             direction,
-                            queue: n as u16,
+                            queue: QueueId(n as u16),
                         },
                         c.clone(),
                     ));

@@ -21,7 +21,7 @@ pub(super) fn snapshot(counters: &[(QueueLabel, Arc<QueueCounters>)]) -> Snapsho
                 QueueStats {
                     interface: l.interface.clone(),
                     direction: l.direction.name(),
-                    queue: l.queue,
+                    queue: l.queue.0,
                     packets,
                     bytes,
                     copied_packets: c.copied(),

@@ -4,7 +4,7 @@
 mod host_tests {
     use super::super::*;
     use crate::config::MemoryRegionConfig;
-    use crate::memory::PortIndex;
+    use crate::memory::{PortIndex, QueueId};
     use crate::plan::StagePlan;
 
     /// A host-to-host split of 256 packets (about 256 KB, enough to share out) with copy
@@ -32,8 +32,14 @@ mod host_tests {
             .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap());
         let byte = |i: usize, at: usize| (i * 31 + at * 3 + at / 256) as u8;
         for round in 0..8 {
-            let mut b =
-                Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], 256).unwrap();
+            let mut b = Burst::allocate(
+                regions.clone(),
+                PortIndex(0),
+                QueueId(0),
+                &[RegionId(0)],
+                256,
+            )
+            .unwrap();
             for i in 0..256 {
                 let len = 900 + (i * 7 + round) % 1100;
                 for (at, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
@@ -67,7 +73,7 @@ mod host_tests {
 mod gpu_tests {
     use super::super::*;
     use crate::config::MemoryRegionConfig;
-    use crate::memory::PortIndex;
+    use crate::memory::{PortIndex, QueueId};
 
     fn region(name: &str, kind: MemoryKind) -> MemoryRegionConfig {
         MemoryRegionConfig::new(name, kind, 256, 2048)
@@ -153,7 +159,8 @@ mod gpu_tests {
         len: &dyn Fn(usize, usize) -> usize,
         byte: &dyn Fn(usize, usize, usize) -> u8,
     ) -> Burst {
-        let mut b = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], n).unwrap();
+        let mut b =
+            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], n).unwrap();
         for i in 0..n {
             let len = len(burst, i);
             for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
@@ -254,7 +261,8 @@ mod gpu_tests {
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(5));
         // Source buffers taken in between: the next burst's source does not continue the
         // copy (its output still does), so the copy goes and another opens.
-        let skipped = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], 8).unwrap();
+        let skipped =
+            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 8).unwrap();
         stage.submit(make(5, 8)).map_err(|_| "submit").unwrap();
         assert_eq!(stage.copies_in_flight, 1, "the first copy was issued");
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(1));
@@ -285,9 +293,15 @@ mod gpu_tests {
         let (regions, mut stage) = copy_stage(MemoryKind::HostPinned, 8192);
         let byte = |burst: usize, i: usize, k: usize| (burst * 29 + i * 5 + k) as u8;
         let make = |burst: usize| {
-            let mut b =
-                Burst::allocate_run(regions.clone(), PortIndex(0), 0, RegionId(0), 256, 1000)
-                    .unwrap();
+            let mut b = Burst::allocate_run(
+                regions.clone(),
+                PortIndex(0),
+                QueueId(0),
+                RegionId(0),
+                256,
+                1000,
+            )
+            .unwrap();
             for i in 0..256 {
                 for (k, x) in b.buffer_mut(i, 0).unwrap()[..1000].iter_mut().enumerate() {
                     *x = byte(burst, i, k);
@@ -302,7 +316,8 @@ mod gpu_tests {
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(4));
         assert_eq!(stage.copies_issued, 0);
         // Device buffers taken in between: the next output run does not continue the copy.
-        let skipped = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(1)], 3).unwrap();
+        let skipped =
+            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(1)], 3).unwrap();
         stage.submit(make(4)).map_err(|_| "submit").unwrap();
         assert_eq!(stage.copies_issued, 1, "the first copy was issued");
         drop(skipped);
@@ -345,8 +360,14 @@ mod gpu_tests {
             2048 * regions.get(RegionId(1)).stride() / 6
         );
         for _ in 0..2 {
-            let mut b =
-                Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], 256).unwrap();
+            let mut b = Burst::allocate(
+                regions.clone(),
+                PortIndex(0),
+                QueueId(0),
+                &[RegionId(0)],
+                256,
+            )
+            .unwrap();
             for i in 0..256 {
                 b.set_len(i, 0, 1024);
             }
@@ -382,7 +403,8 @@ mod gpu_tests {
         for (burst, &n) in sizes.iter().enumerate() {
             if burst == 7 {
                 // Output buffers taken in between: the next burst cannot continue the copy.
-                skipped = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(1)], 4);
+                skipped =
+                    Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(1)], 4);
             }
             let b = source_burst(&regions, burst, n, &len, &byte);
             stage.submit(b).map_err(|_| "submit").unwrap();
@@ -464,8 +486,14 @@ mod gpu_tests {
                     .collect();
                 into = into
                     .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap().sharing_from(0));
-                let mut b =
-                    Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], 40).unwrap();
+                let mut b = Burst::allocate(
+                    regions.clone(),
+                    PortIndex(0),
+                    QueueId(0),
+                    &[RegionId(0)],
+                    40,
+                )
+                .unwrap();
                 for i in 0..40 {
                     let len = 1 + i * 47;
                     for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {

@@ -2,14 +2,14 @@
 //! it has one) to the application's ring; `StageTask` runs a stage on a core of its own.
 
 use super::*;
-use crate::descriptor::PortIndex;
+use crate::descriptor::{PortIndex, QueueId};
 
 /// Receive task of one queue.
 pub struct RxTask {
     pub(crate) port: Box<dyn RxPort>,
     pub(crate) regions: Arc<RegionSet>,
     pub(crate) port_id: PortIndex,
-    pub(crate) queue_id: u16,
+    pub(crate) queue_id: QueueId,
     pub(crate) batch_size: usize,
     pub(crate) timeout: Option<Duration>,
     pub(super) assembling: Option<Burst>,
@@ -33,7 +33,7 @@ pub(super) struct Delivery {
     /// task, which counts them as it delivers them).
     pub(super) counts: bool,
     pub(super) port_id: PortIndex,
-    pub(super) queue_id: u16,
+    pub(super) queue_id: QueueId,
     /// A burst waiting for ring space.
     pub(super) ready: Option<Burst>,
     /// Moves packets into the queue's own layout (GPU memory, header-data split).
@@ -49,7 +49,7 @@ impl Delivery {
         ring: rtrb::Producer<Burst>,
         overflow: Overflow,
         counters: Arc<QueueCounters>,
-        (port_id, queue_id): (PortIndex, u16),
+        (port_id, queue_id): (PortIndex, QueueId),
         stage: Option<Box<crate::stage::RxStage>>,
     ) -> Self {
         Self {
@@ -195,7 +195,7 @@ impl RxTask {
         ring: rtrb::Producer<Burst>,
         regions: Arc<RegionSet>,
         port_id: PortIndex,
-        queue_id: u16,
+        queue_id: QueueId,
         batch_size: usize,
         timeout: Option<Duration>,
         overflow: Overflow,
@@ -353,7 +353,7 @@ impl StageTask {
         stage: crate::stage::RxStage,
         overflow: Overflow,
         counters: Arc<QueueCounters>,
-        (port_id, queue_id): (PortIndex, u16),
+        (port_id, queue_id): (PortIndex, QueueId),
     ) -> Self {
         Self {
             input,

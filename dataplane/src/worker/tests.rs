@@ -1,6 +1,6 @@
 use super::*;
-use crate::memory::PortIndex;
 use crate::memory::RegionId;
+use crate::memory::{PortIndex, QueueId};
 
 #[test]
 fn the_pacer_spaces_bursts_by_their_bytes_and_lets_a_late_worker_catch_up_only_1_ms() {
@@ -50,8 +50,14 @@ impl RxPort for Scripted {
         if n == 0 {
             return 0;
         }
-        let mut fresh =
-            Burst::allocate(self.regions.clone(), PortIndex(0), 0, &[RegionId(0)], n).unwrap();
+        let mut fresh = Burst::allocate(
+            self.regions.clone(),
+            PortIndex(0),
+            QueueId(0),
+            &[RegionId(0)],
+            n,
+        )
+        .unwrap();
         into.take_from(&mut fresh, n)
     }
 }
@@ -70,7 +76,7 @@ fn task(offer: usize, batch: usize) -> (RxTask, rtrb::Consumer<Burst>) {
         producer,
         regions,
         PortIndex(0),
-        0,
+        QueueId(0),
         batch,
         Some(Duration::from_micros(100)),
         Overflow::Backpressure,
@@ -135,7 +141,8 @@ fn a_stage_pass_takes_at_most_its_budget_of_bursts() {
     let (mut to_stage, from_rx) = rtrb::RingBuffer::new(queued);
     let (to_app, mut from_stage) = rtrb::RingBuffer::new(queued);
     for _ in 0..queued {
-        let mut b = Burst::allocate(regions.clone(), PortIndex(0), 0, &[RegionId(0)], 8).unwrap();
+        let mut b =
+            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 8).unwrap();
         for i in 0..8 {
             b.set_len(i, 0, 200);
         }
@@ -148,7 +155,7 @@ fn a_stage_pass_takes_at_most_its_budget_of_bursts() {
         stage,
         Overflow::Backpressure,
         counters.clone(),
-        (PortIndex(0), 0),
+        (PortIndex(0), QueueId(0)),
     );
     assert!(task.poll());
     assert_eq!(to_stage.slots(), STAGE_BURSTS_PER_POLL, "half still queued");

@@ -35,6 +35,7 @@ pub use mempool::PoolError;
 use super::{Capabilities, Engine, EngineError, NoDevicePacing, RxPort, TxPort};
 use crate::config::Direction;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
 use crate::stats::QueueCounters;
@@ -56,7 +57,7 @@ pub struct DpdkEngine {
     /// the mbufs that carry attached buffers, whose release needs these tables.
     tx_carriers: Arc<Vec<TxCarrier>>,
     /// Per RX queue (port, queue id): the regions of its segments, from the plan.
-    rx_segments: BTreeMap<(u16, u16), Vec<RegionId>>,
+    rx_segments: BTreeMap<(PortIndex, QueueId), Vec<RegionId>>,
     _eal: Eal,
 }
 
@@ -96,7 +97,7 @@ impl DpdkEngine {
             );
             ports.push(port);
         }
-        let rx_segments: BTreeMap<(u16, u16), Vec<RegionId>> = plan
+        let rx_segments: BTreeMap<(PortIndex, QueueId), Vec<RegionId>> = plan
             .queues
             .iter()
             .filter(|q| q.direction == Direction::Rx)
@@ -104,7 +105,7 @@ impl DpdkEngine {
             // into it; its stage moves the packets on.
             .map(|q| {
                 let segs = q.staging.map_or_else(|| q.segments.clone(), |s| vec![s]);
-                ((q.interface as u16, q.id), segs)
+                ((PortIndex(q.interface as u16), q.id), segs)
             })
             .collect();
         let sends = plan.queues.iter().any(|q| q.direction == Direction::Tx);
@@ -122,9 +123,9 @@ impl DpdkEngine {
         super::interface_at(&self.ports, port)
     }
 
-    fn segments(&self, port: PortIndex, queue: u16) -> Vec<RegionId> {
+    fn segments(&self, port: PortIndex, queue: QueueId) -> Vec<RegionId> {
         self.rx_segments
-            .get(&(port.0, queue))
+            .get(&(port, queue))
             .cloned()
             .unwrap_or_default()
     }
@@ -138,7 +139,7 @@ fn tx_carriers(
     dpdk: &crate::plan::dpdk::DpdkPlan,
     regions: &Arc<RegionSet>,
     ports: &[Port],
-    rx_segments: &BTreeMap<(u16, u16), Vec<RegionId>>,
+    rx_segments: &BTreeMap<(PortIndex, QueueId), Vec<RegionId>>,
 ) -> Vec<TxCarrier> {
     use crate::plan::dpdk::TxCarry;
     let devices: Vec<_> = ports.iter().filter_map(|p| p.pci_device).collect();
@@ -147,9 +148,10 @@ fn tx_carriers(
     let mut lent = BTreeMap::new();
     for (port_index, p) in ports.iter().enumerate() {
         for q in &p.rx {
-            if let (Some(pool), Some(segs)) =
-                (&q.lent, rx_segments.get(&(port_index as u16, q.queue)))
-            {
+            if let (Some(pool), Some(segs)) = (
+                &q.lent,
+                rx_segments.get(&(PortIndex(port_index as u16), q.queue)),
+            ) {
                 lent.insert(segs[0], pool.clone());
             }
         }
@@ -180,7 +182,12 @@ fn tx_carriers(
 }
 
 impl Engine for DpdkEngine {
-    fn pace_tx_queue(&self, port: PortIndex, queue: u16, mbps: u64) -> Result<(), NoDevicePacing> {
+    fn pace_tx_queue(
+        &self,
+        port: PortIndex,
+        queue: QueueId,
+        mbps: u64,
+    ) -> Result<(), NoDevicePacing> {
         let p = self
             .port(port)
             .map_err(|e| NoDevicePacing::Port(Box::new(e)))?;
@@ -203,7 +210,7 @@ impl Engine for DpdkEngine {
     fn rx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
         let p = self.port(port)?;
@@ -264,7 +271,7 @@ impl Engine for DpdkEngine {
     fn tx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         let p = self.port(port)?;

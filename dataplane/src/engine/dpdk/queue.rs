@@ -6,6 +6,7 @@ use super::attach;
 use super::mempool::LentPool;
 use crate::burst::Burst;
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::engine::RxPort;
 use crate::engine::wire::{Ingress, WireReceiver};
 use crate::memory::{RegionId, RegionSet};
@@ -29,7 +30,7 @@ pub struct DeviceQueue {
     /// Missed + errored and no-mbuf counts already folded into our counters.
     pub(super) nic_seen: (u64, u64),
     pub(super) port: PortIndex,
-    pub(super) queue: u16,
+    pub(super) queue: QueueId,
     pub(super) regions: Arc<RegionSet>,
     /// The queue's region per segment (two with header-data split).
     pub(super) segments: Vec<RegionId>,

@@ -21,6 +21,7 @@ use super::{
 use crate::burst::Burst;
 use crate::config::{GpuMemoryPath, PeerFilter, RoceConfig, SocketMode};
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::{RegionId, RegionSet};
 use crate::plan::Plan;
 use crate::plan::rdma::{SlotPlan, SlotStaging};
@@ -337,7 +338,7 @@ impl Engine for RdmaEngine {
     fn rx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
         Err(EngineError::no_queue(
@@ -350,7 +351,7 @@ impl Engine for RdmaEngine {
     fn tx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         _counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         Err(EngineError::no_queue(

@@ -2,7 +2,7 @@
 //! regions registered (or staged where the NIC cannot reach them) and its ports built.
 
 use super::*;
-use crate::descriptor::PortIndex;
+use crate::descriptor::{PortIndex, QueueId};
 use crate::rdma_conn::RegionRegistration;
 
 /// Receive side: polls the connection's completions (also those of its sends).
@@ -173,7 +173,7 @@ pub(super) fn establish(
         shared.regions.clone(),
         rx_region,
         registered,
-        (PortIndex(iface.index as u16), slot as u16),
+        (PortIndex(iface.index as u16), QueueId(slot as u16)),
         q.recv_window,
     )?;
     let live = Arc::new(Mutex::new(Live { conn, _slot: guard }));

@@ -30,6 +30,7 @@ use super::{Capabilities, Engine, EngineError, Link, RxPort, TxPort};
 use crate::burst::Burst;
 use crate::config::{Direction, SocketMode, Transport};
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::memory::RegionSet;
 use crate::plan::socket::SocketInterfacePlan;
 /// A queue as the socket engine runs it: as planned.
@@ -180,7 +181,7 @@ impl Engine for SocketEngine {
     fn rx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn RxPort>, EngineError> {
         let missing = EngineError::no_queue(port, Direction::Rx, queue);
@@ -194,7 +195,7 @@ impl Engine for SocketEngine {
     fn tx_port(
         &self,
         port: PortIndex,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         let missing = EngineError::no_queue(port, Direction::Tx, queue);
@@ -216,7 +217,7 @@ impl Engine for SocketEngine {
         matches!(self.interfaces.get(port.index()), Some(Interface::Udp(u)) if u.kernel_timestamps())
     }
 
-    fn link(&self, port: PortIndex, direction: Direction, queue: u16) -> Option<Arc<Link>> {
+    fn link(&self, port: PortIndex, direction: Direction, queue: QueueId) -> Option<Arc<Link>> {
         match self.interfaces.get(port.index())? {
             Interface::Udp(u) => u.link(direction, queue),
             Interface::Tcp(t) => t.link(direction, queue),
@@ -225,7 +226,7 @@ impl Engine for SocketEngine {
 }
 
 /// Lane of queue `id` among `ids` (configuration order), spread over `lanes`.
-fn lane_of(ids: &[QueueSetup], id: u16, lanes: usize) -> Option<(usize, &QueueSetup)> {
+fn lane_of(ids: &[QueueSetup], id: QueueId, lanes: usize) -> Option<(usize, &QueueSetup)> {
     let k = ids.iter().position(|q| q.id == id)?;
     Some((k % lanes.max(1), &ids[k]))
 }
@@ -235,7 +236,7 @@ fn lane_in(
     rx: &[QueueSetup],
     tx: &[QueueSetup],
     direction: Direction,
-    queue: u16,
+    queue: QueueId,
     lanes: usize,
 ) -> Option<usize> {
     let ids = match direction {
@@ -247,7 +248,7 @@ fn lane_in(
 
 /// The wire grid of a UDP interface: one ingress per lane.
 fn grid(steering: &Arc<InterfaceSteering>, rx: &[QueueSetup], lanes: usize) -> WireGrid {
-    let ids: Vec<u16> = rx.iter().map(|q| q.id).collect();
+    let ids: Vec<QueueId> = rx.iter().map(|q| q.id).collect();
     WireGrid::new(steering, &ids, lanes)
 }
 

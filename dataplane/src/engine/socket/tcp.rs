@@ -4,6 +4,7 @@
 use super::{QueueSetup, SocketInterfacePlan, SocketOpenError, lane_in, lane_of, side, sys};
 use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
+use crate::descriptor::QueueId;
 use crate::engine::{Link, RxPort, TxPort};
 use crate::memory::{RegionId, RegionSet};
 use crate::stats::{DropReason, QueueCounters, WarnLimiter};
@@ -216,7 +217,7 @@ impl TcpInterface {
         self.shared.clone()
     }
 
-    pub(super) fn rx_port(&self, queue: u16) -> Option<Box<dyn RxPort>> {
+    pub(super) fn rx_port(&self, queue: QueueId) -> Option<Box<dyn RxPort>> {
         let (k, q) = lane_of(&self.rx, queue, self.shared.lanes.len())?;
         let regions = self.regions.clone()?;
         Some(Box::new(TcpRx {
@@ -233,7 +234,7 @@ impl TcpInterface {
 
     pub(super) fn tx_port(
         &self,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Option<Box<dyn TxPort>> {
         let (k, _) = lane_of(&self.tx, queue, self.shared.lanes.len())?;
@@ -245,7 +246,7 @@ impl TcpInterface {
         }))
     }
 
-    pub(super) fn link(&self, direction: Direction, queue: u16) -> Option<Arc<Link>> {
+    pub(super) fn link(&self, direction: Direction, queue: QueueId) -> Option<Arc<Link>> {
         let k = lane_in(
             &self.rx,
             &self.tx,

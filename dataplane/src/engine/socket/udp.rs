@@ -9,6 +9,7 @@ use super::{
 use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
 use crate::descriptor::PortIndex;
+use crate::descriptor::QueueId;
 use crate::engine::wire::{Ingress, WireGrid, WireReceiver};
 use crate::engine::{EngineError, Link, RxPort, TxPort};
 use crate::memory::RegionSet;
@@ -146,7 +147,7 @@ impl UdpInterface {
 
     pub(super) fn rx_port(
         &self,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Option<Box<dyn RxPort>> {
         let (k, q) = lane_of(&self.rx, queue, self.lanes.len())?;
@@ -202,7 +203,7 @@ impl UdpInterface {
 
     pub(super) fn tx_port(
         &self,
-        queue: u16,
+        queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Option<Box<dyn TxPort>> {
         let (k, _) = lane_of(&self.tx, queue, self.lanes.len())?;
@@ -228,7 +229,7 @@ impl UdpInterface {
         self.kernel_timestamps
     }
 
-    pub(super) fn link(&self, direction: Direction, queue: u16) -> Option<Arc<Link>> {
+    pub(super) fn link(&self, direction: Direction, queue: QueueId) -> Option<Arc<Link>> {
         let k = lane_in(&self.rx, &self.tx, direction, queue, self.lanes.len())?;
         Some(self.lanes[k].link.clone())
     }
@@ -249,7 +250,7 @@ struct UdpRx {
     warn_malformed: WarnLimiter,
     regions: Arc<RegionSet>,
     port: PortIndex,
-    queue: u16,
+    queue: QueueId,
     region: crate::memory::RegionId,
     batch: usize,
     /// Buffers allocated for receiving and not used yet.

@@ -8,6 +8,7 @@ use super::extmem::{Device, ExternalMemory, lend_region};
 use super::flow;
 use super::mempool::{LentPool, Mempool, PoolPtr};
 use crate::config::Direction;
+use crate::descriptor::QueueId;
 use crate::engine::EngineError;
 use crate::engine::wire::WireGrid;
 use crate::memory::RegionSet;
@@ -60,7 +61,7 @@ pub enum PortSteering {
 /// An RX queue as set up.
 pub struct RxSetup {
     /// Queue id in the configuration.
-    pub queue: u16,
+    pub queue: QueueId,
     /// Device queue.
     pub index: QueueIndex,
     /// The lent region's pool, for a zero-copy queue.
@@ -70,7 +71,7 @@ pub struct RxSetup {
 /// A TX queue as set up.
 pub struct TxSetup {
     /// Queue id in the configuration.
-    pub queue: u16,
+    pub queue: QueueId,
     /// Device queue.
     pub index: QueueIndex,
     /// The mbuf pool frames are copied into.
@@ -231,12 +232,12 @@ impl Port {
     }
 
     /// The device queue of RX queue `queue`.
-    pub fn rx_setup(&self, queue: u16) -> Option<&RxSetup> {
+    pub fn rx_setup(&self, queue: QueueId) -> Option<&RxSetup> {
         self.rx.iter().find(|q| q.queue == queue)
     }
 
     /// The device queue and pool of TX queue `queue`.
-    pub fn tx_setup(&self, queue: u16) -> Option<&TxSetup> {
+    pub fn tx_setup(&self, queue: QueueId) -> Option<&TxSetup> {
         self.tx.iter().find(|q| q.queue == queue)
     }
 
@@ -341,8 +342,8 @@ impl Port {
         let port = self;
         let id = port.id.0;
         let flows = &planned.flows;
-        let rx: Vec<u16> = planned.rx.iter().map(|q| q.queue).collect();
-        let hw_queue = |q: u16| planned.device_queue(q);
+        let rx: Vec<QueueId> = planned.rx.iter().map(|q| q.queue).collect();
+        let hw_queue = |q: u16| planned.device_queue(QueueId(q));
         let device_err = |source| device_error(planned, source);
         if let Some(rules_with_marks) = flow_plan {
             port.steering = match flow::install(id, &rules_with_marks) {
@@ -402,7 +403,8 @@ impl Port {
                 grid: WireGrid::new(rules, &ids, ids.len()),
             };
         }
-        let queues = rx.clone();
+        // The steering layer keeps the configuration's queue ids.
+        let queues: Vec<u16> = rx.iter().map(|q| q.0).collect();
         match &port.steering {
             PortSteering::RteFlow { flows, marks } => {
                 rules.set_device_programmed(Arc::new(RunTimeFlows {
@@ -484,7 +486,7 @@ fn device_flows(
     id: u16,
 ) -> (Option<Vec<flow::Rule>>, Option<flow::FlowError>, bool) {
     let flows = &planned.flows;
-    let hw_queue = |q: u16| planned.device_queue(q);
+    let hw_queue = |q: u16| planned.device_queue(QueueId(q));
     let mut fallback: Option<flow::FlowError> = None;
     let mut flow_plan = None;
     if flows.any() {

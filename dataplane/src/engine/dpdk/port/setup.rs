@@ -2,6 +2,7 @@
 //! RX and TX queues with the idle ones a driver needs, and the device clocks.
 
 use super::*;
+use crate::descriptor::QueueId;
 use crate::memory::RegionId;
 
 /// What setting up a port's queues needs of the port: its plan, the regions, the device's
@@ -23,7 +24,7 @@ impl QueueSetup<'_> {
     /// A pool of `size` for segment `seg` of queue `queue`.
     fn pool(
         &self,
-        queue: u16,
+        queue: QueueId,
         direction: Direction,
         seg: usize,
         size: &PoolSize,
@@ -67,7 +68,7 @@ impl QueueSetup<'_> {
     fn lend_rx(
         &self,
         port: &mut Port,
-        q: u16,
+        q: QueueId,
         region: RegionId,
     ) -> Result<(PoolPtr, Arc<LentPool>), EngineError> {
         let (planned, regions) = (self.planned, self.regions);
@@ -137,7 +138,7 @@ impl QueueSetup<'_> {
         let (planned, info, driver) = (self.planned, self.info, self.driver);
         let (id, socket) = (self.id, self.socket);
         let device_err = |source| self.device_err(source);
-        let rx: Vec<u16> = planned.rx.iter().map(|q| q.queue).collect();
+        let rx: Vec<QueueId> = planned.rx.iter().map(|q| q.queue).collect();
         for (&q, planned_rx) in rx.iter().zip(&planned.rx) {
             let i = planned_rx.device_queue;
             let mut rxconf = info.default_rxconf;
@@ -227,7 +228,7 @@ impl QueueSetup<'_> {
         let planned = self.planned;
         let (id, socket, index) = (self.id, self.socket, planned.interface);
         let device_err = |source| self.device_err(source);
-        let tx: Vec<u16> = planned.tx.iter().map(|q| q.queue).collect();
+        let tx: Vec<QueueId> = planned.tx.iter().map(|q| q.queue).collect();
         // Configured TX queues, then idle ones up to the device's count (net_tap).
         for i in 0..hw_tx {
             let pool = match (tx.get(i).copied(), planned.tx.get(i)) {
