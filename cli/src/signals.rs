@@ -14,6 +14,11 @@ pub(crate) struct Signals {
 
 impl Signals {
     /// Installs the handlers; done first, so a signal at any later moment is seen.
+    ///
+    /// A signal has several handlers here, installed one at a time, so one may come while
+    /// only some exist. The flag that says which signal came is registered first and
+    /// `any` is set from it once all are installed: whenever a signal comes, both the
+    /// exit status and the interruption are right.
     pub(crate) fn install() -> Self {
         use signal_hook::consts::{SIGINT, SIGTERM};
         let s = Self {
@@ -21,19 +26,26 @@ impl Signals {
             int: Arc::new(AtomicBool::new(false)),
             exit_at_once: Arc::new(AtomicBool::new(false)),
         };
+        let term = Arc::new(AtomicBool::new(false));
+        for (sig, came) in [(SIGINT, &s.int), (SIGTERM, &term)] {
+            if let Err(e) = signal_hook::flag::register(sig, came.clone()) {
+                eprintln!("warning: cannot handle signal {sig}: {e}");
+            }
+        }
         for (sig, status) in [(SIGINT, 130), (SIGTERM, 143)] {
-            let r = signal_hook::flag::register_conditional_shutdown(
-                sig,
-                status,
-                s.exit_at_once.clone(),
-            )
-            .and_then(|_| signal_hook::flag::register(sig, s.any.clone()));
+            let r = signal_hook::flag::register(sig, s.any.clone()).and_then(|_| {
+                signal_hook::flag::register_conditional_shutdown(
+                    sig,
+                    status,
+                    s.exit_at_once.clone(),
+                )
+            });
             if let Err(e) = r {
                 eprintln!("warning: cannot handle signal {sig}: {e}");
             }
         }
-        if let Err(e) = signal_hook::flag::register(SIGINT, s.int.clone()) {
-            eprintln!("warning: cannot handle signal {SIGINT}: {e}");
+        if s.int.load(Ordering::SeqCst) || term.load(Ordering::SeqCst) {
+            s.any.store(true, Ordering::SeqCst);
         }
         s
     }
