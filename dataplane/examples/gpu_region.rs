@@ -9,24 +9,8 @@ use dataplane::DataPlane;
 use dataplane::packet::UdpFrame;
 use std::time::Duration;
 
-const CONFIG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: tx_host, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}
-    - {name: rx_gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 1024}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 64, memory_regions: [tx_host]}]
-      rx:
-        queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 64, timeout_us: 100, memory_regions: [rx_gpu]}]
-"#;
+/// The configuration, compiled in: `configs/loopback_gpu.yaml`.
+const CONFIG: &str = include_str!("../../configs/loopback_gpu.yaml");
 
 fn main() {
     if !gpudirect::driver_present() {

@@ -9,29 +9,8 @@ use dataplane::packet::{UdpFrame, parse};
 use dataplane::{DataPlane, RxQueue, TxQueue};
 use std::time::Duration;
 
-const CONFIG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]
-      rx:
-        flow_isolation: true
-        queues:
-        - {name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}
-        - {name: q1, id: 1, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}
-        flows:
-        - {name: samples, id: 10, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
-        - {name: control, id: 20, action: {type: queue, id: 1}, match: {udp_dst: 6000}}
-"#;
+/// The configuration, compiled in: `configs/loopback_steering.yaml`.
+const CONFIG: &str = include_str!("../../configs/loopback_steering.yaml");
 
 fn send(tx: &mut TxQueue, dport: u16, count: usize) {
     let frame = UdpFrame::new(

@@ -8,23 +8,8 @@ use dataplane::packet::UdpFrame;
 use dataplane::{DataPlane, TxFailure};
 use std::time::Duration;
 
-const CONFIG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 1536}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 128, memory_regions: [bufs]}]
-      rx:
-        queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 128, timeout_us: 100, memory_regions: [bufs]}]
-"#;
+/// The configuration, compiled in: `configs/loopback_1q.yaml`.
+const CONFIG: &str = include_str!("../../configs/loopback_1q.yaml");
 
 const BURSTS: usize = 500;
 const PER_BURST: usize = 128;

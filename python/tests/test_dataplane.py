@@ -3,35 +3,15 @@ NumPy, flow steering, TX bursts filled from NumPy arrays, errors as exceptions."
 
 import gc
 import io
+import pathlib
 
 import numpy as np
 import pytest
 
 import dataplane
 
-CONFIG = """
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]
-      rx:
-        flow_isolation: true
-        queues:
-        - {name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}
-        - {name: q1, id: 1, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}
-        flows:
-        - {name: a, id: 10, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
-        - {name: b, id: 20, action: {type: queue, id: 1}, match: {udp_dst: 6000}}
-"""
+# The shipped configuration file, shared with the Rust examples.
+CONFIG = (pathlib.Path(__file__).resolve().parents[2] / "configs" / "loopback_steering.yaml").read_text()
 
 
 def udp_frame(dport: int, payload: np.ndarray) -> np.ndarray:

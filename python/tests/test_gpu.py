@@ -5,27 +5,14 @@ driver. On the GPU machine: `python3 python/tests/test_gpu.py`."""
 
 import ctypes
 import ctypes.util
+import pathlib
 
 import pytest
 
 import dataplane
 
-CONFIG = """
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: tx_host, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}
-    - {name: rx_gpu, kind: device, affinity: 0, num_bufs: 4096, buf_size: 1024}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 64, memory_regions: [tx_host]}]}
-      rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 64, timeout_us: 100, memory_regions: [rx_gpu]}]}
-"""
+# The shipped configuration file, shared with the Rust examples.
+CONFIG = (pathlib.Path(__file__).resolve().parents[2] / "configs" / "loopback_gpu.yaml").read_text()
 
 
 def cuda():

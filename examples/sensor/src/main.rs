@@ -1,5 +1,5 @@
 //! A sensor application embedding `dataplane` with no optional feature: it starts the
-//! software loopback from an embedded configuration, sends numbered samples on a TX queue,
+//! software loopback from a compiled-in configuration, sends numbered samples on a TX queue,
 //! receives them on an RX queue and checks that every sample arrived once, in order.
 //! Exits non-zero when one is missing, duplicated or out of order.
 
@@ -9,26 +9,9 @@ use dataplane::DataPlane;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const CONFIG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: samples, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
-    - {name: unused_rx, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}
-    interfaces:
-    - name: sensor0
-      address: loopback
-      tx:
-        queues:
-        - {name: out, id: 0, cpu_core: 0, batch_size: 64, memory_regions: [samples]}
-      rx:
-        queues:
-        - {name: in, id: 0, cpu_core: 0, batch_size: 64, timeout_us: 100, memory_regions: [unused_rx]}
-"#;
+/// The configuration, compiled in: `configs/loopback_1q.yaml` (one TX and one RX queue
+/// on the software loopback, served by core 0).
+const CONFIG: &str = include_str!("../../../configs/loopback_1q.yaml");
 
 /// Samples sent.
 const SAMPLES: u64 = 100_000;
@@ -46,8 +29,8 @@ fn main() -> ExitCode {
 fn run() -> Result<(), String> {
     let loaded = dataplane::config::load_str(CONFIG, "embedded").map_err(|e| e.to_string())?;
     let mut plane = DataPlane::start(&loaded.config).map_err(|e| e.to_string())?;
-    let mut tx = plane.take_tx_queue("sensor0", 0).ok_or("no TX queue")?;
-    let mut rx = plane.take_rx_queue("sensor0", 0).ok_or("no RX queue")?;
+    let mut tx = plane.take_tx_queue("loop0", 0).ok_or("no TX queue")?;
+    let mut rx = plane.take_rx_queue("loop0", 0).ok_or("no RX queue")?;
 
     let (mut sent, mut expected) = (0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(60);
