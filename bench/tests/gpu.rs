@@ -16,19 +16,25 @@ use gpudirect::reorder::{
 };
 use gpudirect::{DeviceBuffer, Gpu, PinnedBuffer};
 
-fn have_gpu() -> bool {
+/// The GPU and the worker cores, to this test alone; `None` (the test skips, visibly)
+/// without a driver or a GPU. The tests' planes busy-poll the same pinned cores (1 to 4):
+/// run side by side, a paced socket stream shared its worker's core with another test's
+/// poller and waited a scheduler slice per message (128 messages in 2 s instead of
+/// 60,000). One plane at a time, as a user runs one plane on one set of cores.
+fn gpu_alone() -> Option<std::sync::MutexGuard<'static, ()>> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     match gpudirect::device_count() {
         Ok(n) if n > 0 => {
             eprintln!("GPU: {}", gpudirect::device_name(0).unwrap_or_default());
-            true
+            Some(ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()))
         }
         Ok(_) => {
             eprintln!("SKIP: a CUDA driver but no GPU");
-            false
+            None
         }
         Err(e) => {
             eprintln!("SKIP: {e}: GPU test not run");
-            false
+            None
         }
     }
 }
@@ -149,9 +155,9 @@ fn specs() -> Vec<ReorderSpec> {
 
 #[test]
 fn the_reorder_kernel_matches_the_cpu_oracle_bit_for_bit() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     let mut gpu = Gpu::new(0).expect("kernels compile and load");
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let input = DeviceBuffer::alloc(0, 1024 * SLOT).unwrap();
@@ -207,9 +213,9 @@ fn the_reorder_kernel_matches_the_cpu_oracle_bit_for_bit() {
 
 #[test]
 fn gather_and_digest_kernels_match_the_cpu() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     let mut gpu = Gpu::new(0).unwrap();
     let mut rng = Rng(77);
     let src = DeviceBuffer::alloc(0, 512 * 2048).unwrap();
@@ -322,9 +328,9 @@ fn run_gpu_bench(
 
 #[test]
 fn loopback_into_device_memory_is_lossless_and_verified_on_the_gpu() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     use dataplane::stage::StageMode;
     for mode in [StageMode::Kernel, StageMode::Copy] {
         run_gpu_config("gpu_loopback_64.yaml", Some(mode));
@@ -337,9 +343,9 @@ fn loopback_into_device_memory_is_lossless_and_verified_on_the_gpu() {
 /// burst; lossless, every frame verified on the GPU.
 #[test]
 fn run_to_completion_into_device_memory_is_lossless_and_verified_on_the_gpu() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     use dataplane::stage::StageMode;
     for mode in [StageMode::Kernel, StageMode::Copy] {
         for name in ["gpu_loopback_64.yaml", "gpu_loopback_8k.yaml"] {
@@ -352,9 +358,9 @@ fn run_to_completion_into_device_memory_is_lossless_and_verified_on_the_gpu() {
 /// lossless, every frame verified on the GPU.
 #[test]
 fn loopback_into_device_memory_staged_on_its_own_core() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     if !dataplane::affinity::core_is_usable(2) {
         eprintln!("SKIP: stage_core 2 needs a third core");
         return;
@@ -368,17 +374,17 @@ fn loopback_into_device_memory_staged_on_its_own_core() {
 
 #[test]
 fn loopback_with_header_data_split_into_host_and_device_memory() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     run_gpu_config("gpu_loopback_hds.yaml", None);
 }
 
 #[test]
 fn loopback_with_a_gpu_reorder_delivers_verified_batches() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     run_gpu_config("gpu_loopback_reorder.yaml", None);
 }
 
@@ -406,9 +412,9 @@ fn without_a_driver_device_configs_fail_with_a_cuda_message() {
 /// (TX staged to host): every message verified on the GPU by its digest.
 #[test]
 fn sockets_into_and_out_of_gpu_memory_verified_on_the_gpu() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     use dataplane_bench::socket::{self, Mode, SocketBenchOptions};
     for (name, target) in [
         ("gpu_socket_udp.yaml", Some(2.0)),
@@ -448,9 +454,9 @@ fn sockets_into_and_out_of_gpu_memory_verified_on_the_gpu() {
 /// for all).
 #[test]
 fn gds_capture_from_gpu_memory_reads_back_in_every_format() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     if !gpudirect::gds::cufile_present() {
         eprintln!(
             "SKIP: no cuFile library (libcufile.so) on the library path: GDS capture not run"
@@ -533,9 +539,9 @@ fn gds_capture_from_gpu_memory_reads_back_in_every_format() {
 /// there fails at start naming the GPUs present.
 #[test]
 fn gpus_are_chosen_by_uuid_and_missing_ones_name_those_present() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     let gpus = gpudirect::gpus().expect("GPU list");
     eprintln!("GPUs: {}", gpudirect::describe(&gpus));
     let text = std::fs::read_to_string(common::config_path("gpu_loopback_64.yaml")).unwrap();
@@ -587,9 +593,9 @@ fn gpus_are_chosen_by_uuid_and_missing_ones_name_those_present() {
 #[cfg(feature = "dpdk")]
 #[test]
 fn dpdk_virtual_device_into_gpu_memory_through_staging() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     let cfg = dataplane::config::load_file(&common::config_path("gpu_dpdk_ring.yaml"))
         .expect("config")
         .config;
@@ -608,9 +614,9 @@ fn dpdk_virtual_device_into_gpu_memory_through_staging() {
 /// reorder fields inside the IPv4 header, at addresses 4-byte aligned and not.
 #[test]
 fn the_frame_writer_kernel_matches_its_cpu_model() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     use dataplane_bench::traffic::{FrameBuilder, ReorderFields};
     let mut gpu = Gpu::new(0).unwrap();
     let text = common::mapped_reference_example(
@@ -685,9 +691,9 @@ fn the_frame_writer_kernel_matches_its_cpu_model() {
 /// fp32, and every batch is read back and turned into the frames sent.
 #[test]
 fn the_reference_quantize_example_runs_in_gpu_memory() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     let Some(text) = common::mapped_reference_example(
         "daqiri_bench_raw_tx_rx_reorder_quantize_seq_batch.yaml",
         1,
@@ -708,9 +714,9 @@ fn the_reference_quantize_example_runs_in_gpu_memory() {
 /// end (overflowing ones included) are errors, not copies.
 #[test]
 fn gpu_memory_where_the_cpu_reads_and_offsets_past_the_end_are_refused() {
-    if !have_gpu() {
+    let Some(_gpu) = gpu_alone() else {
         return;
-    }
+    };
     let yaml = r#"
 dataplane:
   cfg:
