@@ -5,18 +5,18 @@
 //! skips. Its own binary: EAL starts once per process.
 #![cfg(feature = "dpdk")]
 
+#[macro_use]
+mod common;
+
 use dataplane::config::{self, FlowConfig, FlowMatch, PortRange};
 use dataplane::{DataPlane, RxQueue, TxQueue};
 use dataplane_bench::traffic::FrameBuilder;
 use std::time::{Duration, Instant};
 
-const CFG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
+const CFG: &str = config_yaml!(
+    raw,
+    0,
+    r#"    memory_regions:
     - {name: txb, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1088}
     - {name: rxb, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1088}
     interfaces:
@@ -40,7 +40,8 @@ bench_tx:
    eth_src_addr: "02:00:00:00:00:01", eth_dst_addr: "02:00:00:00:00:02",
    ip_src_addr: 198.18.0.1, ip_dst_addr: 198.18.0.2, udp_src_port: 4096,
    udp_dst_port: "5000-5001"}
-"#;
+"#
+);
 
 /// A flow sending UDP destination port `port` to `queue` with flow id `id` (0: any free).
 fn udp_dst_rule(name: &str, id: u32, port: u16, queue: u16) -> FlowConfig {

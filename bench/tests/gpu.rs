@@ -8,6 +8,7 @@
 //! - the frame writer kernel against its CPU model, and the reference's reorder-quantize
 //!   example in GPU memory end to end (GPU-written frames, GPU reorder and conversion).
 
+#[macro_use]
 mod common;
 
 use dataplane_bench::traffic::payload_sum;
@@ -717,13 +718,10 @@ fn gpu_memory_where_the_cpu_reads_and_offsets_past_the_end_are_refused() {
     let Some(_gpu) = gpu_alone() else {
         return;
     };
-    let yaml = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 0
-    memory_regions:
+    let yaml = config_yaml!(
+        socket,
+        0,
+        r#"    memory_regions:
     - {name: host, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
     - {name: gpu, kind: device, affinity: 0, num_bufs: 1024, buf_size: 2048}
     interfaces:
@@ -732,7 +730,8 @@ dataplane:
       socket_config: {mode: client, local_addr: "udp://127.0.0.1:18300", remote_addr: "udp://127.0.0.1:18301"}
       tx:
         queues: [{name: t, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [host]}]
-"#;
+"#
+    );
     let config = dataplane::config::load_str(yaml, "gpu-refusal.yaml")
         .expect("config")
         .config;

@@ -7,6 +7,7 @@
 //! machine, so only the batch that really misses packets is flushed by it; the test does
 //! not wait for it but passes a later `now` to `RxQueue::poll_at`.
 
+#[macro_use]
 mod common;
 
 use dataplane::config::{self, Config};
@@ -17,14 +18,11 @@ const PPB: u32 = 32;
 const PAYLOAD: usize = 200;
 const HEADER: usize = 42;
 
-const CFG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
+const CFG: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
     - {name: tx, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
     - {name: rx, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
     - {name: batches, kind: host, affinity: 0, num_bufs: 16, buf_size: 8192}
@@ -51,7 +49,8 @@ dataplane:
             seq_packets_per_batch:
               sequence_number: {bit_offset: 336, bit_width: 16}
               packets_per_batch: 32
-"#;
+"#
+);
 
 /// A UDP frame to `port` whose payload starts with `seq` (big-endian 16 bits) followed by
 /// bytes derived from it.

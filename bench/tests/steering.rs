@@ -1,6 +1,7 @@
 //! Flow steering end to end on the software loopback: the 4-queue bench config, and flows
 //! added and removed while traffic flows.
 
+#[macro_use]
 mod common;
 
 use dataplane::config::{self, FlowConfig, FlowMatch, PortRange};
@@ -18,14 +19,11 @@ fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
     common::assert_four_queue_split(&report);
 }
 
-const DYNAMIC: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
+const DYNAMIC: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
     - {name: txb, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
     - {name: rxb, kind: host, affinity: 0, num_bufs: 256, buf_size: 256}
     interfaces:
@@ -40,7 +38,8 @@ dataplane:
         queues:
         - {name: rq0, id: 0, cpu_core: 1, batch_size: 32, timeout_us: 50, memory_regions: [rxb]}
         - {name: rq1, id: 1, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [rxb]}
-"#;
+"#
+);
 
 /// Writes a UDP frame to port 7000 whose payload carries `seq` and whether the sender had
 /// seen `remove_flow` return before building it.

@@ -3,6 +3,7 @@
 //! (modelled: no such machine is reachable from here), this 2-core VM as
 //! `scripts/doctor-record.sh` recorded it, and this machine for real.
 
+#[macro_use]
 #[path = "../../bench/tests/common/mod.rs"]
 mod common;
 
@@ -18,13 +19,10 @@ fn tree(name: &str) -> PathBuf {
 
 /// A DPDK configuration on the ConnectX port 0000:3b:00.0 receiving into GPU memory and
 /// sending from huge pages, workers on cores 4 and 5 of node 0.
-const DPDK_GPU: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 2
-    memory_regions:
+const DPDK_GPU: &str = config_yaml!(
+    raw,
+    2,
+    r#"    memory_regions:
     - {name: payloads, kind: device, affinity: 0, num_bufs: 65536, buf_size: 8000}
     - {name: tx_buffers, kind: huge, affinity: 0, num_bufs: 65536, buf_size: 8256}
     interfaces:
@@ -32,16 +30,14 @@ dataplane:
       address: "0000:3b:00.0"
       rx: {queues: [{name: rq, id: 0, cpu_core: 4, batch_size: 256, memory_regions: [payloads]}]}
       tx: {queues: [{name: tq, id: 0, cpu_core: 5, batch_size: 256, memory_regions: [tx_buffers]}]}
-"#;
+"#
+);
 
 /// An RDMA server on 192.168.100.1 with 32 MiB of registered regions.
-const RDMA: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 2
-    memory_regions:
+const RDMA: &str = config_yaml!(
+    socket,
+    2,
+    r#"    memory_regions:
     - {name: DATA_RX_GPU_SERVER, kind: host, affinity: 0, num_bufs: 256, buf_size: 65536}
     - {name: DATA_TX_GPU_SERVER, kind: host, affinity: 0, num_bufs: 256, buf_size: 65536}
     interfaces:
@@ -51,7 +47,8 @@ dataplane:
       roce_config: {transport_mode: RC}
       rx: {queues: [{name: rq, id: 0, cpu_core: 4, batch_size: 1}]}
       tx: {queues: [{name: tq, id: 0, cpu_core: 4, batch_size: 1}]}
-"#;
+"#
+);
 
 /// Runs `dataplane doctor` on `yaml` (written to a file) or on this file path, with
 /// `--root root --json`: the exit status and the findings.

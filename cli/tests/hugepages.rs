@@ -3,6 +3,7 @@
 //! both afterwards. Where that is impossible (not root, no hugetlbfs, pages cannot be
 //! reserved) it prints why and skips visibly.
 
+#[macro_use]
 #[path = "../../bench/tests/common/mod.rs"]
 mod common;
 
@@ -16,14 +17,11 @@ const NR: &str = "/proc/sys/vm/nr_hugepages";
 const FREE: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
 
 /// Two huge regions: 9 MiB and 1.1 MiB, so 5 + 1 pages of 2 MiB.
-const HUGE_CFG: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
+const HUGE_CFG: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
     - {name: txh, kind: huge, affinity: 0, num_bufs: 8192, buf_size: 1088}
     - {name: rxh, kind: huge, affinity: 0, num_bufs: 1024, buf_size: 1088}
     interfaces:
@@ -39,7 +37,8 @@ bench_tx:
 - {interface_name: loop0, queue_id: 0, cpu_core: -1, batch_size: 64, header_size: 64, payload_size: 64, eth_src_addr: "02:00:00:00:00:01", eth_dst_addr: "02:00:00:00:00:02", ip_src_addr: 198.18.0.1, ip_dst_addr: 198.18.0.2, udp_src_port: "4096-4099", udp_dst_port: 5000}
 bench_rx:
 - {interface_name: loop0, queue_id: -1, cpu_core: -1}
-"#;
+"#
+);
 const PAGES_NEEDED: u64 = 6;
 
 /// Reserved pages and the private mount, restored on drop (also when an assertion fails).
@@ -394,13 +393,10 @@ fn rdma_configs_get_the_same_hugepage_preflight_and_cleanup() {
         }
     };
     let _ = &env;
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 0
-    memory_regions:
+    let text = config_yaml!(
+        socket,
+        0,
+        r#"    memory_regions:
     - {name: DATA_RX_GPU_SERVER, kind: huge, affinity: 0, num_bufs: 64, buf_size: 65536}
     - {name: DATA_TX_GPU_SERVER, kind: huge, affinity: 0, num_bufs: 16, buf_size: 65536}
     interfaces:
@@ -414,7 +410,8 @@ dataplane:
       tx:
         queues:
         - {name: tq, id: 0, cpu_core: 0, batch_size: 1}
-"#;
+"#
+    );
     let cfg = dataplane::config::load_with(text, "rdma-huge", &|_| true)
         .unwrap()
         .config;

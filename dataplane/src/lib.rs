@@ -6,6 +6,12 @@
 //! [`RxQueue`] and [`TxQueue`] per queue. Packets travel in [`Burst`]s that own their
 //! buffers: dropping a burst returns every buffer to its pool, and sending one moves it.
 
+// `config_yaml!` for the unit tests' configurations (shared with the integration tests).
+#[cfg(test)]
+#[macro_use]
+#[path = "../tests/common/yaml.rs"]
+mod test_yaml;
+
 pub mod affinity;
 pub mod burst;
 pub mod capture;

@@ -1,16 +1,16 @@
 //! `config::ConfigBuilder` against the loader: the same configuration, built in code,
 //! gives the same start-up plan.
 
+#[macro_use]
+mod common;
+
 use dataplane::config::*;
 
-const YAML: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
+const YAML: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
     - {name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
     interfaces:
     - name: loop0
@@ -21,7 +21,8 @@ dataplane:
         flow_isolation: true
         queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}]
         flows: [{name: f, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 5000}}]
-"#;
+"#
+);
 
 #[test]
 fn builds_what_the_loader_reads() {

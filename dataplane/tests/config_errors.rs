@@ -1,15 +1,15 @@
 //! Bad configurations give errors that name the key path, line and column.
 
+#[macro_use]
+mod common;
+
 use dataplane::config::{self, ConfigError, DiagnosticKind, Severity};
 
-const GOOD: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
+const GOOD: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
     - name: bufs
       kind: host
       affinity: 0
@@ -37,7 +37,8 @@ dataplane:
           id: 1
           action: {type: queue, id: 0}
           match: {udp_src: 4096, udp_dst: "5000-5010"}
-"#;
+"#
+);
 
 fn load(text: &str) -> Result<config::Loaded, ConfigError> {
     config::load_with(text, "test.yaml", &|core| core < 2)

@@ -1,17 +1,17 @@
 //! A vdev DPDK does not know gives an error that names it, and nothing is left behind.
 #![cfg(feature = "dpdk")]
 
+#[macro_use]
+mod common;
+
 use dataplane::{DataPlane, config};
 
 #[test]
 fn unknown_vdev_is_a_clear_error() {
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
+    let text = config_yaml!(
+        raw,
+        0,
+        r#"    memory_regions:
     - {name: b, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
     interfaces:
     - name: bogus
@@ -19,7 +19,8 @@ dataplane:
       rx:
         queues:
         - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [b]}
-"#;
+"#
+    );
     let cfg = config::load_str(text, "bad").expect("valid config").config;
     let err = DataPlane::start(&cfg)
         .err()

@@ -4,17 +4,17 @@
 //! binary: EAL starts once per process.
 #![cfg(feature = "dpdk")]
 
+#[macro_use]
+mod common;
+
 use dataplane::{DataPlane, config};
 
 #[test]
 fn header_data_split_on_a_device_without_buffer_split_is_refused_by_name() {
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
+    let text = config_yaml!(
+        raw,
+        0,
+        r#"    memory_regions:
     - {name: headers, kind: host, affinity: 0, num_bufs: 4096, buf_size: 64}
     - {name: payload, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
     interfaces:
@@ -23,7 +23,8 @@ dataplane:
       rx:
         queues:
         - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [headers, payload]}
-"#;
+"#
+    );
     let cfg = config::load_str(text, "split")
         .expect("valid config")
         .config;

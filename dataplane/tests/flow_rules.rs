@@ -1,17 +1,17 @@
 //! Flow rules in the configuration: every form the reference writes, and the errors and
 //! warnings bad rule sets get (each naming the flow, its key path, line and column).
 
+#[macro_use]
+mod common;
+
 use dataplane::config::{self, ConfigError, FlowTransform, MatchClass};
 
 /// Four RX queues; `FLOWS` is replaced by each test's rules.
-const BASE: &str = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
+const BASE: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
     - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
     interfaces:
     - name: loop0
@@ -27,7 +27,8 @@ dataplane:
         - {name: q2, id: 2, cpu_core: 0, batch_size: 64, memory_regions: [bufs]}
         - {name: q3, id: 3, cpu_core: 0, batch_size: 64, memory_regions: [bufs]}
 FLOWS
-"#;
+"#
+);
 
 fn with(rules: &str) -> String {
     BASE.replace("FLOWS", rules)

@@ -2,6 +2,7 @@
 //! library's own (`dataplane/tests/common`) and those that drive the benches.
 #![allow(dead_code)]
 
+#[macro_use]
 #[path = "../../../dataplane/tests/common/mod.rs"]
 mod base;
 pub use base::*;

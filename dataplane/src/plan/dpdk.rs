@@ -515,14 +515,10 @@ mod tests {
 
     #[test]
     fn eal_arguments_follow_the_config() {
-        let cfg = load(
-            r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 1
-    memory_regions:
+        let cfg = load(config_yaml!(
+            raw,
+            1,
+            r#"    memory_regions:
     - {name: b, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
     interfaces:
     - name: a
@@ -530,8 +526,8 @@ dataplane:
       rx:
         queues:
         - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [b]}
-"#,
-        );
+"#
+        ));
         let a = eal_args(&cfg, 300 << 20);
         assert_eq!(&a[1..3], &["-l", "1"]);
         assert!(a.contains(&"--no-huge".to_owned()) && a.contains(&"300".to_owned()));
@@ -549,13 +545,10 @@ dataplane:
     fn zero_copy_takes_a_queue_own_large_region_the_port_can_reach() {
         let text = |address: &str, own: &str| {
             format!(
-                r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
+                config_yaml!(
+                    raw,
+                    0,
+                    r#"    memory_regions:
     - {{name: own, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048, zero_copy: {own}}}
     - {{name: shared, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
     - {{name: small, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}}
@@ -573,6 +566,9 @@ dataplane:
         - {{name: q4, id: 4, cpu_core: 0, batch_size: 32, memory_regions: [few]}}
         - {{name: q5, id: 5, cpu_core: 0, batch_size: 32, memory_regions: [gpu]}}
 "#
+                ),
+                address = address,
+                own = own
             )
         };
         let decide = |address: &str, own: &str| lending(&load(&text(address, own)));

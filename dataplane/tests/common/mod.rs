@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+#[macro_use]
+mod yaml;
+
 /// A shipped configuration, by its name in `configs/` (of the source tree the test was
 /// built in, else of the current directory: test binaries carried to another machine run
 /// from a copy of the repository).

@@ -588,13 +588,10 @@ mod tests {
 
     fn rx(flows_yaml: &str) -> PortFlows {
         let text = format!(
-            r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
+            config_yaml!(
+                raw,
+                0,
+                r#"    memory_regions:
     - {{name: b, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}}
     interfaces:
     - name: a
@@ -609,6 +606,8 @@ dataplane:
         flows:
 {flows_yaml}
 "#
+            ),
+            flows_yaml = flows_yaml
         );
         let cfg = crate::config::load_with(&text, "t", &|_| true)
             .unwrap()

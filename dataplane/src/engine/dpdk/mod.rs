@@ -403,13 +403,10 @@ mod tests {
     fn a_port_that_fails_late_releases_everything_it_made() {
         let text = |address: &str, flows: &str| {
             format!(
-                r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    memory_regions:
+                config_yaml!(
+                    raw,
+                    0,
+                    r#"    memory_regions:
     - {{name: lent, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048, zero_copy: true}}
     - {{name: copied, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
     - {{name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
@@ -424,6 +421,9 @@ dataplane:
         queues:
         - {{name: t, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}
 "#
+                ),
+                address = address,
+                flows = flows
             )
         };
         let pop_vlan = r#"        flows:
