@@ -2,26 +2,14 @@
  * and checks that they come back on RX queue 0 in order, byte for byte; the main thread
  * only waits and reads the counters. Built and run by `make test` (as loopback.c). */
 #include "dataplane.h"
+#include "loopback_config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static const char *CONFIG =
-    "dataplane:\n"
-    "  cfg:\n"
-    "    version: 1\n"
-    "    stream_type: raw\n"
-    "    master_core: 0\n"
-    "    loopback: \"sw\"\n"
-    "    memory_regions:\n"
-    "    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}\n"
-    "    interfaces:\n"
-    "    - name: loop0\n"
-    "      address: loopback\n"
-    "      tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs], delivery: handler}]}\n"
-    "      rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs], delivery: handler}]}\n";
+static const char *CONFIG = LOOPBACK_CONFIG(4096, 1024, 32, ", delivery: handler");
 
 #define FRAMES 20000u
 #define FRAME_LEN 64

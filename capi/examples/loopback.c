@@ -6,24 +6,12 @@
  *   cc -I capi/include capi/examples/loopback.c -L target/release -ldataplane_c \
  *      -Wl,-rpath,$PWD/target/release -o loopback && ./loopback                      */
 #include "dataplane.h"
+#include "loopback_config.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const char *CONFIG =
-    "dataplane:\n"
-    "  cfg:\n"
-    "    version: 1\n"
-    "    stream_type: raw\n"
-    "    master_core: 0\n"
-    "    loopback: \"sw\"\n"
-    "    memory_regions:\n"
-    "    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}\n"
-    "    interfaces:\n"
-    "    - name: loop0\n"
-    "      address: loopback\n"
-    "      tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]}\n"
-    "      rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 100, memory_regions: [bufs]}]}\n";
+static const char *CONFIG = LOOPBACK_CONFIG(4096, 1024, 32, "");
 
 #define FRAMES 5000
 #define FRAME_LEN 200

@@ -5,26 +5,14 @@
  * received exactly once with its bytes intact, and nothing else came.
  * Built and run by `make test` (with -pthread), also under valgrind there.          */
 #include "dataplane.h"
+#include "loopback_config.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-static const char *CONFIG =
-    "dataplane:\n"
-    "  cfg:\n"
-    "    version: 1\n"
-    "    stream_type: raw\n"
-    "    master_core: 0\n"
-    "    loopback: \"sw\"\n"
-    "    memory_regions:\n"
-    "    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}\n"
-    "    interfaces:\n"
-    "    - name: loop0\n"
-    "      address: loopback\n"
-    "      tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [bufs]}]}\n"
-    "      rx: {queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 8, timeout_us: 100, memory_regions: [bufs]}]}\n";
+static const char *CONFIG = LOOPBACK_CONFIG(4096, 256, 8, "");
 
 #define THREADS 4
 #define PER_THREAD 500
