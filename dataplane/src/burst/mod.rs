@@ -679,6 +679,16 @@ impl Burst {
     }
 }
 
+#[cfg(test)]
+impl Burst {
+    /// `n` packets of port 0, queue 0 with one buffer from each of `segments`: the unit
+    /// tests' usual burst.
+    pub(crate) fn test_burst(regions: &Arc<RegionSet>, segments: &[RegionId], n: usize) -> Self {
+        Self::allocate(regions.clone(), PortIndex(0), QueueId(0), segments, n)
+            .expect("free buffers for the test burst")
+    }
+}
+
 /// The release-mode check of every internal path that moves descriptors into other
 /// bursts: all of them must share `from`'s region set.
 #[inline]

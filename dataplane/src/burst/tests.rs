@@ -108,7 +108,7 @@ fn no_run_without_consecutive_buffers() {
     let r = fifo_regions();
     assert!(Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(0), 9, 1).is_none());
     let a = Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(0), 4, 1).unwrap();
-    let b = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 4).unwrap();
+    let b = Burst::test_burst(&r, &[RegionId(0)], 4);
     drop(b);
     drop(a);
     // Free order now 4..8, 0..4: a run of 5 would cross from 7 to 0.
@@ -153,7 +153,7 @@ fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
     assert_eq!(r.get(RegionId(1)).available(), 8, "every buffer back");
 
     // Too few buffers: nothing taken.
-    let many = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 9).unwrap();
+    let many = Burst::test_burst(&r, &[RegionId(0)], 9);
     assert_eq!(
         Burst::allocate_like(&many, RegionId(1)).err(),
         Some(AllocateLike::NoBuffers)
@@ -164,14 +164,7 @@ fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
         Burst::allocate_like(&src, RegionId(1)).err(),
         Some(AllocateLike::Shape)
     );
-    let two = Burst::allocate(
-        r.clone(),
-        PortIndex(0),
-        QueueId(0),
-        &[RegionId(0), RegionId(0)],
-        1,
-    )
-    .unwrap();
+    let two = Burst::test_burst(&r, &[RegionId(0), RegionId(0)], 1);
     assert_eq!(
         Burst::allocate_like(&two, RegionId(1)).err(),
         Some(AllocateLike::Shape)
@@ -182,14 +175,7 @@ fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
 #[test]
 fn dropping_a_burst_returns_every_segment_buffer() {
     let r = regions();
-    let mut b = Burst::allocate(
-        r.clone(),
-        PortIndex(0),
-        QueueId(0),
-        &[RegionId(0), RegionId(1)],
-        5,
-    )
-    .unwrap();
+    let mut b = Burst::test_burst(&r, &[RegionId(0), RegionId(1)], 5);
     assert_eq!(
         (
             r.get(RegionId(0)).available(),
@@ -214,10 +200,10 @@ fn dropping_a_burst_returns_every_segment_buffer() {
 #[test]
 fn dropped_bursts_hand_their_descriptor_vectors_to_the_next_burst() {
     let r = regions();
-    let b = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 5).unwrap();
+    let b = Burst::test_burst(&r, &[RegionId(0)], 5);
     let first = b.packets().as_ptr();
     drop(b);
-    let again = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 3).unwrap();
+    let again = Burst::test_burst(&r, &[RegionId(0)], 3);
     assert_eq!(again.packets().as_ptr(), first, "the vector was reused");
     assert_eq!(again.len(), 3, "and holds only the new packets");
     assert!(again.packets().iter().all(|p| p.segments().len() == 1));
@@ -249,7 +235,7 @@ fn failed_allocation_takes_nothing() {
 #[test]
 fn moving_packets_between_bursts_keeps_ownership_single() {
     let r = regions();
-    let mut tx = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 10).unwrap();
+    let mut tx = Burst::test_burst(&r, &[RegionId(0)], 10);
     let mut rx = Burst::empty(r.clone(), PortIndex(0), QueueId(1), 4);
     assert_eq!(rx.take_from(&mut tx, 4), 4);
     assert_eq!((tx.len(), rx.len()), (6, 4));

@@ -4,7 +4,6 @@
 mod host_tests {
     use super::super::*;
     use crate::config::MemoryRegionConfig;
-    use crate::memory::{PortIndex, QueueId};
     use crate::plan::StagePlan;
 
     /// A host-to-host split of 256 packets (about 256 KB, enough to share out) with copy
@@ -32,14 +31,7 @@ mod host_tests {
             .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap());
         let byte = |i: usize, at: usize| (i * 31 + at * 3 + at / 256) as u8;
         for round in 0..8 {
-            let mut b = Burst::allocate(
-                regions.clone(),
-                PortIndex(0),
-                QueueId(0),
-                &[RegionId(0)],
-                256,
-            )
-            .unwrap();
+            let mut b = Burst::test_burst(&regions, &[RegionId(0)], 256);
             for i in 0..256 {
                 let len = 900 + (i * 7 + round) % 1100;
                 for (at, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
@@ -159,8 +151,7 @@ mod gpu_tests {
         len: &dyn Fn(usize, usize) -> usize,
         byte: &dyn Fn(usize, usize, usize) -> u8,
     ) -> Burst {
-        let mut b =
-            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], n).unwrap();
+        let mut b = Burst::test_burst(&regions, &[RegionId(0)], n);
         for i in 0..n {
             let len = len(burst, i);
             for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
@@ -261,8 +252,7 @@ mod gpu_tests {
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(5));
         // Source buffers taken in between: the next burst's source does not continue the
         // copy (its output still does), so the copy goes and another opens.
-        let skipped =
-            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 8).unwrap();
+        let skipped = Burst::test_burst(&regions, &[RegionId(0)], 8);
         stage.submit(make(5, 8)).map_err(|_| "submit").unwrap();
         assert_eq!(stage.copies_in_flight, 1, "the first copy was issued");
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(1));
@@ -316,8 +306,7 @@ mod gpu_tests {
         assert_eq!(stage.open.as_ref().map(|o| o.bursts), Some(4));
         assert_eq!(stage.copies_issued, 0);
         // Device buffers taken in between: the next output run does not continue the copy.
-        let skipped =
-            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(1)], 3).unwrap();
+        let skipped = Burst::test_burst(&regions, &[RegionId(1)], 3);
         stage.submit(make(4)).map_err(|_| "submit").unwrap();
         assert_eq!(stage.copies_issued, 1, "the first copy was issued");
         drop(skipped);
@@ -360,14 +349,7 @@ mod gpu_tests {
             2048 * regions.get(RegionId(1)).stride() / 6
         );
         for _ in 0..2 {
-            let mut b = Burst::allocate(
-                regions.clone(),
-                PortIndex(0),
-                QueueId(0),
-                &[RegionId(0)],
-                256,
-            )
-            .unwrap();
+            let mut b = Burst::test_burst(&regions, &[RegionId(0)], 256);
             for i in 0..256 {
                 b.set_len(i, 0, 1024);
             }
@@ -486,14 +468,7 @@ mod gpu_tests {
                     .collect();
                 into = into
                     .with_copy_helpers(CopyHelpers::spawn(&cores, "test").unwrap().sharing_from(0));
-                let mut b = Burst::allocate(
-                    regions.clone(),
-                    PortIndex(0),
-                    QueueId(0),
-                    &[RegionId(0)],
-                    40,
-                )
-                .unwrap();
+                let mut b = Burst::test_burst(&regions, &[RegionId(0)], 40);
                 for i in 0..40 {
                     let len = 1 + i * 47;
                     for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {

@@ -50,14 +50,7 @@ impl RxPort for Scripted {
         if n == 0 {
             return 0;
         }
-        let mut fresh = Burst::allocate(
-            self.regions.clone(),
-            PortIndex(0),
-            QueueId(0),
-            &[RegionId(0)],
-            n,
-        )
-        .unwrap();
+        let mut fresh = Burst::test_burst(&self.regions, &[RegionId(0)], n);
         into.take_from(&mut fresh, n)
     }
 }
@@ -141,8 +134,7 @@ fn a_stage_pass_takes_at_most_its_budget_of_bursts() {
     let (mut to_stage, from_rx) = rtrb::RingBuffer::new(queued);
     let (to_app, mut from_stage) = rtrb::RingBuffer::new(queued);
     for _ in 0..queued {
-        let mut b =
-            Burst::allocate(regions.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 8).unwrap();
+        let mut b = Burst::test_burst(&regions, &[RegionId(0)], 8);
         for i in 0..8 {
             b.set_len(i, 0, 200);
         }
