@@ -151,7 +151,7 @@ mod gpu_tests {
         len: &dyn Fn(usize, usize) -> usize,
         byte: &dyn Fn(usize, usize, usize) -> u8,
     ) -> Burst {
-        let mut b = Burst::test_burst(&regions, &[RegionId(0)], n);
+        let mut b = Burst::test_burst(regions, &[RegionId(0)], n);
         for i in 0..n {
             let len = len(burst, i);
             for (k, x) in b.buffer_mut(i, 0).unwrap()[..len].iter_mut().enumerate() {
