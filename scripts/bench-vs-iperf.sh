@@ -11,8 +11,10 @@
 # STREAMS (default "1 4"), CASES (default "udp1472 udp8192 tcp65536"), ROUNDS of each TCP
 # case (default 3, alternating, medians reported), SECONDS_RUN per
 # probe (default 2), PROBES bisection steps (default 5), QUEUED_BURSTS (ours:
-# --queued-bursts, default the bench's), UDP_GRO (1, the default: our UDP server reads
-# with udp_gro: true; 0: without), DATAPLANE_BIN, IPERF3.
+# --queued-bursts, default the bench's), WORK (ours: --work; default full, every byte
+# written and checked; `count` is iperf3's work: payloads neither written nor read),
+# UDP_GRO (1, the default: our UDP server reads with udp_gro: true; 0: without),
+# DATAPLANE_BIN, IPERF3.
 # Both get the same socket buffers: ours asks for its region's bytes (at most 64 MiB), and
 # iperf3 gets the same with -w; as root the script raises net.core.rmem_max/wmem_max to
 # 64 MiB for the run (restored at exit) so that iperf3's request is not capped.
@@ -122,6 +124,7 @@ ours() {
   local f; f=$(config "$t" "$n" "$buf" $sip $cip $port)
   local extra=(--seconds "$secs" --message-size "$size" --json --quiet)
   [ -n "${QUEUED_BURSTS:-}" ] && extra+=(--queued-bursts "$QUEUED_BURSTS")
+  [ -n "${WORK:-}" ] && extra+=(--work "$WORK")
   [ -n "$gbps" ] && extra+=(--target-gbps "$gbps")
   local out
   if [ "$path" = veth ]; then

@@ -433,6 +433,7 @@ fn sockets_into_and_out_of_gpu_memory_verified_on_the_gpu() {
             connect_timeout: std::time::Duration::from_secs(10),
             queued_bursts: socket::QUEUED_BURSTS,
             time_stages: false,
+            work: socket::SocketWork::Full,
         };
         let stop = std::sync::atomic::AtomicBool::new(false);
         let r = socket::run(&cfg, &opts, &stop).expect("bench runs");

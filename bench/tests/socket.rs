@@ -115,6 +115,7 @@ fn opts(seconds: f64, target_gbps: Option<f64>) -> SocketBenchOptions {
         connect_timeout: Duration::from_secs(10),
         queued_bursts: socket::QUEUED_BURSTS,
         time_stages: false,
+        work: socket::SocketWork::Full,
     }
 }
 
@@ -145,6 +146,37 @@ fn tcp_stream_arrives_whole_and_verified() {
     let client = r.client.as_ref().unwrap();
     assert!(client.traffic.bytes_sent > 0);
     assert_eq!(server.traffic.bytes_received, client.traffic.bytes_sent);
+}
+
+/// The like-for-like work level against iperf3 (`--work count`): TCP payloads are neither
+/// written nor read and every byte sent is still counted at the other end; UDP messages
+/// carry only their header, and every one arrives in sequence (losses would show from
+/// the sequence numbers, as in the full check). The report says what was not checked.
+#[test]
+fn count_work_moves_every_byte_without_writing_or_reading_payloads() {
+    for (transport, port) in [("tcp", 17110), ("udp", 17120)] {
+        let mut e = Ends::new(transport, port);
+        e.buf_size = 65536;
+        e.num_bufs = 512;
+        let c = e.config(true, true);
+        let stop = AtomicBool::new(false);
+        let mut o = opts(1.0, (transport == "udp").then_some(0.2));
+        o.message_size = Some(if transport == "tcp" { 65536 } else { 8192 });
+        o.work = socket::SocketWork::Count;
+        let r = socket::run(&c, &o, &stop).expect("bench runs");
+        let human = r.human();
+        println!("{human}");
+        assert!(r.lossless, "{human}");
+        assert_eq!(r.work, socket::SocketWork::Count);
+        assert!(human.contains("work count"), "{human}");
+        let (server, client) = (r.server.as_ref().unwrap(), r.client.as_ref().unwrap());
+        assert!(client.traffic.messages_sent > 0, "{human}");
+        assert_eq!(server.traffic.bytes_received, client.traffic.bytes_sent);
+        assert_eq!(
+            server.traffic.messages_received, client.traffic.messages_sent,
+            "{human}"
+        );
+    }
 }
 
 /// The application stops reading the server's queue while the client floods it: the

@@ -282,6 +282,11 @@ pub(crate) enum Bench {
         /// so that it stays in cache).
         #[arg(long, default_value_t = dataplane_bench::socket::QUEUED_BURSTS)]
         queued_bursts: usize,
+        /// How much of every message is written and read: `full` (every byte written and
+        /// checked), or `count` (iperf3's work, for comparing with it: TCP payloads neither
+        /// written nor read, UDP only its 16-byte header, which still counts losses).
+        #[arg(long, value_enum, default_value = "full")]
+        work: dataplane_bench::socket::SocketWork,
         /// Time each queue's worker: busy nanoseconds per packet and share of the sending
         /// time.
         #[arg(long)]

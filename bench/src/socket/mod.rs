@@ -28,6 +28,31 @@ mod side;
 use pattern::*;
 use side::*;
 
+/// How much of every message the socket bench writes and reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum SocketWork {
+    /// Every message written with its pattern, every received byte checked.
+    #[default]
+    Full,
+    /// What iperf3 does, for a like-for-like comparison: TCP payloads are neither written
+    /// nor read (bytes are counted), UDP messages carry only their 16-byte header (stream,
+    /// sequence, kind), which the receiver reads to count losses. Messages in GPU memory
+    /// are still written and checked in full.
+    Count,
+}
+
+impl SocketWork {
+    /// The name the command line and the JSON report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Count => "count",
+        }
+    }
+}
+
 /// Options of a run.
 #[derive(Clone, Debug)]
 pub struct SocketBenchOptions {
@@ -47,6 +72,8 @@ pub struct SocketBenchOptions {
     /// Time each queue's worker (busy nanoseconds per packet, and the share of the run it
     /// was busy).
     pub time_stages: bool,
+    /// How much of every message is written and read.
+    pub work: SocketWork,
 }
 
 /// Traffic counts of one side, or summed over the sides.
@@ -114,6 +141,8 @@ pub struct SocketReport {
     pub message_size: u64,
     /// Seconds each sender sent for.
     pub seconds: f64,
+    /// How much of every message was written and read (`full`: every byte checked).
+    pub work: SocketWork,
     /// Summed over the sides (`lost`: messages sent and never received).
     #[serde(flatten)]
     pub total: Traffic,
@@ -146,19 +175,26 @@ impl SocketReport {
     /// Human-readable report.
     pub fn human(&self) -> String {
         let mut s = format!(
-            "socket bench ({}), mode {}, {} B messages, {:.2} s{}\n",
+            "socket bench ({}), mode {}, {} B messages, {:.2} s{}{}\n",
             self.transport,
             self.mode,
             self.message_size,
             self.seconds,
             self.target_gbps
                 .map(|g| format!(", paced at {g} Gb/s"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            match self.work {
+                SocketWork::Full => "",
+                SocketWork::Count if self.transport == "tcp" => {
+                    ", work count: payloads neither written nor checked"
+                }
+                SocketWork::Count => ", work count: only the 16-byte headers written and read",
+            }
         );
         for (name, side) in [("server", &self.server), ("client", &self.client)] {
             if let Some(r) = side {
                 s.push_str(&format!(
-                    "  {name}: sent {} on {} stream(s) ({:.3} Gb/s), received {} verified ({:.3} Gb/s), lost {}, errors {}\n",
+                    "  {name}: sent {} on {} stream(s) ({:.3} Gb/s), received {} ({:.3} Gb/s), lost {}, errors {}\n",
                     r.traffic.messages_sent, r.streams, r.traffic.tx_gbps, r.traffic.messages_received, r.traffic.rx_gbps, r.traffic.lost, r.traffic.errors
                 ));
                 for p in &r.problems {
@@ -444,6 +480,7 @@ fn report(
         },
         message_size: plan.size,
         seconds: opts.seconds,
+        work: opts.work,
         total: Traffic::default(),
         target_gbps: opts.target_gbps,
         drops: snapshot.drops(),
