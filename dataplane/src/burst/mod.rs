@@ -94,6 +94,7 @@ impl Burst {
                 first,
                 count: count32,
                 len: len as u32,
+                flow_id: 0,
             }),
             run_descriptors: OnceBox::new(),
             reorder: None,
@@ -371,6 +372,23 @@ impl Burst {
     /// Sets the flow id of packet `i`.
     pub fn set_flow_id(&mut self, i: usize, flow_id: u32) {
         self.descriptors_mut()[i].flow_id = flow_id;
+    }
+
+    /// Sets the flow id of every packet: a run keeps being a run (one id for all, no
+    /// descriptor written), an ordinary burst writes each descriptor.
+    pub fn set_flow_ids(&mut self, flow_id: u32) {
+        match &mut self.run {
+            Some(run) => {
+                run.flow_id = flow_id;
+                // Descriptors made before carry the old id.
+                self.run_descriptors = OnceBox::new();
+            }
+            None => {
+                for p in &mut self.packets {
+                    p.flow_id = flow_id;
+                }
+            }
+        }
     }
 
     /// Sets the timestamp (ns since the Unix epoch) of packet `i`: on a TX queue with

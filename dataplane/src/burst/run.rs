@@ -6,7 +6,7 @@ use crate::descriptor::{Packet, RegionId, Segment};
 use crate::memory::RegionSet;
 
 /// A burst's packets when it is a run: buffers `first..first + count` of `region`, each
-/// `len` bytes in one segment, with flow id and time 0.
+/// `len` bytes in one segment, all with the flow id `flow_id` and time 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Run {
     /// The region of every buffer.
@@ -18,6 +18,9 @@ pub struct Run {
     pub(crate) count: std::num::NonZeroU32,
     /// Bytes in each buffer.
     pub(crate) len: u32,
+    /// The flow id of every packet (0: none): steering that finds one rule for the whole
+    /// run sets it once instead of writing a descriptor per packet.
+    pub(crate) flow_id: u32,
 }
 
 impl Run {
@@ -31,6 +34,11 @@ impl Run {
         self.len
     }
 
+    /// The flow id of every packet of the run (0: none).
+    pub fn flow_id(&self) -> u32 {
+        self.flow_id
+    }
+
     /// How many packets.
     #[inline]
     pub(crate) fn count(&self) -> usize {
@@ -41,11 +49,13 @@ impl Run {
     pub(super) fn descriptors(&self, regions: &RegionSet) -> Vec<Packet> {
         let mut v = regions.descriptor_vec(self.count());
         v.extend((self.first..self.first + self.count.get()).map(|index| {
-            one_segment(Segment {
+            let mut p = one_segment(Segment {
                 region: self.region,
                 index,
                 len: self.len,
-            })
+            });
+            p.flow_id = self.flow_id;
+            p
         }));
         v
     }

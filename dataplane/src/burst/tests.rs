@@ -103,6 +103,31 @@ fn a_changed_run_becomes_descriptors_and_keeps_ownership_single() {
 
 /// No run where the pool cannot give consecutive buffers (too few, out of order, or a
 /// LIFO pool); nothing is taken then.
+/// One flow id for a whole run (steering that matched one rule for every packet) keeps it
+/// a run; descriptors made before show the new id; an ordinary burst gets it on every
+/// descriptor.
+#[test]
+fn one_flow_id_for_a_whole_run_keeps_it_a_run() {
+    let r = fifo_regions();
+    let mut run =
+        Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(1), 4, 64).unwrap();
+    assert!(run.packets().iter().all(|p| p.flow_id == 0));
+    run.set_flow_ids(7);
+    assert_eq!(run.run().map(|r| r.flow_id()), Some(7), "still a run");
+    assert!(run.packets().iter().all(|p| p.flow_id == 7));
+    let mut plain = Burst::test_burst(&r, &[RegionId(0)], 3);
+    plain.set_flow_ids(9);
+    assert!(plain.run().is_none());
+    assert_eq!(
+        plain
+            .packets()
+            .iter()
+            .map(|p| p.flow_id)
+            .collect::<Vec<_>>(),
+        [9, 9, 9]
+    );
+}
+
 #[test]
 fn no_run_without_consecutive_buffers() {
     let r = fifo_regions();

@@ -95,6 +95,7 @@ impl WireGrid {
             acked: 0,
             counters,
             pieces: Vec::with_capacity(self.rx_ids.len()),
+            routes: Vec::new(),
             #[cfg(feature = "cuda")]
             heads: Default::default(),
         }
@@ -137,6 +138,9 @@ pub struct Ingress {
     counters: Arc<QueueCounters>,
     /// Per-RX-queue pieces of the burst being steered (kept to reuse the allocation).
     pieces: Vec<Burst>,
+    /// Where each packet of the burst being steered goes: (RX index, flow id), or `None`
+    /// when it is dropped (kept to reuse the allocation).
+    routes: Vec<Option<(usize, u32)>>,
     /// The first bytes of frames in GPU memory, read by the GPU for the rules.
     #[cfg(feature = "cuda")]
     heads: crate::stage::DeviceDigest,
@@ -244,42 +248,64 @@ impl Ingress {
                 return Some(b);
             }
         } else {
-            // The container is kept between calls: no allocation per burst.
-            let mut pieces = std::mem::take(&mut self.pieces);
-            pieces.extend(self.rx_ids.iter().map(|&q| {
-                let mut b = Burst::empty(self.regions.clone(), self.port, q, burst.len());
-                b.set_steering_epoch(epoch);
-                b
-            }));
-            let (mut no_flow, mut malformed) = (0u64, 0u64);
-            let index_of = &self.index_of;
             let rules_now: &Classifier = &rules;
-            burst.distribute(&mut pieces, |b, i| match classify(rules_now, b, i) {
-                Verdict::Deliver { queue, flow_id } => {
-                    Some((index_of[queue as usize] as usize, flow_id))
-                }
-                Verdict::NoFlow => {
-                    no_flow += 1;
-                    None
-                }
-                Verdict::Malformed(_) => {
-                    malformed += 1;
-                    None
-                }
-            });
-            for (rx, piece) in pieces.drain(..).enumerate() {
-                if !piece.is_empty() {
-                    // Cannot fail: checked above, and nobody else pushes here.
-                    let _ = self.wires[rx].push(piece);
-                }
+            let (mut no_flow, mut malformed) = (0u64, 0u64);
+            let mut routes = std::mem::take(&mut self.routes);
+            routes.clear();
+            routes.extend(
+                (0..burst.len()).map(|i| match classify(rules_now, &burst, i) {
+                    Verdict::Deliver { queue, flow_id } => {
+                        Some((self.index_of[queue as usize] as usize, flow_id))
+                    }
+                    Verdict::NoFlow => {
+                        no_flow += 1;
+                        None
+                    }
+                    Verdict::Malformed(_) => {
+                        malformed += 1;
+                        None
+                    }
+                }),
+            );
+            let first = routes.first().copied().flatten();
+            if first.is_some() && routes.iter().all(|r| *r == first) {
+                // One rule for every packet (a stream per flow, the usual case): the burst
+                // goes whole, its flow ids set at once (a run stays a run).
+                let (rx, flow_id) = first.expect("checked");
+                burst.set_flow_ids(flow_id);
+                burst.set_steering_epoch(epoch);
+                // Cannot fail: checked above, and nobody else pushes here.
+                let _ = self.wires[rx].push(burst);
+            } else {
+                self.distribute(burst, &routes, epoch);
             }
-            self.pieces = pieces;
+            self.routes = routes;
             self.counters.drop_packets(DropReason::NoFlow, no_flow);
             self.counters.drop_packets(DropReason::Malformed, malformed);
         }
         drop(rules);
         self.acknowledge(epoch);
         None
+    }
+
+    /// Splits `burst` into one piece per RX queue by `routes` (packets routed nowhere are
+    /// freed) and pushes the pieces.
+    fn distribute(&mut self, burst: Burst, routes: &[Option<(usize, u32)>], epoch: u64) {
+        // The container is kept between calls: no allocation per burst.
+        let mut pieces = std::mem::take(&mut self.pieces);
+        pieces.extend(self.rx_ids.iter().map(|&q| {
+            let mut b = Burst::empty(self.regions.clone(), self.port, q, burst.len());
+            b.set_steering_epoch(epoch);
+            b
+        }));
+        burst.distribute(&mut pieces, |_, i| routes[i]);
+        for (rx, piece) in pieces.drain(..).enumerate() {
+            if !piece.is_empty() {
+                // Cannot fail: checked before steering, and nobody else pushes here.
+                let _ = self.wires[rx].push(piece);
+            }
+        }
+        self.pieces = pieces;
     }
 
     /// Nothing entered: this ingress point has adopted the newest rules.
