@@ -268,10 +268,11 @@ impl Ingress {
                 }),
             );
             let first = routes.first().copied().flatten();
-            if first.is_some() && routes.iter().all(|r| *r == first) {
+            if let Some((rx, flow_id)) = first
+                && routes.iter().all(|r| *r == first)
+            {
                 // One rule for every packet (a stream per flow, the usual case): the burst
                 // goes whole, its flow ids set at once (a run stays a run).
-                let (rx, flow_id) = first.expect("checked");
                 burst.set_flow_ids(flow_id);
                 burst.set_steering_epoch(epoch);
                 // Cannot fail: checked above, and nobody else pushes here.
