@@ -69,6 +69,8 @@ pub(super) fn map_huge(
     }
 }
 
+/// Anonymous memory of at least `bytes`: explicit huge pages (`MAP_HUGETLB`, populated at
+/// once) when `huge`, else host pages through [`map_transparent_huge`].
 pub(super) fn map_pages(
     cfg: &RegionPlan,
     bytes: usize,
