@@ -167,6 +167,29 @@ pub struct PortPlan {
     pub rx_timestamps: bool,
     /// TX `accurate_send`: the device sends on time where the driver offers it.
     pub accurate_send: bool,
+    /// The MTU the port is raised to: the largest frame any of its queues holds (the sum
+    /// of a queue's segment buffers, RX or TX), at least 64 and at most [`MAX_FRAME`]
+    /// bytes, less the 14-byte Ethernet header; never below [`MIN_MTU`]. The reference
+    /// subtracts 18 (the CRC too); a buffer holds a frame without its CRC (DPDK strips
+    /// it), so a frame that fills its buffer would then be dropped.
+    pub mtu: u16,
+}
+
+/// The largest frame a port's MTU is derived for (a 9000-byte MTU plus headers, tags and
+/// the CRC, as the reference's `JUMBOFRAME_SIZE`).
+pub const MAX_FRAME: usize = 9100;
+
+/// The Ethernet header: what a frame in a buffer holds beyond its MTU (the CRC is not in
+/// the buffer).
+pub const FRAME_OVERHEAD: usize = 14;
+
+/// The smallest MTU a device takes (`RTE_ETHER_MIN_MTU`).
+pub const MIN_MTU: u16 = 68;
+
+/// The MTU for a port whose largest frame is `frame` bytes (see [`PortPlan::mtu`]).
+pub fn mtu_for_frame(frame: usize) -> u16 {
+    let mtu = frame.clamp(64, MAX_FRAME) - FRAME_OVERHEAD;
+    (mtu as u16).max(MIN_MTU)
 }
 
 impl PortPlan {
@@ -402,6 +425,24 @@ fn eal_args(config: &Config, memory_bytes: u64) -> Vec<String> {
     a
 }
 
+/// The largest frame any queue of `iface` holds, RX or TX: the sum of its segment
+/// regions' `buf_size` (a TX queue larger than every RX queue counts too: deriving the MTU
+/// from RX alone drops such frames silently).
+fn largest_frame(config: &Config, iface: &crate::config::InterfaceConfig) -> usize {
+    let rx = iface.rx.iter().flat_map(|r| &r.queues);
+    let tx = iface.tx.iter().flat_map(|t| &t.queues);
+    rx.chain(tx)
+        .map(|q| {
+            q.memory_regions
+                .iter()
+                .filter_map(|n| config.memory_regions.iter().find(|m| &m.name == n))
+                .map(|m| m.buf_size)
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The DPDK part of the plan of `config`, with the regions' lending already decided.
 pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, PlanError> {
     let region_index = |n: &String| config.memory_regions.iter().position(|m| &m.name == n);
@@ -427,6 +468,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                 }),
             rx_timestamps: iface.rx.as_ref().is_some_and(|r| r.timestamps),
             accurate_send: iface.tx.as_ref().is_some_and(|t| t.accurate_send),
+            mtu: mtu_for_frame(largest_frame(config, iface)),
         };
         for (i, q) in iface.rx.iter().flat_map(|r| &r.queues).enumerate() {
             let lent = match q.memory_regions.as_slice() {
@@ -511,6 +553,52 @@ mod tests {
         crate::config::load_with(text, "t", &|_| true)
             .unwrap()
             .config
+    }
+
+    /// The MTU comes from the largest frame of any queue, RX or TX (a TX queue larger than
+    /// every RX queue counts), a frame being the sum of a queue's segment buffers; it is
+    /// capped at 9100-byte frames and never below the smallest MTU.
+    #[test]
+    fn mtu_follows_the_largest_frame_of_any_queue() {
+        assert_eq!(mtu_for_frame(2048), 2034);
+        assert_eq!(mtu_for_frame(9000), 8986);
+        assert_eq!(mtu_for_frame(65536), 9086);
+        assert_eq!(mtu_for_frame(0), MIN_MTU);
+        let cfg = load(config_yaml!(
+            raw,
+            0,
+            r#"    memory_regions:
+    - {name: hdr, kind: host, affinity: 0, num_bufs: 4096, buf_size: 64}
+    - {name: pay, kind: host, affinity: 0, num_bufs: 4096, buf_size: 1024}
+    - {name: jumbo, kind: host, affinity: 0, num_bufs: 4096, buf_size: 9000}
+    interfaces:
+    - name: split
+      address: "net_null0"
+      rx:
+        queues:
+        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [hdr, pay]}
+    - name: sender
+      address: "net_null1"
+      rx:
+        queues:
+        - {name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [pay]}
+      tx:
+        queues:
+        - {name: t, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [jumbo]}
+"#
+        ));
+        let regions = crate::plan::Plan::from_config(&cfg).unwrap();
+        let ports = &regions.dpdk().unwrap().ports;
+        assert_eq!(
+            ports[0].mtu,
+            1088 - 14,
+            "header and payload buffers of a split"
+        );
+        assert_eq!(
+            ports[1].mtu,
+            9000 - 14,
+            "the TX queue's frames, larger than RX's"
+        );
     }
 
     #[test]

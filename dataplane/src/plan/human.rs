@@ -189,9 +189,11 @@ impl Plan {
             for p in &d.ports {
                 let _ = writeln!(
                     s,
-                    "  port {} ({}):",
+                    "  port {} ({}), MTU at least {} (frames up to {} B; raised at start, never lowered):",
                     p.ethdev,
-                    if p.pci { "PCI" } else { "vdev" }
+                    if p.pci { "PCI" } else { "vdev" },
+                    p.mtu,
+                    usize::from(p.mtu) + dpdk::FRAME_OVERHEAD
                 );
                 for q in &p.rx {
                     let how = match &q.receive {

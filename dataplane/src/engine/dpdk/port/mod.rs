@@ -284,6 +284,7 @@ impl Port {
             sys::rte_eth_dev_configure(id, hw_rx as u16, hw_tx as u16, &conf)
         })
         .map_err(device_err)?;
+        raise_mtu(planned, id, &info);
         // From here on the port is ours: a failure closes it (OpenDevice's drop).
         // SAFETY: valid port id.
         let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
@@ -461,6 +462,46 @@ impl crate::steering::DeviceFlows for RunTimeFlows {
 }
 
 /// A device call of `planned`'s port failed.
+/// Raises the port's MTU to the planned one (the largest frame its queues hold), never
+/// lowers it: a virtual device over a kernel interface (af_packet) sets that interface's
+/// MTU, which other users of it rely on. A device that keeps a smaller MTU drops the
+/// larger frames, so that is a warning that says which frames and what was refused.
+fn raise_mtu(planned: &PortPlan, id: u16, info: &sys::rte_eth_dev_info) {
+    const ENOTSUP: i32 = 95;
+    let mut current = 0u16;
+    // SAFETY: a valid port id and out pointer.
+    if unsafe { sys::rte_eth_dev_get_mtu(id, &mut current) } != 0 || current >= planned.mtu {
+        return;
+    }
+    let want = planned.mtu.min(info.max_mtu.max(current));
+    // SAFETY: a configured, not yet started port.
+    let set = super::error::check("rte_eth_dev_set_mtu", unsafe {
+        sys::rte_eth_dev_set_mtu(id, want)
+    });
+    let largest = usize::from(planned.mtu) + crate::plan::dpdk::FRAME_OVERHEAD;
+    match set {
+        Ok(_) if want == planned.mtu => tracing::info!(
+            "interface `{}`: MTU raised from {current} to {want} for its {largest}-byte frames",
+            planned.name
+        ),
+        Ok(_) => tracing::warn!(
+            "interface `{}`: the device's MTU goes up to {want} only; frames larger than {} bytes (its queues hold {largest}) are dropped",
+            planned.name,
+            usize::from(want) + crate::plan::dpdk::FRAME_OVERHEAD
+        ),
+        // No MTU control (net_ring, net_null): such devices do not enforce one either.
+        Err(e) if e.errno == ENOTSUP => tracing::debug!(
+            "interface `{}`: the device has no MTU setting ({e}); its queues hold {largest}-byte frames",
+            planned.name
+        ),
+        Err(e) => tracing::warn!(
+            "interface `{}`: the device keeps MTU {current} ({e}); frames larger than {} bytes (its queues hold {largest}) are dropped",
+            planned.name,
+            usize::from(current) + crate::plan::dpdk::FRAME_OVERHEAD
+        ),
+    }
+}
+
 fn device_error(planned: &PortPlan, source: DpdkError) -> EngineError {
     EngineError::Device {
         interface: planned.name.clone(),
