@@ -12,7 +12,10 @@ use std::time::Duration;
 const NS_TX: &str = "dptest1";
 const NS_RX: &str = "dptest2";
 
-fn setup() -> Result<common::VethPair, String> {
+/// The namespaces and veth pair, to one test at a time (the tests share their names).
+fn setup() -> Result<(std::sync::MutexGuard<'static, ()>, common::VethPair), String> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let guard = common::veth_pair([NS_TX, NS_RX], ["dpxa", "dpxb"], [None, None])?;
     // No IPv6 chatter (router solicitations, MLD) on the wire: only our frames.
     for (ns, dev) in [(NS_TX, "dpxa"), (NS_RX, "dpxb")] {
@@ -27,7 +30,7 @@ fn setup() -> Result<common::VethPair, String> {
             ])
             .status();
     }
-    Ok(guard)
+    Ok((one, guard))
 }
 
 /// Runs the receiving side in NS_RX, then the sending side in NS_TX, from configuration
@@ -112,6 +115,58 @@ fn af_packet_across_namespaces_delivers_verified_frames() {
     assert_eq!((mtu(NS_TX, "dpxa"), mtu(NS_RX, "dpxb")), (1500, 1500));
     println!(
         "af_packet: sent {}, received {got} verified frames",
+        t["tx_packets"]
+    );
+}
+
+/// 9000-byte frames end to end: each port raises its veth end's MTU (1500 at the start) to
+/// what its buffers hold (the sender's 9000-byte frames: 8986; the receiver's 12 KiB
+/// buffers, which af_packet's 12 KiB ring frames need: 9086, the cap), and every frame
+/// that arrives is a whole, verified 9000-byte frame. Without the raise the kernel
+/// refuses every one of them.
+#[test]
+fn jumbo_frames_cross_af_packet_after_the_ports_raise_the_mtu() {
+    let _ns = match setup() {
+        Ok(g) => g,
+        Err(why) => {
+            println!("SKIP af_packet jumbo test: {why}");
+            eprintln!("SKIP af_packet jumbo test: {why}");
+            return;
+        }
+    };
+    assert_eq!((mtu(NS_TX, "dpxa"), mtu(NS_RX, "dpxb")), (1500, 1500));
+    let dir = std::env::temp_dir().join(format!("dp-jumbo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let jumbo = |side: &str, buf_size: &str| {
+        let text =
+            std::fs::read_to_string(common::config_path(&format!("dpdk_af_packet_{side}.yaml")))
+                .unwrap()
+                .replace("buf_size: 1088", buf_size)
+                .replace("num_bufs: 8192", "num_bufs: 2048")
+                .replace("payload_size: 64", "payload_size: 8936")
+                // af_packet's ring frames hold a 9000-byte frame and the kernel's header.
+                .replace(
+                    ",iface=dpx",
+                    ",framesz=12288,blocksz=12288,framecnt=512,iface=dpx",
+                );
+        let path = dir.join(format!("{side}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let (t, r) = run_pair(
+        &jumbo("rx", "buf_size: 12288"),
+        &jumbo("tx", "buf_size: 9000"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let got = assert_verified(&t, &r);
+    assert_eq!(
+        r["rx_bytes"].as_u64().unwrap(),
+        got * 9000,
+        "every frame 9000 bytes: {r}"
+    );
+    assert_eq!((mtu(NS_TX, "dpxa"), mtu(NS_RX, "dpxb")), (8986, 9086));
+    println!(
+        "af_packet jumbo: sent {}, received {got} verified 9000-byte frames",
         t["tx_packets"]
     );
 }

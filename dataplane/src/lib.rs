@@ -26,6 +26,7 @@ pub mod files;
 pub mod hugepages;
 pub mod memory;
 pub mod metrics;
+pub mod netdev;
 pub mod packet;
 pub mod plan;
 pub mod plane;

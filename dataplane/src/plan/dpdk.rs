@@ -173,6 +173,22 @@ pub struct PortPlan {
     /// subtracts 18 (the CRC too); a buffer holds a frame without its CRC (DPDK strips
     /// it), so a frame that fills its buffer would then be dropped.
     pub mtu: u16,
+    /// The kernel interface a virtual device sends through (`iface=` of net_af_packet and
+    /// net_af_xdp): its MTU is raised to [`PortPlan::mtu`] at start, never lowered.
+    pub kernel_interface: Option<String>,
+}
+
+/// The kernel interface of a vdev `address` that sends through one (`iface=NAME` of
+/// net_af_packet and net_af_xdp).
+pub fn kernel_interface(address: &str) -> Option<String> {
+    let (device, args) = address.split_once(',')?;
+    if !(device.starts_with("net_af_packet") || device.starts_with("net_af_xdp")) {
+        return None;
+    }
+    args.split(',')
+        .find_map(|kv| kv.strip_prefix("iface="))
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
 }
 
 /// The largest frame a port's MTU is derived for (a 9000-byte MTU plus headers, tags and
@@ -469,6 +485,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
             rx_timestamps: iface.rx.as_ref().is_some_and(|r| r.timestamps),
             accurate_send: iface.tx.as_ref().is_some_and(|t| t.accurate_send),
             mtu: mtu_for_frame(largest_frame(config, iface)),
+            kernel_interface: kernel_interface(&iface.address),
         };
         for (i, q) in iface.rx.iter().flat_map(|r| &r.queues).enumerate() {
             let lent = match q.memory_regions.as_slice() {
@@ -564,6 +581,12 @@ mod tests {
         assert_eq!(mtu_for_frame(9000), 8986);
         assert_eq!(mtu_for_frame(65536), 9086);
         assert_eq!(mtu_for_frame(0), MIN_MTU);
+        assert_eq!(
+            kernel_interface("net_af_packet0,framesz=4096,iface=veth1").as_deref(),
+            Some("veth1")
+        );
+        assert_eq!(kernel_interface("net_ring0"), None);
+        assert_eq!(kernel_interface("net_memif0,iface=x"), None);
         let cfg = load(config_yaml!(
             raw,
             0,

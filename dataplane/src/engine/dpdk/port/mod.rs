@@ -284,7 +284,8 @@ impl Port {
             sys::rte_eth_dev_configure(id, hw_rx as u16, hw_tx as u16, &conf)
         })
         .map_err(device_err)?;
-        raise_mtu(planned, id, &info);
+        let kernel_raised = raise_kernel_mtu(planned);
+        raise_mtu(planned, id, &info, kernel_raised);
         // From here on the port is ours: a failure closes it (OpenDevice's drop).
         // SAFETY: valid port id.
         let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
@@ -466,7 +467,7 @@ impl crate::steering::DeviceFlows for RunTimeFlows {
 /// lowers it: a virtual device over a kernel interface (af_packet) sets that interface's
 /// MTU, which other users of it rely on. A device that keeps a smaller MTU drops the
 /// larger frames, so that is a warning that says which frames and what was refused.
-fn raise_mtu(planned: &PortPlan, id: u16, info: &sys::rte_eth_dev_info) {
+fn raise_mtu(planned: &PortPlan, id: u16, info: &sys::rte_eth_dev_info, kernel_raised: bool) {
     const ENOTSUP: i32 = 95;
     let mut current = 0u16;
     // SAFETY: a valid port id and out pointer.
@@ -489,8 +490,9 @@ fn raise_mtu(planned: &PortPlan, id: u16, info: &sys::rte_eth_dev_info) {
             planned.name,
             usize::from(want) + crate::plan::dpdk::FRAME_OVERHEAD
         ),
-        // No MTU control (net_ring, net_null): such devices do not enforce one either.
-        Err(e) if e.errno == ENOTSUP => tracing::debug!(
+        // No MTU control (net_ring, net_null): such devices do not enforce one either; a
+        // device over a kernel interface whose MTU was raised sends what that takes.
+        Err(e) if e.errno == ENOTSUP || kernel_raised => tracing::debug!(
             "interface `{}`: the device has no MTU setting ({e}); its queues hold {largest}-byte frames",
             planned.name
         ),
@@ -499,6 +501,33 @@ fn raise_mtu(planned: &PortPlan, id: u16, info: &sys::rte_eth_dev_info) {
             planned.name,
             usize::from(current) + crate::plan::dpdk::FRAME_OVERHEAD
         ),
+    }
+}
+
+/// Raises the MTU of the kernel interface a virtual device sends through (af_packet,
+/// af_xdp) to the planned one, never lowering it; true when it now takes the planned
+/// frames. A refusal is a warning with the command that does it.
+fn raise_kernel_mtu(planned: &PortPlan) -> bool {
+    let Some(netdev) = &planned.kernel_interface else {
+        return false;
+    };
+    let mtu = u32::from(planned.mtu);
+    match crate::netdev::raise_mtu(netdev, mtu) {
+        Ok(had) if had < mtu => {
+            tracing::info!(
+                "interface `{}`: kernel interface {netdev}'s MTU raised from {had} to {mtu}",
+                planned.name
+            );
+            true
+        }
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(
+                "interface `{}`: cannot raise kernel interface {netdev}'s MTU to {mtu} ({e}); larger frames are dropped until `ip link set dev {netdev} mtu {mtu}`",
+                planned.name
+            );
+            false
+        }
     }
 }
 
