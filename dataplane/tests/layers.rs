@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     // The start-up plan: pure decisions from a configuration.
     &["plan"],
     // Machine resources and per-interface state.
-    &["hugepages", "stats", "steering"],
+    &["hugepages", "stats", "steering", "netdev"],
     // Regions and pools; threads that copy between raw addresses for a stage.
     &["memory", "copy_helpers"],
     // Packets and what is done to them between engine and application.
@@ -50,6 +50,8 @@ const UNSAFE_ALLOWED: &[&str] = &[
     // Copies between raw addresses, on helper threads, for the stage.
     "copy_helpers",
     "hugepages",
+    // A kernel interface's MTU through SIOCGIFMTU/SIOCSIFMTU.
+    "netdev",
     "burst",
     "stage",
     "reorder",
