@@ -330,7 +330,12 @@ fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {
         return ExitCode::FAILURE;
     };
     if with_plan {
-        return match dataplane::plan::Plan::from_config(&c) {
+        // The plan, then what only this machine can say about it (an integrated GPU).
+        let planned = dataplane::plan::Plan::from_config(&c).and_then(|p| {
+            p.check_integrated_gpus(&dataplane::sysinfo::region_on_integrated_gpu)
+                .map(|()| p)
+        });
+        return match planned {
             Ok(plan) if json => {
                 emit(&format!(
                     "{}\n",

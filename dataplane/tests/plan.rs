@@ -507,6 +507,48 @@ fn every_other_shipped_config_plans() {
     }
 }
 
+/// GB10's GPU is integrated: the Spark template receives into `host_pinned` memory, which
+/// no integrated-GPU answer refuses; the same file with `device` regions names both
+/// regions as reached by a NIC and is refused on an integrated GPU (and only there), with
+/// the fix. The ConnectX template (a discrete GPU server) is refused only if its GPU were
+/// integrated.
+#[test]
+fn device_regions_a_nic_fills_are_refused_on_an_integrated_gpu() {
+    let integrated = |_: &dataplane::plan::RegionPlan| true;
+    let discrete = |_: &dataplane::plan::RegionPlan| false;
+    let spark = shipped("dgx_spark_template.yaml");
+    assert!(spark.gpu_memory_nics_reach().is_empty());
+    spark.check_integrated_gpus(&integrated).unwrap();
+    let text = fill_placeholders(
+        &std::fs::read_to_string(root().join("configs/dgx_spark_template.yaml")).unwrap(),
+    )
+    .replace("kind: \"host_pinned\"", "kind: \"device\"");
+    let cfg = load(&text, "spark_device.yaml").unwrap();
+    let plan = Plan::from_config(&cfg).unwrap();
+    let reached: Vec<&str> = plan
+        .gpu_memory_nics_reach()
+        .iter()
+        .map(|a| plan.regions[a.region.index()].name.as_str())
+        .collect();
+    assert_eq!(reached, ["rx_gpu_a", "rx_gpu_b"]);
+    plan.check_integrated_gpus(&discrete).unwrap();
+    let e = plan
+        .check_integrated_gpus(&integrated)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("memory region `rx_gpu_a`: kind device on GPU 0, an integrated GPU")
+            && e.contains("interface `port0_a` receives into it by DMA (DPDK, PCI 0000:01:00.0)")
+            && e.contains("use kind: host_pinned"),
+        "{e}"
+    );
+    let cx = shipped("dpdk_connectx_template.yaml");
+    cx.check_integrated_gpus(&discrete).unwrap();
+    if !cx.gpu_memory_nics_reach().is_empty() {
+        assert!(cx.check_integrated_gpus(&integrated).is_err());
+    }
+}
+
 #[test]
 fn tx_eth_src_on_gpu_headers_is_planned_as_unstamped() {
     let text = common::loopback_config(

@@ -47,6 +47,9 @@ pub struct GpuInfo {
     pub name: String,
     /// UUID as `nvidia-smi -L` prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
     pub uuid: String,
+    /// An integrated GPU (GB10, Jetson): it shares the system's memory and has no PCIe BAR
+    /// a NIC could write into (`CU_DEVICE_ATTRIBUTE_INTEGRATED`).
+    pub integrated: bool,
 }
 
 /// Formats a CUDA UUID as `nvidia-smi` does.
@@ -74,9 +77,21 @@ pub fn gpus() -> Result<Vec<GpuInfo>, GpuError> {
                 ordinal,
                 name: ctx.name().map_err(driver("cuDeviceGetName"))?,
                 uuid: format_uuid(&uuid.bytes.map(|b| b as u8)),
+                integrated: integrated_of(&ctx)?,
             })
         })
         .collect()
+}
+
+fn integrated_of(ctx: &CudaContext) -> Result<bool, GpuError> {
+    ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_INTEGRATED)
+        .map(|v| v != 0)
+        .map_err(driver("cuDeviceGetAttribute"))
+}
+
+/// True when GPU `ordinal` is integrated (see [`GpuInfo::integrated`]).
+pub fn is_integrated(ordinal: u32) -> Result<bool, GpuError> {
+    integrated_of(&*context(ordinal)?)
 }
 
 /// The ordinal of the GPU with `uuid` (as `nvidia-smi -L` prints it, any case); the
@@ -100,7 +115,10 @@ pub fn describe(gpus: &[GpuInfo]) -> String {
         return "none".into();
     }
     gpus.iter()
-        .map(|g| format!("{}: {} ({})", g.ordinal, g.name, g.uuid))
+        .map(|g| {
+            let integrated = if g.integrated { ", integrated" } else { "" };
+            format!("{}: {} ({}{integrated})", g.ordinal, g.name, g.uuid)
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }

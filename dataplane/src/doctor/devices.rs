@@ -390,6 +390,9 @@ pub(super) fn gpu(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
             );
         }
     }
+    if integrated_gpu(m, p, &gpu_regions, out) {
+        return;
+    }
     // RDMA interfaces that would register GPU memory, and whether one insists
     // (`gpu_memory_path: direct`; `auto` stages where it cannot, `staged` always does).
     let rdma_paths: Vec<GpuMemoryPath> = if gpu_regions.iter().any(|r| r.kind == MemoryKind::Device)
@@ -446,4 +449,60 @@ pub(super) fn gpu(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
             );
         }
     }
+}
+
+/// Regions on an integrated GPU: one a NIC must reach by DMA blocks (the plane refuses it
+/// at start too); others are noted. True when something blocked.
+fn integrated_gpu(
+    m: &Machine,
+    p: &Plan,
+    gpu_regions: &[&crate::plan::RegionPlan],
+    out: &mut Vec<Finding>,
+) -> bool {
+    let reached = p.gpu_memory_nics_reach();
+    let mut blocked = false;
+    for r in gpu_regions.iter().filter(|r| m.region_on_integrated_gpu(r)) {
+        let nic = reached
+            .iter()
+            .find(|a| p.regions[a.region.index()].name == r.name);
+        match (nic, r.kind) {
+            (Some(access), _) => {
+                blocked = true;
+                push(
+                    out,
+                    "gpu",
+                    Severity::Block,
+                    format!(
+                        "region `{}`: kind device on GPU {}, an integrated GPU (no PCIe BAR a NIC can write into), but {}",
+                        r.name, r.affinity, access.via
+                    ),
+                    Some(format!(
+                        "make `{}` kind: host_pinned (the integrated GPU reads it in place)",
+                        r.name
+                    )),
+                );
+            }
+            (None, MemoryKind::Device) => push(
+                out,
+                "gpu",
+                Severity::Ok,
+                format!(
+                    "region `{}` is on GPU {}, an integrated GPU: no NIC writes it, the CPU copies into it",
+                    r.name, r.affinity
+                ),
+                None,
+            ),
+            (None, _) => push(
+                out,
+                "gpu",
+                Severity::Ok,
+                format!(
+                    "region `{}` is pinned host memory of GPU {}, an integrated GPU: the GPU reads it in place",
+                    r.name, r.affinity
+                ),
+                None,
+            ),
+        }
+    }
+    blocked
 }

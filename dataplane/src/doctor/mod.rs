@@ -54,12 +54,50 @@ pub struct Finding {
 #[derive(Clone, Debug)]
 pub struct Machine {
     root: PathBuf,
+    integrated_gpus: IntegratedGpus,
+}
+
+/// Where the answer to "is this GPU integrated?" comes from: no file says it, the CUDA
+/// driver does (`CU_DEVICE_ATTRIBUTE_INTEGRATED`).
+#[derive(Clone, Debug)]
+enum IntegratedGpus {
+    /// Ask this machine's driver.
+    Driver,
+    /// These ordinals (a recorded machine).
+    Known(BTreeSet<u32>),
 }
 
 impl Machine {
-    /// The machine under `root` (`/` for this one; a recorded tree in tests).
+    /// The machine under `root` (`/` for this one, whose CUDA driver says which GPUs are
+    /// integrated; a recorded tree in tests, with none integrated unless
+    /// [`Machine::with_integrated_gpus`] says so).
     pub fn at(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        let root = root.into();
+        let integrated_gpus = if root == Path::new("/") {
+            IntegratedGpus::Driver
+        } else {
+            IntegratedGpus::Known(BTreeSet::new())
+        };
+        Self {
+            root,
+            integrated_gpus,
+        }
+    }
+
+    /// The same machine with GPUs `ordinals` integrated (a recorded GB10 or Jetson).
+    pub fn with_integrated_gpus(mut self, ordinals: impl IntoIterator<Item = u32>) -> Self {
+        self.integrated_gpus = IntegratedGpus::Known(ordinals.into_iter().collect());
+        self
+    }
+
+    /// Whether the GPU of `region` is integrated.
+    fn region_on_integrated_gpu(&self, region: &crate::plan::RegionPlan) -> bool {
+        match &self.integrated_gpus {
+            IntegratedGpus::Driver => crate::sysinfo::region_on_integrated_gpu(region),
+            IntegratedGpus::Known(set) => {
+                region.gpu_uuid.is_none() && set.contains(&region.affinity)
+            }
+        }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -278,6 +316,80 @@ mod tests {
         assert_eq!(
             ipv4_gid("192.168.1.10".parse().unwrap()),
             "0000:0000:0000:0000:0000:ffff:c0a8:010a"
+        );
+    }
+
+    /// On a recorded GB10-like machine (the tuned server with GPU 0 said to be
+    /// integrated), a `device` region a PCI port receives into by DMA blocks, with
+    /// `host_pinned` as the fix; the same file with `host_pinned` does not; a discrete
+    /// GPU (the same tree as recorded) lets the `device` region through.
+    #[test]
+    fn device_regions_a_nic_fills_on_an_integrated_gpu_block_with_the_fix() {
+        const DEVICE_RX: &str = config_yaml!(
+            raw,
+            2,
+            r#"    memory_regions:
+    - {name: payloads, kind: device, affinity: 0, num_bufs: 65536, buf_size: 8000}
+    - {name: tx_buffers, kind: huge, affinity: 0, num_bufs: 65536, buf_size: 8256}
+    interfaces:
+    - name: nic0
+      address: "0000:3b:00.0"
+      rx: {queues: [{name: rq, id: 0, cpu_core: 4, batch_size: 256, memory_regions: [payloads]}]}
+      tx: {queues: [{name: tq, id: 0, cpu_core: 5, batch_size: 256, memory_regions: [tx_buffers]}]}
+"#
+        );
+        let tree = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../cli/tests/doctor/tuned-server"
+        );
+        let load = |text: &str| {
+            crate::config::load_with(text, "gb10.yaml", &|_| true)
+                .unwrap()
+                .config
+        };
+        let gpu_findings = |m: &Machine, text: &str| -> Vec<Finding> {
+            check(m, Some(&load(text)))
+                .into_iter()
+                .filter(|f| f.check == "gpu")
+                .collect()
+        };
+        let gb10 = Machine::at(tree).with_integrated_gpus([0]);
+        let f = gpu_findings(&gb10, DEVICE_RX);
+        let block = f
+            .iter()
+            .find(|f| f.severity == Severity::Block)
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(
+            block
+                .message
+                .contains("region `payloads`: kind device on GPU 0, an integrated GPU")
+                && block
+                    .message
+                    .contains("interface `nic0` receives into it by DMA (DPDK, PCI 0000:3b:00.0)"),
+            "{block:#?}"
+        );
+        assert_eq!(
+            block.fix.as_deref(),
+            Some("make `payloads` kind: host_pinned (the integrated GPU reads it in place)")
+        );
+        let pinned = DEVICE_RX.replace(
+            "name: payloads, kind: device",
+            "name: payloads, kind: host_pinned",
+        );
+        assert_ne!(pinned, DEVICE_RX);
+        let f = gpu_findings(&gb10, &pinned);
+        assert!(f.iter().all(|f| f.severity == Severity::Ok), "{f:#?}");
+        assert!(
+            f.iter().any(|f| f
+                .message
+                .contains("pinned host memory of GPU 0, an integrated GPU")),
+            "{f:#?}"
+        );
+        let f = gpu_findings(&Machine::at(tree), DEVICE_RX);
+        assert!(f.iter().all(|f| f.severity != Severity::Block), "{f:#?}");
+        assert!(
+            !f.iter().any(|f| f.message.contains("integrated")),
+            "{f:#?}"
         );
     }
 

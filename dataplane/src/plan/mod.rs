@@ -10,6 +10,7 @@
 
 pub mod capabilities;
 pub mod dpdk;
+pub mod gpu;
 pub mod loopback;
 pub mod rdma;
 pub mod socket;
@@ -76,6 +77,18 @@ pub enum PlanError {
     DeviceUnreachable {
         /// The region.
         region: String,
+    },
+    /// A `device` region a NIC must reach by DMA lies on an integrated GPU.
+    #[error(
+        "memory region `{region}`: kind device on GPU {gpu}, an integrated GPU (it shares the system's memory and has no PCIe BAR a NIC can write into), but {via}; use kind: host_pinned, which the integrated GPU reads in place"
+    )]
+    IntegratedGpu {
+        /// The region.
+        region: String,
+        /// Its GPU's ordinal.
+        gpu: u32,
+        /// Who must reach it.
+        via: String,
     },
     /// A queue cannot be run as configured.
     #[error("interface `{interface}`: {} queue {queue}: {reason}", direction.name().to_uppercase())]

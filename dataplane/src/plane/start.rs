@@ -50,6 +50,7 @@ impl DataPlane {
         // configuration, so region ids mean the same in it and in the plan.
         let config = &crate::plan::staging::with_staging_regions(config);
         let plan = Plan::from_staged(config)?;
+        plan.check_integrated_gpus(&crate::sysinfo::region_on_integrated_gpu)?;
         Self::execute(config, plan, make)
     }
 
