@@ -6,7 +6,8 @@
 #
 # In the VM two net_tap ports are joined by a bridge: `dataplane bench raw
 # configs/dpdk_tap_flows.yaml` sends on one, and the other's rte_flow rules (isolated mode)
-# steer UDP port 5000 to queue 0 and 5001 to queue 1. The script passes when the engine
+# steer UDP port 5000 to queue 0 and 5001 to queue 1 (with MAC matches, one of which must
+# take nothing). The script passes when the engine
 # reports rte_flow steering, both queues received, and each queue holds exactly its flow's
 # packets. Then it runs the test binary of bench/tests/dpdk_tap_dynamic_flows.rs there
 # (DATAPLANE_TAP_VM=1): flows added and removed at run time become and stop being rte_flow

@@ -332,8 +332,10 @@ fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {
     if with_plan {
         // The plan, then what only this machine can say about it (an integrated GPU).
         let planned = dataplane::plan::Plan::from_config(&c).and_then(|p| {
-            p.check_integrated_gpus(&dataplane::sysinfo::region_on_integrated_gpu)
-                .map(|()| p)
+            p.check_integrated_gpus(&|r| {
+                dataplane::sysinfo::gpu_is_integrated(r.affinity, r.gpu_uuid.as_deref())
+            })
+            .map(|()| p)
         });
         return match planned {
             Ok(plan) if json => {

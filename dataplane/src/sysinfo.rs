@@ -29,21 +29,21 @@ pub fn thread_cpu_seconds(tid: i32) -> Option<f64> {
     Some(ticks as f64 / per_s.max(1) as f64)
 }
 
-/// Whether the GPU of `region` (a GPU kind) is integrated (GB10, Jetson), asked of the
-/// CUDA driver. `false` when it cannot be told (no driver, no such GPU, a build without
-/// CUDA): the region's allocation then fails with that reason.
-pub fn region_on_integrated_gpu(region: &crate::plan::RegionPlan) -> bool {
+/// Whether the GPU of a region (`affinity`, or the GPU named by `gpu_uuid`) is integrated
+/// (GB10, Jetson), asked of the CUDA driver. `false` when it cannot be told (no driver, no
+/// such GPU, a build without CUDA): the region's allocation then fails with that reason.
+pub fn gpu_is_integrated(affinity: u32, gpu_uuid: Option<&str>) -> bool {
     #[cfg(feature = "cuda")]
     {
-        let ordinal = match &region.gpu_uuid {
+        let ordinal = match gpu_uuid {
             Some(uuid) => gpudirect::ordinal_of_uuid(uuid).ok(),
-            None => Some(region.affinity),
+            None => Some(affinity),
         };
         ordinal.is_some_and(|o| gpudirect::is_integrated(o).unwrap_or(false))
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = region;
+        let _ = (affinity, gpu_uuid);
         false
     }
 }

@@ -348,3 +348,98 @@ fn tx_flows_parse_and_software_steering_rejects_them() {
     let e = load(&bad).unwrap_err().to_string();
     assert!(e.contains("`queue` is an RX action"), "{e}");
 }
+
+/// `match.ethernet`: parsed with the other fields; an empty one, a bad MAC, an EtherType
+/// that contradicts the IPv4/UDP or eCPRI fields, and any layer-2 field on the socket
+/// engine (whose datagrams have no Ethernet header) are errors naming the key.
+#[test]
+fn ethernet_matches_parse_and_contradictions_are_errors() {
+    let loaded = load(&with(
+        r#"        flows:
+        - name: group
+          id: 1
+          action: {type: queue, id: 1}
+          match: {ethernet: {dst: "01:00:5e:00:00:fb", src: "02-00-00-00-00-09", ethertype: 0x0800}, udp_dst: 5353}
+"#,
+    ))
+    .expect("loads");
+    let m = loaded.config.interfaces[0].rx.as_ref().unwrap().flows[0]
+        .matches
+        .ethernet
+        .unwrap();
+    assert_eq!(m.dst, Some([1, 0, 0x5e, 0, 0, 0xfb]));
+    assert_eq!(m.src, Some([2, 0, 0, 0, 0, 9]));
+    assert_eq!(m.ethertype, Some(0x0800));
+    let flow = |m: &str| {
+        format!(
+            "        flows:\n        - name: f\n          id: 1\n          action: {{type: queue, id: 1}}\n          match: {m}\n"
+        )
+    };
+    assert_one(
+        &flow("{ethernet: {}}"),
+        &[
+            "match.ethernet",
+            "needs at least one of `dst`, `src`, `ethertype`",
+        ],
+    );
+    assert_one(
+        &flow("{ethernet: {dst: \"01:00:5e:00:00\"}}"),
+        &["match.ethernet.dst", "is not a MAC address"],
+    );
+    assert_one(
+        &flow("{ethernet: {ethertype: 0x86dd}, udp_dst: 5000}"),
+        &[
+            "match.ethernet.ethertype",
+            "0x86dd contradicts IPv4/UDP fields",
+        ],
+    );
+    assert_one(
+        &flow("{ethernet: {ethertype: 0x0800}, ecpri: {}}"),
+        &["0x0800 contradicts `ecpri`"],
+    );
+    assert_one(
+        &flow("{ethernet: {ethertype: 0x05ff}}"),
+        &["match.ethernet.ethertype"],
+    );
+    assert_one(
+        &flow("{ethernet: {dst: \"01:00:5e:00:00:fb\", mtu: 9000}}"),
+        &["mtu"],
+    );
+    let sockets = config_yaml!(
+        socket,
+        0,
+        r#"    memory_regions:
+    - {name: bufs, kind: host, affinity: 0, num_bufs: 256, buf_size: 2048}
+    interfaces:
+    - name: udp0
+      address: 127.0.0.1
+      socket_config: {mode: server, local_addr: "udp://127.0.0.1:5000"}
+      rx:
+        queues:
+        - {name: q0, id: 0, cpu_core: 0, batch_size: 64, memory_regions: [bufs]}
+        - {name: q1, id: 1, cpu_core: 0, batch_size: 64, memory_regions: [bufs]}
+        flows:
+        - name: tagged
+          id: 1
+          action: {type: queue, id: 1}
+          match: {vlan_id: 3, ethernet: {src: "02:00:00:00:00:01"}}
+"#
+    );
+    let e: Vec<String> = load(sockets)
+        .unwrap_err()
+        .errors()
+        .map(|d| d.to_string())
+        .collect();
+    assert_eq!(e.len(), 2, "{e:#?}");
+    assert!(
+        e[0].contains("interfaces[0].rx.flows[0].match.vlan_id")
+            && e[0].contains("not supported on the socket engine"),
+        "{}",
+        e[0]
+    );
+    assert!(
+        e[1].contains("match.ethernet") && e[1].contains("without their Ethernet header"),
+        "{}",
+        e[1]
+    );
+}

@@ -93,7 +93,9 @@ impl Machine {
     /// Whether the GPU of `region` is integrated.
     fn region_on_integrated_gpu(&self, region: &crate::plan::RegionPlan) -> bool {
         match &self.integrated_gpus {
-            IntegratedGpus::Driver => crate::sysinfo::region_on_integrated_gpu(region),
+            IntegratedGpus::Driver => {
+                crate::sysinfo::gpu_is_integrated(region.affinity, region.gpu_uuid.as_deref())
+            }
             IntegratedGpus::Known(set) => {
                 region.gpu_uuid.is_none() && set.contains(&region.affinity)
             }

@@ -50,7 +50,9 @@ impl DataPlane {
         // configuration, so region ids mean the same in it and in the plan.
         let config = &crate::plan::staging::with_staging_regions(config);
         let plan = Plan::from_staged(config)?;
-        plan.check_integrated_gpus(&crate::sysinfo::region_on_integrated_gpu)?;
+        plan.check_integrated_gpus(&|r| {
+            crate::sysinfo::gpu_is_integrated(r.affinity, r.gpu_uuid.as_deref())
+        })?;
         Self::execute(config, plan, make)
     }
 

@@ -53,6 +53,7 @@ struct Rule {
     src: (u32, u32),
     dst: (u32, u32),
     vlan: Option<u16>,
+    ethernet: Option<crate::config::EthernetMatch>,
     ecpri: Option<(Option<u8>, Option<u16>)>,
     /// (UDP destination port, payload offset, value under mask, mask).
     flex: Option<(u16, u32, u32, u32)>,
@@ -82,6 +83,7 @@ impl Rule {
             src: prefix(m.ipv4_src),
             dst: prefix(m.ipv4_dst),
             vlan: m.vlan_id,
+            ethernet: m.ethernet,
             ecpri: m.ecpri.map(|e| (e.msg_type, e.id)),
             flex,
         }
@@ -90,6 +92,11 @@ impl Rule {
     #[inline]
     fn matches(&self, h: &Headers, frame: &[u8]) -> bool {
         if self.vlan.is_some() && h.vlan != self.vlan {
+            return false;
+        }
+        if let Some(e) = &self.ethernet
+            && !ethernet_matches(e, h, frame, self.vlan.is_some())
+        {
             return false;
         }
         if self.needs_ipv4 {
@@ -129,6 +136,27 @@ impl Rule {
         }
         true
     }
+}
+
+/// `match.ethernet` against a frame whose headers parsed as `h`: the EtherType compared is
+/// the one after the outer VLAN tag when the rule matches a VLAN id (the frame then has
+/// one: the VLAN check ran first), else the one after the addresses.
+#[inline]
+fn ethernet_matches(
+    e: &crate::config::EthernetMatch,
+    h: &Headers,
+    frame: &[u8],
+    after_tag: bool,
+) -> bool {
+    // The parser refused frames shorter than an Ethernet header (and than a tag it read).
+    let at = if after_tag { 16 } else { 12 };
+    let Some(header) = frame.get(..at + 2).filter(|_| h.ethernet) else {
+        return false;
+    };
+    e.dst.is_none_or(|m| header[..6] == m)
+        && e.src.is_none_or(|m| header[6..12] == m)
+        && e.ethertype
+            .is_none_or(|t| u16::from_be_bytes([header[at], header[at + 1]]) == t)
 }
 
 /// Rule sets larger than this use the column layout.
@@ -489,11 +517,12 @@ impl Classifier {
         };
         // Columns pay off past a few rules (measured: BENCHMARKS.md); below that the
         // plain scan with early exits is faster.
+        // The columns compare IPv4/UDP fields only.
         let columns = (rules.len() > COLUMNS_FROM_RULES
-            && rx
-                .flows
-                .iter()
-                .all(|f| f.matches.class() == crate::config::MatchClass::Ipv4Udp))
+            && rx.flows.iter().all(|f| {
+                f.matches.class() == crate::config::MatchClass::Ipv4Udp
+                    && f.matches.ethernet.is_none()
+            }))
         .then(|| Columns::compile(&rules));
         let index = (columns.is_some() && rules.len() > INDEX_FROM_RULES)
             .then(|| DportIndex::compile(&rules));
@@ -557,6 +586,7 @@ impl Classifier {
         }
         let len = payload.len().min(usize::from(u16::MAX) - 28) as u16;
         let h = Headers {
+            ethernet: false,
             vlan: None,
             ipv4: Some(headers::Ipv4Fields {
                 src: u32::from(*from.ip()),

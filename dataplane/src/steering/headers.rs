@@ -88,6 +88,8 @@ pub struct EcpriFields {
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Headers {
+    /// The frame starts with an Ethernet header (false for a socket's datagram).
+    pub ethernet: bool,
     /// VLAN id of the outer tag.
     pub vlan: Option<u16>,
     /// IPv4 header, when the frame carries IPv4.
@@ -131,6 +133,7 @@ pub fn parse(f: &[u8]) -> Result<Headers, Malformed> {
                 packet_end: packet_end(f.len(), 14, 20, total_len) as u16,
             });
             return Ok(Headers {
+                ethernet: true,
                 vlan: None,
                 ipv4,
                 udp,
@@ -146,7 +149,10 @@ fn parse_general(f: &[u8]) -> Result<Headers, Malformed> {
     if f.len() < 14 {
         return Err(Malformed::ShortEthernet);
     }
-    let mut h = Headers::default();
+    let mut h = Headers {
+        ethernet: true,
+        ..Headers::default()
+    };
     let mut ethertype = be16(f, 12);
     let mut at = 14;
     let mut tags = 0;
@@ -336,7 +342,13 @@ mod tests {
         assert!(parse(&f).unwrap().udp.is_some());
         let mut arp = vec![0u8; 42];
         arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
-        assert_eq!(parse(&arp), Ok(Headers::default()));
+        assert_eq!(
+            parse(&arp),
+            Ok(Headers {
+                ethernet: true,
+                ..Headers::default()
+            })
+        );
         let mut ecpri = vec![0u8; 20];
         ecpri[12..14].copy_from_slice(&ETHERTYPE_ECPRI.to_be_bytes());
         ecpri[15] = 2;

@@ -229,6 +229,8 @@ pub struct FlowMatch {
     pub ipv4_dst: Option<Ipv4Prefix>,
     /// VLAN id of the outer tag.
     pub vlan_id: Option<u16>,
+    /// `match.ethernet`: MAC addresses and EtherType.
+    pub ethernet: Option<EthernetMatch>,
     /// eCPRI fields (present: the flow matches eCPRI frames).
     pub ecpri: Option<EcpriMatch>,
     /// Flex item word.
@@ -282,6 +284,7 @@ impl FlowMatch {
             && opt(&self.ipv4_src, &other.ipv4_src, Ipv4Prefix::covers)
             && opt(&self.ipv4_dst, &other.ipv4_dst, Ipv4Prefix::covers)
             && opt(&self.vlan_id, &other.vlan_id, |a, b| a == b)
+            && opt(&self.ethernet, &other.ethernet, EthernetMatch::covers)
             && ecpri
             && flex
     }
@@ -293,6 +296,31 @@ impl FlowMatch {
             || self.ipv4_len.is_some()
             || self.ipv4_src.is_some()
             || self.ipv4_dst.is_some()
+    }
+}
+
+/// `match.ethernet`: the Ethernet header's addresses and the EtherType of what follows
+/// it (after the VLAN tag when the flow also matches `vlan_id`, as rte_flow's VLAN item
+/// reads it; else the one right after the addresses).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EthernetMatch {
+    /// Destination MAC (a group address matches that multicast group).
+    pub dst: Option<[u8; 6]>,
+    /// Source MAC.
+    pub src: Option<[u8; 6]>,
+    /// EtherType.
+    pub ethertype: Option<u16>,
+}
+
+impl EthernetMatch {
+    /// True when every frame `other` accepts is also accepted by `self`.
+    pub fn covers(&self, other: &EthernetMatch) -> bool {
+        fn field<T: PartialEq>(a: Option<T>, b: Option<T>) -> bool {
+            a.is_none() || a == b
+        }
+        field(self.dst, other.dst)
+            && field(self.src, other.src)
+            && field(self.ethertype, other.ethertype)
     }
 }
 

@@ -368,6 +368,7 @@ pub(super) fn flow_match(d: &mut Diagnostics, node: &Node, path: &str) -> Option
     let vlan_id = m
         .optional(d, "vlan_id", |d, n, p| r::uint_in(d, n, p, 0, 4095))
         .map(|v| v as u16);
+    let ethernet = m.optional(d, "ethernet", ethernet_match);
     let ecpri = m.optional(d, "ecpri", ecpri_match);
     let flex_id = m.optional(d, "flex_item_id", |d, n, p| r::uint_in(d, n, p, 0, 65535));
     let u32_key = |d: &mut Diagnostics, n: &Node, p: &str| r::uint_in(d, n, p, 0, u32::MAX as u64);
@@ -397,6 +398,7 @@ pub(super) fn flow_match(d: &mut Diagnostics, node: &Node, path: &str) -> Option
         ipv4_src,
         ipv4_dst,
         vlan_id,
+        ethernet,
         ecpri,
         flex,
     };
@@ -417,8 +419,61 @@ pub(super) fn flow_match(d: &mut Diagnostics, node: &Node, path: &str) -> Option
             "`ecpri` cannot be combined with UDP/IPv4 fields (eCPRI runs directly over Ethernet)",
         );
     }
+    // The EtherTypes of IPv4 and of eCPRI.
+    if let Some(et) = fm.ethernet.and_then(|e| e.ethertype) {
+        let implied = if fm.ecpri.is_some() {
+            Some((0xAEFE, "`ecpri`"))
+        } else if fm.has_ip_fields() {
+            Some((0x0800, "IPv4/UDP fields"))
+        } else {
+            None
+        };
+        if let Some((want, what)) = implied.filter(|(want, _)| *want != et) {
+            d.error(
+                Kind::Invalid,
+                &format!("{path}.ethernet.ethertype"),
+                Some(node.location),
+                format!(
+                    "ethertype {et:#06x} contradicts {what}, which match EtherType {want:#06x} only"
+                ),
+            );
+        }
+    }
     m.finish(d);
     Some(fm)
+}
+
+/// `match.ethernet: {dst, src, ethertype}` (at least one).
+pub(super) fn ethernet_match(
+    d: &mut Diagnostics,
+    node: &Node,
+    path: &str,
+) -> Option<EthernetMatch> {
+    let mut m = MapReader::open(d, node, path)?;
+    let given = ["dst", "src", "ethertype"].iter().any(|k| m.has(k));
+    let dst = m.optional(d, "dst", super::mac);
+    let src = m.optional(d, "src", super::mac);
+    let ethertype = m
+        .optional(d, "ethertype", |d, n, p| {
+            r::uint_in(d, n, p, 0x0600, 0xffff)
+        })
+        .map(|v| v as u16);
+    m.finish(d);
+    let e = EthernetMatch {
+        dst,
+        src,
+        ethertype,
+    };
+    if !given {
+        d.error(
+            Kind::Missing,
+            path,
+            Some(node.location),
+            "`ethernet` needs at least one of `dst`, `src`, `ethertype`",
+        );
+        return None;
+    }
+    Some(e)
 }
 
 pub(super) fn ecpri_match(d: &mut Diagnostics, node: &Node, path: &str) -> Option<EcpriMatch> {

@@ -48,6 +48,21 @@ pub fn check(
                 }
             }
         }
+        if let Some(rx) = &iface.rx
+            && c.engine == EngineKind::Socket
+        {
+            for (fi, f) in rx.flows.iter().enumerate() {
+                let m = &f.matches;
+                let layer2 = [
+                    (m.vlan_id.is_some(), "vlan_id"),
+                    (m.ethernet.is_some(), "ethernet"),
+                    (m.ecpri.is_some(), "ecpri"),
+                ];
+                for (_, key) in layer2.iter().filter(|(set, _)| *set) {
+                    d.error(Kind::NotSupported, &format!("interfaces[{i}].rx.flows[{fi}].match.{key}"), Some(f.location), format!("not supported on the socket engine: match.{key} in flow `{}` (a kernel socket receives datagrams without their Ethernet header, so the rule could never match)", f.name));
+                }
+            }
+        }
         if let Some(rx) = &iface.rx {
             flow_rules(
                 d,

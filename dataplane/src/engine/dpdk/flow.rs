@@ -146,27 +146,42 @@ pub fn translate_flow(
         });
     }
     let mut items = Vec::new();
+    // dst(6) src(6) type(2); the type after a VLAN tag is the VLAN item's inner type.
     let mut eth = Item::sized(
         sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_ETH,
         size_of::<sys::rte_flow_item_eth>(),
     );
+    let e = m.ethernet.unwrap_or_default();
+    if let Some(dst) = e.dst {
+        eth.field(0, &dst, &[0xff; 6]);
+    }
+    if let Some(src) = e.src {
+        eth.field(6, &src, &[0xff; 6]);
+    }
+    let ethertype = e.ethertype.or(m.ecpri.map(|_| ETHERTYPE_ECPRI));
+    let any_if_empty = |item: Item| {
+        if item.mask.iter().all(|&b| b == 0) {
+            Item::any(item.kind)
+        } else {
+            item
+        }
+    };
     if let Some(vid) = m.vlan_id {
-        items.push(Item::any(sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_ETH));
+        items.push(any_if_empty(eth));
         let mut vlan = Item::sized(
             sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_VLAN,
             size_of::<sys::rte_flow_item_vlan>(),
         );
         vlan.field(0, &vid.to_be_bytes(), &0x0fffu16.to_be_bytes());
-        if m.ecpri.is_some() {
-            vlan.field(2, &ETHERTYPE_ECPRI.to_be_bytes(), &[0xff, 0xff]);
+        if let Some(t) = ethertype {
+            vlan.field(2, &t.to_be_bytes(), &[0xff, 0xff]);
         }
         items.push(vlan);
-    } else if m.ecpri.is_some() {
-        // dst(6) src(6) type(2)
-        eth.field(12, &ETHERTYPE_ECPRI.to_be_bytes(), &[0xff, 0xff]);
-        items.push(eth);
     } else {
-        items.push(Item::any(sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_ETH));
+        if let Some(t) = ethertype {
+            eth.field(12, &t.to_be_bytes(), &[0xff, 0xff]);
+        }
+        items.push(any_if_empty(eth));
     }
     if let Some(e) = &m.ecpri {
         let mut ecpri = Item::sized(
@@ -181,7 +196,9 @@ pub fn translate_flow(
             ecpri.field(4, &id.to_be_bytes(), &[0xff, 0xff]);
         }
         items.push(ecpri);
-    } else {
+    } else if m.has_ip_fields() {
+        // As the software classifier: IPv4 fields match any IPv4 packet, UDP fields only
+        // UDP; a flow with neither matches every frame its Ethernet fields accept.
         let mut ip = Item::sized(
             sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_IPV4,
             size_of::<sys::rte_flow_item_ipv4>(),
@@ -196,26 +213,22 @@ pub fn translate_flow(
         if let Some(p) = m.ipv4_dst {
             ip.field(16, &p.addr.octets(), &p.mask().to_be_bytes());
         }
-        if ip.mask.iter().all(|&b| b == 0) {
-            ip = Item::any(ip.kind);
-        }
-        items.push(ip);
-        let mut udp = Item::sized(
-            sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_UDP,
-            size_of::<sys::rte_flow_item_udp>(),
-        );
-        for (offset, range) in [(0, m.udp_src), (2, m.udp_dst)] {
-            if let Some(r) = range {
-                udp.field(offset, &r.first.to_be_bytes(), &[0xff, 0xff]);
-                if r.last != r.first {
-                    udp.range_end(offset, &r.last.to_be_bytes());
+        items.push(any_if_empty(ip));
+        if m.udp_src.is_some() || m.udp_dst.is_some() {
+            let mut udp = Item::sized(
+                sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_UDP,
+                size_of::<sys::rte_flow_item_udp>(),
+            );
+            for (offset, range) in [(0, m.udp_src), (2, m.udp_dst)] {
+                if let Some(r) = range {
+                    udp.field(offset, &r.first.to_be_bytes(), &[0xff, 0xff]);
+                    if r.last != r.first {
+                        udp.range_end(offset, &r.last.to_be_bytes());
+                    }
                 }
             }
+            items.push(udp);
         }
-        if udp.mask.iter().all(|&b| b == 0) {
-            udp = Item::any(udp.kind);
-        }
-        items.push(udp);
     }
 
     let mut actions = Vec::new();
@@ -697,5 +710,45 @@ mod tests {
             vec![Action::Queue(0)],
             "no MARK when asked"
         );
+    }
+
+    /// `match.ethernet` fills the ETH item; its EtherType moves to the VLAN item's inner
+    /// type when the flow also matches a VLAN id; with no IPv4 or UDP field the pattern
+    /// stops at Ethernet (every frame of those addresses), as in software.
+    #[test]
+    fn ethernet_fields_translate_to_the_eth_and_vlan_items() {
+        let item = sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_ETH;
+        let r = rx(r#"        - name: group
+          id: 1
+          action: {type: queue, id: 1}
+          match: {ethernet: {dst: "01:00:5e:01:02:03", src: "02:00:00:00:00:09", ethertype: 0x86dd}}
+        - name: tagged
+          id: 2
+          action: {type: queue, id: 7}
+          match: {vlan_id: 5, ethernet: {ethertype: 0x0800}, udp_dst: 6000}
+"#);
+        let rules = translate(&r, &hw, true).unwrap();
+        let g = &rules[0];
+        assert_eq!(g.items.len(), 1, "{:?}", g.items);
+        assert_eq!(g.items[0].kind, item);
+        assert_eq!(
+            &g.items[0].spec[..14],
+            &[1, 0, 0x5e, 1, 2, 3, 2, 0, 0, 0, 0, 9, 0x86, 0xdd]
+        );
+        assert_eq!(&g.items[0].mask[..14], &[0xff; 14]);
+        let t = &rules[1];
+        let kinds: Vec<_> = t.items.iter().map(|i| i.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                item,
+                sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_VLAN,
+                sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_IPV4,
+                sys::rte_flow_item_type_RTE_FLOW_ITEM_TYPE_UDP
+            ]
+        );
+        assert!(t.items[0].mask.is_empty(), "no Ethernet field: any");
+        assert_eq!(&t.items[1].spec[..4], &[0, 5, 0x08, 0x00]);
+        assert_eq!(&t.items[1].mask[..4], &[0x0f, 0xff, 0xff, 0xff]);
     }
 }

@@ -641,3 +641,74 @@ proptest! {
         }
     }
 }
+
+/// `match.ethernet`: addresses and EtherType, the EtherType read after the VLAN tag when
+/// the rule also matches a VLAN id; more rules than the column layout takes, so the scan
+/// that reads frames serves them; a socket's datagram (no Ethernet header) never matches.
+#[test]
+fn ethernet_addresses_and_ethertype_select_their_frames() {
+    use crate::config::EthernetMatch;
+    let group = [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03];
+    let eth = |dst, src, ethertype| FlowMatch {
+        ethernet: Some(EthernetMatch {
+            dst,
+            src,
+            ethertype,
+        }),
+        ..FlowMatch::default()
+    };
+    let rules = vec![
+        flow(1, &[1], eth(Some(group), None, None)),
+        flow(2, &[2], eth(None, Some([9; 6]), None)),
+        flow(
+            3,
+            &[3],
+            FlowMatch {
+                vlan_id: Some(7),
+                ..eth(None, None, Some(0x0800))
+            },
+        ),
+        flow(4, &[4], eth(None, None, Some(0x86dd))),
+        flow(
+            5,
+            &[5],
+            FlowMatch {
+                udp_dst: Some(ports(6000, 6000)),
+                ..eth(Some([4; 6]), None, Some(0x0800))
+            },
+        ),
+        flow(6, &[6], FlowMatch::default()),
+    ];
+    let c = Classifier::compile(&rx(&[0, 1, 2, 3, 4, 5, 6], rules, true), 0);
+    assert!(c.columns.is_none() && c.index.is_none());
+    let with_macs = |dst: [u8; 6], src: [u8; 6], f: Vec<u8>| {
+        let mut f = f;
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&src);
+        f
+    };
+    let plain = Frame::udp(1, 6000).bytes();
+    assert_eq!(
+        c.classify(&with_macs(group, [2; 6], plain.clone())),
+        deliver(1, 1)
+    );
+    assert_eq!(
+        c.classify(&with_macs([4; 6], [9; 6], plain.clone())),
+        deliver(2, 2)
+    );
+    // Untagged IPv4 to [4; 6] and UDP port 6000: flow 5 (flow 3 wants the tag).
+    assert_eq!(c.classify(&plain), deliver(5, 5));
+    let mut other_port = Frame::udp(1, 6001);
+    assert_eq!(c.classify(&other_port.bytes()), deliver(6, 6));
+    other_port.vlan = Some(7);
+    assert_eq!(c.classify(&other_port.bytes()), deliver(3, 3));
+    other_port.vlan = Some(8);
+    assert_eq!(c.classify(&other_port.bytes()), deliver(6, 6));
+    let mut ipv6 = plain.clone();
+    ipv6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    assert_eq!(c.classify(&ipv6), deliver(4, 4));
+    // A datagram: only the rule without Ethernet fields can take it.
+    let from = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1);
+    let to = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 2), 6000);
+    assert_eq!(c.classify_datagram(from, to, &[0; 16]), deliver(6, 6));
+}
