@@ -285,14 +285,29 @@ fn interface_at(
 
 /// Checks a side's configuration against its connection: messages must fit a buffer of
 /// the send region; the receives posted are the slot's window (the RX region's buffers,
-/// at most 1024), which the returned note states when `rx_depth` asks for more.
+/// at most 1024), which a note states when `rx_depth` asks for more. Returns the notes
+/// and the messages the side may have outstanding: `tx_depth`, capped by the send
+/// region's buffers (a message holds one until its completion), with a note when capped.
 fn check_side(
     plane: &DataPlane,
     stream: &Stream,
     cfg: &PeerBenchConfig,
     name: &'static str,
-) -> Result<Vec<String>, RdmaBenchError> {
+) -> Result<(Vec<String>, usize), RdmaBenchError> {
     let regions = plane.regions();
+    let mut notes = Vec::new();
+    let mut tx_depth = cfg.tx_depth.max(1) as usize;
+    if let Some(r) = stream.send_region()
+        && cfg.send
+        && regions.get(r).num_bufs() < tx_depth
+    {
+        let bufs = regions.get(r).num_bufs();
+        notes.push(format!(
+            "messages outstanding: at most {bufs} (tx_depth {tx_depth} is capped by the {bufs} buffers of region `{}`)",
+            regions.get(r).name()
+        ));
+        tx_depth = bufs;
+    }
     if let Some(r) = stream.send_region()
         && regions.get(r).buf_size() < cfg.message_size as usize
     {
@@ -310,13 +325,13 @@ fn check_side(
         .find(|i| i.name == stream.interface())
         .and_then(|i| i.slots.get(stream.queue()))
         .map(|s| (s.recv_window, regions.get(s.rx_region).name().to_owned()));
-    Ok(match window {
-        Some((w, region)) if (cfg.rx_depth as usize) > w => vec![format!(
+    if let Some((w, region)) = window.filter(|(w, _)| cfg.rx_depth as usize > *w) {
+        notes.push(format!(
             "receives posted: {w} (rx_depth {} is capped by the {w} buffers of region `{region}`, at most 1024)",
             cfg.rx_depth
-        )],
-        _ => Vec::new(),
-    })
+        ));
+    }
+    Ok((notes, tx_depth))
 }
 
 fn serve(
@@ -344,14 +359,21 @@ fn serve(
             }
         }
     };
-    let notes = check_side(plane, &stream, cfg, "server")?;
+    let (notes, tx_depth) = check_side(plane, &stream, cfg, "server")?;
     let peer_sends = peer.is_none_or(|p| p.send);
     let side = Side {
         plane,
         stream,
         server_interface: Some(interface),
     };
-    let mut r = run_side(&side, cfg, peer_sends && cfg.receive, seconds, stop);
+    let mut r = run_side(
+        &side,
+        cfg,
+        tx_depth,
+        peer_sends && cfg.receive,
+        seconds,
+        stop,
+    );
     r.notes = notes;
     Ok(r)
 }
@@ -399,14 +421,21 @@ fn connect(
     let stream = plane
         .connect_within(interface, remote, budget, &|| stop.load(Ordering::Relaxed))
         .map_err(|e| client_error(e, remote))?;
-    let notes = check_side(plane, &stream, cfg, "client")?;
+    let (notes, tx_depth) = check_side(plane, &stream, cfg, "client")?;
     let peer_sends = peer.is_none_or(|p| p.send);
     let side = Side {
         plane,
         stream,
         server_interface: None,
     };
-    let mut r = run_side(&side, cfg, peer_sends && cfg.receive, seconds, stop);
+    let mut r = run_side(
+        &side,
+        cfg,
+        tx_depth,
+        peer_sends && cfg.receive,
+        seconds,
+        stop,
+    );
     r.notes = notes;
     Ok(r)
 }

@@ -29,6 +29,8 @@ pub enum DropReason {
     /// From a source outside the interface's `allowed_peers`, or not the peer a UDP
     /// server already answers.
     RejectedPeer,
+    /// A TX flow's VLAN tag or tunnel headers did not fit the frame's buffer.
+    TxNoRoom,
 }
 
 /// Lets a warning that traffic can trigger through at most once a second, and says how
@@ -100,7 +102,7 @@ impl WarnLimiter {
 pub struct QueueCounters {
     packets: AtomicU64,
     bytes: AtomicU64,
-    drops: [AtomicU64; 9],
+    drops: [AtomicU64; 10],
     copied: AtomicU64,
     busy_ns: AtomicU64,
     stage_in_flight: AtomicU64,
@@ -212,6 +214,7 @@ impl QueueCounters {
                 injected: d(DropReason::Injected),
                 disconnected: d(DropReason::Disconnected),
                 rejected_peer: d(DropReason::RejectedPeer),
+                tx_no_room: d(DropReason::TxNoRoom),
             },
         )
     }
@@ -238,6 +241,8 @@ pub struct Drops {
     pub disconnected: u64,
     /// From a peer the interface does not take traffic from.
     pub rejected_peer: u64,
+    /// TX frames a TX flow could not grow in their buffer (not sent).
+    pub tx_no_room: u64,
 }
 
 impl Drops {
@@ -252,11 +257,12 @@ impl Drops {
             + self.injected
             + self.disconnected
             + self.rejected_peer
+            + self.tx_no_room
     }
 
     /// Every reason's name (as the JSON fields, metric labels and CSV columns say it) with
     /// its count, in a fixed order.
-    pub fn by_reason(&self) -> [(&'static str, u64); 9] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 10] {
         [
             ("ring_full", self.ring_full),
             ("pool_empty", self.pool_empty),
@@ -267,6 +273,7 @@ impl Drops {
             ("injected", self.injected),
             ("disconnected", self.disconnected),
             ("rejected_peer", self.rejected_peer),
+            ("tx_no_room", self.tx_no_room),
         ]
     }
 
@@ -282,6 +289,7 @@ impl Drops {
             injected: self.injected.saturating_sub(earlier.injected),
             disconnected: self.disconnected.saturating_sub(earlier.disconnected),
             rejected_peer: self.rejected_peer.saturating_sub(earlier.rejected_peer),
+            tx_no_room: self.tx_no_room.saturating_sub(earlier.tx_no_room),
         }
     }
 
@@ -296,6 +304,7 @@ impl Drops {
         self.injected += o.injected;
         self.disconnected += o.disconnected;
         self.rejected_peer += o.rejected_peer;
+        self.tx_no_room += o.tx_no_room;
     }
 }
 

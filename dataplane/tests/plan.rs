@@ -316,6 +316,44 @@ fn rdma_loopback_has_a_server_and_a_client_slot() {
     shipped("rdma_xhost.yaml");
 }
 
+/// A RoCE client without `local_addr` sends from its interface's `address`, as the
+/// founding change's cross-host file is written (remote_ip/remote_port only); without an
+/// IPv4 `address` to fall back on, the plan says what is missing.
+#[test]
+fn a_roce_client_without_local_addr_sends_from_its_address() {
+    let text = |address: &str| {
+        format!(
+            r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: socket
+    protocol: roce
+    master_core: 0
+    memory_regions:
+    - {{name: rx, kind: host, affinity: 0, num_bufs: 4, buf_size: 4096}}
+    interfaces:
+    - name: my_client
+      address: {address}
+      socket_config: {{mode: client, remote_ip: 198.18.0.1, remote_port: 4096}}
+      roce_config: {{transport_mode: RC}}
+      rx: {{queues: [{{name: rq, id: 0, cpu_core: 0, batch_size: 1, memory_regions: [rx]}}]}}
+"#
+        )
+    };
+    let cfg = load(&text("198.18.0.2"), "client.yaml").unwrap();
+    let plan = Plan::from_config(&cfg).unwrap();
+    let client = &plan.rdma()[0];
+    assert_eq!(client.local, "198.18.0.2:0".parse().unwrap());
+    assert!(!client.listens());
+    let cfg = load(&text("my_rdma_port"), "client.yaml").unwrap();
+    let e = Plan::from_config(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("local_addr is missing") && e.contains("`address` is not an IPv4 address"),
+        "{e}"
+    );
+}
+
 /// `stage_core` asks for a stage on its own core; an RDMA connection runs its stage (when it
 /// has one) on its own worker, so the key is refused by name rather than ignored.
 #[test]

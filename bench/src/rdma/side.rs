@@ -5,10 +5,12 @@
 use super::*;
 
 /// Runs one side over its connection: sends for `seconds` if `send` (at most `tx_depth`
-/// messages outstanding), receives until the peer's end marker if `receive`.
+/// messages outstanding), receives until the peer's end marker if `receive`. A side that
+/// was to send and sent nothing fails: a run that moved nothing proves nothing.
 pub(super) fn run_side(
     side: &Side,
     cfg: &PeerBenchConfig,
+    tx_depth: usize,
     peer_sends: bool,
     seconds: f64,
     stop: &AtomicBool,
@@ -24,7 +26,7 @@ pub(super) fn run_side(
         unsent: None,
         end_sent: !cfg.send,
         done_at: None,
-        depth: cfg.tx_depth.max(1) as usize,
+        depth: tx_depth.max(1),
     };
     let mut rx_done_at = None;
     let give_up = send_until + Duration::from_secs(30);
@@ -95,6 +97,12 @@ pub(super) fn run_side(
         }
     }
     rx.finish(&mut r);
+    if cfg.send && r.messages_sent == 0 && !stop.load(Ordering::Relaxed) {
+        r.errors += 1;
+        r.problems.push(format!(
+            "sent no message in {seconds} s (at most {tx_depth} outstanding)"
+        ));
+    }
     let secs = |t: Option<Instant>| t.map_or(seconds, |t| (t - start).as_secs_f64().max(1e-9));
     r.tx_gbps = r.bytes_sent as f64 * 8.0 / secs(tx.done_at) / 1e9;
     r.rx_gbps = r.bytes_received as f64 * 8.0 / secs(rx_done_at) / 1e9;

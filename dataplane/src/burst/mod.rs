@@ -598,7 +598,6 @@ impl Burst {
 
     /// Among the first `n` packets, frees those `unwanted(i)` selects; the rest keep their
     /// order. Returns how many were freed.
-    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn drop_front_where(&mut self, n: usize, unwanted: impl Fn(usize) -> bool) -> usize {
         let n = n.min(self.len());
         self.descriptors_mut();

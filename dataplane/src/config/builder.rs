@@ -121,6 +121,7 @@ impl InterfaceBuilder {
                 rx: None,
                 tx: None,
                 faults: None,
+                multicast: Vec::new(),
                 location: Location::default(),
             },
         }

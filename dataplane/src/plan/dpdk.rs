@@ -447,14 +447,29 @@ fn eal_args(config: &Config, memory_bytes: u64) -> Vec<String> {
 fn largest_frame(config: &Config, iface: &crate::config::InterfaceConfig) -> usize {
     let rx = iface.rx.iter().flat_map(|r| &r.queues);
     let tx = iface.tx.iter().flat_map(|t| &t.queues);
-    rx.chain(tx)
-        .map(|q| {
+    let tx_added = tx_flow_bytes(iface);
+    rx.map(|q| (q, 0))
+        .chain(tx.map(|q| (q, tx_added)))
+        .map(|(q, added)| {
             q.memory_regions
                 .iter()
                 .filter_map(|n| config.memory_regions.iter().find(|m| &m.name == n))
                 .map(|m| m.buf_size)
                 .sum::<usize>()
+                + added
         })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The most bytes the interface's TX flows add to a frame (tags, tunnel headers): sent
+/// frames grow by that much, so the MTU and the TX copy buffers do too.
+fn tx_flow_bytes(iface: &crate::config::InterfaceConfig) -> usize {
+    iface
+        .tx
+        .iter()
+        .flat_map(|t| &t.flows)
+        .map(|f| f.added_bytes())
         .max()
         .unwrap_or(0)
 }
@@ -529,7 +544,8 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                 .iter()
                 .filter_map(region_index)
                 .map(|r| config.memory_regions[r].buf_size)
-                .sum();
+                .sum::<usize>()
+                + tx_flow_bytes(iface);
             let mut pool = pool_size(config, q, 0);
             pool.data_room = (frame.max(WHOLE_FRAME_ROOM) + HEADROOM).min(u16::MAX as usize);
             pools_bytes += eal_bytes_of(config, q);

@@ -225,6 +225,14 @@ pub struct QueuePlan {
     pub reorders: Vec<ReorderPlan>,
     /// TX: the source MAC offload.
     pub eth_src: EthSrc,
+    /// TX: the interface's `tx.flows` (VLAN push, tunnel encap), applied in software by
+    /// the TX worker to the frames they match (see `steering::tx_transform`).
+    #[serde(skip)]
+    pub tx_flows: Vec<crate::config::TxFlowConfig>,
+    /// TX: the host region frames are copied into to apply `tx_flows` (the application's
+    /// buffers keep what it wrote); a buffer holds the queue's largest frame and the most
+    /// bytes a flow adds.
+    pub transform_region: Option<RegionId>,
     /// TX: the rate cap in Mb/s (`pacing_mbps`), paced in software by the TX worker.
     pub pacing_mbps: Option<u64>,
     /// RX: `hardware_timestamps`, taken in software by the RX worker at receive.

@@ -2,7 +2,7 @@
 //! reorders, offloads and capture.
 
 use super::*;
-use crate::config::{Delivery, InterfaceConfig, QueueConfig};
+use crate::config::{Delivery, InterfaceConfig, MemoryKind, QueueConfig};
 
 pub(super) fn queues(
     config: &Config,
@@ -99,7 +99,35 @@ impl QueueAt<'_> {
         }
         let host_memory_only =
             dir == Direction::Tx && staging::cpu_copies(config, iface).is_some() && stage.is_none();
+        let tx_flows = match (dir, iface.tx.as_ref()) {
+            (Direction::Tx, Some(tx)) => tx.flows.clone(),
+            _ => Vec::new(),
+        };
+        let on_gpu = segments
+            .iter()
+            .any(|&r| self.kind_of(r) == MemoryKind::Device);
+        if let Some(f) = tx_flows.first()
+            && on_gpu
+            && stage.is_none()
+        {
+            return Err(self.bad(format!(
+                "TX flow `{}` is applied by the worker's CPU, which copies each frame it sends and cannot read device memory: use host or host_pinned regions for this queue",
+                f.name
+            )));
+        }
+        let transform_region = if tx_flows.is_empty() {
+            None
+        } else {
+            let name = staging::transform_name(&iface.name, q.id);
+            Some(region_id(self.regions, &name).ok_or_else(|| {
+                self.bad(format!(
+                    "needs its transform region `{name}` (made by plan::staging::with_staging_regions)"
+                ))
+            })?)
+        };
         Ok(QueuePlan {
+            tx_flows,
+            transform_region,
             host_memory_only,
             interface: i,
             interface_name: iface.name.clone(),

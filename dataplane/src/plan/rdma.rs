@@ -109,7 +109,7 @@ pub(super) fn plan(config: &Config) -> Result<Vec<InterfacePlan>, PlanError> {
         };
         let Some(local) = sock.local else {
             return Err(bad(
-                "socket_config.local_addr is missing (roce://IP[:PORT])".into(),
+                "socket_config.local_addr is missing (roce://IP[:PORT]), and `address` is not an IPv4 address to send from".into(),
             ));
         };
         let roce = iface.roce.clone().unwrap_or_default();

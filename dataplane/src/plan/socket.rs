@@ -36,6 +36,8 @@ pub struct SocketInterfacePlan {
     pub local: Option<SocketAddrV4>,
     /// `remote_addr`.
     pub remote: Option<SocketAddrV4>,
+    /// `multicast_groups` a UDP server joins (on the interface of its `local_addr`).
+    pub multicast: Vec<crate::config::MulticastGroup>,
     /// RX queues in configuration order.
     pub rx: Vec<SocketQueuePlan>,
     /// TX queues in configuration order.
@@ -126,6 +128,7 @@ pub(super) fn plan(
             mode: socket.mode,
             local: socket.local.map(|e| SocketAddrV4::new(e.ip, e.port)),
             remote: socket.remote.map(|e| SocketAddrV4::new(e.ip, e.port)),
+            multicast: iface.multicast.clone(),
             buffers: (bytes(rx.first()), bytes(tx.first())),
             rx,
             tx,

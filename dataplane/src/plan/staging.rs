@@ -38,6 +38,11 @@ pub fn staging_name(interface: &str, direction: Direction, queue: u16) -> String
     format!("{interface}.{}{queue}.staging", direction.name())
 }
 
+/// The name of the host region a TX queue's flows write transformed frames into.
+pub fn transform_name(interface: &str, queue: u16) -> String {
+    format!("{interface}.tx{queue}.transform")
+}
+
 /// Staging buffers per queue: bursts in flight through the stage, with room to spare.
 fn staging_buffers(batch: usize) -> usize {
     (batch * 16).max(1024)
@@ -53,6 +58,39 @@ pub fn with_staging_regions(config: &Config) -> Config {
     // Connection slots the NIC cannot deliver as laid out ([`super::rdma::SlotPlan`]).
     for m in super::rdma::staging_regions(config) {
         if c.memory_region(&m.name).is_none() {
+            c.memory_regions.push(m);
+        }
+    }
+    // TX flows: frames are copied into a host region of their own with room for the
+    // headers the flows add, so the application's buffers keep what it wrote.
+    for iface in &config.interfaces {
+        let Some(tx) = iface.tx.as_ref().filter(|t| !t.flows.is_empty()) else {
+            continue;
+        };
+        let added = tx.flows.iter().map(|f| f.added_bytes()).max().unwrap_or(0);
+        for q in &tx.queues {
+            let name = transform_name(&iface.name, q.id);
+            if c.memory_region(&name).is_some() {
+                continue;
+            }
+            let frame: usize = q
+                .memory_regions
+                .iter()
+                .filter_map(|n| config.memory_region(n))
+                .map(|m| m.buf_size)
+                .sum();
+            let affinity = q
+                .memory_regions
+                .first()
+                .and_then(|n| config.memory_region(n))
+                .map_or(0, |m| m.affinity);
+            let mut m = MemoryRegionConfig::new(
+                &name,
+                MemoryKind::Host,
+                staging_buffers(q.batch_size as usize),
+                frame + added,
+            );
+            m.affinity = affinity;
             c.memory_regions.push(m);
         }
     }

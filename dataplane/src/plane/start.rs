@@ -451,6 +451,16 @@ impl<'a> QueueBuild<'a> {
                 }
             }
         }
+        if let Some(region) = q.transform_region {
+            tracing::info!(
+                "interface `{}`: TX queue {} applies {} TX flow(s) in software on its worker (VLAN push, tunnel encap), on copies in `{}`",
+                q.interface_name,
+                q.id,
+                q.tx_flows.len(),
+                self.regions.get(region).name()
+            );
+            task = task.with_transforms(crate::steering::TxTransformer::new(&q.tx_flows), region);
+        }
         let task = match q.eth_src {
             EthSrc::Off => Task::Tx(task),
             EthSrc::HeadersOnGpu => {

@@ -61,20 +61,28 @@ struct Rule {
 
 impl Rule {
     fn compile(f: &FlowConfig, rx: &RxConfig) -> Self {
-        let m = &f.matches;
-        let range =
-            |r: Option<crate::config::PortRange>| r.map_or((0, u16::MAX), |r| (r.first, r.last));
-        let prefix =
-            |p: Option<crate::config::Ipv4Prefix>| p.map_or((0, 0), |p| (p.network(), p.mask()));
-        let flex = m.flex.and_then(|fm| {
+        let flex = f.matches.flex.and_then(|fm| {
             rx.flex_items
                 .iter()
                 .find(|x| x.id == fm.item_id)
                 .map(|x| (x.udp_dst_port, x.offset, fm.value & fm.mask, fm.mask))
         });
+        Self::from_match(&f.matches, f.id, Target::from_ids(&f.queue_ids), flex)
+    }
+
+    fn from_match(
+        m: &crate::config::FlowMatch,
+        flow_id: u32,
+        target: Target,
+        flex: Option<(u16, u32, u32, u32)>,
+    ) -> Self {
+        let range =
+            |r: Option<crate::config::PortRange>| r.map_or((0, u16::MAX), |r| (r.first, r.last));
+        let prefix =
+            |p: Option<crate::config::Ipv4Prefix>| p.map_or((0, 0), |p| (p.network(), p.mask()));
         Rule {
-            flow_id: f.id,
-            target: Target::from_ids(&f.queue_ids),
+            flow_id,
+            target,
             needs_ipv4: m.has_ip_fields(),
             needs_udp: m.udp_src.is_some() || m.udp_dst.is_some(),
             sport: range(m.udp_src),
@@ -157,6 +165,25 @@ fn ethernet_matches(
         && e.src.is_none_or(|m| header[6..12] == m)
         && e.ethertype
             .is_none_or(|t| u16::from_be_bytes([header[at], header[at + 1]]) == t)
+}
+
+/// One flow's match fields, checked against a frame on its own (a TX flow picks the
+/// frames its transforms apply to). The same comparison as the classifier's rules.
+#[derive(Clone, Debug)]
+pub struct FrameMatch(Rule);
+
+impl FrameMatch {
+    /// The matcher of `m`. A flex match needs an RX interface's flex items, so it is
+    /// left out here (validation refuses it in TX flows).
+    pub fn new(m: &crate::config::FlowMatch) -> Self {
+        Self(Rule::from_match(m, 0, Target::from_ids(&[0]), None))
+    }
+
+    /// True when `frame` (an Ethernet frame) carries what the fields ask for; a frame
+    /// whose headers cannot be read matches nothing.
+    pub fn matches(&self, frame: &[u8]) -> bool {
+        headers::parse(frame).is_ok_and(|h| self.0.matches(&h, frame))
+    }
 }
 
 /// Rule sets larger than this use the column layout.

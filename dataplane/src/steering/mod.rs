@@ -14,9 +14,11 @@
 pub mod classifier;
 pub mod headers;
 pub mod rss;
+pub mod tx_transform;
 
 pub use classifier::{Classifier, Target, Verdict};
 pub use headers::Malformed;
+pub use tx_transform::{TransformError, TxTransformer};
 
 use crate::config::diag::Diagnostics;
 use crate::config::{FlowConfig, RxConfig, validate};

@@ -2,6 +2,8 @@
 //! on time (`SendLateness`) where asked, through its stage when it has one.
 
 use super::*;
+use crate::memory::RegionId;
+use crate::steering::{TransformError, TxTransformer};
 
 /// How far a paced queue may catch up after coming late: 1 ms of sending.
 pub const PACING_DEPTH_NS: u64 = 1_000_000;
@@ -62,6 +64,11 @@ pub struct TxTask {
     pub(super) pacer: Option<Pacer>,
     /// `tx_eth_src`: the MAC written into every frame's Ethernet source field.
     pub(super) eth_src: Option<[u8; 6]>,
+    /// The interface's TX flows (VLAN push, tunnel encap) and the region frames are
+    /// copied into to apply them, after `eth_src`.
+    pub(super) transforms: Option<(TxTransformer, RegionId)>,
+    /// A burst waiting for free buffers of the transform region.
+    pub(super) untransformed: Option<Burst>,
     /// Moves bursts out of GPU memory into a host staging region before the port sends
     /// them (engines that read packets with the CPU).
     pub(super) stage: Option<Box<crate::stage::RxStage>>,
@@ -129,6 +136,8 @@ impl TxTask {
             in_flight: None,
             pacer: None,
             eth_src: None,
+            transforms: None,
+            untransformed: None,
             stage: None,
             unstaged: None,
             send_at: None,
@@ -226,6 +235,85 @@ impl TxTask {
         self
     }
 
+    /// Applies `transforms` (the interface's TX flows) to the frames this queue sends, in
+    /// copies made in `region` (a host region whose buffers hold the queue's largest frame
+    /// and the most bytes a flow adds).
+    pub fn with_transforms(mut self, transforms: TxTransformer, region: RegionId) -> Self {
+        self.transforms = (!transforms.is_empty()).then_some((transforms, region));
+        self
+    }
+
+    /// A burst taken for sending (once: a burst the port gives back is not taken again)
+    /// with the TX flows' tags and headers on the frames they match, as copies in the
+    /// transform region; the application's buffers go back to their pool as it wrote them.
+    /// A burst no flow matches goes as it is. Frames that do not fit a transform buffer
+    /// are dropped and counted (`tx_no_room`). `Err` gives the burst back when the
+    /// transform region has no free buffers yet (the engine still holds them).
+    fn transform(&self, b: Burst) -> Result<Burst, Burst> {
+        let Some((t, region)) = &self.transforms else {
+            return Ok(b);
+        };
+        let n = b.len();
+        if !(0..n).any(|i| b.data(i, 0).is_some_and(|f| t.matches(f))) {
+            return Ok(b);
+        }
+        let Some(mut out) =
+            Burst::allocate(b.regions().clone(), b.port(), b.queue(), &[*region], n)
+        else {
+            return Err(b);
+        };
+        let mut no_room = Vec::new();
+        for (i, p) in b.packets().iter().enumerate() {
+            out.set_flow_id(i, p.flow_id);
+            out.set_timestamp(i, p.timestamp_ns);
+            let buffer = out
+                .buffer_mut(i, 0)
+                .expect("the transform region is host memory");
+            let mut len = 0;
+            // Planning keeps such queues in memory the CPU reads.
+            let fits = (0..p.segments().len()).all(|s| match b.data(i, s) {
+                Some(d) if len + d.len() <= buffer.len() => {
+                    buffer[len..len + d.len()].copy_from_slice(d);
+                    len += d.len();
+                    true
+                }
+                _ => false,
+            });
+            match t.apply(buffer, len, 0) {
+                Ok(grown) if fits => out.set_len(i, 0, grown),
+                Ok(_) | Err(TransformError::NoRoom { .. }) => {
+                    if no_room.is_empty() {
+                        tracing::warn!(
+                            "TX flow: a {}-byte frame does not fit a transform buffer with the headers its flow adds; dropped (tx_no_room)",
+                            p.len()
+                        );
+                    }
+                    no_room.push(i);
+                }
+            }
+        }
+        drop(b);
+        if !no_room.is_empty() {
+            let dropped = out.drop_front_where(n, |i| no_room.binary_search(&i).is_ok());
+            self.counters
+                .drop_packets(DropReason::TxNoRoom, dropped as u64);
+        }
+        Ok(out)
+    }
+
+    /// Writes the `tx_eth_src` MAC into the source address of every frame of `b`.
+    fn stamp_eth_src(&self, b: &mut Burst) {
+        let Some(mac) = self.eth_src else { return };
+        for i in 0..b.len() {
+            // Planning keeps the first segment of such queues in host memory.
+            if let Some(frame) = b.buffer_mut(i, 0)
+                && frame.len() >= 12
+            {
+                frame[6..12].copy_from_slice(&mac);
+            }
+        }
+    }
+
     /// Caps the queue at `mbps` Mb/s, paced by this task.
     pub fn with_pacing(mut self, mbps: u64) -> Self {
         self.pacer = Some(Pacer::new(mbps, Instant::now()));
@@ -248,26 +336,27 @@ impl TxTask {
             None => {
                 let candidate = match self.held_back.take() {
                     Some(b) => b,
-                    None => match self.next_burst() {
-                        Some(mut b) => {
-                            if let Some(mac) = self.eth_src {
-                                for i in 0..b.len() {
-                                    // Validation keeps the first segment of such queues in
-                                    // host memory.
-                                    if let Some(frame) = b.buffer_mut(i, 0)
-                                        && frame.len() >= 12
-                                    {
-                                        frame[6..12].copy_from_slice(&mac);
-                                    }
-                                }
-                            }
-                            b
-                        }
-                        None => {
+                    None => {
+                        let fresh = match self.untransformed.take() {
+                            Some(b) => Some(b),
+                            None => self.next_burst().map(|mut b| {
+                                self.stamp_eth_src(&mut b);
+                                b
+                            }),
+                        };
+                        let Some(fresh) = fresh else {
                             self.port.idle();
                             return false;
+                        };
+                        match self.transform(fresh) {
+                            Ok(b) => b,
+                            Err(waiting) => {
+                                self.untransformed = Some(waiting);
+                                self.port.idle();
+                                return false;
+                            }
                         }
-                    },
+                    }
                 };
                 match self.due(candidate) {
                     Ok(b) => b,

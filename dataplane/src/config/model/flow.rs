@@ -20,7 +20,7 @@ pub struct FlexItemConfig {
 }
 
 /// `tx.flows[]`: packets the interface sends that match get VLAN tags or tunnel headers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TxFlowConfig {
     /// Name.
     pub name: String,
@@ -50,6 +50,31 @@ pub enum TxTransform {
     },
     /// Add tunnel outer headers.
     TunnelEncap(TunnelConfig),
+}
+
+impl TxTransform {
+    /// Bytes the transform adds to a frame: a VLAN tag 4; tunnel headers (outer Ethernet,
+    /// IPv4 without options, then UDP + VXLAN, GRE, or GRE with the NVGRE key) 50, 38, 42.
+    pub fn added_bytes(&self) -> usize {
+        match self {
+            TxTransform::VlanPush { .. } => 4,
+            TxTransform::TunnelEncap(tc) => {
+                14 + 20
+                    + match tc.kind {
+                        TunnelKind::Vxlan => 16,
+                        TunnelKind::Gre => 4,
+                        TunnelKind::Nvgre => 8,
+                    }
+            }
+        }
+    }
+}
+
+impl TxFlowConfig {
+    /// Bytes the flow's transforms add to a frame it matches.
+    pub fn added_bytes(&self) -> usize {
+        self.transforms.iter().map(TxTransform::added_bytes).sum()
+    }
 }
 
 /// A UDP port or inclusive port range (`4096` or `"4096-4100"`).
@@ -215,7 +240,7 @@ impl MatchClass {
 }
 
 /// `rx.flows[].match`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FlowMatch {
     /// UDP source port or range.
     pub udp_src: Option<PortRange>,

@@ -21,8 +21,21 @@ pub struct InterfaceConfig {
     /// `fault_injection` (ours, software loopback only): frames this interface's wire
     /// drops, duplicates, corrupts, reorders or delays, for tests of counters and verdicts.
     pub faults: Option<FaultInjection>,
+    /// `multicast_groups` (ours): groups the interface joins, any-source or
+    /// source-specific.
+    pub multicast: Vec<MulticastGroup>,
     /// Where it is defined.
     pub location: Location,
+}
+
+/// A multicast group an interface receives (`multicast_groups`: `"239.1.2.3"` for any
+/// source, `{group: 232.1.1.1, source: 198.18.0.1}` for one source).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MulticastGroup {
+    /// The group address (224.0.0.0/4).
+    pub group: std::net::Ipv4Addr,
+    /// The one source taken (source-specific multicast); `None`: any source.
+    pub source: Option<std::net::Ipv4Addr>,
 }
 
 /// Deterministic faults on a software wire: rules applied to each frame in TX order.

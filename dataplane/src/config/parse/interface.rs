@@ -64,16 +64,98 @@ pub(super) fn interface(
     let rx = m.optional(d, "rx", rx_config);
     let tx = m.optional(d, "tx", tx_config);
     let faults = m.optional(d, "fault_injection", fault_injection);
+    let multicast = m
+        .optional(d, "multicast_groups", |d, n, p| {
+            let items = r::list(d, n, p)?;
+            Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, g)| multicast_group(d, g, &r::index(p, i)))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap_or_default();
     m.finish(d);
+    let address = address?;
+    // A RoCE client without local_addr sends from its interface's `address`, as the
+    // reference's do (the founding change's cross-host file is written so).
+    let socket = socket.map(|mut s| {
+        if s.mode == SocketMode::Client
+            && s.transport == Transport::Roce
+            && s.local.is_none()
+            && let Ok(ip) = address.parse::<std::net::Ipv4Addr>()
+        {
+            s.local = Some(Endpoint { ip, port: 0 });
+        }
+        s
+    });
     Some(InterfaceConfig {
         name: name?,
-        address: address?,
+        address,
         socket,
         roce,
         faults,
         rx,
         tx,
+        multicast,
         location: node.location,
+    })
+}
+
+/// One `multicast_groups` entry: a group address (any source), or `{group, source}`.
+fn multicast_group(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MulticastGroup> {
+    let address = |d: &mut Diagnostics, n: &Node, p: &str, multicast: bool| {
+        let text = n.scalar_text()?;
+        match text.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(a)) if a.is_multicast() == multicast => Some(a),
+            Ok(std::net::IpAddr::V4(a)) => {
+                let want = if multicast {
+                    "a multicast group (224.0.0.0/4)"
+                } else {
+                    "a unicast source address"
+                };
+                d.error(
+                    Kind::Invalid,
+                    p,
+                    Some(n.location),
+                    format!("{a} is not {want}"),
+                );
+                None
+            }
+            Ok(std::net::IpAddr::V6(a)) => {
+                d.error(
+                    Kind::NotSupported,
+                    p,
+                    Some(n.location),
+                    format!("not supported: IPv6 multicast ({a}): the engines send and receive IPv4 only"),
+                );
+                None
+            }
+            Err(_) => {
+                d.error(
+                    Kind::Invalid,
+                    p,
+                    Some(n.location),
+                    format!("`{text}` is not an IP address"),
+                );
+                None
+            }
+        }
+    };
+    if node.scalar_text().is_some() {
+        return Some(MulticastGroup {
+            group: address(d, node, path, true)?,
+            source: None,
+        });
+    }
+    let mut m = MapReader::open(d, node, path)?;
+    let group = m.required(d, "group", |d, n, p| address(d, n, p, true));
+    let source = m.optional(d, "source", |d, n, p| address(d, n, p, false));
+    m.finish(d);
+    Some(MulticastGroup {
+        group: group?,
+        source,
     })
 }
 

@@ -43,8 +43,23 @@ pub fn check(
                         format!("duplicate TX flow id {} (also flows[{first}])", f.id),
                     );
                 }
-                if c.engine.software_steering() {
-                    d.error(Kind::NotSupported, &format!("{fp}.actions"), Some(f.location), format!("not supported in software steering: {} (VLAN push and tunnel encap need a NIC that does them)", f.name));
+                if matches!(c.engine, EngineKind::Socket | EngineKind::Rdma) {
+                    d.error(Kind::NotSupported, &format!("{fp}.actions"), Some(f.location), format!("not supported on the {} engine: TX flow `{}` (the kernel or the RDMA NIC writes the frame headers, so there is no Ethernet frame to tag or encapsulate)", c.engine.name(), f.name));
+                }
+                if f.matches.flex.is_some() {
+                    d.error(Kind::NotSupported, &format!("{fp}.match.flex"), Some(f.location), format!("not supported: match.flex in TX flow `{}` (flex items are an RX parser's)", f.name));
+                }
+                for (ti, t) in f.transforms.iter().enumerate() {
+                    if let crate::config::TxTransform::TunnelEncap(tc) = t {
+                        for (missing, key) in [
+                            (tc.outer_ipv4_src.is_none(), "outer_ipv4_src"),
+                            (tc.outer_ipv4_dst.is_none(), "outer_ipv4_dst"),
+                        ] {
+                            if missing {
+                                d.error(Kind::Missing, &format!("{fp}.actions[{ti}].tunnel.{key}"), Some(f.location), format!("TX flow `{}`: a tunnel_encap needs {key} (the outer IPv4 header's address)", f.name));
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -74,6 +89,7 @@ pub fn check(
         }
     }
     for (i, iface) in c.interfaces.iter().enumerate() {
+        multicast_rules(d, c, i, iface);
         if iface.faults.is_some() && c.engine != EngineKind::Loopback {
             d.error(Kind::Invalid, &format!("interfaces[{i}].fault_injection"), Some(iface.location), format!("fault injection runs on the software loopback's wire (loopback: \"sw\"); the {} engine has no such wire", c.engine.name()));
         }
@@ -328,5 +344,42 @@ fn cores(d: &mut Diagnostics, c: &Config, online: &dyn Fn(u32) -> bool) {
         if let Some(core) = b.cpu_core {
             report(format!("bench_rx[{i}].cpu_core"), core, Some(b.location));
         }
+    }
+}
+
+/// `multicast_groups`: a UDP server on the socket engine joins them (the kernel sends the
+/// IGMP reports); a DPDK port joins through its kernel netdev. Elsewhere nothing would
+/// join, so the key is refused.
+fn multicast_rules(
+    d: &mut Diagnostics,
+    c: &Config,
+    i: usize,
+    iface: &crate::config::InterfaceConfig,
+) {
+    if iface.multicast.is_empty() {
+        return;
+    }
+    let path = format!("interfaces[{i}].multicast_groups");
+    let why = match (c.engine, iface.socket.as_ref()) {
+        (EngineKind::Socket, Some(s)) if s.transport != crate::config::Transport::Udp => {
+            Some("multicast is UDP; this interface is TCP".to_owned())
+        }
+        (EngineKind::Socket, Some(s)) if s.mode != crate::config::SocketMode::Server => Some(
+            "a UDP server (mode: server) joins groups; a client sends to a group with remote_addr"
+                .to_owned(),
+        ),
+        (EngineKind::Socket | EngineKind::Dpdk, _) => None,
+        (other, _) => Some(format!(
+            "not supported on the {} engine: multicast_groups (nothing there would join them)",
+            other.name()
+        )),
+    };
+    if let Some(why) = why {
+        d.error(
+            Kind::NotSupported,
+            &path,
+            Some(iface.location),
+            format!("interface `{}`: {why}", iface.name),
+        );
     }
 }

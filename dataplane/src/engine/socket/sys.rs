@@ -165,6 +165,48 @@ pub fn udp_socket(
     Ok((socket, sizes))
 }
 
+/// Joins `groups` on the interface whose address is `interface` (unspecified: the one the
+/// kernel routes the group to): any-source or source-specific memberships, the kernel
+/// sending the IGMP reports. The socket then takes datagrams of its own groups only
+/// (IP_MULTICAST_ALL off), not those other sockets of the host joined.
+pub fn join_groups(
+    socket: &UdpSocket,
+    groups: &[crate::config::MulticastGroup],
+    interface: std::net::Ipv4Addr,
+) -> io::Result<()> {
+    use rustix::net::sockopt;
+    set_int(
+        socket.as_raw_fd(),
+        libc::IPPROTO_IP,
+        libc::IP_MULTICAST_ALL,
+        0,
+    )?;
+    for g in groups {
+        match g.source {
+            None => sockopt::set_ip_add_membership(socket, &g.group, &interface),
+            Some(source) => {
+                sockopt::set_ip_add_source_membership(socket, &g.group, &interface, &source)
+            }
+        }
+        .map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!(
+                    "join {}{} on {interface}: {e}",
+                    g.group,
+                    g.source.map(|s| format!(" from {s}")).unwrap_or_default()
+                ),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Sends multicast out of the interface whose address is `interface`.
+pub fn multicast_from(socket: &UdpSocket, interface: std::net::Ipv4Addr) -> io::Result<()> {
+    rustix::net::sockopt::set_ip_multicast_if(socket, &interface).map_err(io::Error::from)
+}
+
 /// A non-blocking TCP listener on `at` (SO_REUSEADDR, so a restarted server binds again
 /// at once).
 pub fn tcp_listener(at: SocketAddrV4, backlog: i32) -> io::Result<TcpListener> {

@@ -84,9 +84,18 @@ impl UdpInterface {
         let mut lanes = Vec::new();
         let mut gro = s.gro;
         let mut kernel_timestamps = s.timestamps;
+        // A server of multicast groups binds to its one group (or to any address when it
+        // has several), since a socket bound to a unicast address takes no multicast.
+        let server_at = match s.multicast.as_slice() {
+            [] => local,
+            [first, rest @ ..] if rest.iter().all(|g| g.group == first.group) => {
+                SocketAddrV4::new(first.group, local.port())
+            }
+            _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()),
+        };
         for k in 0..lanes_wanted {
             let (at, peer, shared) = match s.mode {
-                SocketMode::Server => (local, None, true),
+                SocketMode::Server => (server_at, None, true),
                 SocketMode::Client => {
                     let port = if local.port() == 0 {
                         0
@@ -106,6 +115,20 @@ impl UdpInterface {
                     interface: s.name.to_owned(),
                     source,
                 })?;
+            if !s.multicast.is_empty() {
+                sys::join_groups(&socket, &s.multicast, *local.ip())
+                    .map_err(|e| bad(e.to_string()))?;
+            }
+            if let Some(group) = s.remote.filter(|r| r.ip().is_multicast())
+                && !local.ip().is_unspecified()
+            {
+                sys::multicast_from(&socket, *local.ip()).map_err(|e| {
+                    bad(format!(
+                        "send to {group} from the interface of {}: {e}",
+                        local.ip()
+                    ))
+                })?;
+            }
             let bound = super::bound(&socket).unwrap_or(at);
             let link = lane_link(s.mode, peer, s.remote);
             lanes.push(Lane {
@@ -116,14 +139,29 @@ impl UdpInterface {
             });
         }
         tracing::info!(
-            "interface `{}`: UDP {} on {} with {} socket(s){}",
+            "interface `{}`: UDP {} on {} with {} socket(s){}{}",
             s.name,
             side(s.mode),
             udp_uri(lanes[0].local),
             lanes.len(),
             s.remote
                 .map(|r| format!(", peer {}", udp_uri(r)))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if s.multicast.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", joined {}",
+                    s.multicast
+                        .iter()
+                        .map(|g| match g.source {
+                            Some(src) => format!("({src}, {})", g.group),
+                            None => format!("(*, {})", g.group),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
+            }
         );
         let grid = grid(steering, &s.rx, lanes.len());
         let ingresses = (0..lanes.len()).map(|_| None).collect();
