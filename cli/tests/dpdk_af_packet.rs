@@ -454,3 +454,143 @@ print(json.dumps({"count": len(frames), "ports": sorted({int.from_bytes(f[36:38]
         d["count"]
     );
 }
+
+/// `multicast_groups` on a DPDK port: it joins through its kernel interface, so the kernel
+/// sends the IGMPv3 reports a switch or router needs (any-source and source-specific),
+/// seen by tcpdump on the other end of the veth pair, and leaves when the port closes; the
+/// port receives the groups' datagrams that the kernel's UDP stack sends there.
+#[test]
+fn a_dpdk_port_joins_its_multicast_groups_through_its_kernel_interface() {
+    let _ns = match setup() {
+        Ok(g) => g,
+        Err(why) => {
+            println!("SKIP DPDK multicast test: {why}");
+            eprintln!("SKIP DPDK multicast test: {why}");
+            return;
+        }
+    };
+    for (ns, dev, addr) in [
+        (NS_TX, "dpxa", "198.18.0.1/24"),
+        (NS_RX, "dpxb", "198.18.0.2/24"),
+    ] {
+        assert!(common::ip(&["-n", ns, "addr", "add", addr, "dev", dev]));
+    }
+    assert!(common::ip(&[
+        "-n",
+        NS_TX,
+        "route",
+        "add",
+        "224.0.0.0/4",
+        "dev",
+        "dpxa"
+    ]));
+    let work = std::env::temp_dir().join(format!("dp-dpdk-mc-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let cfg = work.join("rx.yaml");
+    std::fs::write(
+        &cfg,
+        r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    log_level: info
+    memory_regions:
+    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
+    interfaces:
+    - name: veth
+      address: "net_af_packet0,iface=dpxb"
+      multicast_groups: ["239.7.7.7", {group: 232.1.1.1, source: 198.18.0.1}]
+      rx:
+        queues:
+        - {name: q, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 1000, memory_regions: [bufs]}
+bench_rx:
+- {interface_name: veth, queue_id: -1, cpu_core: -1}
+"#,
+    )
+    .unwrap();
+    let igmp = work.join("igmp.pcap");
+    let tcpdump = Command::new("ip")
+        .args(["netns", "exec", NS_TX, "tcpdump", "-i", "dpxa", "-U", "-w"])
+        .arg(&igmp)
+        .arg("igmp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let capture = work.join("rx.pcap");
+    let bin = env!("CARGO_BIN_EXE_dataplane");
+    let rx = Command::new("ip")
+        .args(["netns", "exec", NS_RX, "timeout", "60", bin, "capture"])
+        .arg(&cfg)
+        .arg(&capture)
+        .args(["--seconds", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    let sender = Command::new("ip")
+        .args(["netns", "exec", NS_TX, "python3", "-c"])
+        .arg(
+            r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("198.18.0.1"))
+for i in range(10):
+    s.sendto(b"group-%d" % i, ("239.7.7.7", 6000))
+"#,
+        )
+        .status()
+        .unwrap();
+    assert!(sender.success());
+    let rx = rx.wait_with_output().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill")
+        .args(["-INT", &tcpdump.id().to_string()])
+        .status();
+    let mut tcpdump = tcpdump;
+    let _ = tcpdump.wait();
+    let log = String::from_utf8_lossy(&rx.stderr).into_owned();
+    assert!(rx.status.success(), "capture ({:?}): {log}", rx.status);
+    let read = |file: &std::path::Path| {
+        let out = Command::new("tcpdump")
+            .args(["-Z", "root", "-nn", "-vv", "-r"])
+            .arg(file)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (reports, received) = (read(&igmp), read(&capture));
+    let _ = std::fs::remove_dir_all(&work);
+    let lines = |needle: &str| reports.lines().filter(|l| l.contains(needle)).count();
+    assert!(
+        lines("gaddr 239.7.7.7 to_ex { }") > 0,
+        "an any-source join for 239.7.7.7:\n{reports}\n{log}"
+    );
+    assert!(
+        lines("gaddr 232.1.1.1 allow { 198.18.0.1 }") > 0,
+        "a source-specific join for (198.18.0.1, 232.1.1.1):\n{reports}"
+    );
+    assert!(
+        lines("gaddr 239.7.7.7 to_in { }") > 0 && lines("gaddr 232.1.1.1 block { 198.18.0.1 }") > 0,
+        "both left when the port closed:\n{reports}\n{log}"
+    );
+    let datagrams = received
+        .lines()
+        .filter(|l| l.contains("> 239.7.7.7.6000"))
+        .count();
+    assert_eq!(
+        datagrams, 10,
+        "the group's datagrams reached the port:\n{received}"
+    );
+    println!(
+        "DPDK multicast: {} IGMP report(s) on the wire, {datagrams} group datagrams captured",
+        reports
+            .lines()
+            .filter(|l| l.contains("igmp v3 report"))
+            .count()
+    );
+}

@@ -62,3 +62,104 @@ pub fn raise_mtu(name: &str, mtu: u32) -> std::io::Result<u32> {
     }
     Ok(had)
 }
+
+/// Multicast groups joined on a kernel interface through a socket of our own, for a port
+/// the kernel does not receive for (DPDK's af_packet and af_xdp, or a NIC whose kernel
+/// driver keeps its netdev beside DPDK, as mlx5 does): the kernel sends the IGMP reports
+/// and admits the group addresses on the interface; dropping it leaves the groups. The
+/// socket is bound to a port of its own, so the groups' datagrams are not queued to it.
+#[derive(Debug)]
+pub struct GroupMembership {
+    _socket: std::net::UdpSocket,
+}
+
+/// Joins `groups` on interface `name` (any-source, or the one source of a
+/// source-specific entry).
+pub fn join_groups(
+    name: &str,
+    groups: &[crate::config::MulticastGroup],
+) -> std::io::Result<GroupMembership> {
+    use rustix::net::sockopt;
+    use std::net::Ipv4Addr;
+    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    let index = rustix::net::netdevice::name_to_index(&socket, name)?;
+    sockopt::set_socket_recv_buffer_size(&socket, 4096)?;
+    for g in groups {
+        let joined = match g.source {
+            None => sockopt::set_ip_add_membership_with_ifindex(
+                &socket,
+                &g.group,
+                &Ipv4Addr::UNSPECIFIED,
+                index,
+            )
+            .map_err(std::io::Error::from),
+            Some(source) => join_source_group(&socket, index, g.group, source),
+        };
+        joined.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "join {}{} on {name}: {e}",
+                    g.group,
+                    g.source.map(|s| format!(" from {s}")).unwrap_or_default()
+                ),
+            )
+        })?;
+    }
+    Ok(GroupMembership { _socket: socket })
+}
+
+/// MCAST_JOIN_SOURCE_GROUP: the source-specific join by interface index (the
+/// address-based IP_ADD_SOURCE_MEMBERSHIP needs an IPv4 address on the interface, which a
+/// DPDK port's netdev often lacks).
+fn join_source_group(
+    socket: &std::net::UdpSocket,
+    index: u32,
+    group: std::net::Ipv4Addr,
+    source: std::net::Ipv4Addr,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let storage = |a: std::net::Ipv4Addr| {
+        // SAFETY: all-zero bytes are a valid sockaddr_storage.
+        let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(a).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: a sockaddr_in fits the front of a sockaddr_storage, which is aligned for it.
+        unsafe { std::ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin) };
+        s
+    };
+    let req = libc::group_source_req {
+        gsr_interface: index,
+        gsr_group: storage(group),
+        gsr_source: storage(source),
+    };
+    // SAFETY: `req` lives across the call and its size is passed; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::MCAST_JOIN_SOURCE_GROUP,
+            (&req as *const libc::group_source_req).cast(),
+            size_of::<libc::group_source_req>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The kernel interface of PCI device `address` (`0000:01:00.0`), when its driver has one
+/// (mlx5 keeps it beside DPDK; a device bound to vfio-pci has none).
+pub fn of_pci_device(address: &str) -> Option<String> {
+    std::fs::read_dir(format!("/sys/bus/pci/devices/{address}/net"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find_map(|e| e.file_name().to_str().map(str::to_owned))
+}

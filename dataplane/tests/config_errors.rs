@@ -590,3 +590,60 @@ fn bench_keys_that_disagree_with_the_queues_are_named() {
         "{e}"
     );
 }
+
+/// `multicast_groups`: groups must be IPv4 multicast and sources unicast; IPv6 is refused
+/// by name (the engines are IPv4-only); an engine that would not join (the loopback), a
+/// TCP interface or a UDP client refuses the key rather than ignoring it.
+#[test]
+fn multicast_groups_are_checked_and_refused_where_nothing_joins() {
+    let on_loopback = GOOD.replace(
+        "      address: loopback\n",
+        "      address: loopback\n      multicast_groups: [\"239.1.1.1\"]\n",
+    );
+    let e = one_error(&on_loopback);
+    assert!(
+        e.contains("interfaces[0].multicast_groups")
+            && e.contains("not supported on the loopback engine"),
+        "{e}"
+    );
+    let bad = |groups: &str| {
+        errors(&GOOD.replace(
+            "      address: loopback\n",
+            &format!("      address: loopback\n      multicast_groups: {groups}\n"),
+        ))
+    };
+    let e = bad("[\"10.0.0.1\"]");
+    assert!(
+        e.iter().any(|m| m.contains("multicast_groups[0]")
+            && m.contains("10.0.0.1 is not a multicast group")),
+        "{e:#?}"
+    );
+    let e = bad("[{group: 232.1.1.1, source: 239.0.0.1}]");
+    assert!(e.iter().any(|m| m.contains("multicast_groups[0].source") && m.contains("not a unicast source")), "{e:#?}");
+    let e = bad("[\"ff02::1\"]");
+    assert!(
+        e.iter()
+            .any(|m| m.contains("not supported: IPv6 multicast (ff02::1)")),
+        "{e:#?}"
+    );
+    let socket = |socket_config: &str| {
+        format!(
+            "\ndataplane:\n  cfg:\n    version: 1\n    stream_type: socket\n    master_core: 0\n    memory_regions:\n    - {{name: bufs, kind: host, affinity: 0, num_bufs: 64, buf_size: 2048}}\n    interfaces:\n    - name: s0\n      address: 127.0.0.1\n      socket_config: {socket_config}\n      multicast_groups: [\"239.1.1.1\"]\n      rx:\n        queues:\n        - {{name: q, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [bufs]}}\n"
+        )
+    };
+    load(&socket(
+        "{mode: server, local_addr: \"udp://127.0.0.1:5000\"}",
+    ))
+    .expect("a UDP server joins");
+    let e = one_error(&socket(
+        "{mode: server, local_addr: \"tcp://127.0.0.1:5000\"}",
+    ));
+    assert!(e.contains("multicast is UDP"), "{e}");
+    let e = one_error(&socket(
+        "{mode: client, remote_addr: \"udp://127.0.0.1:5000\"}",
+    ));
+    assert!(
+        e.contains("a UDP server (mode: server) joins groups"),
+        "{e}"
+    );
+}

@@ -176,6 +176,9 @@ pub struct PortPlan {
     /// The kernel interface a virtual device sends through (`iface=` of net_af_packet and
     /// net_af_xdp): its MTU is raised to [`PortPlan::mtu`] at start, never lowered.
     pub kernel_interface: Option<String>,
+    /// `multicast_groups`: joined through the port's kernel interface (the kernel sends
+    /// the IGMP reports), and all-multicast asked of the device.
+    pub multicast: Vec<crate::config::MulticastGroup>,
 }
 
 /// The kernel interface of a vdev `address` that sends through one (`iface=NAME` of
@@ -501,6 +504,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
             accurate_send: iface.tx.as_ref().is_some_and(|t| t.accurate_send),
             mtu: mtu_for_frame(largest_frame(config, iface)),
             kernel_interface: kernel_interface(&iface.address),
+            multicast: iface.multicast.clone(),
         };
         for (i, q) in iface.rx.iter().flat_map(|r| &r.queues).enumerate() {
             let lent = match q.memory_regions.as_slice() {

@@ -123,6 +123,14 @@ impl Plan {
             if q.eth_src != EthSrc::Off {
                 extra.push(format!("tx_eth_src {:?}", q.eth_src));
             }
+            if let Some(r) = q.transform_region {
+                let names: Vec<&str> = q.tx_flows.iter().map(|f| f.name.as_str()).collect();
+                extra.push(format!(
+                    "tx flows {} applied on copies in `{}`",
+                    names.join(", "),
+                    self.regions[r.index()].name
+                ));
+            }
             let segs: Vec<&str> = q
                 .segments
                 .iter()
@@ -195,6 +203,14 @@ impl Plan {
                     p.mtu,
                     usize::from(p.mtu) + dpdk::FRAME_OVERHEAD
                 );
+                if !p.multicast.is_empty() {
+                    let _ = writeln!(
+                        s,
+                        "    joins {} through kernel interface {}",
+                        groups(&p.multicast),
+                        p.kernel_interface.as_deref().unwrap_or("of the PCI device")
+                    );
+                }
                 for q in &p.rx {
                     let how = match &q.receive {
                         dpdk::RxReceive::Lent { region } => {
@@ -274,6 +290,9 @@ impl Plan {
                         i.buffers.1 / 1024,
                         i.peers
                     );
+                    if !i.multicast.is_empty() {
+                        let _ = writeln!(s, "  joins {}", groups(&i.multicast));
+                    }
                 }
             }
             _ => {}
@@ -327,4 +346,15 @@ impl Plan {
             }
         }
     }
+}
+
+/// `multicast_groups` as (source, group) pairs, `*` for any source.
+fn groups(g: &[crate::config::MulticastGroup]) -> String {
+    g.iter()
+        .map(|g| match g.source {
+            Some(src) => format!("({src}, {})", g.group),
+            None => format!("(*, {})", g.group),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -185,10 +185,21 @@ pub struct Port {
     device: OpenDevice,
     pools: Vec<Mempool>,
     memory: Vec<ExternalMemory>,
+    /// `multicast_groups` joined through the port's kernel interface, left at drop before
+    /// the device stops (af_packet takes its interface down then, and a down interface
+    /// sends no leave).
+    groups: Option<crate::netdev::GroupMembership>,
 }
 
 impl Drop for Port {
     fn drop(&mut self) {
+        if let Some(groups) = self.groups.take() {
+            drop(groups);
+            tracing::info!("interface `{}`: left its multicast groups", self.interface);
+            // The kernel sends the leave reports from a timer a jiffy or two later; give
+            // it that before af_packet takes the interface down.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
         if let PortSteering::RteFlow { flows, .. } | PortSteering::Device { flows } = &self.steering
         {
             flows.lock().unwrap_or_else(|e| e.into_inner()).destroy();
@@ -307,6 +318,7 @@ impl Port {
             },
             pools: Vec::new(),
             memory: Vec::new(),
+            groups: None,
         };
         let setup = QueueSetup {
             planned,
@@ -324,6 +336,7 @@ impl Port {
         // supports it, which is fine.
         // SAFETY: a started port.
         let _ = unsafe { sys::rte_eth_promiscuous_enable(id) };
+        port.groups = join_groups(planned, id)?;
 
         port.steer(planned, rules, flow_plan, fallback, isolated)?;
         Ok(port)
@@ -529,6 +542,45 @@ fn raise_kernel_mtu(planned: &PortPlan) -> bool {
             false
         }
     }
+}
+
+/// Joins the port's `multicast_groups` through its kernel interface (`iface=` of af_packet
+/// and af_xdp, or the netdev a PCI NIC's kernel driver keeps, as mlx5's does), so the
+/// kernel sends the IGMP reports and admits the groups; asks the device for all-multicast
+/// too. A port without a kernel interface cannot send the joins: an error naming why.
+fn join_groups(
+    planned: &PortPlan,
+    id: u16,
+) -> Result<Option<crate::netdev::GroupMembership>, EngineError> {
+    if planned.multicast.is_empty() {
+        return Ok(None);
+    }
+    let bad = |reason: String| EngineError::Interface {
+        interface: planned.name.clone(),
+        reason,
+    };
+    let netdev = planned
+        .kernel_interface
+        .clone()
+        .or_else(|| planned.pci.then(|| crate::netdev::of_pci_device(&planned.address)).flatten())
+        .ok_or_else(|| {
+            bad("multicast_groups: the port has no kernel interface to send the IGMP joins through (af_packet and af_xdp have `iface=`; a PCI NIC needs a driver that keeps its netdev beside DPDK, as mlx5 does, not vfio-pci)".into())
+        })?;
+    let joined = crate::netdev::join_groups(&netdev, &planned.multicast)
+        .map_err(|e| bad(format!("multicast_groups: {e}")))?;
+    // SAFETY: a started port.
+    let all = unsafe { sys::rte_eth_allmulticast_enable(id) };
+    tracing::info!(
+        "interface `{}`: joined {} multicast group(s) through kernel interface {netdev}{}",
+        planned.name,
+        planned.multicast.len(),
+        if all == 0 {
+            ", device all-multicast on"
+        } else {
+            " (the device has no all-multicast switch; it receives what its filters pass)"
+        }
+    );
+    Ok(Some(joined))
 }
 
 fn device_error(planned: &PortPlan, source: DpdkError) -> EngineError {
