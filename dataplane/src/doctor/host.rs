@@ -347,15 +347,22 @@ pub(super) fn sockets(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
     if socket_ifaces.is_empty() {
         return;
     }
-    let wanted = socket_ifaces
-        .iter()
-        .map(|i| i.buffers.0.max(i.buffers.1))
-        .max()
-        .unwrap_or(crate::plan::socket::MIN_SOCKET_BUFFER);
-    for (file, sysctl) in [
-        ("proc/sys/net/core/rmem_max", "net.core.rmem_max"),
-        ("proc/sys/net/core/wmem_max", "net.core.wmem_max"),
+    for i in socket_ifaces {
+        socket_options(m, i, out);
+    }
+    for (file, sysctl, wanted) in [
+        (
+            "proc/sys/net/core/rmem_max",
+            "net.core.rmem_max",
+            socket_ifaces.iter().map(|i| i.buffers.0).max(),
+        ),
+        (
+            "proc/sys/net/core/wmem_max",
+            "net.core.wmem_max",
+            socket_ifaces.iter().map(|i| i.buffers.1).max(),
+        ),
     ] {
+        let wanted = wanted.unwrap_or(crate::plan::socket::MIN_SOCKET_BUFFER);
         let Some(have) = m.read(file).and_then(|v| v.parse::<usize>().ok()) else {
             continue;
         };
@@ -376,6 +383,97 @@ pub(super) fn sockets(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
                     "{sysctl} = {have}: sockets get less buffer than the {wanted} bytes asked for (bursts drop in the kernel), unless run with CAP_NET_ADMIN"
                 ),
                 Some(format!("sysctl -w {sysctl}={wanted}")),
+            );
+        }
+    }
+}
+
+/// The socket options interface `i` applies, and what of the machine they depend on: a
+/// busy-poll time above `net.core.busy_read` needs CAP_NET_ADMIN; multicast joins count
+/// against `net.ipv4.igmp_max_memberships` and source filters against `igmp_max_msf`.
+fn socket_options(
+    m: &Machine,
+    i: &crate::plan::socket::SocketInterfacePlan,
+    out: &mut Vec<Finding>,
+) {
+    let mut applied = vec![
+        format!("SO_RCVBUF {} B", i.buffers.0),
+        format!("SO_SNDBUF {} B", i.buffers.1),
+    ];
+    if i.busy_poll_us > 0 {
+        applied.push(format!("SO_BUSY_POLL {} us", i.busy_poll_us));
+    }
+    if i.transport == crate::config::Transport::Udp {
+        applied.push(format!("UDP_GRO {}", if i.gro { "on" } else { "off" }));
+        applied.push(format!(
+            "UDP_SEGMENT (GSO) {}",
+            if i.gso { "on" } else { "off" }
+        ));
+    }
+    if i.timestamps {
+        applied.push("SO_TIMESTAMPNS".into());
+    }
+    if !i.multicast.is_empty() {
+        applied.push(format!("{} multicast join(s)", i.multicast.len()));
+    }
+    push(
+        out,
+        "sockets",
+        Severity::Ok,
+        format!("interface `{}`: {}", i.name, applied.join(", ")),
+        None,
+    );
+    let net_admin = m
+        .read("proc/self/status")
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 12) != 0);
+    let number = |file: &str| m.read(file).and_then(|v| v.trim().parse::<u64>().ok());
+    if i.busy_poll_us > 0
+        && !net_admin
+        && let Some(busy_read) = number("proc/sys/net/core/busy_read")
+        && busy_read < u64::from(i.busy_poll_us)
+    {
+        push(
+            out,
+            "sockets",
+            Severity::Warn,
+            format!(
+                "interface `{}`: busy_poll_us {} is above net.core.busy_read = {busy_read}, which needs CAP_NET_ADMIN: the sockets would not open",
+                i.name, i.busy_poll_us
+            ),
+            Some(format!("sysctl -w net.core.busy_read={}", i.busy_poll_us)),
+        );
+    }
+    let sources = i.multicast.iter().filter(|g| g.source.is_some()).count() as u64;
+    for (file, sysctl, need) in [
+        (
+            "proc/sys/net/ipv4/igmp_max_memberships",
+            "net.ipv4.igmp_max_memberships",
+            i.multicast.len() as u64,
+        ),
+        (
+            "proc/sys/net/ipv4/igmp_max_msf",
+            "net.ipv4.igmp_max_msf",
+            sources,
+        ),
+    ] {
+        if need > 0
+            && let Some(have) = number(file)
+            && have < need
+        {
+            push(
+                out,
+                "sockets",
+                Severity::Block,
+                format!(
+                    "interface `{}`: {need} multicast entries on one socket, but {sysctl} = {have}: the joins past it fail",
+                    i.name
+                ),
+                Some(format!("sysctl -w {sysctl}={need}")),
             );
         }
     }

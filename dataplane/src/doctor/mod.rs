@@ -395,6 +395,81 @@ mod tests {
         );
     }
 
+    /// The socket options an interface applies are listed, and the machine settings they
+    /// depend on are checked: a busy-poll time above `net.core.busy_read` without
+    /// CAP_NET_ADMIN, and more joins than `net.ipv4.igmp_max_memberships`.
+    #[test]
+    fn socket_options_are_listed_and_checked_against_the_machine() {
+        let tree = std::env::temp_dir().join(format!("dp-doctor-sockets-{}", std::process::id()));
+        for (file, value) in [
+            ("proc/sys/net/core/rmem_max", "212992"),
+            ("proc/sys/net/core/wmem_max", "67108864"),
+            ("proc/sys/net/core/busy_read", "0"),
+            ("proc/sys/net/ipv4/igmp_max_memberships", "1"),
+            ("proc/sys/net/ipv4/igmp_max_msf", "10"),
+            (
+                "proc/self/status",
+                "Name:\tdataplane\nCapEff:\t0000000000000000\n",
+            ),
+        ] {
+            let path = tree.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, value).unwrap();
+        }
+        let text = config_yaml!(
+            socket,
+            0,
+            r#"    memory_regions:
+    - {name: bufs, kind: host, affinity: 0, num_bufs: 64, buf_size: 2048}
+    interfaces:
+    - name: mc
+      address: 198.18.5.2
+      socket_config: {mode: server, local_addr: "udp://198.18.5.2:5000", busy_poll_us: 50, receive_buffer_bytes: 8388608}
+      multicast_groups: ["239.1.1.1", {group: 232.1.1.1, source: 198.18.5.1}]
+      rx: {queues: [{name: q, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [bufs]}]}
+"#
+        );
+        let config = crate::config::load_with(text, "mc.yaml", &|_| true)
+            .unwrap()
+            .config;
+        let f: Vec<Finding> = check(&Machine::at(&tree), Some(&config))
+            .into_iter()
+            .filter(|f| f.check == "sockets")
+            .collect();
+        let _ = std::fs::remove_dir_all(&tree);
+        let has = |severity: Severity, needle: &str| {
+            f.iter()
+                .any(|f| f.severity == severity && f.message.contains(needle))
+        };
+        assert!(
+            has(
+                Severity::Ok,
+                "interface `mc`: SO_RCVBUF 8388608 B, SO_SNDBUF 4194304 B, SO_BUSY_POLL 50 us"
+            ) && has(Severity::Ok, "2 multicast join(s)"),
+            "{f:#?}"
+        );
+        assert!(
+            has(
+                Severity::Warn,
+                "busy_poll_us 50 is above net.core.busy_read = 0"
+            ),
+            "{f:#?}"
+        );
+        assert!(has(Severity::Warn, "net.core.rmem_max = 212992"), "{f:#?}");
+        let block = f
+            .iter()
+            .find(|f| f.severity == Severity::Block)
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(
+            block.message.contains("net.ipv4.igmp_max_memberships = 1"),
+            "{block:#?}"
+        );
+        assert_eq!(
+            block.fix.as_deref(),
+            Some("sysctl -w net.ipv4.igmp_max_memberships=2")
+        );
+    }
+
     #[test]
     fn pci_addresses_get_their_domain() {
         assert_eq!(full_pci("3B:00.0"), "0000:3b:00.0");

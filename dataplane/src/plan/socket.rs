@@ -129,7 +129,14 @@ pub(super) fn plan(
             local: socket.local.map(|e| SocketAddrV4::new(e.ip, e.port)),
             remote: socket.remote.map(|e| SocketAddrV4::new(e.ip, e.port)),
             multicast: iface.multicast.clone(),
-            buffers: (bytes(rx.first()), bytes(tx.first())),
+            buffers: (
+                socket
+                    .receive_buffer_bytes
+                    .unwrap_or_else(|| bytes(rx.first())),
+                socket
+                    .send_buffer_bytes
+                    .unwrap_or_else(|| bytes(tx.first())),
+            ),
             rx,
             tx,
             busy_poll_us: socket.busy_poll_us,

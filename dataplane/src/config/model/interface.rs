@@ -149,6 +149,12 @@ pub struct SocketConfig {
     /// `idle_timeout_s` (this project's key, TCP servers, default 60): a connection that
     /// moved no byte either way for this long is closed, freeing its lane; 0 = never.
     pub idle_timeout_s: u32,
+    /// `receive_buffer_bytes` (ours): SO_RCVBUF asked for, instead of what the RX
+    /// region holds (4 to 64 MiB).
+    pub receive_buffer_bytes: Option<usize>,
+    /// `send_buffer_bytes` (ours): SO_SNDBUF asked for, instead of what the TX region
+    /// holds (4 to 64 MiB).
+    pub send_buffer_bytes: Option<usize>,
 }
 
 impl SocketConfig {

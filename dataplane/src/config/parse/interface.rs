@@ -217,6 +217,12 @@ pub(super) fn socket_config(
             r::uint_in(d, n, p, 0, 86_400)
         })
         .unwrap_or(60) as u32;
+    let buffer = |m: &mut MapReader, d: &mut Diagnostics, key: &'static str| {
+        m.optional(d, key, |d, n, p| r::uint_in(d, n, p, 4096, 1 << 30))
+            .map(|v| v as usize)
+    };
+    let receive_buffer_bytes = buffer(&mut m, d, "receive_buffer_bytes");
+    let send_buffer_bytes = buffer(&mut m, d, "send_buffer_bytes");
     m.not_supported(d, "max_burst_interval_ms");
     m.not_supported(d, "min_ipg_ns");
     m.finish(d);
@@ -250,6 +256,8 @@ pub(super) fn socket_config(
         udp_gro,
         allowed_peers,
         idle_timeout_s,
+        receive_buffer_bytes,
+        send_buffer_bytes,
     })
 }
 

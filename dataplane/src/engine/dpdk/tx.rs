@@ -52,6 +52,77 @@ pub struct DpdkTx {
     carried: [Carried; MAX_BURST],
     /// The device sends packets at their `timestamp_ns` (`accurate_send`).
     pub send_times: Option<super::port::DeviceTime>,
+    /// Gives back the mbufs of sent packets (and so their region buffers) once the queue
+    /// goes idle.
+    reclaim: IdleReclaim,
+}
+
+/// Idle polls between two reclaim passes of an idle queue.
+const RECLAIM_EVERY: u32 = 256;
+/// Zero-packet bursts tried after a send on a driver without `tx_done_cleanup`.
+const ZERO_BURST_TRIES: u32 = 16;
+
+/// Reclaiming a TX queue's sent mbufs when it goes idle. A driver frees sent mbufs only
+/// when a later burst needs their descriptors, so after the last burst of a stream they
+/// (and the region buffers attached to them) stay held while nothing more is sent: a
+/// sender whose pool is small then finds it empty. Once idle after a send, every
+/// [`RECLAIM_EVERY`] idle polls the queue asks the driver to free what it has sent
+/// (`rte_eth_tx_done_cleanup`) until a pass frees nothing; a driver without that call
+/// gets a few zero-packet bursts instead, which some drivers free completions in.
+#[derive(Debug, Default)]
+struct IdleReclaim {
+    /// Something was sent since a reclaim pass last found nothing to free.
+    pending: bool,
+    idle_polls: u32,
+    /// The driver answered ENOTSUP: zero-packet bursts instead.
+    unsupported: bool,
+    zero_bursts_left: u32,
+}
+
+/// What an idle poll asks of the driver.
+#[derive(Debug, PartialEq, Eq)]
+enum ReclaimStep {
+    Nothing,
+    DoneCleanup,
+    ZeroBurst,
+}
+
+impl IdleReclaim {
+    fn sent(&mut self) {
+        self.pending = true;
+        self.idle_polls = 0;
+        self.zero_bursts_left = ZERO_BURST_TRIES;
+    }
+
+    /// The step for this idle poll.
+    fn idle(&mut self) -> ReclaimStep {
+        if !self.pending {
+            return ReclaimStep::Nothing;
+        }
+        self.idle_polls += 1;
+        if !self.idle_polls.is_multiple_of(RECLAIM_EVERY) {
+            return ReclaimStep::Nothing;
+        }
+        if self.unsupported {
+            if self.zero_bursts_left == 0 {
+                self.pending = false;
+                return ReclaimStep::Nothing;
+            }
+            self.zero_bursts_left -= 1;
+            return ReclaimStep::ZeroBurst;
+        }
+        ReclaimStep::DoneCleanup
+    }
+
+    /// The driver's answer to `rte_eth_tx_done_cleanup`: packets freed, or an error.
+    fn cleaned(&mut self, answer: i32) {
+        match answer {
+            n if n > 0 => {}
+            n if n == -libc::ENOTSUP => self.unsupported = true,
+            // Nothing more to free, or an error that asking again would not change.
+            _ => self.pending = false,
+        }
+    }
 }
 
 // SAFETY: as for DpdkRx.
@@ -80,6 +151,7 @@ impl DpdkTx {
             scratch: [std::ptr::null_mut(); MAX_BURST],
             carried: [Carried::Copied; MAX_BURST],
             send_times: None,
+            reclaim: IdleReclaim::default(),
         }
     }
 
@@ -285,6 +357,9 @@ impl TxPort for DpdkTx {
                     n as u16,
                 )
             } as usize;
+            if sent > 0 {
+                self.reclaim.sent();
+            }
             if sent < n {
                 self.free_untaken(sent, n);
             }
@@ -301,5 +376,77 @@ impl TxPort for DpdkTx {
             }
         }
         None
+    }
+
+    fn idle(&mut self) {
+        match self.reclaim.idle() {
+            ReclaimStep::Nothing => {}
+            ReclaimStep::DoneCleanup => {
+                // SAFETY: a started port and one of its TX queues, used by this worker alone.
+                let answer =
+                    unsafe { sys::rte_eth_tx_done_cleanup(self.port_id, self.hw_queue, 0) };
+                self.reclaim.cleaned(answer);
+            }
+            ReclaimStep::ZeroBurst => {
+                // SAFETY: as above; a burst of no packets hands the driver nothing.
+                unsafe {
+                    sys::shim_rte_eth_tx_burst(
+                        self.port_id,
+                        self.hw_queue,
+                        self.scratch.as_mut_ptr(),
+                        0,
+                    )
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reclaim schedule, with the driver's answers given by the test (no device here
+    /// holds sent mbufs: the virtual devices free them in the burst call).
+    #[test]
+    fn an_idle_queue_reclaims_until_nothing_is_left_and_only_after_a_send() {
+        let mut r = IdleReclaim::default();
+        assert!(
+            (0..1000).all(|_| r.idle() == ReclaimStep::Nothing),
+            "nothing sent"
+        );
+        r.sent();
+        let mut steps = Vec::new();
+        let mut answers = [32, 5, 0].into_iter();
+        for _ in 0..10 * RECLAIM_EVERY {
+            match r.idle() {
+                ReclaimStep::Nothing => {}
+                ReclaimStep::DoneCleanup => {
+                    steps.push(ReclaimStep::DoneCleanup);
+                    r.cleaned(answers.next().expect("no pass after one freed nothing"));
+                }
+                ReclaimStep::ZeroBurst => panic!("cleanup is supported"),
+            }
+        }
+        assert_eq!(
+            steps.len(),
+            3,
+            "passes until one frees nothing, one per {RECLAIM_EVERY} idle polls"
+        );
+        // A driver without tx_done_cleanup: a bounded number of zero-packet bursts.
+        let mut r = IdleReclaim::default();
+        r.sent();
+        let mut zero = 0;
+        for _ in 0..100 * RECLAIM_EVERY {
+            match r.idle() {
+                ReclaimStep::DoneCleanup => r.cleaned(-libc::ENOTSUP),
+                ReclaimStep::ZeroBurst => zero += 1,
+                ReclaimStep::Nothing => {}
+            }
+        }
+        assert_eq!(zero, ZERO_BURST_TRIES);
+        // A new send starts it again.
+        r.sent();
+        assert!((0..RECLAIM_EVERY).any(|_| r.idle() == ReclaimStep::ZeroBurst));
     }
 }
