@@ -163,3 +163,35 @@ pub fn of_pci_device(address: &str) -> Option<String> {
         .filter_map(|e| e.ok())
         .find_map(|e| e.file_name().to_str().map(str::to_owned))
 }
+
+/// The kernel interface that has IPv4 address `ip`, if any.
+pub fn with_address(ip: std::net::Ipv4Addr) -> std::io::Result<Option<String>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: a node of the list getifaddrs returned, alive until freeifaddrs.
+        let node = unsafe { &*at };
+        if !node.ifa_addr.is_null()
+            // SAFETY: a non-null address of the node.
+            && i32::from(unsafe { (*node.ifa_addr).sa_family }) == libc::AF_INET
+        {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in) };
+            if u32::from_be(sin.sin_addr.s_addr) == u32::from(ip) {
+                // SAFETY: the node's name is a NUL-terminated string.
+                let name = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
+                found = Some(name.to_string_lossy().into_owned());
+                break;
+            }
+        }
+        at = node.ifa_next;
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(found)
+}

@@ -9,6 +9,9 @@ use serde::Serialize;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
+/// The highest MTU a socket interface raises its kernel interface to (jumbo frames).
+pub const MAX_RAISED_MTU: u32 = 9000;
+
 /// Socket buffer bytes asked for at least (a queue without a region asks this much).
 pub const MIN_SOCKET_BUFFER: usize = 4 << 20;
 /// Socket buffer bytes asked for at most.
@@ -38,6 +41,11 @@ pub struct SocketInterfacePlan {
     pub remote: Option<SocketAddrV4>,
     /// `multicast_groups` a UDP server joins (on the interface of its `local_addr`).
     pub multicast: Vec<crate::config::MulticastGroup>,
+    /// The MTU the kernel interface of `local_addr` is raised to, never lowered, so a
+    /// `max_payload_size` datagram or segment goes unfragmented: the payload plus the IPv4
+    /// and UDP (28) or TCP (40) headers, at most [`MAX_RAISED_MTU`]; `None` without a
+    /// `max_payload_size`.
+    pub mtu: Option<u32>,
     /// RX queues in configuration order.
     pub rx: Vec<SocketQueuePlan>,
     /// TX queues in configuration order.
@@ -129,6 +137,10 @@ pub(super) fn plan(
             local: socket.local.map(|e| SocketAddrV4::new(e.ip, e.port)),
             remote: socket.remote.map(|e| SocketAddrV4::new(e.ip, e.port)),
             multicast: iface.multicast.clone(),
+            mtu: (socket.max_payload_size > 0).then(|| {
+                let headers = if tcp { 40 } else { 28 };
+                (socket.max_payload_size + headers).min(MAX_RAISED_MTU)
+            }),
             buffers: (
                 socket
                     .receive_buffer_bytes

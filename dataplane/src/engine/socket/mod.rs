@@ -111,6 +111,7 @@ impl SocketEngine {
         let mut tcp_interfaces = Vec::new();
         for (i, (iface, steering)) in plan.iter().zip(steering).enumerate() {
             log_queues(iface, regions);
+            raise_mtu(iface);
             match iface.transport {
                 Transport::Udp => {
                     interfaces.push(Interface::Udp(udp::UdpInterface::open(
@@ -157,6 +158,40 @@ impl SocketEngine {
 
     fn interface(&self, port: PortIndex) -> Result<&Interface, EngineError> {
         super::interface_at(&self.interfaces, port)
+    }
+}
+
+/// Raises the MTU of the kernel interface that has the interface's `local_addr` to the
+/// planned one (from `max_payload_size`), never lowering it; a refusal is a warning with
+/// the command that does it (larger datagrams are then fragmented by the kernel).
+fn raise_mtu(iface: &SocketInterfacePlan) {
+    let (Some(mtu), Some(local)) = (iface.mtu, iface.local) else {
+        return;
+    };
+    if local.ip().is_unspecified() {
+        return;
+    }
+    let netdev = match crate::netdev::with_address(*local.ip()) {
+        Ok(Some(n)) => n,
+        Ok(None) => return, // the bind names the missing address
+        Err(e) => {
+            tracing::warn!(
+                "interface `{}`: cannot list the kernel interfaces ({e})",
+                iface.name
+            );
+            return;
+        }
+    };
+    match crate::netdev::raise_mtu(&netdev, mtu) {
+        Ok(had) if had < mtu => tracing::info!(
+            "interface `{}`: kernel interface {netdev}'s MTU raised from {had} to {mtu} (max_payload_size)",
+            iface.name
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            "interface `{}`: cannot raise kernel interface {netdev}'s MTU to {mtu} ({e}); datagrams above it are fragmented until `ip link set dev {netdev} mtu {mtu}`",
+            iface.name
+        ),
     }
 }
 
