@@ -6,6 +6,7 @@
 #[path = "../../bench/tests/common/mod.rs"]
 mod common;
 
+use common::netdev_mtu as mtu;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -99,21 +100,6 @@ fn assert_verified(t: &serde_json::Value, r: &serde_json::Value) -> u64 {
     assert_eq!(r["checker"]["valid"].as_u64().unwrap(), got);
     assert_eq!(r["checker"]["reordered"].as_u64().unwrap(), 0, "{r}");
     got
-}
-
-/// The MTU of `dev` in namespace `ns`.
-fn mtu(ns: &str, dev: &str) -> u32 {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "cat",
-            &format!("/sys/class/net/{dev}/mtu"),
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
 #[test]

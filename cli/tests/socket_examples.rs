@@ -262,22 +262,10 @@ socket_bench_client: {server: false, send: true, receive: false, message_size: 8
             .parse::<u64>()
             .unwrap()
     };
-    let mtu = |ns: &str, dev: &str| {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                ns,
-                "cat",
-                &format!("/sys/class/net/{dev}/mtu"),
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    let mtu = common::netdev_mtu;
     assert_eq!(
         (mtu(NS_CLIENT, "dpsa"), mtu(NS_SERVER, "dpsb")),
-        ("1500".into(), "1500".into())
+        (1500, 1500)
     );
     let before = reassembled();
     let extra = ["--target-gbps", "0.5"];
@@ -292,7 +280,7 @@ socket_bench_client: {server: false, send: true, receive: false, message_size: 8
     check(&server, "jumbo");
     assert_eq!(
         (mtu(NS_CLIENT, "dpsa"), mtu(NS_SERVER, "dpsb")),
-        ("9000".into(), "9000".into())
+        (9000, 9000)
     );
     let sent = client["client"]["messages_sent"].as_u64().unwrap();
     let got = server["server"]["messages_received"].as_u64().unwrap();

@@ -134,6 +134,21 @@ pub fn veth_pair(
     Ok(guard)
 }
 
+/// The MTU of interface `dev` in network namespace `ns`.
+pub fn netdev_mtu(ns: &str, dev: &str) -> u32 {
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "cat",
+            &format!("/sys/class/net/{dev}/mtu"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
 /// The folder of the reference's example configurations, if this checkout has it
 /// (`DAQIRI_EXAMPLES` overrides).
 pub fn reference_examples_dir() -> Option<PathBuf> {
