@@ -237,7 +237,10 @@ fn the_seed_raw_cross_host_files_run_one_per_namespace() {
         path
     };
     let (rx_cfg, tx_cfg) = (mapped("rx", "dpxb"), mapped("tx", "dpxa"));
-    let (t, r) = run_pair_for(&rx_cfg, &tx_cfg, ("3", "4"));
+    // The sender sets up a 400 MB region before its first frame, which on a loaded
+    // 2-core machine took longer than a 3-second receiver waited (it then saw nothing):
+    // the receiver gets 6 s, the sender 9, so it still stops during traffic.
+    let (t, r) = run_pair_for(&rx_cfg, &tx_cfg, ("6", "9"));
     let _ = std::fs::remove_dir_all(&work);
     let got = assert_verified(&t, &r);
     assert_eq!(
