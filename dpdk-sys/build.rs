@@ -50,7 +50,7 @@ fn main() {
         .clang_args(cflags.iter().map(|s| s.as_str()))
         .allowlist_function(
             "rte_eal_(init|cleanup|process_type)|rte_strerror|rte_socket_id|rte_thread_(register|unregister)\
-             |rte_eth_(dev_configure|dev_info_get|dev_start|dev_stop|dev_close|dev_count_avail|dev_get_port_by_name|dev_socket_id|rx_queue_setup|tx_queue_setup|stats_get|stats_reset|promiscuous_enable|allmulticast_enable|tx_done_cleanup|dev_set_mtu|dev_get_mtu|macaddr_get|link_get_nowait|find_next_owned_by|dev_is_valid_port|set_queue_rate_limit|read_clock)\
+             |rte_eth_(dev_configure|dev_info_get|dev_start|dev_stop|dev_close|dev_count_avail|dev_get_port_by_name|dev_socket_id|rx_queue_setup|tx_queue_setup|stats_get|stats_reset|promiscuous_enable|allmulticast_enable|tx_done_cleanup|dev_set_mtu|dev_adjust_nb_rx_tx_desc|dev_get_mtu|macaddr_get|link_get_nowait|find_next_owned_by|dev_is_valid_port|set_queue_rate_limit|read_clock)\
              |rte_pktmbuf_pool_create(_extbuf)?|rte_mempool_(free|avail_count|in_use_count|lookup)\
              |rte_flow_(validate|create|destroy|flush|isolate)\
              |rte_extmem_(register|unregister)|rte_dev_dma_(map|unmap)|rte_mem_virt2memseg_list|rte_malloc_get_socket_stats\

@@ -4,9 +4,20 @@
 
 mod common;
 
+/// The shipped config, with ring depths other than the default (`rx.descriptors: 512`,
+/// `tx.descriptors: 2048`) that the driver takes.
 #[test]
 fn net_ring_bench_is_lossless() {
-    let report = common::bench_shipped_config("dpdk_ring.yaml");
+    let mut cfg = dataplane::config::load_file(&common::config_path("dpdk_ring.yaml"))
+        .expect("config")
+        .config;
+    cfg.master_core = 0;
+    cfg.interfaces[0].rx.as_mut().unwrap().descriptors = Some(512);
+    cfg.interfaces[0].tx.as_mut().unwrap().descriptors = Some(2048);
+    let plan = dataplane::plan::Plan::from_config(&cfg).expect("plans");
+    let port = &plan.dpdk().expect("DPDK").ports[0];
+    assert_eq!((port.rx_descriptors, port.tx_descriptors), (512, 2048));
+    let report = common::run_bench(&cfg, 1.0);
     assert_eq!(report.engine, "dpdk");
     assert!(
         report.zero_copy_regions.is_empty(),

@@ -552,24 +552,34 @@ fn the_spark_template_with_device_regions_follows_what_the_driver_says_of_this_g
         .unwrap()
         .replace("kind: \"host_pinned\"", "kind: \"device\"");
     // `<value>` placeholders keep their example value; MAC placeholders get one.
-    let mut text = String::new();
     let mut parts = template.split('<');
     let mut text = parts.next().unwrap_or_default().to_string();
     for part in parts {
         let (inner, rest) = part.split_once('>').expect("a closed placeholder");
-        text.push_str(if inner.contains("MAC") { "02:00:00:00:00:01" } else { inner });
+        text.push_str(if inner.contains("MAC") {
+            "02:00:00:00:00:01"
+        } else {
+            inner
+        });
         text.push_str(rest);
     }
     let cfg = dataplane::config::load_str(&text, "spark_device.yaml")
         .expect("loads")
         .config;
     let plan = dataplane::plan::Plan::from_config(&cfg).expect("plans");
-    assert_eq!(plan.gpu_memory_nics_reach().len(), 2, "both RX regions are reached by DMA");
+    assert_eq!(
+        plan.gpu_memory_nics_reach().len(),
+        2,
+        "both RX regions are reached by DMA"
+    );
     let checked = plan.check_integrated_gpus(&|r| {
         dataplane::sysinfo::gpu_is_integrated(r.affinity, r.gpu_uuid.as_deref())
     });
     match checked {
-        Ok(()) => assert!(!integrated, "an integrated GPU let a NIC DMA into device memory"),
+        Ok(()) => assert!(
+            !integrated,
+            "an integrated GPU let a NIC DMA into device memory"
+        ),
         Err(e) => {
             assert!(integrated, "a discrete GPU was refused: {e}");
             assert!(e.to_string().contains("host_pinned"), "{e}");

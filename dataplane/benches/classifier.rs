@@ -74,6 +74,7 @@ fn rules(n: usize, ranges: bool) -> RxConfig {
         exception_queue: None,
         reorder: Vec::new(),
         dynamic_flow_capacity: 0,
+        descriptors: None,
     }
 }
 

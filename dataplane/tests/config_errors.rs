@@ -647,3 +647,37 @@ fn multicast_groups_are_checked_and_refused_where_nothing_joins() {
         "{e}"
     );
 }
+
+/// `descriptors` (a DPDK port's ring depth): 64 to 32768, named with its position when out
+/// of range; refused on engines without device rings (here the software loopback); taken
+/// on a DPDK port.
+#[test]
+fn ring_descriptors_are_checked_and_only_dpdk_ports_take_them() {
+    let with = |text: &str, value: &str| {
+        text.replacen(
+            "      rx:\n        queues:",
+            &format!("      rx:\n        descriptors: {value}\n        queues:"),
+            1,
+        )
+    };
+    let e = errors(&with(GOOD, "32"));
+    assert!(
+        e.iter().any(
+            |e| e.contains("interfaces[0].rx.descriptors (line 25, column 22)")
+                && e.contains("32 is out of range: must be at least 64")
+        ),
+        "{e:#?}"
+    );
+    let e = one_error(&with(GOOD, "512"));
+    assert!(
+        e.contains("interfaces[0].rx.descriptors")
+            && e.contains("the loopback engine has no device rings"),
+        "{e}"
+    );
+    let dpdk = with(GOOD, "512")
+        .replace("    loopback: \"sw\"\n", "")
+        .replace("address: loopback", "address: net_null0");
+    let c = load(&dpdk).unwrap().config;
+    assert_eq!(c.engine.name(), "dpdk");
+    assert_eq!(c.interfaces[0].rx.as_ref().unwrap().descriptors, Some(512));
+}

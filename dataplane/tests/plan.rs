@@ -687,7 +687,8 @@ interfaces:
     assert_eq!(
         e,
         PlanError::DeviceUnreachable {
-            region: "gpu".into()
+            region: "gpu".into(),
+            reason: "other queues use it too".into()
         }
     );
     assert!(e.to_string().contains("PCI NIC"), "{e}");

@@ -86,6 +86,7 @@ const uint64_t shim_rss_ip_udp = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP;
 const uint64_t shim_rx_offload_buffer_split = RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT;
 const uint16_t shim_mbuf_headroom = RTE_PKTMBUF_HEADROOM;
 const uint64_t shim_rx_offload_timestamp = RTE_ETH_RX_OFFLOAD_TIMESTAMP;
+const uint64_t shim_rx_offload_scatter = RTE_ETH_RX_OFFLOAD_SCATTER;
 const uint64_t shim_tx_offload_send_on_timestamp = RTE_ETH_TX_OFFLOAD_SEND_ON_TIMESTAMP;
 
 int shim_rx_timestamp_register(int *offset, uint64_t *flag)

@@ -74,6 +74,8 @@ int shim_tx_timestamp_register(int *offset, uint64_t *flag);
 /* Asks the device to send mbuf m no earlier than NIC clock value ts. */
 void shim_set_tx_timestamp(struct rte_mbuf *m, int offset, uint64_t flag, uint64_t ts);
 extern const uint64_t shim_rx_offload_timestamp;
+/* RTE_ETH_RX_OFFLOAD_SCATTER: frames may span a chain of mbufs. */
+extern const uint64_t shim_rx_offload_scatter;
 extern const uint64_t shim_tx_offload_send_on_timestamp;
 int shim_rte_errno(void);
 unsigned int shim_rte_lcore_id(void);

@@ -143,6 +143,7 @@ impl InterfaceBuilder {
             .tx
             .get_or_insert_with(|| TxConfig {
                 accurate_send: false,
+                descriptors: None,
                 queues: Vec::new(),
                 flows: Vec::new(),
             })

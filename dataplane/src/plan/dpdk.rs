@@ -2,12 +2,18 @@
 //! its mbuf pools (per queue segment), buffer split, and its EAL arguments and memory.
 
 use super::{PlanError, RegionPlan};
-use crate::config::{Config, Direction, MemoryKind, QueueConfig, validate::is_pci_address};
+use crate::config::{
+    Config, Direction, InterfaceConfig, MemoryKind, QueueConfig, validate::is_pci_address,
+};
 use crate::descriptor::{QueueId, RegionId};
 use serde::Serialize;
 
-/// Descriptors per RX and TX ring.
-pub const RING_DESCRIPTORS: usize = 1024;
+/// Descriptors per RX and TX ring of a virtual device when `descriptors` is not given;
+/// also the lowest a PCI port's RX default goes.
+pub const VDEV_DESCRIPTORS: u16 = 1024;
+/// Descriptors per RX and TX ring of a PCI NIC when `descriptors` is not given: the
+/// reference's default.
+pub const PCI_DESCRIPTORS: u16 = 8192;
 /// Bytes DPDK keeps in front of packet data (RTE_PKTMBUF_HEADROOM).
 pub const HEADROOM: usize = 128;
 /// Bytes of an mbuf's header.
@@ -21,9 +27,45 @@ const WHOLE_FRAME_ROOM: usize = 2048;
 /// Lent buffers start on 256 bytes.
 const LENT_ALIGN: usize = 256;
 
-/// Mbufs a queue's pool needs at least: 1.5x the ring plus a burst.
-pub fn min_mbufs(batch_size: u32) -> usize {
-    RING_DESCRIPTORS * 3 / 2 + batch_size as usize
+/// Mbufs a queue's pool needs at least: 1.5x its ring of `descriptors` plus a burst
+/// (with fewer, the ring holds every buffer and the worker waits for ever).
+pub fn min_mbufs(descriptors: u16, batch_size: u32) -> usize {
+    usize::from(descriptors) * 3 / 2 + batch_size as usize
+}
+
+/// Descriptors of the RX and TX rings of interface `iface`: its `rx.descriptors` and
+/// `tx.descriptors`, else [`default_descriptors`].
+pub fn descriptors(config: &Config, iface: &InterfaceConfig) -> (u16, u16) {
+    let (rx, tx) = default_descriptors(config, iface);
+    (
+        iface.rx.as_ref().and_then(|r| r.descriptors).unwrap_or(rx),
+        iface.tx.as_ref().and_then(|t| t.descriptors).unwrap_or(tx),
+    )
+}
+
+/// The default ring depths of `iface`: [`VDEV_DESCRIPTORS`] on a virtual device (memory is
+/// what a test machine lacks, and a vdev's ring is a software queue). On a PCI NIC the
+/// reference's [`PCI_DESCRIPTORS`], the RX ring halved (not below [`VDEV_DESCRIPTORS`])
+/// until every region that an RX queue receives into alone keeps 1.5x the ring plus a
+/// burst: such a region is lent to the NIC, and the reference instead raises its
+/// `num_bufs` to three rings, tripling memory the configuration did not ask for.
+pub fn default_descriptors(config: &Config, iface: &InterfaceConfig) -> (u16, u16) {
+    if !is_pci_address(&iface.address) {
+        return (VDEV_DESCRIPTORS, VDEV_DESCRIPTORS);
+    }
+    let mut rx = PCI_DESCRIPTORS;
+    for q in iface.rx.iter().flat_map(|r| &r.queues) {
+        let [only] = q.memory_regions.as_slice() else {
+            continue;
+        };
+        let Some(m) = config.memory_region(only) else {
+            continue;
+        };
+        while rx > VDEV_DESCRIPTORS && m.num_bufs < min_mbufs(rx, q.batch_size) {
+            rx /= 2;
+        }
+    }
+    (rx, PCI_DESCRIPTORS)
 }
 
 /// One mbuf pool.
@@ -167,6 +209,18 @@ pub struct PortPlan {
     pub rx_timestamps: bool,
     /// TX `accurate_send`: the device sends on time where the driver offers it.
     pub accurate_send: bool,
+    /// Descriptors of each RX queue's device ring (`rx.descriptors`, else
+    /// [`default_descriptors`]); the driver may round it to what it supports.
+    pub rx_descriptors: u16,
+    /// Descriptors of each TX queue's device ring (`tx.descriptors`, else
+    /// [`default_descriptors`]).
+    pub tx_descriptors: u16,
+    /// RX scatter (`RTE_ETH_RX_OFFLOAD_SCATTER`), asked of the device where offered: a
+    /// frame of the port's MTU is larger than the buffer of one of its one-segment RX
+    /// queues (a TX queue's larger frames raised the MTU). Drivers such as mlx5 refuse
+    /// such a queue without it; the frames that need a chain are then dropped as
+    /// `malformed`, never cut, and the rest arrive as usual.
+    pub rx_scatter: bool,
     /// The MTU the port is raised to: the largest frame any of its queues holds (the sum
     /// of a queue's segment buffers, RX or TX), at least 64 and at most [`MAX_FRAME`]
     /// bytes, less the 14-byte Ethernet header; never below [`MIN_MTU`]. The reference
@@ -267,7 +321,7 @@ pub fn port_name(address: &str) -> &str {
 }
 
 /// Pool of segment `seg` of queue `q` (one pool per segment: header-data split has two).
-fn pool_size(config: &Config, q: &QueueConfig, seg: usize) -> PoolSize {
+fn pool_size(config: &Config, q: &QueueConfig, descriptors: u16, seg: usize) -> PoolSize {
     let region = q
         .memory_regions
         .get(seg)
@@ -280,16 +334,16 @@ fn pool_size(config: &Config, q: &QueueConfig, seg: usize) -> PoolSize {
     };
     PoolSize {
         configured,
-        mbufs: configured.max(min_mbufs(q.batch_size)),
+        mbufs: configured.max(min_mbufs(descriptors, q.batch_size)),
         data_room: (size + HEADROOM).min(u16::MAX as usize),
     }
 }
 
 /// EAL memory a queue accounts for: a pool per segment. A lent queue's pool sits over its
 /// region, but EAL still holds the mbuf headers; it is counted whole, for slack.
-fn eal_bytes_of(config: &Config, q: &QueueConfig) -> u64 {
+fn eal_bytes_of(config: &Config, q: &QueueConfig, descriptors: u16) -> u64 {
     (0..q.memory_regions.len().max(1))
-        .map(|seg| pool_size(config, q, seg).bytes())
+        .map(|seg| pool_size(config, q, descriptors, seg).bytes())
         .sum()
 }
 
@@ -327,7 +381,8 @@ pub(super) fn lending(config: &Config) -> Vec<(bool, Option<String>)> {
         let m = &config.memory_regions[i];
         let pci = is_pci_address(&config.interfaces[iface].address);
         let stride = (HEADROOM + m.buf_size).next_multiple_of(LENT_ALIGN);
-        let ring = min_mbufs(q.batch_size);
+        let rx_descriptors = descriptors(config, &config.interfaces[iface]).0;
+        let ring = min_mbufs(rx_descriptors, q.batch_size);
         let why_not = if uses[i] != 1 {
             Some("other queues use it too".to_owned())
         } else if m.kind == MemoryKind::Device && !pci {
@@ -338,7 +393,7 @@ pub(super) fn lending(config: &Config) -> Vec<(bool, Option<String>)> {
             Some("buf_size is above 65 KiB".to_owned())
         } else if m.num_bufs < ring {
             Some(format!(
-                "num_bufs is below {ring} (1.5x the ring plus a burst)"
+                "num_bufs is below {ring} (1.5x the {rx_descriptors}-descriptor ring plus a burst)"
             ))
         } else {
             None
@@ -393,6 +448,7 @@ pub(super) fn check_lending(
         if m.kind == MemoryKind::Device && !lent && !staged {
             return Err(PlanError::DeviceUnreachable {
                 region: m.name.clone(),
+                reason: why.clone().unwrap_or_default(),
             });
         }
     }
@@ -477,13 +533,28 @@ fn tx_flow_bytes(iface: &crate::config::InterfaceConfig) -> usize {
         .unwrap_or(0)
 }
 
+/// Whether a frame of `port`'s MTU overflows the buffer of one of its one-segment RX
+/// queues (see [`PortPlan::rx_scatter`]).
+fn needs_rx_scatter(port: &PortPlan, regions: &[RegionPlan]) -> bool {
+    let frame = usize::from(port.mtu) + FRAME_OVERHEAD;
+    port.rx.iter().any(|q| match &q.receive {
+        RxReceive::Lent { region } => regions[region.index()].buf_size < frame,
+        RxReceive::Copy { pool } => pool.data_room.saturating_sub(HEADROOM) < frame,
+        RxReceive::Split { .. } => false,
+    })
+}
+
 /// The DPDK part of the plan of `config`, with the regions' lending already decided.
 pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, PlanError> {
     let region_index = |n: &String| config.memory_regions.iter().position(|m| &m.name == n);
     let mut ports = Vec::new();
     let mut pools_bytes = 0u64;
     for (index, iface) in config.interfaces.iter().enumerate() {
+        let (rx_descriptors, tx_descriptors) = descriptors(config, iface);
         let mut port = PortPlan {
+            rx_descriptors,
+            tx_descriptors,
+            rx_scatter: false,
             interface: index,
             name: iface.name.clone(),
             address: iface.address.clone(),
@@ -516,11 +587,11 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                     region: RegionId(r as u16),
                 },
                 (None, 0 | 1) => RxReceive::Copy {
-                    pool: pool_size(config, q, 0),
+                    pool: pool_size(config, q, rx_descriptors, 0),
                 },
                 (None, 2) => RxReceive::Split {
-                    header: pool_size(config, q, 0),
-                    payload: pool_size(config, q, 1),
+                    header: pool_size(config, q, rx_descriptors, 0),
+                    payload: pool_size(config, q, rx_descriptors, 1),
                     header_bytes: region_index(&q.memory_regions[0])
                         .map_or(0, |r| config.memory_regions[r].buf_size),
                 },
@@ -535,7 +606,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                     });
                 }
             };
-            pools_bytes += eal_bytes_of(config, q);
+            pools_bytes += eal_bytes_of(config, q, rx_descriptors);
             port.rx.push(RxQueuePlan {
                 queue: QueueId(q.id),
                 device_queue: i as u16,
@@ -550,9 +621,9 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                 .map(|r| config.memory_regions[r].buf_size)
                 .sum::<usize>()
                 + tx_flow_bytes(iface);
-            let mut pool = pool_size(config, q, 0);
+            let mut pool = pool_size(config, q, tx_descriptors, 0);
             pool.data_room = (frame.max(WHOLE_FRAME_ROOM) + HEADROOM).min(u16::MAX as usize);
-            pools_bytes += eal_bytes_of(config, q);
+            pools_bytes += eal_bytes_of(config, q, tx_descriptors);
             let attach_pool = PoolSize {
                 configured: pool.configured,
                 mbufs: pool.mbufs,
@@ -566,6 +637,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
                 attach_pool,
             });
         }
+        port.rx_scatter = needs_rx_scatter(&port, regions);
         ports.push(port);
     }
     let bytes = (64u64 << 20) + pools_bytes;
@@ -590,6 +662,78 @@ mod tests {
         crate::config::load_with(text, "t", &|_| true)
             .unwrap()
             .config
+    }
+
+    /// Ring depths: 1024 on a virtual device; the reference's 8192 on a PCI NIC, the RX
+    /// ring halved until a region an RX queue receives into alone keeps 1.5x the ring plus
+    /// a burst (so it is still lent), never below 1024; `descriptors` wins over both, and
+    /// the pools and lending follow the port's rings.
+    #[test]
+    fn ring_depths_follow_the_keys_else_the_device_kind_and_the_lent_regions() {
+        let text = |address: &str, rx_bufs: usize, keys: &str| {
+            format!(
+                r#"    memory_regions:
+    - {{name: rxm, kind: host, affinity: 0, num_bufs: {rx_bufs}, buf_size: 2048}}
+    - {{name: txm, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048, zero_copy: false}}
+    interfaces:
+    - name: p
+      address: "{address}"
+      rx:
+        {keys}
+        queues:
+        - {{name: q, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [rxm]}}
+      tx:
+        queues:
+        - {{name: t, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [txm]}}
+"#
+            )
+        };
+        let port = |address: &str, rx_bufs: usize, keys: &str| {
+            let yaml = format!(
+                "%YAML 1.2\n---\ndataplane:\n  cfg:\n    version: 1\n    stream_type: raw\n    master_core: 0\n{}",
+                text(address, rx_bufs, keys)
+            );
+            let cfg = load(&yaml);
+            let plan = crate::plan::Plan::from_config(&cfg).unwrap();
+            let p = plan.dpdk().unwrap().ports[0].clone();
+            let lent = plan.regions[0].lent;
+            (p, lent)
+        };
+        let (vdev, lent) = port("net_null0", 16384, "");
+        assert_eq!((vdev.rx_descriptors, vdev.tx_descriptors), (1024, 1024));
+        assert!(lent);
+        assert!(!vdev.rx_scatter, "2048-byte frames fit 2048-byte buffers");
+        let (pci, lent) = port("0000:3b:00.0", 16384, "");
+        assert_eq!((pci.rx_descriptors, pci.tx_descriptors), (8192, 8192));
+        assert!(lent, "16384 >= 1.5 x 8192 + 32");
+        assert_eq!(
+            pci.tx[0].pool.mbufs,
+            8192 * 3 / 2 + 32,
+            "the TX copy pool is raised to the 8192-descriptor ring"
+        );
+        let (pci, lent) = port("0000:3b:00.0", 8192, "");
+        assert_eq!(
+            pci.rx_descriptors, 4096,
+            "8192 buffers keep a 4096 ring fed"
+        );
+        assert!(lent);
+        let (pci, lent) = port("0000:3b:00.0", 1000, "");
+        assert_eq!(pci.rx_descriptors, 1024, "never below 1024");
+        assert!(!lent, "1000 buffers cannot feed a 1024 ring: copied");
+        let (pci, lent) = port("0000:3b:00.0", 1000, "descriptors: 512");
+        assert_eq!(pci.rx_descriptors, 512);
+        assert!(lent, "1000 >= 1.5 x 512 + 32");
+        let (vdev, _) = port("net_null0", 16384, "descriptors: 4096");
+        assert_eq!(vdev.rx_descriptors, 4096);
+        let RxReceive::Lent { .. } = vdev.rx[0].receive else {
+            panic!("lent: {:?}", vdev.rx[0].receive)
+        };
+        let (vdev, lent) = port("net_null0", 4096, "descriptors: 4096");
+        assert!(!lent, "4096 buffers cannot feed a 4096 ring");
+        let RxReceive::Copy { pool } = vdev.rx[0].receive else {
+            panic!("copied: {:?}", vdev.rx[0].receive)
+        };
+        assert_eq!(pool.mbufs, 4096 * 3 / 2 + 32);
     }
 
     /// The MTU comes from the largest frame of any queue, RX or TX (a TX queue larger than
@@ -641,6 +785,14 @@ mod tests {
             ports[1].mtu,
             9000 - 14,
             "the TX queue's frames, larger than RX's"
+        );
+        assert!(
+            !ports[0].rx_scatter,
+            "a split takes its frames in two segments"
+        );
+        assert!(
+            ports[1].rx_scatter,
+            "9000-byte frames over 2048-byte RX mbufs need a chain"
         );
     }
 
@@ -731,7 +883,7 @@ mod tests {
         assert_eq!(why("net_null0", 2), "buf_size is below 2048");
         assert_eq!(
             why("net_null0", 3),
-            "num_bufs is below 1568 (1.5x the ring plus a burst)"
+            "num_bufs is below 1568 (1.5x the 1024-descriptor ring plus a burst)"
         );
         assert_eq!(
             why("net_null0", 4),
@@ -741,7 +893,8 @@ mod tests {
         assert_eq!(
             check_lending(&cfg, &lending(&cfg)),
             Err(PlanError::DeviceUnreachable {
-                region: "gpu".into()
+                region: "gpu".into(),
+                reason: "a virtual device cannot reach GPU memory".into()
             }),
             "nothing else can fill a device region"
         );

@@ -197,11 +197,18 @@ impl Plan {
             for p in &d.ports {
                 let _ = writeln!(
                     s,
-                    "  port {} ({}), MTU at least {} (frames up to {} B; raised at start, never lowered):",
+                    "  port {} ({}), MTU at least {} (frames up to {} B; raised at start, never lowered), rings of {} RX and {} TX descriptors{}:",
                     p.ethdev,
                     if p.pci { "PCI" } else { "vdev" },
                     p.mtu,
-                    usize::from(p.mtu) + dpdk::FRAME_OVERHEAD
+                    usize::from(p.mtu) + dpdk::FRAME_OVERHEAD,
+                    p.rx_descriptors,
+                    p.tx_descriptors,
+                    if p.rx_scatter {
+                        ", RX scatter (frames above an RX buffer arrive chained and are dropped as malformed)"
+                    } else {
+                        ""
+                    }
                 );
                 if !p.multicast.is_empty() {
                     let _ = writeln!(

@@ -70,13 +70,14 @@ pub enum PlanError {
     },
     /// A `device` region the DPDK engine cannot fill.
     #[error(
-        "memory region `{region}`: kind device on a PCI NIC with the DPDK engine needs the NIC to write GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {}, num_bufs >= 1.5x the {}-descriptor ring); on a virtual device the queue is staged through host memory instead",
-        dpdk::ZERO_COPY_MIN_BUF_SIZE,
-        dpdk::RING_DESCRIPTORS
+        "memory region `{region}`: kind device on a PCI NIC with the DPDK engine needs the NIC to write GPU memory by DMA, with the region as the only memory region of one RX queue (buf_size >= {}, num_bufs >= 1.5x the port's rx.descriptors plus a burst), but {reason}; on a virtual device the queue is staged through host memory instead",
+        dpdk::ZERO_COPY_MIN_BUF_SIZE
     )]
     DeviceUnreachable {
         /// The region.
         region: String,
+        /// Why the NIC cannot write it.
+        reason: String,
     },
     /// A `device` region a NIC must reach by DMA lies on an integrated GPU.
     #[error(

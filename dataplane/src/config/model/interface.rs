@@ -308,6 +308,9 @@ pub struct RxConfig {
     /// (`Packet::timestamp_ns`, ns since the Unix epoch). No engine here reads a NIC clock
     /// yet: the RX worker takes the time in software when it receives.
     pub timestamps: bool,
+    /// `descriptors` (this project's key; DPDK only): descriptors of each RX queue's device
+    /// ring. `None`: [`crate::plan::dpdk::default_descriptors`].
+    pub descriptors: Option<u16>,
 }
 
 impl RxConfig {
@@ -332,6 +335,7 @@ impl RxConfig {
             reorder: Vec::new(),
             dynamic_flow_capacity: 0,
             timestamps: false,
+            descriptors: None,
         }
     }
 }
@@ -342,6 +346,9 @@ pub struct TxConfig {
     /// `accurate_send`: each packet's `timestamp_ns` on a TX burst is the time (ns since
     /// the Unix epoch; 0 = now) before which it must not be sent.
     pub accurate_send: bool,
+    /// `descriptors` (this project's key; DPDK only): descriptors of each TX queue's device
+    /// ring. `None`: [`crate::plan::dpdk::default_descriptors`].
+    pub descriptors: Option<u16>,
     /// Queues.
     pub queues: Vec<QueueConfig>,
     /// Egress flows: header transforms applied to matching sent packets (hardware only).

@@ -574,8 +574,10 @@ pub(super) fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<
         .optional(d, "exception_queue", |d, n, p| r::uint_in(d, n, p, 0, 63))
         .map(|v| v as u16);
     let reorder = list_of(d, &mut m, "reorder_configs", reorder_config);
+    let descriptors = ring_descriptors(d, &mut m);
     m.finish(d);
     Some(RxConfig {
+        descriptors,
         timestamps,
         flow_isolation,
         queues,
@@ -587,13 +589,21 @@ pub(super) fn rx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<
     })
 }
 
+/// `descriptors`: a DPDK queue's device ring, 64 to 32768 (the driver may round it).
+fn ring_descriptors(d: &mut Diagnostics, m: &mut MapReader) -> Option<u16> {
+    m.optional(d, "descriptors", |d, n, p| r::uint_in(d, n, p, 64, 32768))
+        .map(|v| v as u16)
+}
+
 pub(super) fn tx_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TxConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let accurate_send = m.optional(d, "accurate_send", r::boolean).unwrap_or(false);
     let queues = queues(d, &mut m, Direction::Tx);
     let flows = list_of(d, &mut m, "flows", tx_flow);
+    let descriptors = ring_descriptors(d, &mut m);
     m.finish(d);
     Some(TxConfig {
+        descriptors,
         accurate_send,
         queues,
         flows,

@@ -25,6 +25,23 @@ pub(super) fn engine_rules(d: &mut Diagnostics, c: &Config) {
         }
         dpdk_buffer_sizes(d, c);
     }
+    if c.engine != EngineKind::Dpdk {
+        for (i, iface) in c.interfaces.iter().enumerate() {
+            let rx = iface.rx.as_ref().and_then(|r| r.descriptors).map(|_| "rx");
+            let tx = iface.tx.as_ref().and_then(|t| t.descriptors).map(|_| "tx");
+            for dir in rx.into_iter().chain(tx) {
+                d.error(
+                    Kind::Invalid,
+                    &format!("interfaces[{i}].{dir}.descriptors"),
+                    Some(iface.location),
+                    format!(
+                        "descriptors: the {} engine has no device rings (DPDK ports do; the ring to the application is ring_packets)",
+                        c.engine.name()
+                    ),
+                );
+            }
+        }
+    }
     if c.engine != EngineKind::Loopback && c.interfaces.is_empty() {
         d.error(
             Kind::Missing,

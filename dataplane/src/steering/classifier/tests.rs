@@ -18,6 +18,7 @@ fn rx(queues: &[u16], flows: Vec<FlowConfig>, isolation: bool) -> RxConfig {
     RxConfig {
         flow_isolation: isolation,
         timestamps: false,
+        descriptors: None,
         queues: queues.iter().map(|&q| queue(q)).collect(),
         flows,
         flex_items: vec![FlexItemConfig {

@@ -22,9 +22,6 @@ mod setup;
 
 use setup::QueueSetup;
 
-/// Descriptors per RX and TX ring.
-pub const RING_DESCRIPTORS: u16 = dpdk_plan::RING_DESCRIPTORS as u16;
-
 /// A DPDK port id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortId(pub u16);
@@ -295,6 +292,7 @@ impl Port {
             sys::rte_eth_dev_configure(id, hw_rx as u16, hw_tx as u16, &conf)
         })
         .map_err(device_err)?;
+        let (rx_descriptors, tx_descriptors) = ring_depths(planned, id)?;
         let kernel_raised = raise_kernel_mtu(planned);
         raise_mtu(planned, id, &info, kernel_raised);
         // From here on the port is ours: a failure closes it (OpenDevice's drop).
@@ -327,6 +325,8 @@ impl Port {
             driver: &driver,
             id,
             socket,
+            rx_descriptors,
+            tx_descriptors,
         };
         setup.rx_queues(&mut port, hw_rx)?;
         setup.tx_queues(&mut port, hw_tx)?;
@@ -583,6 +583,39 @@ fn join_groups(
     Ok(Some(joined))
 }
 
+/// The planned ring depths as the driver takes them (`rte_eth_dev_adjust_nb_rx_tx_desc`
+/// clamps to its maximum and rounds to its alignment). Fewer is logged; more is refused,
+/// because the pools were sized for the planned rings and a ring that holds every buffer
+/// stalls the queue.
+fn ring_depths(planned: &PortPlan, id: u16) -> Result<(u16, u16), EngineError> {
+    let (mut rx, mut tx) = (planned.rx_descriptors, planned.tx_descriptors);
+    // SAFETY: a configured port; both pointers are to live locals.
+    super::error::check("rte_eth_dev_adjust_nb_rx_tx_desc", unsafe {
+        sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rx, &mut tx)
+    })
+    .map_err(|source| device_error(planned, source))?;
+    for (dir, want, got) in [
+        ("rx", planned.rx_descriptors, rx),
+        ("tx", planned.tx_descriptors, tx),
+    ] {
+        if got > want {
+            return Err(EngineError::Interface {
+                interface: planned.name.clone(),
+                reason: format!(
+                    "the driver's {dir} rings take at least {got} descriptors, more than the {want} planned: set {dir}.descriptors: {got} (and num_bufs of the queues' regions to at least 1.5x that plus a burst)"
+                ),
+            });
+        }
+        if got < want {
+            tracing::info!(
+                "interface `{}`: {dir} rings of {got} descriptors (the driver's most; {want} planned)",
+                planned.name
+            );
+        }
+    }
+    Ok((rx, tx))
+}
+
 fn device_error(planned: &PortPlan, source: DpdkError) -> EngineError {
     EngineError::Device {
         interface: planned.name.clone(),
@@ -678,6 +711,23 @@ impl DeviceConf {
         }
         if device_tx_time {
             conf.txmode.offloads |= tx_stamp;
+        }
+        if planned.rx_scatter {
+            // SAFETY: reads a constant defined in the shim.
+            let scatter = unsafe { sys::shim_rx_offload_scatter };
+            let frame = usize::from(planned.mtu) + dpdk_plan::FRAME_OVERHEAD;
+            if info.rx_offload_capa & scatter != 0 {
+                conf.rxmode.offloads |= scatter;
+                tracing::info!(
+                    "interface `{}`: RX scatter on: {frame}-byte frames exceed an RX queue's buffers; those arrive chained and are dropped as malformed",
+                    planned.name
+                );
+            } else {
+                tracing::warn!(
+                    "interface `{}`: {frame}-byte frames (the MTU a TX queue needs) exceed an RX queue's buffers and {driver} has no RX scatter: the device may refuse the queue or drop those frames",
+                    planned.name
+                );
+            }
         }
         Self {
             conf,

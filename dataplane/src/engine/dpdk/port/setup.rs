@@ -14,6 +14,10 @@ pub(super) struct QueueSetup<'a> {
     pub(super) driver: &'a str,
     pub(super) id: u16,
     pub(super) socket: i32,
+    /// Descriptors per RX ring, as the driver takes them.
+    pub(super) rx_descriptors: u16,
+    /// Descriptors per TX ring, as the driver takes them.
+    pub(super) tx_descriptors: u16,
 }
 
 impl QueueSetup<'_> {
@@ -33,10 +37,14 @@ impl QueueSetup<'_> {
 
         if size.mbufs > size.configured {
             tracing::warn!(
-                "interface `{}` {} queue {}: {} buffers are below 1.5x the {RING_DESCRIPTORS}-descriptor ring; the DPDK pool gets {}",
+                "interface `{}` {} queue {}: {} buffers are below 1.5x the {}-descriptor ring; the DPDK pool gets {}",
                 planned.name,
                 direction.name(),
                 queue,
+                match direction {
+                    Direction::Rx => self.rx_descriptors,
+                    Direction::Tx => self.tx_descriptors,
+                },
                 size.configured,
                 size.mbufs
             );
@@ -105,7 +113,7 @@ impl QueueSetup<'_> {
         let room = 2048 + dpdk_plan::HEADROOM;
         let pool = Mempool::pktmbuf(
             format!("dp{index}idle{i}"),
-            usize::from(RING_DESCRIPTORS) * 2,
+            usize::from(self.rx_descriptors) * 2,
             0,
             room as u16,
             socket,
@@ -123,7 +131,7 @@ impl QueueSetup<'_> {
             sys::rte_eth_rx_queue_setup(
                 id,
                 i,
-                RING_DESCRIPTORS,
+                self.rx_descriptors,
                 socket as u32,
                 std::ptr::null(),
                 ptr.0,
@@ -200,7 +208,7 @@ impl QueueSetup<'_> {
                 sys::rte_eth_rx_queue_setup(
                     id,
                     i,
-                    RING_DESCRIPTORS,
+                    self.rx_descriptors,
                     socket as u32,
                     &rxconf,
                     if split.is_empty() {
@@ -262,7 +270,7 @@ impl QueueSetup<'_> {
                 sys::rte_eth_tx_queue_setup(
                     id,
                     i as u16,
-                    RING_DESCRIPTORS,
+                    self.tx_descriptors,
                     socket as u32,
                     std::ptr::null(),
                 )
