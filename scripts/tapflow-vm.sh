@@ -16,11 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-target/release/dataplane}")
 CFG=configs/dpdk_tap_flows.yaml
-TOOLS=${DATAPLANE_SHARED_TOOLS:-}
-for t in ../shared/tools /work/shared/tools; do
-    [ -z "$TOOLS" ] && [ -x "$t/rxe-vm" ] && TOOLS=$t
-done
-CACHE=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-vm}
+. scripts/vm-initrd.sh
 DYN=$(cargo test --release -p dataplane-bench --features dpdk --test dpdk_tap_dynamic_flows --no-run \
     --message-format=json 2>/dev/null | python3 -c '
 import json, sys
@@ -32,61 +28,24 @@ for line in sys.stdin:
 [ -x "$DYN" ] || { echo "tapflow-vm: FAILED: the dynamic-flow test binary did not build" >&2; exit 1; }
 PMDS=$(ls -d "$(pkg-config --variable=libdir libdpdk)"/dpdk/pmds-* | tail -1)
 
-if ! command -v qemu-system-x86_64 >/dev/null || ! ls "$CACHE"/debs/linux-image-*.deb >/dev/null 2>&1; then
-    if [ -n "$TOOLS" ]; then
-        "$TOOLS/rxe-vm" --prepare >&2
-    else
-        echo "tapflow-vm: SKIPPED: needs QEMU and a cached Debian kernel (run rxe-vm --prepare)" >&2
-        exit 0
-    fi
+if ! vm_kernel; then
+    echo "tapflow-vm: SKIPPED: needs QEMU and a cached Debian kernel (run rxe-vm --prepare)" >&2
+    exit 0
 fi
-DEB=$(ls -t "$CACHE"/debs/linux-image-*.deb | head -1)
-KDIR=$(ls -td "$CACHE"/kernel/*/ | head -1)
-KVER=$(cat "$KDIR/kver")
 
 W=$(mktemp -d /tmp/tapflow-vm.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 dpkg -x "$DEB" "$W/k"
 IR=$W/ir
-mkdir -p "$IR"/{bin,proc,sys,dev,tmp,mods,run,var/run,etc,usr/lib,usr/lib64}
-# Merged /usr as on the host, so library links resolve to the files EAL loads.
-ln -s usr/lib "$IR/lib"
-ln -s usr/lib64 "$IR/lib64"
-cp "$CACHE/busybox/busybox" "$IR/bin/"
-for a in $("$IR/bin/busybox" --list); do [ -e "$IR/bin/$a" ] || ln -s busybox "$IR/bin/$a"; done
-# Copies a file to the same path in the VM, recreating symlinks on the way (DPDK's
-# libraries link into the PMD directory; copies instead of links would load a bus twice).
-copy_path() {
-    local f=$1
-    while [ -L "$f" ]; do
-        mkdir -p "$IR$(dirname "$f")"
-        ln -sfn "$(readlink "$f")" "$IR$f"
-        local t
-        t=$(readlink "$f")
-        case $t in
-            /*) f=$t ;;
-            *) f=$(realpath -sm "$(dirname "$f")/$t") ;;
-        esac
-    done
-    mkdir -p "$IR$(dirname "$f")"
-    [ -e "$IR$f" ] || cp "$f" "$IR$f"
-}
-copy_with_libs() {
-    for f in "$@"; do
-        copy_path "$f"
-        for l in $(ldd "$f" | grep -o '/[^ ]*'); do copy_path "$l"; done
-    done
-}
+vm_initrd_base
 copy_with_libs "$CACHE/busybox/busybox" "$BIN" "$DYN" /usr/sbin/ip /usr/sbin/tc "$PMDS"/librte_net_tap.so.23.0 "$PMDS"/librte_bus_vdev.so.23.0 \
     "$PMDS"/librte_mempool_ring.so.23.0
-copy_path /lib/x86_64-linux-gnu/libgcc_s.so.1
 # iproute2's ip (bridges, multi-queue taps), not busybox's applet of the same name.
 rm -f "$IR/usr/sbin/ip"
 cp -L /usr/sbin/ip "$IR/usr/sbin/ip"
 for f in "$PMDS"/librte_{net_tap,bus_vdev,mempool_ring}.so.23; do copy_path "$f"; done
 cp "$CFG" "$IR/dpdk_tap_flows.yaml"
 # A fixed path: /tmp is a fresh tmpfs inside, so a binary under /tmp would be hidden.
-mkdir -p "$IR/opt"
 cp "$BIN" "$IR/opt/dataplane"
 cp "$DYN" "$IR/opt/dynamic_flows"
 KM=$W/k/lib/modules/$KVER/kernel
@@ -127,7 +86,7 @@ sed 's/^/DYNFLOW: /' /tmp/dyn
 poweroff -f
 INIT
 chmod +x "$IR/init"
-(cd "$IR" && find . | "$IR/bin/busybox" cpio -o -H newc 2>/dev/null) > "$W/initrd"
+vm_pack_initrd
 timeout 300 qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 2 -nographic -no-reboot -nic none \
     -kernel "$KDIR/vmlinux" -initrd "$W/initrd" -append "console=ttyS0 panic=-1 quiet" </dev/null \
     > "$W/console.log" 2>&1 || true

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 FEATURES=${FEATURES---features dataplane-cli/dpdk}
 export FEATURES
-all="fmt clippy clippy-default tests examples c-api memcheck gpu-kernels python book embed loom smoke tapflow-vm rdma-vm aarch64"
+all="fmt clippy clippy-default tests examples c-api memcheck gpu-kernels python book embed loom smoke tapflow-vm pci-vm rdma-vm aarch64"
 steps=${STEPS:-$all}
 unset STEPS # test-aarch64.sh has steps of its own
 times=()
@@ -85,6 +85,8 @@ step_embed() { ./scripts/embed-check.sh; }
 step_loom() { ./scripts/loom.sh; }
 step_smoke() { ./scripts/smoke.sh; }
 step_tapflow_vm() { ./scripts/tapflow-vm.sh; }
+# The PCI path: two emulated 82576 NICs behind an emulated IOMMU, bound to vfio-pci.
+step_pci_vm() { ./scripts/pci-vm.sh; }
 step_rdma_vm() { ./scripts/rdma-vm-tests.sh; }
 # aarch64 cross build and emulated tests, DPDK 24.11 build and tests (Debian 13 roots).
 step_aarch64() { ./scripts/test-aarch64.sh; }

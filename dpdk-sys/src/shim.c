@@ -1,4 +1,5 @@
 #include <stdlib.h>
+#include <string.h>
 #include "shim.h"
 #include <rte_mbuf_dyn.h>
 #include <rte_ethdev.h>
@@ -60,6 +61,25 @@ void shim_rte_mbuf_infos(struct rte_mbuf *const *mbufs, struct shim_mbuf_info *i
 		infos[i].data_len = mbufs[i]->data_len;
 		infos[i].nb_segs = mbufs[i]->nb_segs;
 	}
+}
+
+uint32_t shim_coalesce_chain(struct rte_mbuf *m, uint32_t room)
+{
+	if (m->nb_segs < 2 || m->pkt_len > room || m->pkt_len > UINT16_MAX)
+		return 0;
+	char *dst = rte_pktmbuf_mtod_offset(m, char *, m->data_len);
+	struct rte_mbuf *seg = m->next;
+	while (seg != NULL) {
+		struct rte_mbuf *next = seg->next;
+		memcpy(dst, rte_pktmbuf_mtod(seg, char *), seg->data_len);
+		dst += seg->data_len;
+		rte_pktmbuf_free_seg(seg);
+		seg = next;
+	}
+	m->next = NULL;
+	m->nb_segs = 1;
+	m->data_len = (uint16_t)m->pkt_len;
+	return m->pkt_len;
 }
 
 void *shim_rte_mbuf_buf_addr(const struct rte_mbuf *m)

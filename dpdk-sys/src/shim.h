@@ -25,6 +25,10 @@ struct shim_mbuf_info {
 };
 /* Fills infos[i] for n mbufs (one call per burst). */
 void shim_rte_mbuf_infos(struct rte_mbuf *const *mbufs, struct shim_mbuf_info *infos, unsigned int n);
+/* A received chain whose packet fits `room` bytes from its head's data start: copies the
+ * later segments after the head's data, frees them, and leaves m one segment. Returns the
+ * packet length, or 0 (m untouched) when m is one segment or the packet does not fit. */
+uint32_t shim_coalesce_chain(struct rte_mbuf *m, uint32_t room);
 /* Start of an mbuf's buffer and the offset of its data in it. */
 void *shim_rte_mbuf_buf_addr(const struct rte_mbuf *m);
 uint16_t shim_rte_mbuf_data_off(const struct rte_mbuf *m);

@@ -97,6 +97,7 @@ impl DpdkEngine {
             );
             ports.push(port);
         }
+        port::wait_for_links(&ports, port::LINK_WAIT);
         let rx_segments: BTreeMap<(PortIndex, QueueId), Vec<RegionId>> = plan
             .queues
             .iter()

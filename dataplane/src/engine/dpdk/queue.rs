@@ -355,15 +355,33 @@ impl DeviceQueue {
         let mut out = Burst::empty(regions.clone(), self.port, self.queue, n);
         let rules = self.id_rules();
         let mut done: [*mut sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
-        let (mut n_done, mut dropped) = (0, 0);
+        let (mut n_done, mut dropped, mut coalesced) = (0, 0, 0);
         for i in 0..n {
             let info = self.infos[i];
-            let (buf, off, len) = (
+            let (buf, off, mut len) = (
                 info.buf_addr as u64,
                 info.data_off as usize,
                 info.data_len as usize,
             );
-            let fits = info.nb_segs == 1 && len <= region.buf_size();
+            let mut segs = info.nb_segs;
+            if segs > 1
+                && off == region.headroom()
+                && region.host_accessible()
+                && region.index_of(buf).is_some()
+            {
+                // A chain of lent buffers (RX scatter, or a driver that fills less than a
+                // whole buffer: Intel's round buf_size down to 1 KiB) whose frame fits the
+                // region's buffer: its tail is copied behind the head, and freed.
+                // SAFETY: a received chain, ours; its head is a region buffer with
+                // buf_size bytes after the headroom, where its data starts.
+                let total =
+                    unsafe { sys::shim_coalesce_chain(self.scratch[i], region.buf_size() as u32) };
+                if total > 0 {
+                    (len, segs) = (total as usize, 1);
+                    coalesced += 1;
+                }
+            }
+            let fits = segs == 1 && len <= region.buf_size();
             let index = match region.index_of(buf) {
                 Some(index) if fits && (off == region.headroom() || region.host_accessible()) => {
                     if off != region.headroom() {
@@ -423,12 +441,16 @@ impl DeviceQueue {
             unsafe { sys::shim_rte_pktmbuf_free_bulk(done.as_mut_ptr(), n_done as u32) };
         }
         self.counters.drop_packets(DropReason::Malformed, dropped);
+        self.counters.add_copied(coalesced);
         (!out.is_empty()).then_some(out)
     }
 
     /// Copies the segments of mbuf chain `m` into packet `slot` of `fresh`; false when it
     /// does not fit.
     fn copy_frame(&self, m: *mut sys::rte_mbuf, fresh: &mut Burst, slot: usize) -> bool {
+        if self.segments.len() == 1 {
+            return self.copy_chain(m, fresh, slot);
+        }
         let mut cur = m;
         let mut seg = 0;
         while !cur.is_null() {
@@ -458,6 +480,38 @@ impl DeviceQueue {
         for s in seg..self.segments.len() {
             fresh.set_len(slot, s, 0);
         }
+        true
+    }
+}
+
+impl DeviceQueue {
+    /// Copies every segment of mbuf chain `m`, in order, into the one segment of packet
+    /// `slot` of `fresh` (a frame the driver scattered over several mbufs); false when the
+    /// frame does not fit.
+    fn copy_chain(&self, m: *mut sys::rte_mbuf, fresh: &mut Burst, slot: usize) -> bool {
+        let Some(buf) = fresh.buffer_mut(slot, 0) else {
+            return false;
+        };
+        let mut at = 0;
+        let mut cur = m;
+        while !cur.is_null() {
+            // SAFETY: a received mbuf segment, ours until the burst's mbufs are freed.
+            let (src, len) = unsafe {
+                (
+                    sys::shim_rte_pktmbuf_data(cur) as *const u8,
+                    sys::shim_rte_pktmbuf_data_len(cur) as usize,
+                )
+            };
+            let Some(dst) = buf.get_mut(at..at + len) else {
+                return false;
+            };
+            // SAFETY: `len` bytes of packet data in the segment.
+            dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+            at += len;
+            // SAFETY: as above.
+            cur = unsafe { sys::shim_rte_pktmbuf_next(cur) };
+        }
+        fresh.set_len(slot, 0, at);
         true
     }
 }

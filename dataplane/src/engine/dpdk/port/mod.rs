@@ -583,6 +583,44 @@ fn join_groups(
     Ok(Some(joined))
 }
 
+/// How long start waits for the ports' links, as testpmd does (9 s).
+pub const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(9);
+
+/// Whether port `id`'s link is up (a driver that cannot say counts as up).
+fn link_up(id: u16) -> bool {
+    let mut link = sys::rte_eth_link::default();
+    // SAFETY: a started port; `link` is a live local the call fills.
+    let rc = unsafe { sys::rte_eth_link_get_nowait(id, &mut link) };
+    rc != 0 || link.link_status() != 0
+}
+
+/// Waits until every port's link is up, at most `limit`, polling every 100 ms: frames sent
+/// before a link (or its peer's) is up are lost on the wire (seen with an emulated 82576,
+/// whose link comes up about a second after start). A port still down after the wait is
+/// a warning that names it; virtual devices report up at once.
+pub fn wait_for_links(ports: &[Port], limit: std::time::Duration) {
+    let start = std::time::Instant::now();
+    let mut down: Vec<&Port> = ports.iter().filter(|p| !link_up(p.id.0)).collect();
+    while !down.is_empty() && start.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        down.retain(|p| !link_up(p.id.0));
+    }
+    let waited = start.elapsed();
+    if down.is_empty() {
+        if waited.as_millis() >= 100 {
+            tracing::info!("links up after {:.1} s", waited.as_secs_f64());
+        }
+    } else {
+        for p in down {
+            tracing::warn!(
+                "interface `{}`: link still down {:.0} s after start; frames sent meanwhile are lost",
+                p.interface,
+                waited.as_secs_f64()
+            );
+        }
+    }
+}
+
 /// The planned ring depths as the driver takes them (`rte_eth_dev_adjust_nb_rx_tx_desc`
 /// clamps to its maximum and rounds to its alignment). Fewer is logged; more is refused,
 /// because the pools were sized for the planned rings and a ring that holds every buffer
@@ -594,9 +632,9 @@ fn ring_depths(planned: &PortPlan, id: u16) -> Result<(u16, u16), EngineError> {
         sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rx, &mut tx)
     })
     .map_err(|source| device_error(planned, source))?;
-    for (dir, want, got) in [
-        ("rx", planned.rx_descriptors, rx),
-        ("tx", planned.tx_descriptors, tx),
+    for (dir, want, got, used) in [
+        ("rx", planned.rx_descriptors, rx, !planned.rx.is_empty()),
+        ("tx", planned.tx_descriptors, tx, !planned.tx.is_empty()),
     ] {
         if got > want {
             return Err(EngineError::Interface {
@@ -606,7 +644,7 @@ fn ring_depths(planned: &PortPlan, id: u16) -> Result<(u16, u16), EngineError> {
                 ),
             });
         }
-        if got < want {
+        if got < want && used {
             tracing::info!(
                 "interface `{}`: {dir} rings of {got} descriptors (the driver's most; {want} planned)",
                 planned.name

@@ -37,15 +37,15 @@ impl QueueSetup<'_> {
 
         if size.mbufs > size.configured {
             tracing::warn!(
-                "interface `{}` {} queue {}: {} buffers are below 1.5x the {}-descriptor ring; the DPDK pool gets {}",
+                "interface `{}` {} queue {}: {} buffers are below 1.5x the planned {}-descriptor ring plus a burst; the DPDK pool gets {}",
                 planned.name,
                 direction.name(),
                 queue,
-                match direction {
-                    Direction::Rx => self.rx_descriptors,
-                    Direction::Tx => self.tx_descriptors,
-                },
                 size.configured,
+                match direction {
+                    Direction::Rx => planned.rx_descriptors,
+                    Direction::Tx => planned.tx_descriptors,
+                },
                 size.mbufs
             );
         }
