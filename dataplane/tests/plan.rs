@@ -521,6 +521,10 @@ fn every_other_shipped_config_plans() {
     let d = p.dpdk().unwrap();
     assert!(d.ports.iter().all(|port| port.pci));
     assert!(d.eal_args.contains(&"-a".to_owned()));
+    assert!(
+        d.eal_args.contains(&"--iova-mode=va".to_owned()),
+        "regions are registered with their virtual addresses as IOVAs"
+    );
     // DGX Spark: one port through its two PCIe functions, each receiving into GPU memory
     // by DMA (lent, not staged).
     let p = shipped("dgx_spark_template.yaml");

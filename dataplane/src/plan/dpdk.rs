@@ -494,7 +494,12 @@ fn eal_args(config: &Config, memory_bytes: u64) -> Vec<String> {
             a.push(format!("--vdev={}", iface.address));
         }
     }
-    if !pci {
+    if pci {
+        // Regions are this process's own memory, registered with EAL with their virtual
+        // addresses as IOVAs (lent to a pool, or attached to TX mbufs): a NIC must see
+        // virtual addresses, through the IOMMU (vfio) or its own translation (mlx5).
+        a.push("--iova-mode=va".to_owned());
+    } else {
         a.push("--no-pci".to_owned());
     }
     a
