@@ -19,6 +19,32 @@ fn four_queue_loopback_is_lossless_with_the_counts_the_rules_imply() {
     common::assert_four_queue_split(&report);
 }
 
+/// 9000-byte frames on the software loopback: the shipped config with 9000-byte buffers,
+/// every frame verified, none lost.
+#[test]
+fn jumbo_frames_cross_the_software_loopback_whole() {
+    let text = std::fs::read_to_string(common::config_path("sw_loopback.yaml"))
+        .unwrap()
+        .replace("buf_size: 1088", "buf_size: 9000")
+        .replace("payload_size: 1024", "payload_size: 8936");
+    assert!(
+        text.contains("payload_size: 8936"),
+        "the config was changed"
+    );
+    let mut cfg = config::load_str(&text, "jumbo.yaml")
+        .expect("config")
+        .config;
+    cfg.master_core = 0;
+    let report = common::run_bench(&cfg, 1.0);
+    assert!(report.lossless, "{:?}", report.problems);
+    assert_eq!(report.setup.frame_bytes, Some(9000));
+    assert!(report.rx_packets > 1000, "{}", report.rx_packets);
+    assert_eq!(
+        report.checker.valid, report.rx_packets,
+        "every frame verified"
+    );
+}
+
 const DYNAMIC: &str = config_yaml!(
     raw,
     0,
