@@ -473,6 +473,24 @@ fn a_dpdk_port_joins_its_multicast_groups_through_its_kernel_interface() {
         "dev",
         "dpxa"
     ]));
+    // IPv6 back on for this test (setup turns it off), without duplicate address
+    // detection so that the MLD reports leave at once.
+    for (ns, dev, addr) in [
+        (NS_TX, "dpxa", "fd00:18::1/64"),
+        (NS_RX, "dpxb", "fd00:18::2/64"),
+    ] {
+        for key in ["accept_dad=0", "disable_ipv6=0"] {
+            let set = Command::new("ip")
+                .args(["netns", "exec", ns, "sysctl", "-qw"])
+                .arg(format!("net.ipv6.conf.{dev}.{key}"))
+                .status()
+                .unwrap();
+            assert!(set.success(), "{ns} {dev} {key}");
+        }
+        assert!(common::ip(&[
+            "-n", ns, "addr", "add", addr, "dev", dev, "nodad"
+        ]));
+    }
     let work = std::env::temp_dir().join(format!("dp-dpdk-mc-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     let cfg = work.join("rx.yaml");
@@ -490,7 +508,7 @@ dataplane:
     interfaces:
     - name: veth
       address: "net_af_packet0,iface=dpxb"
-      multicast_groups: ["239.7.7.7", {group: 232.1.1.1, source: 198.18.0.1}]
+      multicast_groups: ["239.7.7.7", {group: 232.1.1.1, source: 198.18.0.1}, "ff15::7", {group: "ff3e::8", source: "fd00:18::1"}]
       rx:
         queues:
         - {name: q, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 1000, memory_regions: [bufs]}
@@ -503,7 +521,7 @@ bench_rx:
     let tcpdump = Command::new("ip")
         .args(["netns", "exec", NS_TX, "tcpdump", "-i", "dpxa", "-U", "-w"])
         .arg(&igmp)
-        .arg("igmp")
+        .arg("igmp or ip6")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -530,6 +548,10 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("198.18.0.1"))
 for i in range(10):
     s.sendto(b"group-%d" % i, ("239.7.7.7", 6000))
+s6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, socket.if_nametoindex("dpxa"))
+for i in range(10):
+    s6.sendto(b"group6-%d" % i, ("ff15::7", 6000))
 "#,
         )
         .status()
@@ -567,6 +589,27 @@ for i in range(10):
         lines("gaddr 239.7.7.7 to_in { }") > 0 && lines("gaddr 232.1.1.1 block { 198.18.0.1 }") > 0,
         "both left when the port closed:\n{reports}\n{log}"
     );
+    // IPv6: the kernel's MLDv2 reports for the same kinds of join, and leave.
+    assert!(
+        lines("gaddr ff15::7 to_ex { }") > 0,
+        "an any-source MLD join for ff15::7:\n{reports}\n{log}"
+    );
+    assert!(
+        lines("gaddr ff3e::8 allow { fd00:18::1 }") > 0,
+        "a source-specific MLD join for (fd00:18::1, ff3e::8):\n{reports}"
+    );
+    assert!(
+        lines("gaddr ff15::7 to_in { }") > 0 && lines("gaddr ff3e::8 block { fd00:18::1 }") > 0,
+        "both IPv6 groups left when the port closed:\n{reports}\n{log}"
+    );
+    let datagrams6 = received
+        .lines()
+        .filter(|l| l.contains("> ff15::7.6000"))
+        .count();
+    assert_eq!(
+        datagrams6, 10,
+        "the IPv6 group's datagrams reached the port:\n{received}"
+    );
     let datagrams = received
         .lines()
         .filter(|l| l.contains("> 239.7.7.7.6000"))
@@ -576,10 +619,8 @@ for i in range(10):
         "the group's datagrams reached the port:\n{received}"
     );
     println!(
-        "DPDK multicast: {} IGMP report(s) on the wire, {datagrams} group datagrams captured",
-        reports
-            .lines()
-            .filter(|l| l.contains("igmp v3 report"))
-            .count()
+        "DPDK multicast: {} IGMP and {} MLD report(s) on the wire, {datagrams} IPv4 and {datagrams6} IPv6 group datagrams captured",
+        lines("igmp v3 report"),
+        lines("multicast listener report v2")
     );
 }

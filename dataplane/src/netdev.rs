@@ -66,72 +66,111 @@ pub fn raise_mtu(name: &str, mtu: u32) -> std::io::Result<u32> {
 /// Multicast groups joined on a kernel interface through a socket of our own, for a port
 /// the kernel does not receive for (DPDK's af_packet and af_xdp, or a NIC whose kernel
 /// driver keeps its netdev beside DPDK, as mlx5 does): the kernel sends the IGMP reports
-/// and admits the group addresses on the interface; dropping it leaves the groups. The
-/// socket is bound to a port of its own, so the groups' datagrams are not queued to it.
+/// (IPv4) or MLD reports (IPv6) and admits the group addresses on the interface; dropping
+/// it leaves the groups. The sockets are bound to ports of their own, so the groups'
+/// datagrams are not queued to them.
 #[derive(Debug)]
 pub struct GroupMembership {
-    _socket: std::net::UdpSocket,
+    _sockets: Vec<std::net::UdpSocket>,
 }
 
 /// Joins `groups` on interface `name` (any-source, or the one source of a
-/// source-specific entry).
+/// source-specific entry): IPv4 groups from an IPv4 socket (IGMPv3 reports), IPv6 groups
+/// from an IPv6 one (MLDv2 reports).
 pub fn join_groups(
     name: &str,
     groups: &[crate::config::MulticastGroup],
 ) -> std::io::Result<GroupMembership> {
     use rustix::net::sockopt;
-    use std::net::Ipv4Addr;
-    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-    let index = rustix::net::netdevice::name_to_index(&socket, name)?;
-    sockopt::set_socket_recv_buffer_size(&socket, 4096)?;
-    for g in groups {
-        let joined = match g.source {
-            None => sockopt::set_ip_add_membership_with_ifindex(
-                &socket,
-                &g.group,
-                &Ipv4Addr::UNSPECIFIED,
-                index,
-            )
-            .map_err(std::io::Error::from),
-            Some(source) => join_source_group(&socket, index, g.group, source),
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let mut sockets = Vec::new();
+    for v4 in [true, false] {
+        let family: Vec<_> = groups.iter().filter(|g| g.group.is_ipv4() == v4).collect();
+        if family.is_empty() {
+            continue;
+        }
+        let socket = if v4 {
+            std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?
+        } else {
+            std::net::UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0))?
         };
-        joined.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "join {}{} on {name}: {e}",
-                    g.group,
-                    g.source.map(|s| format!(" from {s}")).unwrap_or_default()
-                ),
-            )
-        })?;
+        let index = rustix::net::netdevice::name_to_index(&socket, name)?;
+        sockopt::set_socket_recv_buffer_size(&socket, 4096)?;
+        for g in family {
+            let joined = match (g.group, g.source) {
+                (IpAddr::V4(group), None) => sockopt::set_ip_add_membership_with_ifindex(
+                    &socket,
+                    &group,
+                    &Ipv4Addr::UNSPECIFIED,
+                    index,
+                )
+                .map_err(std::io::Error::from),
+                (IpAddr::V6(group), None) => {
+                    sockopt::set_ipv6_add_membership(&socket, &group, index)
+                        .map_err(std::io::Error::from)
+                }
+                (group, Some(source)) => join_source_group(&socket, index, group, source),
+            };
+            joined.map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "join {}{} on {name}: {e}",
+                        g.group,
+                        g.source.map(|s| format!(" from {s}")).unwrap_or_default()
+                    ),
+                )
+            })?;
+        }
+        sockets.push(socket);
     }
-    Ok(GroupMembership { _socket: socket })
+    Ok(GroupMembership { _sockets: sockets })
 }
 
-/// MCAST_JOIN_SOURCE_GROUP: the source-specific join by interface index (the
-/// address-based IP_ADD_SOURCE_MEMBERSHIP needs an IPv4 address on the interface, which a
-/// DPDK port's netdev often lacks).
+/// MCAST_JOIN_SOURCE_GROUP: the source-specific join by interface index, for either IP
+/// version (the address-based IP_ADD_SOURCE_MEMBERSHIP needs an IPv4 address on the
+/// interface, which a DPDK port's netdev often lacks).
 fn join_source_group(
     socket: &std::net::UdpSocket,
     index: u32,
-    group: std::net::Ipv4Addr,
-    source: std::net::Ipv4Addr,
+    group: std::net::IpAddr,
+    source: std::net::IpAddr,
 ) -> std::io::Result<()> {
+    use std::net::IpAddr;
     use std::os::fd::AsRawFd;
-    let storage = |a: std::net::Ipv4Addr| {
+    let storage = |a: IpAddr| {
         // SAFETY: all-zero bytes are a valid sockaddr_storage.
         let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let sin = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: 0,
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(a).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        // SAFETY: a sockaddr_in fits the front of a sockaddr_storage, which is aligned for it.
-        unsafe { std::ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin) };
+        let at = &mut s as *mut libc::sockaddr_storage;
+        match a {
+            IpAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: 0,
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(a).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: a sockaddr_in fits the front of a sockaddr_storage, which is
+                // aligned for it.
+                unsafe { std::ptr::write(at.cast::<libc::sockaddr_in>(), sin) };
+            }
+            IpAddr::V6(a) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: 0,
+                    sin6_flowinfo: 0,
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.octets(),
+                    },
+                    sin6_scope_id: 0,
+                };
+                // SAFETY: a sockaddr_in6 fits the front of a sockaddr_storage, which is
+                // aligned for it.
+                unsafe { std::ptr::write(at.cast::<libc::sockaddr_in6>(), sin6) };
+            }
+        }
         s
     };
     let req = libc::group_source_req {
@@ -139,11 +178,16 @@ fn join_source_group(
         gsr_group: storage(group),
         gsr_source: storage(source),
     };
+    let level = if group.is_ipv4() {
+        libc::IPPROTO_IP
+    } else {
+        libc::IPPROTO_IPV6
+    };
     // SAFETY: `req` lives across the call and its size is passed; the kernel only reads it.
     let r = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::IPPROTO_IP,
+            level,
             libc::MCAST_JOIN_SOURCE_GROUP,
             (&req as *const libc::group_source_req).cast(),
             size_of::<libc::group_source_req>() as libc::socklen_t,

@@ -591,9 +591,10 @@ fn bench_keys_that_disagree_with_the_queues_are_named() {
     );
 }
 
-/// `multicast_groups`: groups must be IPv4 multicast and sources unicast; IPv6 is refused
-/// by name (the engines are IPv4-only); an engine that would not join (the loopback), a
-/// TCP interface or a UDP client refuses the key rather than ignoring it.
+/// `multicast_groups`: groups must be multicast and sources unicast, of the group's IP
+/// version; IPv6 groups are refused by name on the socket engine (its sockets are IPv4)
+/// and taken on a DPDK port; an engine that would not join (the loopback), a TCP interface
+/// or a UDP client refuses the key rather than ignoring it.
 #[test]
 fn multicast_groups_are_checked_and_refused_where_nothing_joins() {
     let on_loopback = GOOD.replace(
@@ -620,12 +621,27 @@ fn multicast_groups_are_checked_and_refused_where_nothing_joins() {
     );
     let e = bad("[{group: 232.1.1.1, source: 239.0.0.1}]");
     assert!(e.iter().any(|m| m.contains("multicast_groups[0].source") && m.contains("not a unicast source")), "{e:#?}");
-    let e = bad("[\"ff02::1\"]");
+    let e = bad("[{group: \"ff3e::1\", source: 10.0.0.1}]");
     assert!(
         e.iter()
-            .any(|m| m.contains("not supported: IPv6 multicast (ff02::1)")),
+            .any(|m| m.contains("source 10.0.0.1 and group ff3e::1 are of different IP versions")),
         "{e:#?}"
     );
+    let e = bad("[\"fd00::1\"]");
+    assert!(
+        e.iter()
+            .any(|m| m.contains("fd00::1 is not a multicast group (ff00::/8)")),
+        "{e:#?}"
+    );
+    let dpdk = GOOD
+        .replace("    loopback: \"sw\"\n", "")
+        .replace(
+            "      address: loopback\n",
+            "      address: net_null0\n      multicast_groups: [\"ff15::7\", {group: \"ff3e::8\", source: \"fd00::1\"}]\n",
+        );
+    let c = load(&dpdk).expect("a DPDK port takes IPv6 groups").config;
+    assert_eq!(c.interfaces[0].multicast.len(), 2);
+    assert_eq!(c.interfaces[0].multicast[1].ipv4(), None);
     let socket = |socket_config: &str| {
         format!(
             "\ndataplane:\n  cfg:\n    version: 1\n    stream_type: socket\n    master_core: 0\n    memory_regions:\n    - {{name: bufs, kind: host, affinity: 0, num_bufs: 64, buf_size: 2048}}\n    interfaces:\n    - name: s0\n      address: 127.0.0.1\n      socket_config: {socket_config}\n      multicast_groups: [\"239.1.1.1\"]\n      rx:\n        queues:\n        - {{name: q, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [bufs]}}\n"
@@ -635,6 +651,14 @@ fn multicast_groups_are_checked_and_refused_where_nothing_joins() {
         "{mode: server, local_addr: \"udp://127.0.0.1:5000\"}",
     ))
     .expect("a UDP server joins");
+    let e = one_error(
+        &socket("{mode: server, local_addr: \"udp://127.0.0.1:5000\"}")
+            .replace("[\"239.1.1.1\"]", "[\"ff15::7\"]"),
+    );
+    assert!(
+        e.contains("not supported: IPv6 groups on the socket engine"),
+        "{e}"
+    );
     let e = one_error(&socket(
         "{mode: server, local_addr: \"tcp://127.0.0.1:5000\"}",
     ));

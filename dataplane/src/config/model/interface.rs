@@ -32,10 +32,23 @@ pub struct InterfaceConfig {
 /// source, `{group: 232.1.1.1, source: 198.18.0.1}` for one source).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct MulticastGroup {
-    /// The group address (224.0.0.0/4).
-    pub group: std::net::Ipv4Addr,
-    /// The one source taken (source-specific multicast); `None`: any source.
-    pub source: Option<std::net::Ipv4Addr>,
+    /// The group address (224.0.0.0/4, or ff00::/8 on DPDK ports).
+    pub group: std::net::IpAddr,
+    /// The one source taken (source-specific multicast), of the group's IP version;
+    /// `None`: any source.
+    pub source: Option<std::net::IpAddr>,
+}
+
+impl MulticastGroup {
+    /// The group and its source as IPv4 addresses; `None` for an IPv6 group.
+    pub fn ipv4(&self) -> Option<(std::net::Ipv4Addr, Option<std::net::Ipv4Addr>)> {
+        use std::net::IpAddr::V4;
+        match (self.group, self.source) {
+            (V4(g), None) => Some((g, None)),
+            (V4(g), Some(V4(s))) => Some((g, Some(s))),
+            _ => None,
+        }
+    }
 }
 
 /// Deterministic faults on a software wire: rules applied to each frame in TX order.

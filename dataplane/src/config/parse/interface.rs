@@ -103,45 +103,35 @@ pub(super) fn interface(
     })
 }
 
-/// One `multicast_groups` entry: a group address (any source), or `{group, source}`.
+/// One `multicast_groups` entry: a group address (any source), or `{group, source}`; the
+/// source of the group's IP version.
 fn multicast_group(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MulticastGroup> {
     let address = |d: &mut Diagnostics, n: &Node, p: &str, multicast: bool| {
         let text = n.scalar_text()?;
-        match text.parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V4(a)) if a.is_multicast() == multicast => Some(a),
-            Ok(std::net::IpAddr::V4(a)) => {
-                let want = if multicast {
-                    "a multicast group (224.0.0.0/4)"
-                } else {
-                    "a unicast source address"
-                };
-                d.error(
-                    Kind::Invalid,
-                    p,
-                    Some(n.location),
-                    format!("{a} is not {want}"),
-                );
-                None
-            }
-            Ok(std::net::IpAddr::V6(a)) => {
-                d.error(
-                    Kind::NotSupported,
-                    p,
-                    Some(n.location),
-                    format!("not supported: IPv6 multicast ({a}): the engines send and receive IPv4 only"),
-                );
-                None
-            }
-            Err(_) => {
-                d.error(
-                    Kind::Invalid,
-                    p,
-                    Some(n.location),
-                    format!("`{text}` is not an IP address"),
-                );
-                None
-            }
+        let Ok(a) = text.parse::<std::net::IpAddr>() else {
+            d.error(
+                Kind::Invalid,
+                p,
+                Some(n.location),
+                format!("`{text}` is not an IP address"),
+            );
+            return None;
+        };
+        if a.is_multicast() == multicast {
+            return Some(a);
         }
+        let want = match (multicast, a) {
+            (true, std::net::IpAddr::V4(_)) => "a multicast group (224.0.0.0/4)",
+            (true, std::net::IpAddr::V6(_)) => "a multicast group (ff00::/8)",
+            (false, _) => "a unicast source address",
+        };
+        d.error(
+            Kind::Invalid,
+            p,
+            Some(n.location),
+            format!("{a} is not {want}"),
+        );
+        None
     };
     if node.scalar_text().is_some() {
         return Some(MulticastGroup {
@@ -153,10 +143,19 @@ fn multicast_group(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Multi
     let group = m.required(d, "group", |d, n, p| address(d, n, p, true));
     let source = m.optional(d, "source", |d, n, p| address(d, n, p, false));
     m.finish(d);
-    Some(MulticastGroup {
-        group: group?,
-        source,
-    })
+    let group = group?;
+    if let Some(s) = source
+        && s.is_ipv4() != group.is_ipv4()
+    {
+        d.error(
+            Kind::Invalid,
+            &format!("{path}.source"),
+            Some(node.location),
+            format!("source {s} and group {group} are of different IP versions"),
+        );
+        return None;
+    }
+    Some(MulticastGroup { group, source })
 }
 
 pub(super) fn socket_config(

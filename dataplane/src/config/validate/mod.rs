@@ -368,6 +368,10 @@ fn multicast_rules(
             "a UDP server (mode: server) joins groups; a client sends to a group with remote_addr"
                 .to_owned(),
         ),
+        (EngineKind::Socket, _) if iface.multicast.iter().any(|g| g.ipv4().is_none()) => Some(
+            "not supported: IPv6 groups on the socket engine (its sockets are IPv4; a DPDK port joins IPv6 groups)"
+                .to_owned(),
+        ),
         (EngineKind::Socket | EngineKind::Dpdk, _) => None,
         (other, _) => Some(format!(
             "not supported on the {} engine: multicast_groups (nothing there would join them)",

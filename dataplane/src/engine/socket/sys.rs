@@ -182,10 +182,17 @@ pub fn join_groups(
         0,
     )?;
     for g in groups {
-        match g.source {
-            None => sockopt::set_ip_add_membership(socket, &g.group, &interface),
+        // Validation keeps IPv6 groups off the socket engine.
+        let Some((group, source)) = g.ipv4() else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("IPv6 group {} on an IPv4 socket", g.group),
+            ));
+        };
+        match source {
+            None => sockopt::set_ip_add_membership(socket, &group, &interface),
             Some(source) => {
-                sockopt::set_ip_add_source_membership(socket, &g.group, &interface, &source)
+                sockopt::set_ip_add_source_membership(socket, &group, &interface, &source)
             }
         }
         .map_err(|e| {

@@ -88,8 +88,11 @@ impl UdpInterface {
         // has several), since a socket bound to a unicast address takes no multicast.
         let server_at = match s.multicast.as_slice() {
             [] => local,
-            [first, rest @ ..] if rest.iter().all(|g| g.group == first.group) => {
-                SocketAddrV4::new(first.group, local.port())
+            [first, rest @ ..]
+                if rest.iter().all(|g| g.group == first.group)
+                    && let Some((group, _)) = first.ipv4() =>
+            {
+                SocketAddrV4::new(group, local.port())
             }
             _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()),
         };
