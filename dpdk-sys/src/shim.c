@@ -63,6 +63,15 @@ void shim_rte_mbuf_infos(struct rte_mbuf *const *mbufs, struct shim_mbuf_info *i
 	}
 }
 
+int shim_eth_link_up(uint16_t port_id)
+{
+	struct rte_eth_link link;
+	memset(&link, 0, sizeof(link));
+	if (rte_eth_link_get_nowait(port_id, &link) != 0)
+		return -1;
+	return link.link_status == RTE_ETH_LINK_UP;
+}
+
 uint32_t shim_coalesce_chain(struct rte_mbuf *m, uint32_t room)
 {
 	if (m->nb_segs < 2 || m->pkt_len > room || m->pkt_len > UINT16_MAX)

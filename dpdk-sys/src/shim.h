@@ -25,6 +25,9 @@ struct shim_mbuf_info {
 };
 /* Fills infos[i] for n mbufs (one call per burst). */
 void shim_rte_mbuf_infos(struct rte_mbuf *const *mbufs, struct shim_mbuf_info *infos, unsigned int n);
+/* 1 when port_id's link is up, 0 when down, -1 when the driver cannot say (the struct's
+ * layout differs between DPDK releases, so it is read here). */
+int shim_eth_link_up(uint16_t port_id);
 /* A received chain whose packet fits `room` bytes from its head's data start: copies the
  * later segments after the head's data, frees them, and leaves m one segment. Returns the
  * packet length, or 0 (m untouched) when m is one segment or the packet does not fit. */

@@ -588,10 +588,8 @@ pub const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(9);
 
 /// Whether port `id`'s link is up (a driver that cannot say counts as up).
 fn link_up(id: u16) -> bool {
-    let mut link = sys::rte_eth_link::default();
-    // SAFETY: a started port; `link` is a live local the call fills.
-    let rc = unsafe { sys::rte_eth_link_get_nowait(id, &mut link) };
-    rc != 0 || link.link_status() != 0
+    // SAFETY: a started port; the shim reads the link into a local of its own.
+    unsafe { sys::shim_eth_link_up(id) != 0 }
 }
 
 /// Waits until every port's link is up, at most `limit`, polling every 100 ms: frames sent
