@@ -620,9 +620,10 @@ pub fn wait_for_links(ports: &[Port], limit: std::time::Duration) {
 }
 
 /// The planned ring depths as the driver takes them (`rte_eth_dev_adjust_nb_rx_tx_desc`
-/// clamps to its maximum and rounds to its alignment). Fewer is logged; more is refused,
-/// because the pools were sized for the planned rings and a ring that holds every buffer
-/// stalls the queue.
+/// clamps to its maximum and rounds to its alignment). Fewer is logged; more, in a
+/// direction with queues, is refused, because the pools were sized for the planned rings
+/// and a ring that holds every buffer stalls the queue (idle queues size their pools from
+/// the ring they get).
 fn ring_depths(planned: &PortPlan, id: u16) -> Result<(u16, u16), EngineError> {
     let (mut rx, mut tx) = (planned.rx_descriptors, planned.tx_descriptors);
     // SAFETY: a configured port; both pointers are to live locals.
@@ -634,7 +635,7 @@ fn ring_depths(planned: &PortPlan, id: u16) -> Result<(u16, u16), EngineError> {
         ("rx", planned.rx_descriptors, rx, !planned.rx.is_empty()),
         ("tx", planned.tx_descriptors, tx, !planned.tx.is_empty()),
     ] {
-        if got > want {
+        if got > want && used {
             return Err(EngineError::Interface {
                 interface: planned.name.clone(),
                 reason: format!(
