@@ -25,7 +25,12 @@ run_step() { # run_step NAME: runs that step, timed; stops with its name on fail
   local name=$1 start rc=0
   start=$(date +%s)
   echo "make test: == $name"
-  "step_${name//-/_}" || rc=$?
+  # In a subshell with errexit of its own: called as `step || rc=$?`, bash would ignore
+  # `set -e` inside the step, and a failing command before its last would pass unseen.
+  set +e
+  (set -e; "step_${name//-/_}")
+  rc=$?
+  set -e
   times+=("$(printf '%-15s %5d s' "$name" $(( $(date +%s) - start )))")
   if [ $rc -ne 0 ]; then
     summary

@@ -71,7 +71,46 @@ pub fn raise_mtu(name: &str, mtu: u32) -> std::io::Result<u32> {
 /// datagrams are not queued to them.
 #[derive(Debug)]
 pub struct GroupMembership {
-    _sockets: Vec<std::net::UdpSocket>,
+    sockets: Vec<std::net::UdpSocket>,
+    interface: String,
+}
+
+impl GroupMembership {
+    /// Leaves the groups, then waits until the interface has sent a packet per IP version
+    /// joined (the kernel's leave reports) or `limit` passed, and 300 ms more for them to
+    /// be delivered; false when the limit ran out. The reports leave from a kernel timer,
+    /// which busy-polling threads on every core can hold back for hundreds of
+    /// milliseconds, and an interface taken down first never sends them. Without a packet
+    /// counter it waits 300 ms.
+    pub fn leave(self, limit: std::time::Duration) -> bool {
+        let sent = || tx_packets(&self.interface);
+        let (before, want) = (sent(), self.sockets.len() as u64);
+        drop(self.sockets);
+        let Some(before) = before else {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            return true;
+        };
+        let start = std::time::Instant::now();
+        while sent().is_some_and(|n| n < before + want) {
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Counted is not yet delivered: the peer of a veth takes them in a softirq of
+        // its own, which missed them when the interface went down at once.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        true
+    }
+}
+
+/// Packets interface `name` has sent (its sysfs counter).
+fn tx_packets(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/statistics/tx_packets"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Joins `groups` on interface `name` (any-source, or the one source of a
@@ -124,7 +163,10 @@ pub fn join_groups(
         }
         sockets.push(socket);
     }
-    Ok(GroupMembership { _sockets: sockets })
+    Ok(GroupMembership {
+        sockets,
+        interface: name.to_owned(),
+    })
 }
 
 /// MCAST_JOIN_SOURCE_GROUP: the source-specific join by interface index, for either IP

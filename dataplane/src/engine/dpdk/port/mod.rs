@@ -191,11 +191,16 @@ pub struct Port {
 impl Drop for Port {
     fn drop(&mut self) {
         if let Some(groups) = self.groups.take() {
-            drop(groups);
-            tracing::info!("interface `{}`: left its multicast groups", self.interface);
-            // The kernel sends the leave reports from a timer a jiffy or two later; give
-            // it that before af_packet takes the interface down.
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            // Before af_packet takes the interface down, which would keep the kernel's
+            // leave reports from going out.
+            if groups.leave(std::time::Duration::from_secs(2)) {
+                tracing::info!("interface `{}`: left its multicast groups", self.interface);
+            } else {
+                tracing::warn!(
+                    "interface `{}`: left its multicast groups, but the kernel sent no leave report within 2 s; a switch drops the groups when its membership times out",
+                    self.interface
+                );
+            }
         }
         if let PortSteering::RteFlow { flows, .. } | PortSteering::Device { flows } = &self.steering
         {
