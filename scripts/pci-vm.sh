@@ -13,16 +13,7 @@ cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-target/release/dataplane}")
 PMDS=$(ls -d "$(pkg-config --variable=libdir libdpdk)"/dpdk/pmds-* | tail -1)
 . scripts/vm-initrd.sh
-if ! vm_kernel; then
-    echo "pci-vm: SKIPPED: needs QEMU and a cached Debian kernel (run rxe-vm --prepare)" >&2
-    exit 0
-fi
-
-W=$(mktemp -d /tmp/pci-vm.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-dpkg -x "$DEB" "$W/k"
-IR=$W/ir
-vm_initrd_base
+vm_prepare pci-vm
 copy_with_libs "$CACHE/busybox/busybox" "$BIN" "$PMDS"/librte_net_e1000.so.23.0 \
     "$PMDS"/librte_bus_pci.so.23.0 "$PMDS"/librte_mempool_ring.so.23.0
 for f in "$PMDS"/librte_{net_e1000,bus_pci,mempool_ring}.so.23; do copy_path "$f"; done

@@ -28,16 +28,7 @@ for line in sys.stdin:
 [ -x "$DYN" ] || { echo "tapflow-vm: FAILED: the dynamic-flow test binary did not build" >&2; exit 1; }
 PMDS=$(ls -d "$(pkg-config --variable=libdir libdpdk)"/dpdk/pmds-* | tail -1)
 
-if ! vm_kernel; then
-    echo "tapflow-vm: SKIPPED: needs QEMU and a cached Debian kernel (run rxe-vm --prepare)" >&2
-    exit 0
-fi
-
-W=$(mktemp -d /tmp/tapflow-vm.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-dpkg -x "$DEB" "$W/k"
-IR=$W/ir
-vm_initrd_base
+vm_prepare tapflow-vm
 copy_with_libs "$CACHE/busybox/busybox" "$BIN" "$DYN" /usr/sbin/ip /usr/sbin/tc "$PMDS"/librte_net_tap.so.23.0 "$PMDS"/librte_bus_vdev.so.23.0 \
     "$PMDS"/librte_mempool_ring.so.23.0
 # iproute2's ip (bridges, multi-queue taps), not busybox's applet of the same name.

@@ -20,6 +20,22 @@ vm_kernel() {
     KVER=$(cat "$KDIR/kver")
 }
 
+# The common start of a VM script named NAME: the cached kernel (or a SKIPPED line and
+# exit 0 without one), a work folder $W removed on exit unless KEEP is set, the kernel's
+# files unpacked under $W/k, and the initramfs tree started at $IR.
+vm_prepare() {
+    local name=$1
+    if ! vm_kernel; then
+        echo "$name: SKIPPED: needs QEMU and a cached Debian kernel (run rxe-vm --prepare)" >&2
+        exit 0
+    fi
+    W=$(mktemp -d "/tmp/$name.XXXXXX")
+    trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+    dpkg -x "$DEB" "$W/k"
+    IR=$W/ir
+    vm_initrd_base
+}
+
 # Starts the initramfs tree at $IR: directories, merged /usr (so library links resolve to
 # the files EAL loads) and busybox with its applets.
 vm_initrd_base() {

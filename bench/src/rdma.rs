@@ -359,21 +359,33 @@ fn serve(
             }
         }
     };
-    let (notes, tx_depth) = check_side(plane, &stream, cfg, "server")?;
+    run_connected(plane, stream, Some(interface), (cfg, peer), seconds, stop)
+}
+
+/// Runs one side over its established connection (`server_interface`: the server's
+/// interface, `None` on the client), with the checks' notes in its report.
+fn run_connected(
+    plane: &DataPlane,
+    stream: Stream,
+    server_interface: Option<&str>,
+    (cfg, peer): (&PeerBenchConfig, Option<&PeerBenchConfig>),
+    seconds: f64,
+    stop: &AtomicBool,
+) -> Result<SideReport, RdmaBenchError> {
+    let name = if server_interface.is_some() {
+        "server"
+    } else {
+        "client"
+    };
+    let (notes, tx_depth) = check_side(plane, &stream, cfg, name)?;
     let peer_sends = peer.is_none_or(|p| p.send);
     let side = Side {
         plane,
         stream,
-        server_interface: Some(interface),
+        server_interface,
     };
-    let mut r = run_side(
-        &side,
-        cfg,
-        tx_depth,
-        peer_sends && cfg.receive,
-        seconds,
-        stop,
-    );
+    let receive = peer_sends && cfg.receive;
+    let mut r = run_side(&side, cfg, tx_depth, receive, seconds, stop);
     r.notes = notes;
     Ok(r)
 }
@@ -421,23 +433,7 @@ fn connect(
     let stream = plane
         .connect_within(interface, remote, budget, &|| stop.load(Ordering::Relaxed))
         .map_err(|e| client_error(e, remote))?;
-    let (notes, tx_depth) = check_side(plane, &stream, cfg, "client")?;
-    let peer_sends = peer.is_none_or(|p| p.send);
-    let side = Side {
-        plane,
-        stream,
-        server_interface: None,
-    };
-    let mut r = run_side(
-        &side,
-        cfg,
-        tx_depth,
-        peer_sends && cfg.receive,
-        seconds,
-        stop,
-    );
-    r.notes = notes;
-    Ok(r)
+    run_connected(plane, stream, None, (cfg, peer), seconds, stop)
 }
 
 /// Runs the bench on a data plane started from `config` with only the side(s) `mode`

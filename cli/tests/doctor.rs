@@ -19,20 +19,7 @@ fn tree(name: &str) -> PathBuf {
 
 /// A DPDK configuration on the ConnectX port 0000:3b:00.0 receiving into GPU memory and
 /// sending from huge pages, workers on cores 4 and 5 of node 0.
-const DPDK_GPU: &str = config_yaml!(
-    raw,
-    2,
-    r#"    memory_regions:
-    - {name: payloads, kind: device, affinity: 0, num_bufs: 65536, buf_size: 8000}
-    - {name: tx_buffers, kind: huge, affinity: 0, num_bufs: 65536, buf_size: 8256}
-    interfaces:
-    - name: nic0
-      address: "0000:3b:00.0"
-      rx: {queues: [{name: rq, id: 0, cpu_core: 4, batch_size: 256, memory_regions: [payloads]}]}
-      tx: {queues: [{name: tq, id: 0, cpu_core: 5, batch_size: 256, memory_regions: [tx_buffers]}]}
-"#
-);
-
+const DPDK_GPU: &str = include_str!("doctor/connectx_gpu.yaml");
 /// An RDMA server on 192.168.100.1 with 32 MiB of registered regions.
 const RDMA: &str = config_yaml!(
     socket,

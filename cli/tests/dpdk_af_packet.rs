@@ -3,11 +3,11 @@
 //! path is checked for integrity, not losslessness). Root only; skipped visibly otherwise.
 #![cfg(feature = "dpdk")]
 
+#[macro_use]
 #[path = "../../bench/tests/common/mod.rs"]
 mod common;
 
-use common::netdev_mtu as mtu;
-use std::process::{Command, Stdio};
+use common::{dataplane_in, in_netns, netdev_mtu as mtu, spawn_piped};
 use std::time::Duration;
 
 const NS_TX: &str = "dptest1";
@@ -20,16 +20,8 @@ fn setup() -> Result<(std::sync::MutexGuard<'static, ()>, common::VethPair), Str
     let guard = common::veth_pair([NS_TX, NS_RX], ["dpxa", "dpxb"], [None, None])?;
     // No IPv6 chatter (router solicitations, MLD) on the wire: only our frames.
     for (ns, dev) in [(NS_TX, "dpxa"), (NS_RX, "dpxb")] {
-        let _ = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
-            ])
-            .status();
+        let key = format!("net.ipv6.conf.{dev}.disable_ipv6=1");
+        let _ = in_netns(ns, &["sysctl", "-qw", &key]).status();
     }
     Ok((one, guard))
 }
@@ -51,22 +43,14 @@ fn run_pair_for(
     tx_cfg: &std::path::Path,
     (rx_seconds, tx_seconds): (&str, &str),
 ) -> (serde_json::Value, serde_json::Value) {
-    let bin = env!("CARGO_BIN_EXE_dataplane");
-    let rx = Command::new("ip")
-        .args(["netns", "exec", NS_RX, "timeout", "60", bin, "bench", "raw"])
-        .arg(rx_cfg)
-        .args(["--seconds", rx_seconds, "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bench = |ns: &str, cfg: &std::path::Path, seconds: &str| {
+        let cfg = cfg.to_str().unwrap();
+        let args = ["bench", "raw", cfg, "--seconds", seconds, "--json"];
+        dataplane_in(ns, env!("CARGO_BIN_EXE_dataplane"), &args)
+    };
+    let rx = spawn_piped(bench(NS_RX, rx_cfg, rx_seconds));
     std::thread::sleep(Duration::from_millis(1500));
-    let tx = Command::new("ip")
-        .args(["netns", "exec", NS_TX, "timeout", "60", bin, "bench", "raw"])
-        .arg(tx_cfg)
-        .args(["--seconds", tx_seconds, "--json"])
-        .output()
-        .unwrap();
+    let tx = bench(NS_TX, tx_cfg, tx_seconds).output().unwrap();
     let rx = rx.wait_with_output().unwrap();
     for (side, out, ok) in [
         ("TX", &tx, tx.status.success()),
@@ -104,14 +88,7 @@ fn assert_verified(t: &serde_json::Value, r: &serde_json::Value) -> u64 {
 
 #[test]
 fn af_packet_across_namespaces_delivers_verified_frames() {
-    let _ns = match setup() {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIP af_packet test: {why}");
-            eprintln!("SKIP af_packet test: {why}");
-            return;
-        }
-    };
+    let _ns = ready_or_skip!("af_packet test", setup());
     let cfg = |side: &str| common::config_path(&format!("dpdk_af_packet_{side}.yaml"));
     let (t, r) = run_pair(&cfg("rx"), &cfg("tx"));
     let got = assert_verified(&t, &r);
@@ -130,14 +107,7 @@ fn af_packet_across_namespaces_delivers_verified_frames() {
 /// refuses every one of them.
 #[test]
 fn jumbo_frames_cross_af_packet_after_the_ports_raise_the_mtu() {
-    let _ns = match setup() {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIP af_packet jumbo test: {why}");
-            eprintln!("SKIP af_packet jumbo test: {why}");
-            return;
-        }
-    };
+    let _ns = ready_or_skip!("af_packet jumbo test", setup());
     assert_eq!((mtu(NS_TX, "dpxa"), mtu(NS_RX, "dpxb")), (1500, 1500));
     let dir = std::env::temp_dir().join(format!("dp-jumbo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -185,24 +155,12 @@ fn jumbo_frames_cross_af_packet_after_the_ports_raise_the_mtu() {
 /// arrived is whole, verified and steered by the file's flow.
 #[test]
 fn the_seed_raw_cross_host_files_run_one_per_namespace() {
-    let Some(dir) = common::reference_examples_dir() else {
-        println!("SKIP seed cross-host test: reference examples not found (DAQIRI_EXAMPLES)");
-        eprintln!("SKIP seed cross-host test: reference examples not found (DAQIRI_EXAMPLES)");
-        return;
-    };
-    let _ns = match setup() {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIP seed cross-host test: {why}");
-            eprintln!("SKIP seed cross-host test: {why}");
-            return;
-        }
-    };
-    let out = Command::new("ip")
-        .args(["netns", "exec", NS_RX, "cat", "/sys/class/net/dpxb/address"])
-        .output()
-        .unwrap();
-    let rx_mac = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let dir = ready_or_skip!(
+        "seed cross-host test",
+        common::reference_examples_dir().ok_or("reference examples not found (DAQIRI_EXAMPLES)")
+    );
+    let _ns = ready_or_skip!("seed cross-host test", setup());
+    let rx_mac = common::netns_output(NS_RX, &["cat", "/sys/class/net/dpxb/address"]);
     assert_eq!(rx_mac.len(), 17, "{rx_mac}");
     let work = std::env::temp_dir().join(format!("dp-seed-xhost-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
@@ -264,37 +222,25 @@ fn the_seed_raw_cross_host_files_run_one_per_namespace() {
 /// (This kernel has no VLAN or GRE devices, so those two are checked by tcpdump alone.)
 #[test]
 fn tx_flows_put_tags_and_tunnels_on_the_wire_that_the_kernel_and_tcpdump_read() {
-    let _ns = match setup() {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIP TX flow wire test: {why}");
-            eprintln!("SKIP TX flow wire test: {why}");
-            return;
-        }
-    };
-    let in_rx = |args: &[&str]| {
-        Command::new("ip")
-            .args(["netns", "exec", NS_RX])
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let rx_mac = String::from_utf8_lossy(&in_rx(&["cat", "/sys/class/net/dpxb/address"]).stdout)
-        .trim()
-        .to_owned();
+    let _ns = ready_or_skip!("TX flow wire test", setup());
+    let rx_mac = common::netns_output(NS_RX, &["cat", "/sys/class/net/dpxb/address"]);
     for cmd in [
         "ip addr add 192.0.2.2/24 dev dpxb",
         "ip link add vx0 type vxlan id 4660 dstport 4789 local 192.0.2.2 dev dpxb",
         "ip link set vx0 up",
         "sysctl -qw net.ipv6.conf.vx0.disable_ipv6=1",
     ] {
-        let out = in_rx(&cmd.split(' ').collect::<Vec<_>>());
-        if !out.status.success() {
-            let why = format!("`{cmd}`: {}", String::from_utf8_lossy(&out.stderr).trim());
-            println!("SKIP TX flow wire test: {why}");
-            eprintln!("SKIP TX flow wire test: {why}");
-            return;
-        }
+        let out = in_netns(NS_RX, &cmd.split(' ').collect::<Vec<_>>())
+            .output()
+            .unwrap();
+        let done = match out.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "`{cmd}`: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+        };
+        ready_or_skip!("TX flow wire test", done);
     }
     let work = std::env::temp_dir().join(format!("dp-tx-flows-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
@@ -345,18 +291,9 @@ bench_tx:
     let tx_cfg = work.join("tx.yaml");
     std::fs::write(&tx_cfg, cfg).unwrap();
     let pcap = work.join("wire.pcap");
-    let tcpdump = Command::new("ip")
-        .args([
-            "netns", "exec", NS_RX, "tcpdump", "-i", "dpxb", "-U", "-s", "256", "-w",
-        ])
-        .arg(&pcap)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let tcpdump = common::Tcpdump::start(NS_RX, "dpxb", &pcap, &["-s", "256"]);
     // The kernel VXLAN device's decapsulated frames, read from a packet socket on it.
-    let listener = Command::new("ip")
-        .args(["netns", "exec", NS_RX, "python3", "-c"])
+    let listener = in_netns(NS_RX, &["python3", "-c"])
         .arg(
             r#"
 import json, socket, time
@@ -370,23 +307,21 @@ print(json.dumps({"count": len(frames), "ports": sorted({int.from_bytes(f[36:38]
                   "first": frames[0].hex() if frames else ""}))
 "#,
         )
-        .stdout(Stdio::piped())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(500));
     let bin = env!("CARGO_BIN_EXE_dataplane");
-    let tx = Command::new("ip")
-        .args(["netns", "exec", NS_TX, "timeout", "60", bin, "bench", "raw"])
-        .arg(&tx_cfg)
-        .args(["--seconds", "2", "--json"])
-        .output()
-        .unwrap();
+    let tx_cfg = tx_cfg.to_str().unwrap();
+    let tx = dataplane_in(
+        NS_TX,
+        bin,
+        &["bench", "raw", tx_cfg, "--seconds", "2", "--json"],
+    )
+    .output()
+    .unwrap();
     let decapsulated = listener.wait_with_output().unwrap();
-    let _ = Command::new("kill")
-        .args(["-INT", &tcpdump.id().to_string()])
-        .status();
-    let mut tcpdump = tcpdump;
-    let _ = tcpdump.wait();
+    tcpdump.stop();
     assert!(
         tx.status.success(),
         "TX: {}\n{}",
@@ -394,13 +329,8 @@ print(json.dumps({"count": len(frames), "ports": sorted({int.from_bytes(f[36:38]
         String::from_utf8_lossy(&tx.stderr)
     );
     let t = common::last_json(&tx.stdout);
-    let text = Command::new("tcpdump")
-        .args(["-Z", "root", "-nn", "-vv", "-e", "-r"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
+    let text = common::tcpdump_text(&pcap, &["-e"]);
     let _ = std::fs::remove_dir_all(&work);
-    let text = String::from_utf8_lossy(&text.stdout).into_owned();
     let sent = t["tx_packets"].as_u64().unwrap();
     let count = |needle: &str| text.lines().filter(|l| l.contains(needle)).count() as u64;
     let (tagged, vxlan, nvgre) = (
@@ -450,14 +380,7 @@ print(json.dumps({"count": len(frames), "ports": sorted({int.from_bytes(f[36:38]
 /// port receives the groups' datagrams that the kernel's UDP stack sends there.
 #[test]
 fn a_dpdk_port_joins_its_multicast_groups_through_its_kernel_interface() {
-    let _ns = match setup() {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIP DPDK multicast test: {why}");
-            eprintln!("SKIP DPDK multicast test: {why}");
-            return;
-        }
-    };
+    let _ns = ready_or_skip!("DPDK multicast test", setup());
     for (ns, dev, addr) in [
         (NS_TX, "dpxa", "198.18.0.1/24"),
         (NS_RX, "dpxb", "198.18.0.2/24"),
@@ -480,12 +403,9 @@ fn a_dpdk_port_joins_its_multicast_groups_through_its_kernel_interface() {
         (NS_RX, "dpxb", "fd00:18::2/64"),
     ] {
         for key in ["accept_dad=0", "disable_ipv6=0"] {
-            let set = Command::new("ip")
-                .args(["netns", "exec", ns, "sysctl", "-qw"])
-                .arg(format!("net.ipv6.conf.{dev}.{key}"))
-                .status()
-                .unwrap();
-            assert!(set.success(), "{ns} {dev} {key}");
+            let key = format!("net.ipv6.conf.{dev}.{key}");
+            let set = in_netns(ns, &["sysctl", "-qw", &key]).status().unwrap();
+            assert!(set.success(), "{ns} {key}");
         }
         assert!(common::ip(&[
             "-n", ns, "addr", "add", addr, "dev", dev, "nodad"
@@ -494,53 +414,31 @@ fn a_dpdk_port_joins_its_multicast_groups_through_its_kernel_interface() {
     let work = std::env::temp_dir().join(format!("dp-dpdk-mc-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     let cfg = work.join("rx.yaml");
-    std::fs::write(
-        &cfg,
-        r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    log_level: info
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
-    interfaces:
-    - name: veth
-      address: "net_af_packet0,iface=dpxb"
-      multicast_groups: ["239.7.7.7", {group: 232.1.1.1, source: 198.18.0.1}, "ff15::7", {group: "ff3e::8", source: "fd00:18::1"}]
-      rx:
-        queues:
-        - {name: q, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 1000, memory_regions: [bufs]}
-bench_rx:
-- {interface_name: veth, queue_id: -1, cpu_core: -1}
-"#,
-    )
-    .unwrap();
+    let body = r#"log_level: info
+memory_regions:
+- {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}
+interfaces:
+- name: veth
+  address: "net_af_packet0,iface=dpxb"
+  multicast_groups: ["239.7.7.7", {group: 232.1.1.1, source: 198.18.0.1}, "ff15::7", {group: "ff3e::8", source: "fd00:18::1"}]
+  rx:
+    queues:
+    - {name: q, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 1000, memory_regions: [bufs]}
+"#;
+    let bench_rx = "bench_rx:\n- {interface_name: veth, queue_id: -1, cpu_core: -1}\n";
+    std::fs::write(&cfg, common::raw_config(body) + bench_rx).unwrap();
     let igmp = work.join("igmp.pcap");
-    let tcpdump = Command::new("ip")
-        .args(["netns", "exec", NS_TX, "tcpdump", "-i", "dpxa", "-U", "-w"])
-        .arg(&igmp)
-        .arg("igmp or ip6")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let tcpdump = common::Tcpdump::start(NS_TX, "dpxa", &igmp, &["igmp or ip6"]);
     let capture = work.join("rx.pcap");
     let bin = env!("CARGO_BIN_EXE_dataplane");
-    let rx = Command::new("ip")
-        .args(["netns", "exec", NS_RX, "timeout", "60", bin, "capture"])
-        .arg(&cfg)
-        .arg(&capture)
-        .args(["--seconds", "4"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (cfg, capture_file) = (cfg.to_str().unwrap(), capture.to_str().unwrap());
+    let rx = spawn_piped(dataplane_in(
+        NS_RX,
+        bin,
+        &["capture", cfg, capture_file, "--seconds", "4"],
+    ));
     std::thread::sleep(Duration::from_millis(2000));
-    let sender = Command::new("ip")
-        .args(["netns", "exec", NS_TX, "python3", "-c"])
+    let sender = in_netns(NS_TX, &["python3", "-c"])
         .arg(
             r#"
 import socket
@@ -559,21 +457,10 @@ for i in range(10):
     assert!(sender.success());
     let rx = rx.wait_with_output().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let _ = Command::new("kill")
-        .args(["-INT", &tcpdump.id().to_string()])
-        .status();
-    let mut tcpdump = tcpdump;
-    let _ = tcpdump.wait();
+    tcpdump.stop();
     let log = String::from_utf8_lossy(&rx.stderr).into_owned();
     assert!(rx.status.success(), "capture ({:?}): {log}", rx.status);
-    let read = |file: &std::path::Path| {
-        let out = Command::new("tcpdump")
-            .args(["-Z", "root", "-nn", "-vv", "-r"])
-            .arg(file)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let read = |file: &std::path::Path| common::tcpdump_text(file, &[]);
     let (reports, received) = (read(&igmp), read(&capture));
     let _ = std::fs::remove_dir_all(&work);
     let lines = |needle: &str| reports.lines().filter(|l| l.contains(needle)).count();

@@ -169,14 +169,7 @@ fn kill(child: &Child, sig: rustix::process::Signal) {
 #[test]
 fn hugepage_files_are_cleaned_on_every_path() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let env = match setup() {
-        Ok(e) => e,
-        Err(why) => {
-            println!("SKIP hugepage tests: {why}");
-            eprintln!("SKIP hugepage tests: {why}");
-            return;
-        }
-    };
+    let env = ready_or_skip!("hugepage tests", setup());
     let cfg_dir = tempfile::tempdir().unwrap();
     let cfg = cfg_dir.path().join("huge.yaml");
     fs::write(&cfg, HUGE_CFG).unwrap();
@@ -384,14 +377,7 @@ fn ours() -> Vec<PathBuf> {
 #[test]
 fn rdma_configs_get_the_same_hugepage_preflight_and_cleanup() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let env = match setup() {
-        Ok(e) => e,
-        Err(why) => {
-            println!("SKIP RDMA hugepage test: {why}");
-            eprintln!("SKIP RDMA hugepage test: {why}");
-            return;
-        }
-    };
+    let env = ready_or_skip!("RDMA hugepage test", setup());
     let _ = &env;
     let text = config_yaml!(
         socket,
@@ -437,14 +423,7 @@ fn rdma_configs_get_the_same_hugepage_preflight_and_cleanup() {
 #[test]
 fn a_panic_removes_the_files() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let env = match setup() {
-        Ok(e) => e,
-        Err(why) => {
-            println!("SKIP hugepage panic test: {why}");
-            eprintln!("SKIP hugepage panic test: {why}");
-            return;
-        }
-    };
+    let env = ready_or_skip!("hugepage panic test", setup());
     let _ = &env;
     // In-process: the data plane picks the first writable 2 MiB mount; search all of them.
     let cfg = dataplane::config::load_str(HUGE_CFG, "huge")
@@ -472,14 +451,7 @@ fn a_panic_removes_the_files() {
 #[test]
 fn dpdk_in_hugepage_mode_leaves_nothing() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let env = match setup() {
-        Ok(e) => e,
-        Err(why) => {
-            println!("SKIP DPDK hugepage test: {why}");
-            eprintln!("SKIP DPDK hugepage test: {why}");
-            return;
-        }
-    };
+    let env = ready_or_skip!("DPDK hugepage test", setup());
     let text = fs::read_to_string(common::config_path("dpdk_ring.yaml"))
         .unwrap()
         .replace(

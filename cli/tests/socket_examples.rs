@@ -4,6 +4,7 @@
 //! 10.250.0.1, as the files name them), which also checks the engine across a real
 //! kernel network path. The namespace part needs root and is skipped visibly otherwise.
 
+#[macro_use]
 #[path = "../../bench/tests/common/mod.rs"]
 mod common;
 
@@ -47,11 +48,7 @@ fn fitted(dir: &Path, name: &str, out: &Path) -> PathBuf {
 fn bench(ns: Option<&str>, file: &Path, mode: &str, extra: &[&str]) -> Command {
     let bin = env!("CARGO_BIN_EXE_dataplane");
     let mut c = match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, bin]);
-            c
-        }
+        Some(ns) => common::in_netns(ns, &[bin]),
         None => Command::new(bin),
     };
     c.args(["bench", "socket"])
@@ -126,11 +123,7 @@ fn wait_bound(ns: &str, port: u16) {
     let needle = format!(":{port:04X} ");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::time::Instant::now() < deadline {
-        let out = Command::new("ip")
-            .args(["netns", "exec", ns, "cat", "/proc/net/udp", "/proc/net/tcp"])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).contains(&needle) {
+        if common::netns_output(ns, &["cat", "/proc/net/udp", "/proc/net/tcp"]).contains(&needle) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -144,13 +137,7 @@ fn spark_examples_run_across_a_veth_pair() {
         eprintln!("SKIP: reference examples not found (set DAQIRI_EXAMPLES to the folder)");
         return;
     };
-    let _ns = match namespaces() {
-        Ok(g) => g,
-        Err(why) => {
-            eprintln!("SKIP socket examples across network namespaces: {why}");
-            return;
-        }
-    };
+    let _ns = ready_or_skip!("socket examples across network namespaces", namespaces());
     let tmp = tempfile::tempdir().unwrap();
     for (name, paced) in [
         ("daqiri_bench_socket_udp_tx_rx_spark_netns.yaml", false),
@@ -206,50 +193,36 @@ fn spark_examples_run_across_a_veth_pair() {
 /// verified, paced so that none is lost.
 #[test]
 fn jumbo_datagrams_cross_after_the_sockets_raise_the_mtu() {
-    let _ns = match namespaces() {
-        Ok(g) => g,
-        Err(why) => {
-            eprintln!("SKIP socket jumbo test: {why}");
-            return;
-        }
-    };
+    let _ns = ready_or_skip!("socket jumbo test", namespaces());
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("jumbo.yaml");
     std::fs::write(
         &f,
-        r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 0
-    memory_regions:
-    - {name: server_bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 9000}
-    - {name: client_bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 9000}
-    interfaces:
-    - name: server
-      address: 10.250.0.2
-      socket_config: {mode: server, local_addr: "udp://10.250.0.2:5801", max_payload_size: 8972}
-      rx:
-        queues:
-        - {name: server_rx, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [server_bufs]}
-    - name: client
-      address: 10.250.0.1
-      socket_config: {mode: client, local_addr: "udp://10.250.0.1:5802", remote_addr: "udp://10.250.0.2:5801", max_payload_size: 8972}
-      tx:
-        queues:
-        - {name: client_tx, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [client_bufs]}
-socket_bench_server: {server: true, send: false, receive: true, message_size: 8972, server_address: 10.250.0.2, server_port: 5801}
+        common::socket_config(
+            r#"memory_regions:
+- {name: server_bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 9000}
+- {name: client_bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 9000}
+interfaces:
+- name: server
+  address: 10.250.0.2
+  socket_config: {mode: server, local_addr: "udp://10.250.0.2:5801", max_payload_size: 8972}
+  rx:
+    queues:
+    - {name: server_rx, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [server_bufs]}
+- name: client
+  address: 10.250.0.1
+  socket_config: {mode: client, local_addr: "udp://10.250.0.1:5802", remote_addr: "udp://10.250.0.2:5801", max_payload_size: 8972}
+  tx:
+    queues:
+    - {name: client_tx, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [client_bufs]}
+"#,
+        ) + r#"socket_bench_server: {server: true, send: false, receive: true, message_size: 8972, server_address: 10.250.0.2, server_port: 5801}
 socket_bench_client: {server: false, send: true, receive: false, message_size: 8972, server_address: 10.250.0.2, client_address: 10.250.0.1, server_port: 5801}
 "#,
     )
     .unwrap();
     let reassembled = || {
-        let out = Command::new("ip")
-            .args(["netns", "exec", NS_SERVER, "cat", "/proc/net/snmp"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = common::netns_output(NS_SERVER, &["cat", "/proc/net/snmp"]);
         let ip: Vec<&str> = text.lines().filter(|l| l.starts_with("Ip:")).collect();
         let at = ip[0]
             .split_whitespace()

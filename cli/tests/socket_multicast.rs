@@ -5,10 +5,10 @@
 //! datagrams and the source-specific group's from its one source. Root only; skipped
 //! visibly otherwise.
 
+#[macro_use]
 #[path = "../../bench/tests/common/mod.rs"]
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const NS_TX: &str = "dpmc1";
@@ -35,18 +35,14 @@ print("sent")
 
 #[test]
 fn a_udp_server_takes_its_groups_any_source_and_source_specific_and_nothing_else() {
-    let _ns = match common::veth_pair(
-        [NS_TX, NS_RX],
-        ["mca", "mcb"],
-        [Some("198.18.5.1/24"), Some("198.18.5.2/24")],
-    ) {
-        Ok(g) => g,
-        Err(why) => {
-            println!("SKIP multicast test: {why}");
-            eprintln!("SKIP multicast test: {why}");
-            return;
-        }
-    };
+    let _ns = ready_or_skip!(
+        "multicast test",
+        common::veth_pair(
+            [NS_TX, NS_RX],
+            ["mca", "mcb"],
+            [Some("198.18.5.1/24"), Some("198.18.5.2/24")],
+        )
+    );
     // The second source, and a route for the groups on the sender's side.
     for args in [
         ["-n", NS_TX, "addr", "add", "198.18.5.3/24", "dev", "mca"].as_slice(),
@@ -57,43 +53,30 @@ fn a_udp_server_takes_its_groups_any_source_and_source_specific_and_nothing_else
     let work = std::env::temp_dir().join(format!("dp-multicast-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     let cfg = work.join("mc.yaml");
-    std::fs::write(
-        &cfg,
-        r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 0
-    memory_regions:
-    - {name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
-    interfaces:
-    - name: mc
-      address: 198.18.5.2
-      socket_config: {mode: server, local_addr: "udp://198.18.5.2:5000"}
-      multicast_groups: ["239.7.7.7", {group: 232.1.1.1, source: 198.18.5.1}]
-      rx:
-        queues:
-        - {name: q, id: 0, cpu_core: 0, batch_size: 16, timeout_us: 1000, memory_regions: [bufs]}
-bench_rx:
-- {interface_name: mc, queue_id: -1, cpu_core: -1}
-"#,
-    )
-    .unwrap();
+    let body = r#"memory_regions:
+- {name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
+interfaces:
+- name: mc
+  address: 198.18.5.2
+  socket_config: {mode: server, local_addr: "udp://198.18.5.2:5000"}
+  multicast_groups: ["239.7.7.7", {group: 232.1.1.1, source: 198.18.5.1}]
+  rx:
+    queues:
+    - {name: q, id: 0, cpu_core: 0, batch_size: 16, timeout_us: 1000, memory_regions: [bufs]}
+"#;
+    let bench_rx = "bench_rx:\n- {interface_name: mc, queue_id: -1, cpu_core: -1}\n";
+    std::fs::write(&cfg, common::socket_config(body) + bench_rx).unwrap();
     let out = work.join("packets");
     let bin = env!("CARGO_BIN_EXE_dataplane");
-    let rx = Command::new("ip")
-        .args(["netns", "exec", NS_RX, "timeout", "60", bin, "capture"])
-        .arg(&cfg)
-        .arg(&out)
-        .args(["--format", "raw-per-packet", "--seconds", "4", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (cfg, folder) = (cfg.to_str().unwrap(), out.to_str().unwrap());
+    let capture = ["capture", cfg, folder, "--format", "raw-per-packet"];
+    let rx = common::spawn_piped(common::dataplane_in(
+        NS_RX,
+        bin,
+        &[&capture[..], &["--seconds", "4", "--json"]].concat(),
+    ));
     std::thread::sleep(Duration::from_millis(1500));
-    let tx = Command::new("ip")
-        .args(["netns", "exec", NS_TX, "python3", "-c", SENDER])
+    let tx = common::in_netns(NS_TX, &["python3", "-c", SENDER])
         .output()
         .unwrap();
     assert!(

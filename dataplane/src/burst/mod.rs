@@ -276,7 +276,7 @@ impl Burst {
         let cap = like.regions.get(region).buf_size();
         if let Some(run) = like.run
             && run.len as usize <= cap
-            && let Some(burst) = Self::allocate_run(
+            && let Some(mut burst) = Self::allocate_run(
                 like.regions.clone(),
                 like.port,
                 like.queue,
@@ -285,6 +285,8 @@ impl Burst {
                 run.len as usize,
             )
         {
+            // The run's one flow id (set by steering) goes along, as descriptors' do.
+            burst.set_flow_ids(run.flow_id);
             return Ok(burst);
         }
         let packets = like.packets();

@@ -195,6 +195,19 @@ fn a_burst_allocated_like_another_carries_its_descriptors_into_new_buffers() {
         Some(AllocateLike::Shape)
     );
     assert_eq!(r.get(RegionId(1)).available(), 8);
+
+    // A run comes out as a run, with the flow id steering gave the whole run (the GPU
+    // reorder takes only packets of its flows: a lost id sent whole bursts past it).
+    let r = fifo_regions();
+    let mut run = Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(0), 4, 64)
+        .expect("consecutive buffers");
+    run.set_flow_ids(5);
+    let out = Burst::allocate_like(&run, RegionId(1)).unwrap();
+    assert_eq!(
+        out.run().map(|x| (x.region(), x.flow_id())),
+        Some((RegionId(1), 5))
+    );
+    assert!(out.packets().iter().all(|p| p.flow_id == 5));
 }
 
 #[test]

@@ -327,19 +327,10 @@ mod tests {
     /// GPU (the same tree as recorded) lets the `device` region through.
     #[test]
     fn device_regions_a_nic_fills_on_an_integrated_gpu_block_with_the_fix() {
-        const DEVICE_RX: &str = config_yaml!(
-            raw,
-            2,
-            r#"    memory_regions:
-    - {name: payloads, kind: device, affinity: 0, num_bufs: 65536, buf_size: 8000}
-    - {name: tx_buffers, kind: huge, affinity: 0, num_bufs: 65536, buf_size: 8256}
-    interfaces:
-    - name: nic0
-      address: "0000:3b:00.0"
-      rx: {queues: [{name: rq, id: 0, cpu_core: 4, batch_size: 256, memory_regions: [payloads]}]}
-      tx: {queues: [{name: tq, id: 0, cpu_core: 5, batch_size: 256, memory_regions: [tx_buffers]}]}
-"#
-        );
+        const DEVICE_RX: &str = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../cli/tests/doctor/connectx_gpu.yaml"
+        ));
         let tree = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../cli/tests/doctor/tuned-server"

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 
 #[macro_use]
+mod skip;
+#[macro_use]
 mod yaml;
 
 /// A shipped configuration, by its name in `configs/` (of the source tree the test was
@@ -134,19 +136,83 @@ pub fn veth_pair(
     Ok(guard)
 }
 
+/// `ip netns exec NS ARGS...`: `ARGS` run in network namespace `ns`.
+pub fn in_netns(ns: &str, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new("ip");
+    c.args(["netns", "exec", ns]).args(args);
+    c
+}
+
+/// What `ARGS` print to stdout in network namespace `ns`, trimmed.
+pub fn netns_output(ns: &str, args: &[&str]) -> String {
+    let out = in_netns(ns, args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// The MTU of interface `dev` in network namespace `ns`.
 pub fn netdev_mtu(ns: &str, dev: &str) -> u32 {
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "cat",
-            &format!("/sys/class/net/{dev}/mtu"),
-        ])
+    netns_output(ns, &["cat", &format!("/sys/class/net/{dev}/mtu")])
+        .parse()
+        .unwrap()
+}
+
+/// The `dataplane` binary with `ARGS` in network namespace `ns`, ended after a minute
+/// (exit 124) if it hangs.
+pub fn dataplane_in(ns: &str, bin: &str, args: &[&str]) -> std::process::Command {
+    let mut c = in_netns(ns, &["timeout", "60", bin]);
+    c.args(args);
+    c
+}
+
+/// [`dataplane_in`] started, its stdout and stderr piped.
+pub fn spawn_piped(mut c: std::process::Command) -> std::process::Child {
+    use std::process::Stdio;
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// tcpdump writing what interface `dev` of namespace `ns` sees into a pcap file, packet
+/// by packet, until [`Tcpdump::stop`].
+pub struct Tcpdump(std::process::Child);
+
+impl Tcpdump {
+    /// Starts capturing (`extra`: more tcpdump arguments, such as a snap length or a
+    /// filter) and gives tcpdump half a second to open the interface.
+    pub fn start(ns: &str, dev: &str, file: &std::path::Path, extra: &[&str]) -> Self {
+        use std::process::Stdio;
+        let child = in_netns(ns, &["tcpdump", "-i", dev, "-U", "-w"])
+            .arg(file)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        Self(child)
+    }
+
+    /// Stops it (SIGINT, so the file is complete) and waits.
+    pub fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// tcpdump's verbose decoding of a capture file, one line a packet (`flags`: more, such
+/// as `-e` for the link-layer header).
+pub fn tcpdump_text(file: &std::path::Path, flags: &[&str]) -> String {
+    let out = std::process::Command::new("tcpdump")
+        .args(["-Z", "root", "-nn", "-vv"])
+        .args(flags)
+        .arg("-r")
+        .arg(file)
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The folder of the reference's example configurations, if this checkout has it
