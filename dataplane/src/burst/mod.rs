@@ -10,7 +10,9 @@ use crate::memory::RegionSet;
 use once_cell::race::OnceBox;
 use std::sync::Arc;
 
+mod frames;
 mod run;
+pub use frames::Frames;
 use run::IndexScratch;
 pub use run::Run;
 
@@ -439,6 +441,13 @@ impl Burst {
             "segment length {len} exceeds the {cap}-byte buffer"
         );
         s.len = len as u32;
+    }
+
+    /// Every packet's first segment, for a loop that reads them all (cheaper per packet
+    /// than [`Burst::data`] for a run).
+    #[inline]
+    pub fn frames(&self) -> Frames<'_> {
+        Frames::of(self)
     }
 
     /// Bytes of segment `seg` of packet `i` (its current length), or `None` when the

@@ -15,12 +15,12 @@
 
 #![forbid(unsafe_code)]
 
-use crate::burst::Burst;
+use crate::burst::{Burst, Frames};
 use crate::descriptor::PortIndex;
 use crate::descriptor::QueueId;
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};
-use crate::steering::{Classifier, EpochAck, InterfaceSteering, Verdict};
+use crate::steering::{Classifier, EpochAck, InterfaceSteering, Verdict, VerdictMemo};
 use crossbeam_queue::ArrayQueue;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
@@ -96,6 +96,7 @@ impl WireGrid {
             counters,
             pieces: Vec::with_capacity(self.rx_ids.len()),
             routes: Vec::new(),
+            memo: VerdictMemo::default(),
             #[cfg(feature = "cuda")]
             heads: Default::default(),
         }
@@ -141,6 +142,8 @@ pub struct Ingress {
     /// Where each packet of the burst being steered goes: (RX index, flow id), or `None`
     /// when it is dropped (kept to reuse the allocation).
     routes: Vec<Option<(usize, u32)>>,
+    /// The last frame's verdict, for the next frames of its stream.
+    memo: VerdictMemo,
     /// The first bytes of frames in GPU memory, read by the GPU for the rules.
     #[cfg(feature = "cuda")]
     heads: crate::stage::DeviceDigest,
@@ -167,10 +170,13 @@ impl Ingress {
         if !burst.is_empty() && burst.data(0, 0).is_none() {
             return self.steer_device_frames(burst);
         }
-        self.steer_by(burst, None, |rules, b, i| match b.data(i, 0) {
-            Some(frame) => rules.classify(frame),
+        let mut memo = self.memo;
+        let left = self.steer_by(burst, None, |rules, b, i| match b.get(i) {
+            Some(frame) => memo.classify(rules, frame),
             None => Verdict::NoFlow,
-        })
+        });
+        self.memo = memo;
+        left
     }
 
     /// [`Ingress::steer`] for frames in GPU memory: their heads are copied out first,
@@ -188,7 +194,7 @@ impl Ingress {
         let per = DEVICE_HEAD_BYTES as usize;
         let out = match read {
             Ok(()) => self.steer_by(burst, None, |rules, b, i| {
-                let len = b.packets()[i].len().min(per);
+                let len = b.burst().packets()[i].len().min(per);
                 rules.classify(&heads.digests[i * per..i * per + len])
             }),
             Err(e) => {
@@ -220,7 +226,7 @@ impl Ingress {
         sources: &[SocketAddrV4],
         local: SocketAddrV4,
     ) -> Option<Burst> {
-        self.steer_by(burst, Some(own), |rules, b, i| match b.data(i, 0) {
+        self.steer_by(burst, Some(own), |rules, b, i| match b.get(i) {
             Some(payload) => rules.classify_datagram(sources[i], local, payload),
             None => Verdict::NoFlow,
         })
@@ -230,7 +236,7 @@ impl Ingress {
         &mut self,
         mut burst: Burst,
         own: Option<QueueId>,
-        classify: impl Fn(&Classifier, &Burst, usize) -> Verdict,
+        mut classify: impl FnMut(&Classifier, &Frames<'_>, usize) -> Verdict,
     ) -> Option<Burst> {
         if !self.has_room() {
             return Some(burst);
@@ -252,8 +258,9 @@ impl Ingress {
             let (mut no_flow, mut malformed) = (0u64, 0u64);
             let mut routes = std::mem::take(&mut self.routes);
             routes.clear();
+            let frames = burst.frames();
             routes.extend(
-                (0..burst.len()).map(|i| match classify(rules_now, &burst, i) {
+                (0..burst.len()).map(|i| match classify(rules_now, &frames, i) {
                     Verdict::Deliver { queue, flow_id } => {
                         Some((self.index_of[queue as usize] as usize, flow_id))
                     }

@@ -2,6 +2,7 @@
 //! in configuration order (the first match wins), with no allocation per packet.
 
 use super::headers::{self, Headers, Malformed};
+use super::memo::{DecisiveBytes, at};
 use super::rss;
 use crate::config::{FlowConfig, RxConfig};
 
@@ -508,7 +509,50 @@ pub struct Classifier {
     unmatched: Target,
     /// Set when frames need no reading at all: no rules, no isolation, one queue.
     trivial: Option<u16>,
+    /// The bytes of a common-layout frame that decide its verdict (`None`: the rules read
+    /// more, such as payload words).
+    decisive: Option<DecisiveBytes>,
     epoch: u64,
+}
+
+/// The bytes every rule (and RSS, where a target spreads) reads from a frame of the
+/// common layout; `None` when a rule reads payload bytes (flex items).
+fn decisive_bytes(rules: &[Rule], unmatched: &Target) -> Option<DecisiveBytes> {
+    let mut d = DecisiveBytes::layout();
+    let spreads = |t: &Target| matches!(t, Target::Rss(_));
+    if spreads(unmatched) || rules.iter().any(|r| spreads(&r.target)) {
+        for r in [at::IP_SRC, at::IP_DST, at::UDP_SRC, at::UDP_DST] {
+            d.add(r);
+        }
+    }
+    for r in rules {
+        if r.flex.is_some() {
+            return None;
+        }
+        // VLAN and eCPRI rules never match the common layout: nothing to read for them.
+        if let Some(e) = &r.ethernet {
+            if e.dst.is_some() {
+                d.add(at::ETH_DST);
+            }
+            if e.src.is_some() {
+                d.add(at::ETH_SRC);
+            }
+        }
+        if r.needs_ipv4 {
+            for (needed, range) in [
+                (r.src.1 != 0, at::IP_SRC),
+                (r.dst.1 != 0, at::IP_DST),
+                (r.ipv4_len.is_some(), at::TOTAL_LEN),
+                (r.needs_udp && r.sport != (0, u16::MAX), at::UDP_SRC),
+                (r.needs_udp && r.dport != (0, u16::MAX), at::UDP_DST),
+            ] {
+                if needed {
+                    d.add(range);
+                }
+            }
+        }
+    }
+    Some(d)
 }
 
 /// RSS choice for a frame: 4-tuple for UDP, address pair for other IPv4, the first queue
@@ -554,14 +598,23 @@ impl Classifier {
         let index = (columns.is_some() && rules.len() > INDEX_FROM_RULES)
             .then(|| DportIndex::compile(&rules));
         let columns = if index.is_some() { None } else { columns };
+        let decisive = decisive_bytes(&rules, &unmatched);
         Self {
             rules,
             columns,
             index,
             unmatched,
             trivial,
+            decisive,
             epoch,
         }
+    }
+
+    /// Which bytes decide the verdict of a common-layout frame, if the rules read no
+    /// other ([`VerdictMemo`](super::VerdictMemo)).
+    #[inline]
+    pub(crate) fn decisive_bytes(&self) -> Option<&DecisiveBytes> {
+        self.decisive.as_ref()
     }
 
     /// The rule-set generation; it grows with every change.

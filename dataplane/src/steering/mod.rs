@@ -13,11 +13,13 @@
 
 pub mod classifier;
 pub mod headers;
+mod memo;
 pub mod rss;
 pub mod tx_transform;
 
 pub use classifier::{Classifier, Target, Verdict};
 pub use headers::Malformed;
+pub use memo::VerdictMemo;
 pub use tx_transform::{TransformError, TxTransformer};
 
 use crate::config::diag::Diagnostics;

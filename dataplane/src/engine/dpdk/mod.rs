@@ -257,6 +257,7 @@ impl Engine for DpdkEngine {
                 rules: p.rules.clone(),
                 scratch: [std::ptr::null_mut(); MAX_BURST],
                 mark_values: [0; MAX_BURST],
+                memo: Default::default(),
                 infos: [sys::shim_mbuf_info::default(); MAX_BURST],
                 taking_over: false,
                 ids_after_changes,

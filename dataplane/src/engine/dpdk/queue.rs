@@ -44,6 +44,8 @@ pub struct DeviceQueue {
     pub(super) rules: Arc<InterfaceSteering>,
     pub(super) scratch: [*mut sys::rte_mbuf; MAX_BURST],
     pub(super) mark_values: [u32; MAX_BURST],
+    /// The last frame's verdict, for the next frames of its stream (software flow ids).
+    pub(super) memo: std::cell::Cell<crate::steering::VerdictMemo>,
     pub(super) infos: [sys::shim_mbuf_info; MAX_BURST],
     /// The last burst arrived as attached buffers of ours (see `take_over`).
     pub(super) taking_over: bool,
@@ -185,7 +187,10 @@ impl DeviceQueue {
         if self.marks {
             return self.mark_values[i];
         }
-        match rules.and_then(|r| burst.data(slot, 0).map(|f| r.classify(f))) {
+        let mut memo = self.memo.get();
+        let verdict = rules.and_then(|r| burst.data(slot, 0).map(|f| memo.classify(r, f)));
+        self.memo.set(memo);
+        match verdict {
             Some(crate::steering::Verdict::Deliver { flow_id, .. }) => flow_id,
             _ => 0,
         }

@@ -634,6 +634,33 @@ proptest! {
         }
     }
 
+    /// The verdict memo gives what classifying every frame gives: each frame is followed
+    /// by copies with one byte changed (in a field the rules read or not), so both the
+    /// memo's hits and its misses are exercised.
+    #[test]
+    fn the_verdict_memo_agrees_with_classifying_every_frame(
+        cfg in arb_config(),
+        frames in proptest::collection::vec(arb_frame(), 1..8),
+        changes in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..6),
+    ) {
+        let c = Classifier::compile(&cfg, 1);
+        let mut memo = crate::steering::VerdictMemo::default();
+        for f in &frames {
+            let mut sequence = vec![f.clone(), f.clone()];
+            for &(at, v) in &changes {
+                let mut g = f.clone();
+                if !g.is_empty() {
+                    let i = at % g.len().min(48);
+                    g[i] = v;
+                }
+                sequence.push(g);
+            }
+            for g in &sequence {
+                prop_assert_eq!(memo.classify(&c, g), c.classify(g), "frame {:02x?}", g);
+            }
+        }
+    }
+
     #[test]
     fn compiled_classifier_agrees_with_the_plain_matcher(cfg in arb_config(), frames in proptest::collection::vec(arb_frame(), 1..16)) {
         let c = Classifier::compile(&cfg, 1);
@@ -712,4 +739,30 @@ fn ethernet_addresses_and_ethertype_select_their_frames() {
     let from = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1);
     let to = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 2), 6000);
     assert_eq!(c.classify_datagram(from, to, &[0; 16]), deliver(6, 6));
+}
+
+/// Rules on header fields let the memo serve a stream (it knows their bytes); a rule on
+/// a payload word does not.
+#[test]
+fn the_memo_serves_header_rules_and_steps_aside_for_payload_rules() {
+    let by_port = rx(
+        &[0, 1],
+        vec![flow(
+            1,
+            &[1],
+            FlowMatch {
+                udp_dst: Some(ports(5000, 5000)),
+                ..FlowMatch::default()
+            },
+        )],
+        true,
+    );
+    assert!(Classifier::compile(&by_port, 1).decisive_bytes().is_some());
+    let mut by_word = by_port.clone();
+    by_word.flows[0].matches.flex = Some(FlexMatch {
+        item_id: 7,
+        value: 1,
+        mask: 1,
+    });
+    assert!(Classifier::compile(&by_word, 1).decisive_bytes().is_none());
 }

@@ -1,0 +1,55 @@
+//! Reading every packet's first segment in a loop: the region of the first packet is
+//! looked up once, and each frame in it is that region's first buffer plus a stride,
+//! where [`Burst::data`] would look the region up, check it and compute the address per
+//! packet.
+
+use super::Burst;
+use crate::descriptor::RegionId;
+
+/// The first segment of each packet of a burst, for reading (see [`Burst::frames`]).
+pub struct Frames<'a> {
+    burst: &'a Burst,
+    /// The region most packets are in (the first packet's), when the CPU can read it:
+    /// its id, the address of buffer 0 and the stride.
+    region: Option<(RegionId, *const u8, usize)>,
+}
+
+impl<'a> Frames<'a> {
+    pub(super) fn of(burst: &'a Burst) -> Self {
+        let first = match burst.run {
+            Some(run) => Some(run.region),
+            None => burst.packets.first().map(|p| p.segments()[0].region),
+        };
+        let region = first.and_then(|id| {
+            let r = burst.regions.get(id);
+            r.host_accessible()
+                .then(|| (id, r.buffer_addr(0) as *const u8, r.stride()))
+        });
+        Self { burst, region }
+    }
+
+    /// The burst read.
+    #[inline]
+    pub fn burst(&self) -> &'a Burst {
+        self.burst
+    }
+
+    /// Packet `i`'s first segment, as [`Burst::data`] gives it (`None` in GPU memory);
+    /// a panic naming `i` past the end.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&'a [u8]> {
+        let s = self.burst.segment(i, 0);
+        match self.region {
+            Some((id, base, stride)) if id == s.region => {
+                // SAFETY: the burst owns buffer `s.index` of this region (taken from the
+                // pool, returned only when the burst drops, which the borrow `'a`
+                // prevents); it lies `s.index` strides after buffer 0 inside the mapped
+                // region, and `s.len` is at most its buf_size.
+                Some(unsafe {
+                    std::slice::from_raw_parts(base.add(s.index as usize * stride), s.len as usize)
+                })
+            }
+            _ => self.burst.data(i, 0),
+        }
+    }
+}
