@@ -78,6 +78,6 @@ pub mod book {
     pub struct Testing;
 }
 
-pub use burst::{Burst, Packet, Segment};
+pub use burst::{Burst, Frames, FramesMut, Packet, Segment};
 pub use memory::pool::flush_thread_caches;
 pub use plane::{DataPlane, RecvError, RxQueue, SendError, StartError, Stream, TxFailure, TxQueue};

@@ -159,9 +159,10 @@ impl FrameReader {
             for i in 0..PREFETCH_AHEAD {
                 prefetch_frame(burst, i, None);
             }
+            let frames = burst.frames();
             for i in 0..burst.len() {
                 prefetch_frame(burst, i + PREFETCH_AHEAD, None);
-                checker.check(burst.data(i, 0).expect("host memory"));
+                checker.check(frames.get(i).expect("host memory"));
             }
             return;
         }
@@ -188,12 +189,13 @@ impl FrameReader {
             for i in 0..PREFETCH_AHEAD {
                 prefetch_frame(burst, i, None);
             }
+            let frames = burst.frames();
             for i in 0..burst.len() {
                 prefetch_frame(burst, i + PREFETCH_AHEAD, None);
                 checker.receive_time = received(&burst.packets()[i]);
                 let segs = burst.packets()[i].segments().len();
                 if segs == 1 {
-                    checker.check(burst.data(i, 0).expect("host memory"));
+                    checker.check(frames.get(i).expect("host memory"));
                 } else {
                     self.joined.clear();
                     for s in 0..segs {

@@ -303,13 +303,20 @@ impl FrameSource {
             return Some(burst);
         }
         let frame_len = self.frame_len;
+        let mut frames = burst.frames_mut();
+        let prefetch = |frames: &dataplane::FramesMut, i| {
+            if let Some(head) = frames.addr(i) {
+                prefetch_for_write(head);
+                prefetch_for_write(head + frame_len.max(1) as u64 - 1);
+            }
+        };
         for i in 0..PREFETCH_AHEAD {
-            prefetch_frame(&burst, i, Some(frame_len));
+            prefetch(&frames, i);
         }
-        for i in 0..burst.len() {
-            prefetch_frame(&burst, i + PREFETCH_AHEAD, Some(frame_len));
-            let idx = burst.segment(i, 0).index as usize;
-            let buf = burst.buffer_mut(i, 0).expect("host memory");
+        for i in 0..frames.len() {
+            prefetch(&frames, i + PREFETCH_AHEAD);
+            let idx = frames.index(i) as usize;
+            let buf = frames.buffer_mut(i).expect("host memory");
             // Headers and fill are written once per buffer.
             let (word, bit) = (idx / 64, idx % 64);
             if self.initialised.len() <= word {

@@ -73,6 +73,9 @@ pub struct FrameBuilder {
     stream: u16,
     sequence: Vec<u64>,
     counter: u64,
+    /// `counter` modulo the source and destination port counts, kept by counting: two
+    /// divisions per frame cost the generator more than writing its headers.
+    port_cursor: (u64, u64),
     /// `sequence_number_offset`: byte position of the 32-bit frame counter and its next
     /// value.
     frame_counter: Option<(usize, u32)>,
@@ -176,6 +179,7 @@ impl FrameBuilder {
             stream,
             sequence: vec![0; flows],
             counter: 0,
+            port_cursor: (0, 0),
             frame_counter: cfg
                 .sequence_number
                 .map(|s| ((cfg.header_size + s.offset) as usize, s.start)),
@@ -382,10 +386,11 @@ impl FrameBuilder {
     /// The next frame's flow index and UDP ports: both ports rotate per frame.
     #[inline]
     fn next_ports(&mut self) -> (usize, u16, u16) {
-        let ns = u64::from(self.src.len());
         let nd = u64::from(self.dst.len());
-        let (si, di) = (self.counter % ns, self.counter % nd);
+        let (si, di) = self.port_cursor;
         self.counter += 1;
+        let wrap = |i: u64, n: u64| if i + 1 == n { 0 } else { i + 1 };
+        self.port_cursor = (wrap(si, u64::from(self.src.len())), wrap(di, nd));
         (
             (si * nd + di) as usize,
             self.src.first + si as u16,

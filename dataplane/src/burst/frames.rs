@@ -53,3 +53,80 @@ impl<'a> Frames<'a> {
         }
     }
 }
+
+/// The first segment's whole buffer of each packet of a burst, for filling (see
+/// [`Burst::frames_mut`]): the region of the first packet is looked up once.
+pub struct FramesMut<'a> {
+    burst: &'a mut Burst,
+    /// The first packet's region when the CPU can write it: id, address of buffer 0,
+    /// stride and buffer size.
+    region: Option<(RegionId, *mut u8, usize, usize)>,
+}
+
+impl<'a> FramesMut<'a> {
+    pub(super) fn of(burst: &'a mut Burst) -> Self {
+        let region = Frames::of(burst).region.map(|(id, base, stride)| {
+            (
+                id,
+                base as *mut u8,
+                stride,
+                burst.regions.get(id).buf_size(),
+            )
+        });
+        Self { burst, region }
+    }
+
+    /// How many packets.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.burst.len()
+    }
+
+    /// True without packets.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.burst.is_empty()
+    }
+
+    /// Packet `i`'s buffer index (first segment).
+    #[inline]
+    pub fn index(&self, i: usize) -> u32 {
+        self.burst.segment(i, 0).index
+    }
+
+    /// The address of packet `i`'s buffer (for a prefetch), `None` past the end or in
+    /// GPU memory.
+    #[inline]
+    pub fn addr(&self, i: usize) -> Option<u64> {
+        if i >= self.burst.len() {
+            return None;
+        }
+        let s = self.burst.segment(i, 0);
+        match self.region {
+            Some((id, base, stride, _)) if id == s.region => {
+                Some(base as u64 + s.index as u64 * stride as u64)
+            }
+            _ => {
+                let r = self.burst.regions.get(s.region);
+                r.host_accessible().then(|| r.buffer_addr(s.index))
+            }
+        }
+    }
+
+    /// Packet `i`'s whole first buffer, as [`Burst::buffer_mut`] gives it (`None` in GPU
+    /// memory); a panic naming `i` past the end.
+    #[inline]
+    pub fn buffer_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        let s = self.burst.segment(i, 0);
+        match self.region {
+            Some((id, base, stride, buf_size)) if id == s.region => {
+                // SAFETY: as in `Frames::get`; `&mut self` (borrowing the burst mutably)
+                // makes this the only view of the buffer, which holds `buf_size` bytes.
+                Some(unsafe {
+                    std::slice::from_raw_parts_mut(base.add(s.index as usize * stride), buf_size)
+                })
+            }
+            _ => self.burst.buffer_mut(i, 0),
+        }
+    }
+}

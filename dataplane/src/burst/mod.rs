@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 mod frames;
 mod run;
-pub use frames::Frames;
+pub use frames::{Frames, FramesMut};
 use run::IndexScratch;
 pub use run::Run;
 
@@ -448,6 +448,13 @@ impl Burst {
     #[inline]
     pub fn frames(&self) -> Frames<'_> {
         Frames::of(self)
+    }
+
+    /// Every packet's first buffer, for a loop that fills them all (cheaper per packet
+    /// than [`Burst::buffer_mut`]).
+    #[inline]
+    pub fn frames_mut(&mut self) -> FramesMut<'_> {
+        FramesMut::of(self)
     }
 
     /// Bytes of segment `seg` of packet `i` (its current length), or `None` when the
