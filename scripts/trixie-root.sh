@@ -63,6 +63,17 @@ in_root apt-get update -qq > "$log" 2>&1 || { tail -20 "$log" >&2; fail "apt-get
 in_root apt-get install -y -qq --no-install-recommends $pkgs >> "$log" 2>&1 \
   || { tail -30 "$log" >&2; fail "apt-get install (log: $log)"; }
 step "apt ($role): $rust from trixie-backports"
+if [ "$role" = cross ]; then
+  # The host's and the target's standard library must be the same build. While the
+  # mirror has built a new Rust for one architecture only, no cross root can exist: exit
+  # 3 (test-aarch64.sh reports the cross steps as SKIPPED and says why).
+  candidate() { in_root apt-cache policy -t trixie-backports "$1" | awk '/Candidate:/ {print $2}'; }
+  host_v=$(candidate libstd-rust-dev:amd64) target_v=$(candidate libstd-rust-dev:arm64)
+  if [ "$host_v" != "$target_v" ]; then
+    echo "trixie-root: SKIPPED: trixie-backports has Rust $host_v for amd64 but $target_v for arm64 (the mirror is between builds); no cross root until they match" >&2
+    exit 3
+  fi
+fi
 in_root apt-get install -y -qq --no-install-recommends -t trixie-backports $rust >> "$log" 2>&1 \
   || { tail -30 "$log" >&2; fail "apt-get install Rust from trixie-backports (log: $log)"; }
 touch "$stamp"
