@@ -6,6 +6,22 @@
 use super::Burst;
 use crate::descriptor::RegionId;
 
+impl Burst {
+    /// Every packet's first segment, for a loop that reads them all (cheaper per packet
+    /// than [`Burst::data`]).
+    #[inline]
+    pub fn frames(&self) -> Frames<'_> {
+        Frames::of(self)
+    }
+
+    /// Every packet's first buffer, for a loop that fills them all (cheaper per packet
+    /// than [`Burst::buffer_mut`]).
+    #[inline]
+    pub fn frames_mut(&mut self) -> FramesMut<'_> {
+        FramesMut::of(self)
+    }
+}
+
 /// The first segment of each packet of a burst, for reading (see [`Burst::frames`]).
 pub struct Frames<'a> {
     burst: &'a Burst,
@@ -15,7 +31,7 @@ pub struct Frames<'a> {
 }
 
 impl<'a> Frames<'a> {
-    pub(super) fn of(burst: &'a Burst) -> Self {
+    fn of(burst: &'a Burst) -> Self {
         let first = match burst.run {
             Some(run) => Some(run.region),
             None => burst.packets.first().map(|p| p.segments()[0].region),
@@ -64,7 +80,7 @@ pub struct FramesMut<'a> {
 }
 
 impl<'a> FramesMut<'a> {
-    pub(super) fn of(burst: &'a mut Burst) -> Self {
+    fn of(burst: &'a mut Burst) -> Self {
         let region = Frames::of(burst).region.map(|(id, base, stride)| {
             (
                 id,

@@ -443,20 +443,6 @@ impl Burst {
         s.len = len as u32;
     }
 
-    /// Every packet's first segment, for a loop that reads them all (cheaper per packet
-    /// than [`Burst::data`] for a run).
-    #[inline]
-    pub fn frames(&self) -> Frames<'_> {
-        Frames::of(self)
-    }
-
-    /// Every packet's first buffer, for a loop that fills them all (cheaper per packet
-    /// than [`Burst::buffer_mut`]).
-    #[inline]
-    pub fn frames_mut(&mut self) -> FramesMut<'_> {
-        FramesMut::of(self)
-    }
-
     /// Bytes of segment `seg` of packet `i` (its current length), or `None` when the
     /// segment lives in GPU memory.
     #[inline]
