@@ -130,6 +130,27 @@ fn udp_paced_is_lossless_and_every_message_verified() {
     assert_eq!(r.total.messages_received, r.total.messages_sent);
 }
 
+/// The same UDP and TCP runs over IPv6 (`[::1]`): the engine's sockets, peers and
+/// learned addresses are of the interface's IP version.
+#[test]
+fn udp_and_tcp_run_over_ipv6_lossless_and_verified() {
+    for (t, port) in [("udp", 17200), ("tcp", 17210)] {
+        let text = Ends::new(t, port)
+            .yaml(true, true)
+            .replace("127.0.0.1:", "[::1]:")
+            .replace("\n      address: 127.0.0.1", "\n      address: \"::1\"");
+        let c = config::load_str(&text, "socket-test.yaml")
+            .unwrap_or_else(|e| panic!("{e}\n{text}"))
+            .config;
+        let stop = AtomicBool::new(false);
+        let r = socket::run(&c, &opts(1.0, Some(0.2)), &stop).expect("bench runs");
+        println!("{t} over IPv6: {}", r.human());
+        assert!(r.lossless, "{}", r.human());
+        assert!(r.total.messages_received > 1000, "{}", r.human());
+        assert_eq!(r.total.messages_received, r.total.messages_sent);
+    }
+}
+
 #[test]
 fn tcp_stream_arrives_whole_and_verified() {
     let mut e = Ends::new("tcp", 17010);

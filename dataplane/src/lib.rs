@@ -33,6 +33,7 @@ pub mod plane;
 #[cfg(feature = "rdma")]
 pub mod rdma_conn;
 pub mod reorder;
+mod sockaddr;
 pub mod stage;
 pub mod stats;
 pub mod steering;

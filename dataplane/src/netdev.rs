@@ -121,7 +121,7 @@ pub fn join_groups(
     groups: &[crate::config::MulticastGroup],
 ) -> std::io::Result<GroupMembership> {
     use rustix::net::sockopt;
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::net::{Ipv4Addr, Ipv6Addr};
     let mut sockets = Vec::new();
     for v4 in [true, false] {
         let family: Vec<_> = groups.iter().filter(|g| g.group.is_ipv4() == v4).collect();
@@ -136,36 +136,49 @@ pub fn join_groups(
         let index = rustix::net::netdevice::name_to_index(&socket, name)?;
         sockopt::set_socket_recv_buffer_size(&socket, 4096)?;
         for g in family {
-            let joined = match (g.group, g.source) {
-                (IpAddr::V4(group), None) => sockopt::set_ip_add_membership_with_ifindex(
-                    &socket,
-                    &group,
-                    &Ipv4Addr::UNSPECIFIED,
-                    index,
-                )
-                .map_err(std::io::Error::from),
-                (IpAddr::V6(group), None) => {
-                    sockopt::set_ipv6_add_membership(&socket, &group, index)
-                        .map_err(std::io::Error::from)
-                }
-                (group, Some(source)) => join_source_group(&socket, index, group, source),
-            };
-            joined.map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "join {}{} on {name}: {e}",
-                        g.group,
-                        g.source.map(|s| format!(" from {s}")).unwrap_or_default()
-                    ),
-                )
-            })?;
+            join_by_index(&socket, index, g, name)?;
         }
         sockets.push(socket);
     }
     Ok(GroupMembership {
         sockets,
         interface: name.to_owned(),
+    })
+}
+
+/// Joins group `g` on the interface of index `index` (0: the one the kernel routes the
+/// group to; `on` names it in errors) from `socket`, whose family is the group's:
+/// any-source, or its one source.
+pub(crate) fn join_by_index(
+    socket: &std::net::UdpSocket,
+    index: u32,
+    g: &crate::config::MulticastGroup,
+    on: &str,
+) -> std::io::Result<()> {
+    use rustix::net::sockopt;
+    use std::net::{IpAddr, Ipv4Addr};
+    let joined = match (g.group, g.source) {
+        (IpAddr::V4(group), None) => sockopt::set_ip_add_membership_with_ifindex(
+            socket,
+            &group,
+            &Ipv4Addr::UNSPECIFIED,
+            index,
+        )
+        .map_err(std::io::Error::from),
+        (IpAddr::V6(group), None) => {
+            sockopt::set_ipv6_add_membership(socket, &group, index).map_err(std::io::Error::from)
+        }
+        (group, Some(source)) => join_source_group(socket, index, group, source),
+    };
+    joined.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "join {}{} on {on}: {e}",
+                g.group,
+                g.source.map(|s| format!(" from {s}")).unwrap_or_default()
+            ),
+        )
     })
 }
 
@@ -178,47 +191,11 @@ fn join_source_group(
     group: std::net::IpAddr,
     source: std::net::IpAddr,
 ) -> std::io::Result<()> {
-    use std::net::IpAddr;
     use std::os::fd::AsRawFd;
-    let storage = |a: IpAddr| {
-        // SAFETY: all-zero bytes are a valid sockaddr_storage.
-        let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let at = &mut s as *mut libc::sockaddr_storage;
-        match a {
-            IpAddr::V4(a) => {
-                let sin = libc::sockaddr_in {
-                    sin_family: libc::AF_INET as libc::sa_family_t,
-                    sin_port: 0,
-                    sin_addr: libc::in_addr {
-                        s_addr: u32::from(a).to_be(),
-                    },
-                    sin_zero: [0; 8],
-                };
-                // SAFETY: a sockaddr_in fits the front of a sockaddr_storage, which is
-                // aligned for it.
-                unsafe { std::ptr::write(at.cast::<libc::sockaddr_in>(), sin) };
-            }
-            IpAddr::V6(a) => {
-                let sin6 = libc::sockaddr_in6 {
-                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                    sin6_port: 0,
-                    sin6_flowinfo: 0,
-                    sin6_addr: libc::in6_addr {
-                        s6_addr: a.octets(),
-                    },
-                    sin6_scope_id: 0,
-                };
-                // SAFETY: a sockaddr_in6 fits the front of a sockaddr_storage, which is
-                // aligned for it.
-                unsafe { std::ptr::write(at.cast::<libc::sockaddr_in6>(), sin6) };
-            }
-        }
-        s
-    };
     let req = libc::group_source_req {
         gsr_interface: index,
-        gsr_group: storage(group),
-        gsr_source: storage(source),
+        gsr_group: crate::sockaddr::storage(group),
+        gsr_source: crate::sockaddr::storage(source),
     };
     let level = if group.is_ipv4() {
         libc::IPPROTO_IP
@@ -250,8 +227,8 @@ pub fn of_pci_device(address: &str) -> Option<String> {
         .find_map(|e| e.file_name().to_str().map(str::to_owned))
 }
 
-/// The kernel interface that has IPv4 address `ip`, if any.
-pub fn with_address(ip: std::net::Ipv4Addr) -> std::io::Result<Option<String>> {
+/// The kernel interface that has address `ip` (IPv4 or IPv6), if any.
+pub fn with_address(ip: std::net::IpAddr) -> std::io::Result<Option<String>> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list we free below.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {
@@ -262,18 +239,12 @@ pub fn with_address(ip: std::net::Ipv4Addr) -> std::io::Result<Option<String>> {
     while !at.is_null() {
         // SAFETY: a node of the list getifaddrs returned, alive until freeifaddrs.
         let node = unsafe { &*at };
-        if !node.ifa_addr.is_null()
-            // SAFETY: a non-null address of the node.
-            && i32::from(unsafe { (*node.ifa_addr).sa_family }) == libc::AF_INET
-        {
-            // SAFETY: an AF_INET address is a sockaddr_in.
-            let sin = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in) };
-            if u32::from_be(sin.sin_addr.s_addr) == u32::from(ip) {
-                // SAFETY: the node's name is a NUL-terminated string.
-                let name = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
-                found = Some(name.to_string_lossy().into_owned());
-                break;
-            }
+        // SAFETY: the node's address is null or a valid address of its family.
+        if unsafe { crate::sockaddr::ip_at(node.ifa_addr) } == Some(ip) {
+            // SAFETY: the node's name is a NUL-terminated string.
+            let name = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
         }
         at = node.ifa_next;
     }

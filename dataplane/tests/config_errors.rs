@@ -656,7 +656,19 @@ fn multicast_groups_are_checked_and_refused_where_nothing_joins() {
             .replace("[\"239.1.1.1\"]", "[\"ff15::7\"]"),
     );
     assert!(
-        e.contains("not supported: IPv6 groups on the socket engine"),
+        e.contains("IPv6 group ff15::7 on an IPv4 local_addr"),
+        "{e}"
+    );
+    // IPv6 sockets join IPv6 groups; the groups of one interface are of its version.
+    let v6 = socket("{mode: server, local_addr: \"udp://[::]:5000\"}");
+    load(&v6.replace(
+        "[\"239.1.1.1\"]",
+        "[\"ff15::7\", {group: \"ff3e::8\", source: \"fd00::1\"}]",
+    ))
+    .expect("an IPv6 UDP server joins IPv6 groups");
+    let e = one_error(&v6);
+    assert!(
+        e.contains("IPv4 group 239.1.1.1 on an IPv6 local_addr"),
         "{e}"
     );
     let e = one_error(&socket(
@@ -668,6 +680,86 @@ fn multicast_groups_are_checked_and_refused_where_nothing_joins() {
     ));
     assert!(
         e.contains("a UDP server (mode: server) joins groups"),
+        "{e}"
+    );
+}
+
+/// IPv6 on the socket engine: `[addr]:port` URIs, legacy keys and `allowed_peers`
+/// prefixes of either version; one version per interface; refused on the RDMA engine;
+/// flow rules on IPv4 or UDP fields refused on an IPv6 interface (an IPv6 datagram has
+/// none for them to match).
+#[test]
+fn ipv6_addresses_are_read_and_refused_where_they_cannot_work() {
+    let socket = |engine: &str, socket_config: &str, flows: &str| {
+        format!(
+            "\ndataplane:\n  cfg:\n    version: 1\n    stream_type: {engine}\n    master_core: 0\n    memory_regions:\n    - {{name: bufs, kind: host, affinity: 0, num_bufs: 64, buf_size: 2048}}\n    interfaces:\n    - name: s0\n      address: \"::1\"\n      socket_config: {socket_config}\n      rx:\n{flows}        queues:\n        - {{name: q, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [bufs]}}\n"
+        )
+    };
+    let server = "{mode: server, local_addr: \"udp://[fd00::1]:5000\", allowed_peers: [\"fd00::/64\", \"10.0.0.0/8\", \"::1\"]}";
+    let c = load(&socket("socket", server, ""))
+        .expect("IPv6 on sockets")
+        .config;
+    let s = c.interfaces[0].socket.as_ref().unwrap();
+    let local = s.local.unwrap();
+    assert_eq!((local.ip.to_string(), local.port), ("fd00::1".into(), 5000));
+    let peers = s.peer_filter();
+    for (peer, allowed) in [
+        ("fd00::9", true),
+        ("fd01::9", false),
+        ("::1", true),
+        ("10.1.2.3", true),
+        ("::ffff:10.1.2.3", true),
+        ("11.1.2.3", false),
+    ] {
+        assert_eq!(peers.allows(peer.parse().unwrap()), allowed, "{peer}");
+    }
+    let bare = "{mode: client, local_addr: \"tcp://fd00::1\", remote_addr: \"tcp://[fd00::2]:80\"}";
+    let c = load(&socket("socket", bare, ""))
+        .expect("a bare IPv6 address")
+        .config;
+    assert_eq!(
+        c.interfaces[0].socket.as_ref().unwrap().local.unwrap().port,
+        0
+    );
+    for (bad, says) in [
+        ("udp://[fd00::1:5000", "`[` without `]`"),
+        ("udp://[fd00::1]:x", "bad port"),
+        ("udp://fd00::zz", "bad IP address"),
+    ] {
+        let e = errors(&socket(
+            "socket",
+            &format!("{{mode: server, local_addr: \"{bad}\"}}"),
+            "",
+        ));
+        assert!(
+            e.iter()
+                .any(|e| e.contains(says) && e.contains("local_addr")),
+            "{bad}: {e:?}"
+        );
+    }
+    let e = one_error(&socket(
+        "socket",
+        "{mode: client, local_addr: \"udp://[fd00::1]:5000\", remote_addr: \"udp://10.0.0.1:5000\"}",
+        "",
+    ));
+    assert!(
+        e.contains("remote_addr") && e.contains("different IP versions"),
+        "{e}"
+    );
+    let e = errors(&socket(
+        "socket",
+        "{mode: server, local_addr: \"roce://[fd00::1]:5000\"}\n      roce_config: {transport_mode: RC}",
+        "",
+    ));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("not supported on the rdma engine: IPv6")),
+        "{e:?}"
+    );
+    let flows = "        flows:\n        - {name: f, id: 1, action: {type: queue, id: 0}, match: {udp_dst: 5000}}\n";
+    let e = one_error(&socket("socket", server, flows));
+    assert!(
+        e.contains("match.udp_dst") && e.contains("IPv6 socket interface"),
         "{e}"
     );
 }

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
         "cycles",
         "packet",
         "files",
+        "sockaddr",
     ],
     // The configuration schema, parser and validation.
     &["config"],
@@ -52,6 +53,8 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "hugepages",
     // A kernel interface's MTU through SIOCGIFMTU/SIOCSIFMTU.
     "netdev",
+    // Socket addresses in the kernel's C layouts.
+    "sockaddr",
     "burst",
     "stage",
     "reorder",

@@ -254,13 +254,7 @@ pub(super) fn rdma(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
         .rdma()
         .iter()
         .filter_map(|i| match i.local.ip() {
-            std::net::IpAddr::V4(ip) => Some((
-                i,
-                Endpoint {
-                    ip,
-                    port: i.local.port(),
-                },
-            )),
+            std::net::IpAddr::V4(ip) => Some((i, ip)),
             std::net::IpAddr::V6(_) => None,
         })
         .collect();
@@ -279,7 +273,7 @@ pub(super) fn rdma(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
         return;
     }
     for (iface, local) in roce {
-        let gid = ipv4_gid(local.ip);
+        let gid = ipv4_gid(local);
         let mut found = None;
         for dev in &devices {
             for port in m.list(&format!("sys/class/infiniband/{dev}/ports")) {
@@ -303,7 +297,7 @@ pub(super) fn rdma(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
                 Severity::Ok,
                 format!(
                     "interface `{}`: {} is RoCE v2 GID {idx} of {dev} port {port}",
-                    iface.name, local.ip
+                    iface.name, local
                 ),
                 None,
             ),
@@ -313,7 +307,7 @@ pub(super) fn rdma(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
                 Severity::Warn,
                 format!(
                     "interface `{}`: {} is GID {idx} of {dev} port {port}, but of type `{kind}`, not RoCE v2",
-                    iface.name, local.ip
+                    iface.name, local
                 ),
                 Some(format!("cma_roce_mode -d {dev} -p {port} -m 2")),
             ),
@@ -324,12 +318,12 @@ pub(super) fn rdma(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
                 format!(
                     "interface `{}`: no RDMA device has a GID for {} (devices: {})",
                     iface.name,
-                    local.ip,
+                    local,
                     devices.join(", ")
                 ),
                 Some(format!(
                     "ip addr add {}/24 dev NETDEV (the netdev of an RDMA port: rdma link show)",
-                    local.ip
+                    local
                 )),
             ),
         }

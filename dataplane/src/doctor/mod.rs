@@ -12,7 +12,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::config::{Config, Endpoint, EngineKind, GpuMemoryPath, MemoryKind};
+use crate::config::{Config, EngineKind, GpuMemoryPath, MemoryKind};
 use crate::plan::{EnginePlan, Plan};
 use serde::Serialize;
 use std::collections::BTreeSet;

@@ -22,7 +22,7 @@ use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters};
 use crate::steering::{Classifier, EpochAck, InterfaceSteering, Verdict, VerdictMemo};
 use crossbeam_queue::ArrayQueue;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -223,8 +223,8 @@ impl Ingress {
         &mut self,
         burst: Burst,
         own: QueueId,
-        sources: &[SocketAddrV4],
-        local: SocketAddrV4,
+        sources: &[SocketAddr],
+        local: SocketAddr,
     ) -> Option<Burst> {
         self.steer_by(burst, Some(own), |rules, b, i| match b.get(i) {
             Some(payload) => rules.classify_datagram(sources[i], local, payload),

@@ -6,7 +6,7 @@ use super::{PlanError, QueuePlan, RegionPlan};
 use crate::config::{Config, Direction, MemoryKind, PeerFilter, SocketMode, Transport};
 use crate::descriptor::{QueueId, RegionId};
 use serde::Serialize;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// The highest MTU a socket interface raises its kernel interface to (jumbo frames).
@@ -36,15 +36,15 @@ pub struct SocketInterfacePlan {
     /// Server (binds, learns or accepts its peer) or client (connects).
     pub mode: SocketMode,
     /// `local_addr`.
-    pub local: Option<SocketAddrV4>,
+    pub local: Option<SocketAddr>,
     /// `remote_addr`.
-    pub remote: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddr>,
     /// `multicast_groups` a UDP server joins (on the interface of its `local_addr`).
     pub multicast: Vec<crate::config::MulticastGroup>,
     /// The MTU the kernel interface of `local_addr` is raised to, never lowered, so a
-    /// `max_payload_size` datagram or segment goes unfragmented: the payload plus the IPv4
-    /// and UDP (28) or TCP (40) headers, at most [`MAX_RAISED_MTU`]; `None` without a
-    /// `max_payload_size`.
+    /// `max_payload_size` datagram or segment goes unfragmented: the payload plus the IP
+    /// and UDP or TCP headers (28 or 40 over IPv4, 48 or 60 over IPv6), at most
+    /// [`MAX_RAISED_MTU`]; `None` without a `max_payload_size`.
     pub mtu: Option<u32>,
     /// RX queues in configuration order.
     pub rx: Vec<SocketQueuePlan>,
@@ -66,6 +66,22 @@ pub struct SocketInterfacePlan {
     pub retry_connect_s: u32,
     /// TCP servers: close a connection idle this long (`idle_timeout_s`; `None`: never).
     pub idle_timeout: Option<Duration>,
+}
+
+impl SocketInterfacePlan {
+    /// Where the interface's sockets bind: `local_addr`, else any address (port 0) of the
+    /// remote's IP version, or of the groups' (IPv4 without any).
+    pub fn local_or_any(&self) -> SocketAddr {
+        let v6 = match (self.remote, self.multicast.first()) {
+            (Some(r), _) => r.is_ipv6(),
+            (None, Some(g)) => g.group.is_ipv6(),
+            (None, None) => false,
+        };
+        self.local.unwrap_or_else(|| match v6 {
+            true => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+            false => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
+        })
+    }
 }
 
 /// One socket queue.
@@ -134,11 +150,20 @@ pub(super) fn plan(
             name: iface.name.clone(),
             transport: socket.transport,
             mode: socket.mode,
-            local: socket.local.map(|e| SocketAddrV4::new(e.ip, e.port)),
-            remote: socket.remote.map(|e| SocketAddrV4::new(e.ip, e.port)),
+            local: socket.local.map(|e| SocketAddr::new(e.ip, e.port)),
+            remote: socket.remote.map(|e| SocketAddr::new(e.ip, e.port)),
             multicast: iface.multicast.clone(),
             mtu: (socket.max_payload_size > 0).then(|| {
-                let headers = if tcp { 40 } else { 28 };
+                let ipv6 = socket
+                    .local
+                    .or(socket.remote)
+                    .is_some_and(|e| e.ip.is_ipv6());
+                let headers = match (tcp, ipv6) {
+                    (false, false) => 28,
+                    (true, false) => 40,
+                    (false, true) => 48,
+                    (true, true) => 60,
+                };
                 (socket.max_payload_size + headers).min(MAX_RAISED_MTU)
             }),
             buffers: (

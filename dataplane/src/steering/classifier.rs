@@ -653,27 +653,35 @@ impl Classifier {
 
     /// Classifies a UDP datagram a kernel socket received: the rules see it as an IPv4/UDP
     /// packet from `from` to `to` whose UDP payload is `payload` (no Ethernet header, so
-    /// VLAN and eCPRI rules never match it).
+    /// VLAN and eCPRI rules never match it). An IPv6 datagram has no IPv4 header, so rules
+    /// on IPv4 or UDP fields or payload words never match it (validation refuses them on
+    /// IPv6 interfaces).
     #[inline]
     pub fn classify_datagram(
         &self,
-        from: std::net::SocketAddrV4,
-        to: std::net::SocketAddrV4,
+        from: std::net::SocketAddr,
+        to: std::net::SocketAddr,
         payload: &[u8],
     ) -> Verdict {
+        use std::net::IpAddr::V4;
         if let Some(queue) = self.trivial_queue() {
             return Verdict::Deliver { queue, flow_id: 0 };
         }
         let len = payload.len().min(usize::from(u16::MAX) - 28) as u16;
+        let ipv4 = match (from.ip(), to.ip()) {
+            (V4(src), V4(dst)) => Some(headers::Ipv4Fields {
+                src: u32::from(src),
+                dst: u32::from(dst),
+                total_len: len + 28,
+            }),
+            _ => None,
+        };
         let h = Headers {
             ethernet: false,
             vlan: None,
-            ipv4: Some(headers::Ipv4Fields {
-                src: u32::from(*from.ip()),
-                dst: u32::from(*to.ip()),
-                total_len: len + 28,
-            }),
-            udp: Some(headers::UdpFields {
+            ipv4,
+            // UDP fields come with an IPv4 header, as in a parsed frame.
+            udp: ipv4.map(|_| headers::UdpFields {
                 src: from.port(),
                 dst: to.port(),
                 payload_offset: 0,

@@ -122,11 +122,12 @@ pub enum SocketMode {
     Server,
 }
 
-/// An endpoint parsed from `scheme://ip[:port]` or the legacy ip/port keys.
+/// An endpoint parsed from `scheme://ip[:port]` (`scheme://[ipv6]:port`) or the legacy
+/// ip/port keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
-    /// IPv4 address.
-    pub ip: Ipv4Addr,
+    /// IPv4 or IPv6 address (IPv6 on the socket engine only).
+    pub ip: std::net::IpAddr,
     /// Port, 0 when not given.
     pub port: u16,
 }
@@ -158,7 +159,7 @@ pub struct SocketConfig {
     pub udp_gro: bool,
     /// `allowed_peers` (this project's key): addresses and prefixes that may reach the
     /// interface; `None` when not given (see [`SocketConfig::peer_filter`]).
-    pub allowed_peers: Option<Vec<Ipv4Prefix>>,
+    pub allowed_peers: Option<Vec<PeerPrefix>>,
     /// `idle_timeout_s` (this project's key, TCP servers, default 60): a connection that
     /// moved no byte either way for this long is closed, freeing its lane; 0 = never.
     pub idle_timeout_s: u32,
@@ -176,10 +177,7 @@ impl SocketConfig {
     pub fn peer_filter(&self) -> PeerFilter {
         match (&self.allowed_peers, self.remote) {
             (Some(list), _) => PeerFilter::Only(list.clone()),
-            (None, Some(r)) => PeerFilter::Only(vec![Ipv4Prefix {
-                addr: r.ip,
-                len: 32,
-            }]),
+            (None, Some(r)) => PeerFilter::Only(vec![PeerPrefix::host(r.ip)]),
             (None, None) => PeerFilter::Any,
         }
     }
@@ -192,22 +190,66 @@ pub enum PeerFilter {
     #[default]
     Any,
     /// Only sources inside one of these prefixes.
-    Only(Vec<Ipv4Prefix>),
+    Only(Vec<PeerPrefix>),
 }
 
 impl PeerFilter {
-    /// True when `peer` may reach the interface (IPv4 only: these engines speak IPv4, so
-    /// an IPv6 source never passes a list; an IPv4-mapped one is read as IPv4).
+    /// True when `peer` may reach the interface: it lies inside a listed prefix of its
+    /// IP version (an IPv4-mapped IPv6 source, as a dual-stack socket reports an IPv4
+    /// peer, is read as IPv4).
     pub fn allows(&self, peer: std::net::IpAddr) -> bool {
-        let v4 = match peer {
-            std::net::IpAddr::V4(a) => Some(a),
-            std::net::IpAddr::V6(a) => a.to_ipv4_mapped(),
-        };
-        match (self, v4) {
-            (PeerFilter::Any, _) => true,
-            (PeerFilter::Only(list), Some(a)) => list.iter().any(|p| p.contains(u32::from(a))),
-            (PeerFilter::Only(_), None) => false,
+        match self {
+            PeerFilter::Any => true,
+            PeerFilter::Only(list) => list.iter().any(|p| p.contains(peer)),
         }
+    }
+}
+
+/// An address or prefix of `allowed_peers`: `10.0.0.0/8`, `fd00::/64`, or one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerPrefix {
+    /// Address.
+    pub addr: std::net::IpAddr,
+    /// Prefix length (0..=32 for IPv4, 0..=128 for IPv6).
+    pub len: u8,
+}
+
+impl PeerPrefix {
+    /// The prefix of one address.
+    pub fn host(addr: std::net::IpAddr) -> Self {
+        let len = if addr.is_ipv4() { 32 } else { 128 };
+        Self { addr, len }
+    }
+
+    /// True when `peer` lies inside the prefix.
+    pub fn contains(&self, peer: std::net::IpAddr) -> bool {
+        use std::net::IpAddr::{V4, V6};
+        let peer = match peer {
+            V6(a) => a.to_ipv4_mapped().map_or(peer, V4),
+            v4 => v4,
+        };
+        let keep = |bits: u32| -> u128 {
+            let len = u32::from(self.len).min(bits);
+            if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            }
+        };
+        match (self.addr, peer) {
+            (V4(net), V4(a)) => {
+                let mask = keep(32) >> 96;
+                u128::from(u32::from(net)) & mask == u128::from(u32::from(a)) & mask
+            }
+            (V6(net), V6(a)) => u128::from(net) & keep(128) == u128::from(a) & keep(128),
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for PeerPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
     }
 }
 

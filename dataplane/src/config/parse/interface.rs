@@ -84,7 +84,7 @@ pub(super) fn interface(
         if s.mode == SocketMode::Client
             && s.transport == Transport::Roce
             && s.local.is_none()
-            && let Ok(ip) = address.parse::<std::net::Ipv4Addr>()
+            && let Ok(ip) = address.parse::<std::net::IpAddr>()
         {
             s.local = Some(Endpoint { ip, port: 0 });
         }
@@ -207,7 +207,7 @@ pub(super) fn socket_config(
         let prefixes: Vec<_> = items
             .iter()
             .enumerate()
-            .filter_map(|(i, a)| ipv4_prefix(d, a, &index(p, i)))
+            .filter_map(|(i, a)| peer_prefix(d, a, &index(p, i)))
             .collect();
         (prefixes.len() == items.len()).then_some(prefixes)
     });
@@ -269,7 +269,7 @@ fn endpoint(
     transports: &mut Vec<Transport>,
 ) -> Option<Endpoint> {
     let uri = m.optional(d, uri_key, parse_uri);
-    let ip = m.optional(d, ip_key, ipv4);
+    let ip = m.optional(d, ip_key, ip_address);
     let port = m.optional(d, port_key, |d, n, p| r::uint_in(d, n, p, 0, 65535));
     if uri.is_some() && (ip.is_some() || port.is_some()) {
         d.error(
@@ -332,7 +332,7 @@ pub(super) fn parse_uri(
 ) -> Option<(Transport, Endpoint)> {
     let text = r::string(d, node, path)?;
     let bad = |d: &mut Diagnostics, why: &str| {
-        d.error(Kind::Invalid, path, Some(node.location), format!("invalid address `{text}`: {why} (expected scheme://ipv4[:port], scheme udp, tcp or roce)"));
+        d.error(Kind::Invalid, path, Some(node.location), format!("invalid address `{text}`: {why} (expected scheme://ipv4[:port] or scheme://[ipv6]:port, scheme udp, tcp or roce)"));
     };
     let Some((scheme, rest)) = text.split_once("://") else {
         bad(d, "no scheme");
@@ -352,19 +352,41 @@ pub(super) fn parse_uri(
         bad(d, "the only query accepted is ?engine=ibverbs");
         return None;
     }
-    let (host, port) = match hostport.split_once(':') {
-        Some((h, p)) => match p.parse::<u16>() {
-            Ok(p) => (h, p),
-            Err(_) => {
+    // `[ipv6]:port`, `[ipv6]`, a bare IPv6 address (no port), `ipv4:port` or `ipv4`.
+    let (host, port) = if let Some(inner) = hostport.strip_prefix('[') {
+        let Some((h, rest)) = inner.split_once(']') else {
+            bad(d, "`[` without `]`");
+            return None;
+        };
+        match rest.strip_prefix(':').map(str::parse::<u16>) {
+            None if rest.is_empty() => (h, 0),
+            Some(Ok(p)) => (h, p),
+            _ => {
                 bad(d, "bad port");
                 return None;
             }
-        },
-        None => (hostport, 0),
+        }
+    } else if hostport.matches(':').count() > 1 {
+        (hostport, 0)
+    } else {
+        match hostport.split_once(':') {
+            Some((h, p)) => match p.parse::<u16>() {
+                Ok(p) => (h, p),
+                Err(_) => {
+                    bad(d, "bad port");
+                    return None;
+                }
+            },
+            None => (hostport, 0),
+        }
     };
-    let Some(ip) = parse_dotted(host) else {
-        bad(d, "bad IPv4 address");
-        return None;
+    let ip = match (parse_dotted(host), host.parse::<std::net::Ipv6Addr>()) {
+        (Some(v4), _) => std::net::IpAddr::V4(v4),
+        (None, Ok(v6)) => std::net::IpAddr::V6(v6),
+        _ => {
+            bad(d, "bad IP address");
+            return None;
+        }
     };
     Some((transport, Endpoint { ip, port }))
 }

@@ -555,6 +555,55 @@ fn ipv4_prefix(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Ipv4Prefi
     }
 }
 
+/// An IPv4 (dotted) or IPv6 address.
+fn ip_address(d: &mut Diagnostics, node: &Node, path: &str) -> Option<std::net::IpAddr> {
+    let s = r::string(d, node, path)?;
+    match (parse_dotted(&s), s.trim().parse::<std::net::Ipv6Addr>()) {
+        (Some(a), _) => Some(a.into()),
+        (None, Ok(a)) => Some(a.into()),
+        _ => {
+            d.error(
+                Kind::Invalid,
+                path,
+                Some(node.location),
+                format!("`{s}` is not an IPv4 or IPv6 address"),
+            );
+            None
+        }
+    }
+}
+
+/// An `allowed_peers` entry: an IPv4 or IPv6 address, or a prefix of either.
+fn peer_prefix(d: &mut Diagnostics, node: &Node, path: &str) -> Option<PeerPrefix> {
+    let s = r::string(d, node, path)?;
+    let (a, l) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l.trim())),
+        None => (s.as_str(), None),
+    };
+    let addr = match (parse_dotted(a), a.trim().parse::<std::net::Ipv6Addr>()) {
+        (Some(v4), _) => Some(std::net::IpAddr::V4(v4)),
+        (None, Ok(v6)) => Some(std::net::IpAddr::V6(v6)),
+        _ => None,
+    };
+    let parsed = addr.and_then(|addr| {
+        let host = PeerPrefix::host(addr);
+        match l.map(str::parse::<u8>) {
+            None => Some(host),
+            Some(Ok(len)) if len <= host.len => Some(PeerPrefix { addr, len }),
+            Some(_) => None,
+        }
+    });
+    if parsed.is_none() {
+        d.error(
+            Kind::Invalid,
+            path,
+            Some(node.location),
+            format!("`{s}` is not an IP address or prefix (a.b.c.d[/len] or ipv6[/len])"),
+        );
+    }
+    parsed
+}
+
 fn mac(d: &mut Diagnostics, node: &Node, path: &str) -> Option<[u8; 6]> {
     let s = r::string(d, node, path)?;
     let parts: Vec<_> = s.split([':', '-']).collect();

@@ -89,6 +89,7 @@ pub fn check(
         }
     }
     for (i, iface) in c.interfaces.iter().enumerate() {
+        ip_versions(d, c, i, iface);
         multicast_rules(d, c, i, iface);
         if iface.faults.is_some() && c.engine != EngineKind::Loopback {
             d.error(Kind::Invalid, &format!("interfaces[{i}].fault_injection"), Some(iface.location), format!("fault injection runs on the software loopback's wire (loopback: \"sw\"); the {} engine has no such wire", c.engine.name()));
@@ -350,6 +351,72 @@ fn cores(d: &mut Diagnostics, c: &Config, online: &dyn Fn(u32) -> bool) {
 /// `multicast_groups`: a UDP server on the socket engine joins them (the kernel sends the
 /// IGMP reports); a DPDK port joins through its kernel netdev. Elsewhere nothing would
 /// join, so the key is refused.
+/// One IP version per interface: its addresses agree; IPv6 only on the socket engine,
+/// whose flow rules then read no IPv4 or UDP field (an IPv6 datagram has none); groups
+/// of the sockets' version.
+fn ip_versions(d: &mut Diagnostics, c: &Config, i: usize, iface: &crate::config::InterfaceConfig) {
+    let Some(s) = iface.socket.as_ref() else {
+        return;
+    };
+    let path = format!("interfaces[{i}].socket_config");
+    let v6 = match (s.local, s.remote) {
+        (Some(l), Some(r)) if l.ip.is_ipv6() != r.ip.is_ipv6() => {
+            d.error(
+                Kind::Invalid,
+                &format!("{path}.remote_addr"),
+                Some(iface.location),
+                format!(
+                    "interface `{}`: local_addr {} and remote_addr {} are of different IP versions (a socket speaks one)",
+                    iface.name, l.ip, r.ip
+                ),
+            );
+            return;
+        }
+        (l, r) => l.or(r).map_or_else(
+            || iface.multicast.first().is_some_and(|g| g.group.is_ipv6()),
+            |e| e.ip.is_ipv6(),
+        ),
+    };
+    if !v6 {
+        if c.engine == EngineKind::Socket
+            && let Some(g) = iface.multicast.iter().find(|g| g.group.is_ipv6())
+        {
+            d.error(Kind::Invalid, &format!("interfaces[{i}].multicast_groups"), Some(iface.location), format!("interface `{}`: IPv6 group {} on an IPv4 local_addr; give an IPv6 local_addr (udp://[::]:PORT) to join IPv6 groups", iface.name, g.group));
+        }
+        return;
+    }
+    if c.engine != EngineKind::Socket {
+        d.error(
+            Kind::NotSupported,
+            &path,
+            Some(iface.location),
+            format!(
+                "interface `{}`: not supported on the {} engine: IPv6 addresses (the socket engine speaks IPv6)",
+                iface.name,
+                c.engine.name()
+            ),
+        );
+        return;
+    }
+    if let Some(g) = iface.multicast.iter().find(|g| g.group.is_ipv4()) {
+        d.error(Kind::Invalid, &format!("interfaces[{i}].multicast_groups"), Some(iface.location), format!("interface `{}`: IPv4 group {} on an IPv6 local_addr; the sockets of one interface speak one IP version", iface.name, g.group));
+    }
+    for (fi, f) in iface.rx.iter().flat_map(|rx| rx.flows.iter()).enumerate() {
+        let m = &f.matches;
+        let fields = [
+            (m.ipv4_src.is_some(), "ipv4_src"),
+            (m.ipv4_dst.is_some(), "ipv4_dst"),
+            (m.ipv4_len.is_some(), "ipv4_len"),
+            (m.udp_src.is_some(), "udp_src"),
+            (m.udp_dst.is_some(), "udp_dst"),
+            (m.flex.is_some(), "flex"),
+        ];
+        for (_, key) in fields.iter().filter(|(set, _)| *set) {
+            d.error(Kind::NotSupported, &format!("interfaces[{i}].rx.flows[{fi}].match.{key}"), Some(f.location), format!("not supported on an IPv6 socket interface: match.{key} in flow `{}` (the rules read IPv4 and UDP header fields, which an IPv6 datagram does not have)", f.name));
+        }
+    }
+}
+
 fn multicast_rules(
     d: &mut Diagnostics,
     c: &Config,
@@ -366,10 +433,6 @@ fn multicast_rules(
         }
         (EngineKind::Socket, Some(s)) if s.mode != crate::config::SocketMode::Server => Some(
             "a UDP server (mode: server) joins groups; a client sends to a group with remote_addr"
-                .to_owned(),
-        ),
-        (EngineKind::Socket, _) if iface.multicast.iter().any(|g| g.ipv4().is_none()) => Some(
-            "not supported: IPv6 groups on the socket engine (its sockets are IPv4; a DPDK port joins IPv6 groups)"
                 .to_owned(),
         ),
         (EngineKind::Socket | EngineKind::Dpdk, _) => None,

@@ -37,7 +37,7 @@ use crate::plan::socket::SocketInterfacePlan;
 use crate::plan::socket::SocketQueuePlan as QueueSetup;
 use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use crate::steering::InterfaceSteering;
-use std::net::{SocketAddrV4, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 
 /// Largest UDP payload over IPv4.
@@ -70,7 +70,7 @@ fn drop_unreadable(burst: &mut Burst, counters: &QueueCounters, warn: &WarnLimit
 }
 
 enum Interface {
-    Udp(udp::UdpInterface),
+    Udp(Box<udp::UdpInterface>),
     Tcp(tcp::TcpInterface),
 }
 
@@ -114,12 +114,12 @@ impl SocketEngine {
             raise_mtu(iface);
             match iface.transport {
                 Transport::Udp => {
-                    interfaces.push(Interface::Udp(udp::UdpInterface::open(
+                    interfaces.push(Interface::Udp(Box::new(udp::UdpInterface::open(
                         iface,
                         PortIndex(i as u16),
                         regions,
                         steering,
-                    )?));
+                    )?)));
                 }
                 Transport::Tcp => {
                     let t = tcp::TcpInterface::open(iface)
@@ -171,7 +171,7 @@ fn raise_mtu(iface: &SocketInterfacePlan) {
     if local.ip().is_unspecified() {
         return;
     }
-    let netdev = match crate::netdev::with_address(*local.ip()) {
+    let netdev = match crate::netdev::with_address(local.ip()) {
         Ok(Some(n)) => n,
         Ok(None) => return, // the bind names the missing address
         Err(e) => {
@@ -288,13 +288,13 @@ fn grid(steering: &Arc<InterfaceSteering>, rx: &[QueueSetup], lanes: usize) -> W
 }
 
 /// `udp://ip:port` for messages.
-fn udp_uri(a: SocketAddrV4) -> String {
+fn udp_uri(a: SocketAddr) -> String {
     format!("udp://{a}")
 }
 
 /// The address a UDP socket is bound to.
-fn bound(s: &UdpSocket) -> Option<SocketAddrV4> {
-    sys::local_v4(s.local_addr())
+fn bound(s: &UdpSocket) -> Option<SocketAddr> {
+    s.local_addr().ok()
 }
 
 /// Server or client wording for messages.

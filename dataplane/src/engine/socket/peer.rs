@@ -3,14 +3,15 @@
 
 use crate::config::PeerFilter;
 use crate::engine::Link;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use arc_swap::ArcSwapOption;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The peer a server lane answers, packed as `ip << 16 | port` plus one (0: none), and
-/// whether the lane has answered it yet.
+/// The peer a server lane answers (IPv4 or IPv6; replaced only when it changes, so a
+/// steady peer costs one load per burst), and whether the lane has answered it yet.
 #[derive(Default)]
-pub(super) struct LearnedPeer(AtomicU64, std::sync::atomic::AtomicBool);
+pub(super) struct LearnedPeer(ArcSwapOption<SocketAddr>, AtomicBool);
 
 impl LearnedPeer {
     /// Notes that the lane sent to its peer (one load per burst once set).
@@ -24,41 +25,31 @@ impl LearnedPeer {
         self.1.load(Ordering::Relaxed)
     }
 
-    fn packed(a: SocketAddrV4) -> u64 {
-        ((u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())) + 1
-    }
-
-    pub(super) fn store(&self, a: SocketAddrV4) -> bool {
-        let v = Self::packed(a);
-        self.0.swap(v, Ordering::Relaxed) != v
+    /// Makes `a` the peer; true when it differs from the one before.
+    pub(super) fn store(&self, a: SocketAddr) -> bool {
+        if self.load() == Some(a) {
+            return false;
+        }
+        self.0.store(Some(Arc::new(a)));
+        true
     }
 
     /// Learns `a` if no peer is learned yet: `Some(true)` when it was learned now,
     /// `Some(false)` when it is the peer already learned, `None` for any other source
     /// (which never takes the learned peer's place).
-    pub(super) fn pin(&self, a: SocketAddrV4) -> Option<bool> {
-        let v = Self::packed(a);
-        match self
+    pub(super) fn pin(&self, a: SocketAddr) -> Option<bool> {
+        let before = self
             .0
-            .compare_exchange(0, v, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => Some(true),
-            Err(current) if current == v => Some(false),
-            Err(_) => None,
+            .compare_and_swap(&None::<Arc<SocketAddr>>, Some(Arc::new(a)));
+        match before.as_deref() {
+            None => Some(true),
+            Some(current) if *current == a => Some(false),
+            Some(_) => None,
         }
     }
 
-    pub(super) fn load(&self) -> Option<SocketAddrV4> {
-        match self.0.load(Ordering::Relaxed) {
-            0 => None,
-            v => {
-                let v = v - 1;
-                Some(SocketAddrV4::new(
-                    Ipv4Addr::from((v >> 16) as u32),
-                    (v & 0xffff) as u16,
-                ))
-            }
-        }
+    pub(super) fn load(&self) -> Option<SocketAddr> {
+        self.0.load().as_deref().copied()
     }
 }
 
@@ -77,8 +68,8 @@ impl PeerGate {
     /// server that answers, the first source becomes the peer it answers and never
     /// changes (`link` hears of it), and once the server has answered it, datagrams from
     /// any other source are refused (a second sender on the conversation, or a forgery).
-    pub(super) fn admits(&self, from: SocketAddrV4, link: &Link) -> bool {
-        if !self.peers.allows(std::net::IpAddr::V4(*from.ip())) {
+    pub(super) fn admits(&self, from: SocketAddr, link: &Link) -> bool {
+        if !self.peers.allows(from.ip()) {
             return false;
         }
         if !self.pin {
@@ -86,7 +77,7 @@ impl PeerGate {
         }
         match self.learned.pin(from) {
             Some(true) => {
-                link.connected(SocketAddr::V4(from));
+                link.connected(from);
                 true
             }
             Some(false) => true,
@@ -95,8 +86,8 @@ impl PeerGate {
     }
 
     /// Why a datagram from `from` was refused.
-    pub(super) fn why_refused(&self, from: SocketAddrV4) -> &'static str {
-        if self.peers.allows(std::net::IpAddr::V4(*from.ip())) {
+    pub(super) fn why_refused(&self, from: SocketAddr) -> &'static str {
+        if self.peers.allows(from.ip()) {
             "not the peer this server answers"
         } else {
             "not in allowed_peers"

@@ -5,8 +5,9 @@
 //!
 //! The option numbers are Linux's generic ones, the same on x86_64 and aarch64.
 
+use crate::sockaddr::{self, RawAddr};
 use std::io::{self, IoSlice, IoSliceMut};
-use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ const SO_PREFER_BUSY_POLL: libc::c_int = 69;
 const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
+/// IPV6_MULTICAST_ALL (Linux 4.20): like IP_MULTICAST_ALL, for IPv6 groups.
+const IPV6_MULTICAST_ALL: libc::c_int = 29;
 /// SO_TIMESTAMPNS (the "old" one: a `timespec` with the native `time_t`, 64-bit here).
 const SO_TIMESTAMPNS: libc::c_int = 35;
 /// `SK_MEMINFO_DROPS`: index of the drop counter in SO_MEMINFO's array.
@@ -74,49 +77,25 @@ fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc:
     Ok(value)
 }
 
-fn sockaddr_of(a: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
-fn addr_of(s: &libc::sockaddr_in) -> SocketAddrV4 {
-    SocketAddrV4::new(
-        u32::from_be(s.sin_addr.s_addr).into(),
-        u16::from_be(s.sin_port),
-    )
-}
-
-/// A new non-blocking IPv4 socket of `kind` (SOCK_DGRAM or SOCK_STREAM).
-fn socket(kind: libc::c_int) -> io::Result<OwnedFd> {
+/// A new non-blocking socket of `kind` (SOCK_DGRAM or SOCK_STREAM) for addresses of
+/// `at`'s family.
+fn socket(at: SocketAddr, kind: libc::c_int) -> io::Result<OwnedFd> {
+    let family = if at.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain system call; on success the descriptor is new and ours.
-    let fd = check(unsafe {
-        libc::socket(
-            libc::AF_INET,
-            kind | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })?;
+    let fd =
+        check(unsafe { libc::socket(family, kind | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn bind(fd: &OwnedFd, at: SocketAddrV4) -> io::Result<()> {
-    let sa = sockaddr_of(at);
-    // SAFETY: `sa` is a valid sockaddr_in of the size passed.
-    check(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in).cast(),
-            size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
+fn bind(fd: &OwnedFd, at: SocketAddr) -> io::Result<()> {
+    let (sa, len) = sockaddr::encode(at);
+    // SAFETY: `sa` holds a valid address of `len` bytes.
+    check(unsafe { libc::bind(fd.as_raw_fd(), (&sa as *const RawAddr).cast(), len) }).map(drop)
 }
 
 /// Asks for `receive`/`send` bytes of socket buffer (0: leave the kernel's default) and
@@ -143,13 +122,13 @@ fn size_buffers(fd: RawFd, receive: usize, send: usize) -> io::Result<BufferSize
 /// sockets share the address and the kernel spreads flows over them), with SO_RXQ_OVFL
 /// on and the buffers sized; connected to `peer` when given.
 pub fn udp_socket(
-    at: SocketAddrV4,
+    at: SocketAddr,
     shared: bool,
-    peer: Option<SocketAddrV4>,
+    peer: Option<SocketAddr>,
     receive_buffer: usize,
     send_buffer: usize,
 ) -> io::Result<(UdpSocket, BufferSizes)> {
-    let fd = socket(libc::SOCK_DGRAM)?;
+    let fd = socket(at, libc::SOCK_DGRAM)?;
     let raw = fd.as_raw_fd();
 
     if shared {
@@ -166,58 +145,100 @@ pub fn udp_socket(
 }
 
 /// Joins `groups` on the interface whose address is `interface` (unspecified: the one the
-/// kernel routes the group to): any-source or source-specific memberships, the kernel
-/// sending the IGMP reports. The socket then takes datagrams of its own groups only
-/// (IP_MULTICAST_ALL off), not those other sockets of the host joined.
+/// kernel routes each group to): any-source or source-specific memberships, the kernel
+/// sending the IGMP (IPv4) or MLD (IPv6) reports. The socket, of the groups' family, then
+/// takes datagrams of its own groups only (IP_MULTICAST_ALL / IPV6_MULTICAST_ALL off), not
+/// those other sockets of the host joined.
 pub fn join_groups(
     socket: &UdpSocket,
     groups: &[crate::config::MulticastGroup],
-    interface: std::net::Ipv4Addr,
+    interface: IpAddr,
 ) -> io::Result<()> {
     use rustix::net::sockopt;
-    set_int(
-        socket.as_raw_fd(),
-        libc::IPPROTO_IP,
-        libc::IP_MULTICAST_ALL,
-        0,
-    )?;
-    for g in groups {
-        // Validation keeps IPv6 groups off the socket engine.
-        let Some((group, source)) = g.ipv4() else {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("IPv6 group {} on an IPv4 socket", g.group),
-            ));
-        };
-        match source {
-            None => sockopt::set_ip_add_membership(socket, &group, &interface),
-            Some(source) => {
-                sockopt::set_ip_add_source_membership(socket, &group, &interface, &source)
+    let fd = socket.as_raw_fd();
+    let on = if interface.is_unspecified() {
+        "the routed interface".to_owned()
+    } else {
+        interface.to_string()
+    };
+    match interface {
+        IpAddr::V4(interface) => {
+            set_int(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
+            for g in groups {
+                // Validation gives the socket groups of its own family.
+                let Some((group, source)) = g.ipv4() else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!("IPv6 group {} on an IPv4 socket", g.group),
+                    ));
+                };
+                match source {
+                    None => sockopt::set_ip_add_membership(socket, &group, &interface),
+                    Some(source) => {
+                        sockopt::set_ip_add_source_membership(socket, &group, &interface, &source)
+                    }
+                }
+                .map_err(|e| {
+                    io::Error::new(
+                        io::Error::from(e).kind(),
+                        format!(
+                            "join {}{} on {on}: {e}",
+                            g.group,
+                            g.source.map(|s| format!(" from {s}")).unwrap_or_default()
+                        ),
+                    )
+                })?;
             }
         }
-        .map_err(|e| {
-            io::Error::new(
-                io::Error::from(e).kind(),
-                format!(
-                    "join {}{} on {interface}: {e}",
-                    g.group,
-                    g.source.map(|s| format!(" from {s}")).unwrap_or_default()
-                ),
-            )
-        })?;
+        IpAddr::V6(_) => {
+            // Older kernels lack the option; they then deliver every joined group.
+            let _ = set_int(fd, libc::IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0);
+            let index = interface_index(socket, interface)?;
+            for g in groups {
+                if g.group.is_ipv4() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!("IPv4 group {} on an IPv6 socket", g.group),
+                    ));
+                }
+                crate::netdev::join_by_index(socket, index, g, &on)?;
+            }
+        }
     }
     Ok(())
 }
 
+/// The index of the kernel interface that has address `ip` (0 when `ip` is unspecified:
+/// the kernel chooses by route).
+fn interface_index(socket: &UdpSocket, ip: IpAddr) -> io::Result<u32> {
+    if ip.is_unspecified() {
+        return Ok(0);
+    }
+    let name = crate::netdev::with_address(ip)?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("no kernel interface has address {ip}"),
+        )
+    })?;
+    Ok(rustix::net::netdevice::name_to_index(socket, &name)?)
+}
+
 /// Sends multicast out of the interface whose address is `interface`.
-pub fn multicast_from(socket: &UdpSocket, interface: std::net::Ipv4Addr) -> io::Result<()> {
-    rustix::net::sockopt::set_ip_multicast_if(socket, &interface).map_err(io::Error::from)
+pub fn multicast_from(socket: &UdpSocket, interface: IpAddr) -> io::Result<()> {
+    match interface {
+        IpAddr::V4(a) => rustix::net::sockopt::set_ip_multicast_if(socket, &a)?,
+        IpAddr::V6(_) => {
+            let index = interface_index(socket, interface)?;
+            rustix::net::sockopt::set_ipv6_multicast_if(socket, index)?;
+        }
+    }
+    Ok(())
 }
 
 /// A non-blocking TCP listener on `at` (SO_REUSEADDR, so a restarted server binds again
 /// at once).
-pub fn tcp_listener(at: SocketAddrV4, backlog: i32) -> io::Result<TcpListener> {
-    let fd = socket(libc::SOCK_STREAM)?;
+pub fn tcp_listener(at: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+    let fd = socket(at, libc::SOCK_STREAM)?;
     set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     bind(&fd, at)?;
     // SAFETY: plain system call on our descriptor.
@@ -228,24 +249,18 @@ pub fn tcp_listener(at: SocketAddrV4, backlog: i32) -> io::Result<TcpListener> {
 /// Connects to `peer` from `local` (port 0: any), waiting at most `timeout`; the stream
 /// is left non-blocking.
 pub fn tcp_connect(
-    local: SocketAddrV4,
-    peer: SocketAddrV4,
+    local: SocketAddr,
+    peer: SocketAddr,
     timeout: Duration,
     buffers: (usize, usize),
 ) -> io::Result<TcpStream> {
-    let fd = socket(libc::SOCK_STREAM)?;
+    let fd = socket(peer, libc::SOCK_STREAM)?;
     set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     size_buffers(fd.as_raw_fd(), buffers.0, buffers.1)?;
     bind(&fd, local)?;
-    let sa = sockaddr_of(peer);
-    // SAFETY: `sa` is a valid sockaddr_in of the size passed.
-    let ret = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in).cast(),
-            size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
+    let (sa, len) = sockaddr::encode(peer);
+    // SAFETY: `sa` holds a valid address of `len` bytes.
+    let ret = unsafe { libc::connect(fd.as_raw_fd(), (&sa as *const RawAddr).cast(), len) };
     if ret < 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINPROGRESS) {
@@ -339,7 +354,7 @@ pub struct Received {
     /// It was longer than its buffers (the rest is lost).
     pub truncated: bool,
     /// Its sender.
-    pub from: SocketAddrV4,
+    pub from: SocketAddr,
     /// UDP GRO: the read holds datagrams of this size (the last may be shorter).
     pub segment: Option<usize>,
     /// The kernel's receive time (ns since the Unix epoch) with SO_TIMESTAMPNS on, else 0.
@@ -366,15 +381,14 @@ pub fn receive_datagrams(
     if n == 0 {
         return Ok(None);
     }
-    // SAFETY: all-zero is a valid sockaddr_in.
-    let mut names: [libc::sockaddr_in; MAX_MESSAGES] = unsafe { std::mem::zeroed() };
+    let mut names = [sockaddr::empty(); MAX_MESSAGES];
     let mut control = [[0u64; RX_CONTROL / 8]; MAX_MESSAGES];
     // SAFETY: as above.
     let mut headers: [libc::mmsghdr; MAX_MESSAGES] = unsafe { std::mem::zeroed() };
     for i in 0..n {
         let h = &mut headers[i].msg_hdr;
-        h.msg_name = (&mut names[i] as *mut libc::sockaddr_in).cast();
-        h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        h.msg_name = (&mut names[i] as *mut RawAddr).cast();
+        h.msg_namelen = size_of::<RawAddr>() as libc::socklen_t;
         // IoSliceMut is guaranteed to be ABI-compatible with iovec on Unix.
         let first = i * per_read;
         let count = per_read.min(buffers.len() - first);
@@ -434,7 +448,8 @@ pub fn receive_datagrams(
         out.push(Received {
             len: headers[i].msg_len as usize,
             truncated: h.msg_flags & libc::MSG_TRUNC != 0,
-            from: addr_of(&names[i]),
+            // An unnamed sender (no family) cannot be told apart; it reads as 0.0.0.0:0.
+            from: sockaddr::decode(&names[i]).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
             segment,
             timestamp_ns,
         });
@@ -456,22 +471,22 @@ pub struct Outgoing<'a> {
 pub fn send_datagrams(
     socket: &UdpSocket,
     messages: &[Outgoing<'_>],
-    to: Option<SocketAddrV4>,
+    to: Option<SocketAddr>,
 ) -> io::Result<usize> {
     let n = messages.len().min(MAX_MESSAGES);
     if n == 0 {
         return Ok(0);
     }
-    let mut name = to.map(sockaddr_of);
+    let mut name = to.map(sockaddr::encode);
     let mut control = [[0u64; RX_CONTROL / 8]; MAX_MESSAGES];
     // SAFETY: all-zero is a valid mmsghdr.
     let mut headers: [libc::mmsghdr; MAX_MESSAGES] = unsafe { std::mem::zeroed() };
     for i in 0..n {
         let m = &messages[i];
         let h = &mut headers[i].msg_hdr;
-        if let Some(sa) = &mut name {
-            h.msg_name = (sa as *mut libc::sockaddr_in).cast();
-            h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if let Some((sa, len)) = &mut name {
+            h.msg_name = (sa as *mut RawAddr).cast();
+            h.msg_namelen = *len;
         }
         // IoSlice is ABI-compatible with iovec; the kernel only reads through it.
         h.msg_iov = m.slices.as_ptr() as *mut libc::iovec;
@@ -511,12 +526,4 @@ pub fn send_datagrams(
         };
     }
     Ok(sent as usize)
-}
-
-/// The address a socket is bound to, as IPv4.
-pub fn local_v4(addr: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
-    match addr {
-        Ok(SocketAddr::V4(a)) => Some(a),
-        _ => None,
-    }
 }

@@ -10,7 +10,7 @@ use crate::memory::{RegionId, RegionSet};
 use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use arc_swap::ArcSwapOption;
 use std::io::{IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -131,8 +131,8 @@ pub(super) struct TcpShared {
     name: String,
     mode: SocketMode,
     listener: Option<TcpListener>,
-    local: SocketAddrV4,
-    remote: Option<SocketAddrV4>,
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
     retry: Duration,
     buffers: (usize, usize),
     lanes: Vec<Arc<Lane>>,
@@ -154,9 +154,7 @@ impl TcpInterface {
     /// connection thread.
     pub(super) fn open(s: &SocketInterfacePlan) -> Result<Self, SocketOpenError> {
         let lanes = s.rx.len().max(s.tx.len()).max(1);
-        let local = s
-            .local
-            .unwrap_or(SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0));
+        let local = s.local_or_any();
         let listener = match s.mode {
             SocketMode::Server => Some(sys::tcp_listener(local, lanes as i32 * 2).map_err(
                 |source| SocketOpenError {
@@ -412,14 +410,14 @@ fn connect_free_lanes(iface: &TcpShared, next: &mut [Instant], stop: &AtomicBool
             0 => 0,
             p => p.saturating_add(k as u16),
         };
-        let local = SocketAddrV4::new(*iface.local.ip(), port);
+        let local = SocketAddr::new(iface.local.ip(), port);
         let timeout = iface.retry.min(CONNECT_TIMEOUT);
         let attempt = sys::tcp_connect(local, remote, timeout, iface.buffers).or_else(|e| {
             // The lane's local port may still be held by the last connection
             // (TIME_WAIT): any port will do.
             if e.raw_os_error() == Some(libc::EADDRINUSE) && port != 0 {
                 sys::tcp_connect(
-                    SocketAddrV4::new(*iface.local.ip(), 0),
+                    SocketAddr::new(iface.local.ip(), 0),
                     remote,
                     timeout,
                     iface.buffers,
@@ -435,7 +433,7 @@ fn connect_free_lanes(iface: &TcpShared, next: &mut [Instant], stop: &AtomicBool
                     iface.name,
                     tcp_uri(remote)
                 );
-                lane.install(Connection::new(stream, SocketAddr::V4(remote)));
+                lane.install(Connection::new(stream, remote));
             }
             Err(e) => {
                 let why = format!(

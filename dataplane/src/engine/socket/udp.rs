@@ -16,7 +16,7 @@ use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters, WarnLimiter};
 use crate::steering::InterfaceSteering;
 use std::io::{IoSlice, IoSliceMut};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
 mod tx;
@@ -35,7 +35,7 @@ const GRO_MAX_BYTES: usize = 65535;
 /// One socket and what its RX and TX queues share.
 struct Lane {
     socket: Arc<UdpSocket>,
-    local: SocketAddrV4,
+    local: SocketAddr,
     /// Server lanes: whom to answer.
     learned: Arc<LearnedPeer>,
     link: Arc<Link>,
@@ -46,7 +46,7 @@ pub(super) struct UdpInterface {
     name: String,
     port: PortIndex,
     mode: SocketMode,
-    remote: Option<SocketAddrV4>,
+    remote: Option<SocketAddr>,
     lanes: Vec<Lane>,
     gso: bool,
     gro: bool,
@@ -78,23 +78,26 @@ impl UdpInterface {
             SocketMode::Server => s.rx.len().max(1),
             SocketMode::Client => s.rx.len().max(s.tx.len()).max(1),
         };
-        let local = s
-            .local
-            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        let local = s.local_or_any();
         let mut lanes = Vec::new();
         let mut gro = s.gro;
         let mut kernel_timestamps = s.timestamps;
-        // A server of multicast groups binds to its one group (or to any address when it
-        // has several), since a socket bound to a unicast address takes no multicast.
+        // A server of multicast groups binds to its one group (or to any address of the
+        // groups' IP version when it has several), since a socket bound to a unicast
+        // address takes no multicast.
         let server_at = match s.multicast.as_slice() {
             [] => local,
-            [first, rest @ ..]
-                if rest.iter().all(|g| g.group == first.group)
-                    && let Some((group, _)) = first.ipv4() =>
-            {
-                SocketAddrV4::new(group, local.port())
+            [first, rest @ ..] if rest.iter().all(|g| g.group == first.group) => {
+                SocketAddr::new(first.group, local.port())
             }
-            _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()),
+            [first, ..] => {
+                let any: std::net::IpAddr = if first.group.is_ipv4() {
+                    std::net::Ipv4Addr::UNSPECIFIED.into()
+                } else {
+                    std::net::Ipv6Addr::UNSPECIFIED.into()
+                };
+                SocketAddr::new(any, local.port())
+            }
         };
         for k in 0..lanes_wanted {
             let (at, peer, shared) = match s.mode {
@@ -110,7 +113,7 @@ impl UdpInterface {
                             ))
                         })?
                     };
-                    (SocketAddrV4::new(*local.ip(), port), s.remote, false)
+                    (SocketAddr::new(local.ip(), port), s.remote, false)
                 }
             };
             let socket = open_socket(s, k, (at, shared, peer), (&mut gro, &mut kernel_timestamps))
@@ -119,13 +122,13 @@ impl UdpInterface {
                     source,
                 })?;
             if !s.multicast.is_empty() {
-                sys::join_groups(&socket, &s.multicast, *local.ip())
+                sys::join_groups(&socket, &s.multicast, local.ip())
                     .map_err(|e| bad(e.to_string()))?;
             }
             if let Some(group) = s.remote.filter(|r| r.ip().is_multicast())
                 && !local.ip().is_unspecified()
             {
-                sys::multicast_from(&socket, *local.ip()).map_err(|e| {
+                sys::multicast_from(&socket, local.ip()).map_err(|e| {
                     bad(format!(
                         "send to {group} from the interface of {}: {e}",
                         local.ip()
@@ -280,7 +283,7 @@ impl UdpInterface {
 /// wire end.
 struct UdpRx {
     socket: Arc<UdpSocket>,
-    local: SocketAddrV4,
+    local: SocketAddr,
     learned: Arc<LearnedPeer>,
     link: Arc<Link>,
     /// A server without `remote_addr` learns whom to answer from what it receives.
@@ -298,7 +301,7 @@ struct UdpRx {
     spare: Option<Burst>,
     received: Vec<Received>,
     /// Senders of the packets of `held` (or of the last burst steered).
-    sources: Vec<SocketAddrV4>,
+    sources: Vec<SocketAddr>,
     /// Received packets the wires could not take yet.
     held: Option<Burst>,
     ingress: Ingress,
@@ -328,7 +331,7 @@ struct UdpRx {
 fn open_socket(
     s: &SocketInterfacePlan,
     k: usize,
-    (at, shared, peer): (SocketAddrV4, bool, Option<SocketAddrV4>),
+    (at, shared, peer): (SocketAddr, bool, Option<SocketAddr>),
     (gro, kernel_timestamps): (&mut bool, &mut bool),
 ) -> Result<UdpSocket, SocketOpenError> {
     let (socket, sizes) =
@@ -374,17 +377,17 @@ fn open_socket(
 
 /// A lane's link: a connected client's is up from the start; any lane with a configured
 /// remote knows its peer.
-fn lane_link(mode: SocketMode, peer: Option<SocketAddrV4>, remote: Option<SocketAddrV4>) -> Link {
+fn lane_link(mode: SocketMode, peer: Option<SocketAddr>, remote: Option<SocketAddr>) -> Link {
     match (mode, peer) {
         (SocketMode::Client, Some(p)) => {
             let l = Link::up_from_start();
-            l.connected(SocketAddr::V4(p));
+            l.connected(p);
             l
         }
         _ => match remote {
             Some(p) => {
                 let l = Link::default();
-                l.connected(SocketAddr::V4(p));
+                l.connected(p);
                 l
             }
             None => Link::default(),
@@ -469,7 +472,7 @@ impl UdpRx {
         let mut left = Burst::empty(self.regions.clone(), self.port, self.queue, usable);
         self.sources.clear();
         let mut malformed = 0u64;
-        let mut rejected: Option<(u64, SocketAddrV4)> = None;
+        let mut rejected: Option<(u64, SocketAddr)> = None;
         let received = std::mem::take(&mut self.received);
         for (m, r) in received.iter().enumerate() {
             let mut block = Burst::empty(self.regions.clone(), self.port, self.queue, per_read);
@@ -563,7 +566,7 @@ impl UdpRx {
     fn note_dropped(
         &mut self,
         malformed: u64,
-        rejected: Option<(u64, SocketAddrV4)>,
+        rejected: Option<(u64, SocketAddr)>,
         buf_size: usize,
     ) {
         if malformed > 0 {
@@ -580,7 +583,7 @@ impl UdpRx {
         if let Some((n, from)) = rejected {
             self.counters.drop_packets(DropReason::RejectedPeer, n);
             let why = self.gate.why_refused(from);
-            self.link.rejected(n, SocketAddr::V4(from), why);
+            self.link.rejected(n, from, why);
             if let Some(held) = self.warn_rejected.allow() {
                 tracing::warn!(
                     "interface `{}` RX queue {}: {n} datagram(s) from {from} dropped: {why} (counted as rejected_peer){}",
@@ -595,7 +598,7 @@ impl UdpRx {
             && let Some(&last) = self.sources.last()
             && self.learned.store(last)
         {
-            self.link.connected(SocketAddr::V4(last));
+            self.link.connected(last);
         }
     }
 
@@ -684,7 +687,7 @@ enum Destination {
     /// The client socket's connected peer.
     Connected,
     /// `remote_addr` of a server.
-    Fixed(SocketAddrV4),
+    Fixed(SocketAddr),
     /// The peer the lane last heard from.
     Learned(Arc<LearnedPeer>),
 }

@@ -736,9 +736,14 @@ fn ethernet_addresses_and_ethertype_select_their_frames() {
     ipv6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
     assert_eq!(c.classify(&ipv6), deliver(4, 4));
     // A datagram: only the rule without Ethernet fields can take it.
-    let from = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1);
-    let to = std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 2), 6000);
+    let from = std::net::SocketAddr::from((Ipv4Addr::new(10, 0, 0, 1), 1));
+    let to = std::net::SocketAddr::from((Ipv4Addr::new(10, 0, 1, 2), 6000));
     assert_eq!(c.classify_datagram(from, to, &[0; 16]), deliver(6, 6));
+    // An IPv6 datagram has no Ethernet, IPv4 or UDP fields for a rule to match: the
+    // rule without fields takes it too.
+    let from6: std::net::SocketAddr = "[fd00::1]:1".parse().unwrap();
+    let to6: std::net::SocketAddr = "[fd00::2]:6000".parse().unwrap();
+    assert_eq!(c.classify_datagram(from6, to6, &[0; 16]), deliver(6, 6));
 }
 
 /// Rules on header fields let the memo serve a stream (it knows their bytes); a rule on

@@ -149,8 +149,8 @@ impl TxPort for UdpTx {
                 // kernel reports it once, on this call, and sent nothing.
                 let peer = match &self.to {
                     Destination::Connected => self.socket.peer_addr().ok(),
-                    Destination::Fixed(a) => Some(SocketAddr::V4(*a)),
-                    Destination::Learned(p) => p.load().map(SocketAddr::V4),
+                    Destination::Fixed(a) => Some(*a),
+                    Destination::Learned(p) => p.load(),
                 };
                 self.link.failed(refused(peer));
             } else {
