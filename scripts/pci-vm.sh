@@ -6,7 +6,9 @@
 # a server: EAL probes the PCI bus, net_e1000_igb drives the devices, regions are lent to
 # the receiving NIC (external memory DMA-mapped through the IOMMU), the MTU is set, the
 # rings are fitted to the driver. Passes when the bench is lossless, verified, received
-# into the lent region, and the engine's log shows the PCI decisions (below).
+# into the lent region, and the engine's log shows the PCI decisions (below); and when a
+# TX flow's VLAN tags are inserted by the NIC (its VLAN insert offload) and arrive as
+# configured on exactly the frames the flow matches.
 # Usage: scripts/pci-vm.sh [dataplane binary]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +71,51 @@ bench_rx:
   queue_id: 0
   cpu_core: -1
 YAML
+# TX VLAN insert in hardware: frames to UDP port 5000 match a TX flow that pushes VLAN 100
+# with priority 5, those to 5001 none. The 82576 offers VLAN insert, so the device tags the
+# frames (no software copy); the other NIC receives them with the tag (no VLAN strip) and
+# the capture's first bytes show what was on the wire.
+cat > "$IR/vlan.yaml" <<'YAML'
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    log_level: info
+    memory_regions:
+    - {name: tx_bufs, kind: huge, affinity: 0, num_bufs: 1024, buf_size: 2048}
+    - {name: rx_bufs, kind: huge, affinity: 0, num_bufs: 2048, buf_size: 2048}
+    interfaces:
+    - name: tx_nic
+      address: "0000:00:04.0"
+      tx:
+        flows:
+        - {name: tag, id: 1, actions: [{type: vlan_push, vlan_id: 100, pcp: 5}], match: {udp_dst: 5000}}
+        queues:
+        - {name: t, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [tx_bufs]}
+    - name: rx_nic
+      address: "0000:00:08.0"
+      rx:
+        queues:
+        - {name: r, id: 0, cpu_core: 1, batch_size: 32, timeout_us: 100, memory_regions: [rx_bufs]}
+bench_tx:
+  interface_name: tx_nic
+  queue_id: 0
+  cpu_core: -1
+  batch_size: 32
+  header_size: 64
+  payload_size: 64
+  eth_src_addr: "02:00:00:00:00:01"
+  eth_dst_addr: "02:00:00:00:00:02"
+  ip_src_addr: 198.18.0.1
+  ip_dst_addr: 198.18.0.2
+  udp_src_port: 4096
+  udp_dst_port: "5000-5001"
+bench_rx:
+  interface_name: rx_nic
+  queue_id: 0
+  cpu_core: -1
+YAML
 cat > "$IR/init" <<INIT
 #!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -88,6 +135,11 @@ DATAPLANE_EAL_ARGS="-d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_bus_pci.s
     timeout 400 /opt/dataplane bench raw /pci_vm.yaml --seconds 3 --json > /tmp/out 2>&1
 echo "PCIVM: bench rc=\$?"
 sed 's/^/PCIVM: /' /tmp/out
+DATAPLANE_EAL_ARGS="-d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_bus_pci.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_e1000.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_ring.so.23.0" \
+    timeout 200 /opt/dataplane capture /vlan.yaml /tmp/vlan.pcap --tx --seconds 1 --target-gbps 0.005 > /tmp/vlan.out 2>&1
+echo "PCIVMVLAN: capture rc=\$?"
+grep -E "VLAN|TX flow" /tmp/vlan.out | sed "s/^/PCIVMVLAN: /"; tail -5 /tmp/vlan.out | sed "s/^/PCIVMVLAN: /"
+od -A n -t x1 -v -N 4096 /tmp/vlan.pcap | sed 's/^/PCIVMHEX:/'
 poweroff -f
 INIT
 chmod +x "$IR/init"
@@ -110,6 +162,35 @@ for want in "tx rings of 4096 descriptors (the driver's most; 8192 planned)" \
     "links up after" "bench rc=0"; do
     grep -qF "$want" "$W/result" || fail "the log lacks: $want"
 done
+# The VLAN run: the device tagged the frames (no software transform on the worker), and
+# the wire shows 802.1Q, priority 5, VLAN 100 on exactly the frames to port 5000.
+grep -a "PCIVMVLAN" "$W/console.log" | sed 's/\r$//' >&2
+grep -aq "PCIVMVLAN: capture rc=0" "$W/console.log" || fail "the VLAN capture failed"
+grep -aq "TX VLAN tags inserted by the device" "$W/console.log" || fail "the device did not take the VLAN tags"
+grep -aq "leaves its 1 TX flow(s) to the device" "$W/console.log" || fail "the TX worker still pushes the tags"
+grep -a "^PCIVMHEX:" "$W/console.log" | sed 's/\r$//; s/^PCIVMHEX://' > "$W/vlan.hex"
+python3 - "$W/vlan.hex" <<'PY' || fail "the VLAN tags on the wire are wrong"
+import struct, sys
+data = bytes.fromhex("".join(open(sys.argv[1]).read().split()))
+at, tagged, plain, bad = 24, 0, 0, []
+while at + 16 <= len(data):
+    incl = struct.unpack_from("<I", data, at + 8)[0]
+    frame = data[at + 16:at + 16 + incl]
+    at += 16 + incl
+    if len(frame) < incl:
+        break
+    if frame[12:14] == b"\x81\x00":
+        ok = frame[14:16] == bytes([0xa0, 100]) and frame[16:18] == b"\x08\x00" \
+            and int.from_bytes(frame[40:42], "big") == 5000
+        tagged += ok
+    else:
+        ok = frame[12:14] == b"\x08\x00" and int.from_bytes(frame[36:38], "big") == 5001
+        plain += ok
+    if not ok:
+        bad.append(frame[:42].hex())
+print(f"pci-vm: VLAN insert by the device: {tagged} frames to port 5000 tagged 802.1Q pcp 5 vid 100, {plain} to 5001 untagged, {len(bad)} wrong")
+sys.exit(0 if tagged > 3 and plain > 3 and not bad else 1)
+PY
 python3 - "$JSON" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])

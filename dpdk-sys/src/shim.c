@@ -117,6 +117,13 @@ const uint16_t shim_mbuf_headroom = RTE_PKTMBUF_HEADROOM;
 const uint64_t shim_rx_offload_timestamp = RTE_ETH_RX_OFFLOAD_TIMESTAMP;
 const uint64_t shim_rx_offload_scatter = RTE_ETH_RX_OFFLOAD_SCATTER;
 const uint64_t shim_tx_offload_send_on_timestamp = RTE_ETH_TX_OFFLOAD_SEND_ON_TIMESTAMP;
+const uint64_t shim_tx_offload_vlan_insert = RTE_ETH_TX_OFFLOAD_VLAN_INSERT;
+
+void shim_set_tx_vlan(struct rte_mbuf *m, uint16_t tci)
+{
+	m->vlan_tci = tci;
+	m->ol_flags |= RTE_MBUF_F_TX_VLAN;
+}
 
 int shim_rx_timestamp_register(int *offset, uint64_t *flag)
 {

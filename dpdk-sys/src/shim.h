@@ -84,6 +84,10 @@ extern const uint64_t shim_rx_offload_timestamp;
 /* RTE_ETH_RX_OFFLOAD_SCATTER: frames may span a chain of mbufs. */
 extern const uint64_t shim_rx_offload_scatter;
 extern const uint64_t shim_tx_offload_send_on_timestamp;
+/* RTE_ETH_TX_OFFLOAD_VLAN_INSERT. */
+extern const uint64_t shim_tx_offload_vlan_insert;
+/* Asks the device to insert an 802.1Q tag with `tci` into `m` as it sends it. */
+void shim_set_tx_vlan(struct rte_mbuf *m, uint16_t tci);
 int shim_rte_errno(void);
 unsigned int shim_rte_lcore_id(void);
 #endif

@@ -286,3 +286,40 @@ fn checker_counts_gaps_reordering_and_corruption() {
     assert_eq!(c.counts.corrupt, 3);
     assert!(c.first_problem.unwrap().contains("bad UDP checksum"));
 }
+
+/// A frame that a TX flow tagged (one 802.1Q tag after the addresses) is the frame the
+/// generator wrote, UDP checksum included; a flipped payload bit behind the tag is still
+/// found, and a second tag is not read.
+#[test]
+fn checker_reads_frames_with_one_vlan_tag() {
+    let mut b = FrameBuilder::new(&cfg(64, 100), 1);
+    let tag = |f: &[u8]| {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00, 0xa0, 100]);
+        t.extend_from_slice(&f[12..]);
+        t
+    };
+    let mut c = Checker::new(true);
+    for _ in 0..10 {
+        let mut buf = vec![0u8; b.frame_len()];
+        b.write_constant(&mut buf);
+        b.write_next(&mut buf);
+        c.check(&tag(&buf));
+    }
+    assert_eq!(
+        c.counts,
+        CheckCounts {
+            valid: 10,
+            ..Default::default()
+        }
+    );
+    let mut buf = vec![0u8; b.frame_len()];
+    b.write_constant(&mut buf);
+    b.write_next(&mut buf);
+    let mut bad = tag(&buf);
+    bad[90] ^= 1;
+    c.check(&bad);
+    c.check(&tag(&tag(&buf)));
+    assert_eq!(c.counts.corrupt, 2);
+    assert!(c.first_problem.unwrap().contains("bad UDP checksum"));
+}

@@ -130,6 +130,12 @@ pub trait Engine: Send + Sync {
         Err(NoDevicePacing::NotOffered(self.name()))
     }
 
+    /// True when the device of interface `port` inserts its TX flows' VLAN tags (DPDK's
+    /// VLAN insert offload), so the TX workers leave them to it.
+    fn inserts_vlan_tags(&self, _port: PortIndex) -> bool {
+        false
+    }
+
     /// The peer state behind queue `queue` of interface `port` (kernel sockets: the TCP
     /// connection, or the UDP peer a server learned), shared with the queue's handles;
     /// `None` for queues without one.

@@ -233,6 +233,12 @@ pub struct PortPlan {
     /// `multicast_groups`: joined through the port's kernel interface (the kernel sends
     /// the IGMP reports), and all-multicast asked of the device.
     pub multicast: Vec<crate::config::MulticastGroup>,
+    /// `tx.flows` when each pushes one 802.1Q tag and nothing else: the device's TX VLAN
+    /// insert offload (`RTE_ETH_TX_OFFLOAD_VLAN_INSERT`) does them where the driver offers
+    /// it, the TX workers in software otherwise. Empty when some flow does more (QinQ,
+    /// another tag EtherType, a tunnel): software then.
+    #[serde(skip)]
+    pub tx_vlan_flows: Vec<crate::config::TxFlowConfig>,
 }
 
 /// The kernel interface of a vdev `address` that sends through one (`iface=NAME` of
@@ -569,6 +575,26 @@ fn needs_rx_scatter(port: &PortPlan, regions: &[RegionPlan]) -> bool {
     })
 }
 
+/// The interface's TX flows when every one pushes exactly one 802.1Q tag (what a device's
+/// VLAN insert does), else none.
+fn single_vlan_tags(iface: &crate::config::InterfaceConfig) -> Vec<crate::config::TxFlowConfig> {
+    let flows = iface.tx.as_ref().map_or(&[][..], |t| t.flows.as_slice());
+    let single = |f: &crate::config::TxFlowConfig| {
+        matches!(
+            f.transforms.as_slice(),
+            [crate::config::TxTransform::VlanPush {
+                ethertype: 0x8100,
+                ..
+            }]
+        )
+    };
+    if flows.iter().all(single) {
+        flows.to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
 /// The DPDK part of the plan of `config`, with the regions' lending already decided.
 pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, PlanError> {
     let region_index = |n: &String| config.memory_regions.iter().position(|m| &m.name == n);
@@ -601,6 +627,7 @@ pub(super) fn plan(config: &Config, regions: &[RegionPlan]) -> Result<DpdkPlan, 
             mtu: mtu_for_frame(largest_frame(config, iface)),
             kernel_interface: kernel_interface(&iface.address),
             multicast: iface.multicast.clone(),
+            tx_vlan_flows: single_vlan_tags(iface),
         };
         for (i, q) in iface.rx.iter().flat_map(|r| &r.queues).enumerate() {
             let lent = match q.memory_regions.as_slice() {

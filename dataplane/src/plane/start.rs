@@ -451,7 +451,14 @@ impl<'a> QueueBuild<'a> {
                 }
             }
         }
-        if let Some(region) = q.transform_region {
+        if q.transform_region.is_some() && self.engine.inserts_vlan_tags(port) {
+            tracing::info!(
+                "interface `{}`: TX queue {} leaves its {} TX flow(s) to the device (VLAN insert offload)",
+                q.interface_name,
+                q.id,
+                q.tx_flows.len()
+            );
+        } else if let Some(region) = q.transform_region {
             tracing::info!(
                 "interface `{}`: TX queue {} applies {} TX flow(s) in software on its worker (VLAN push, tunnel encap), on copies in `{}`",
                 q.interface_name,

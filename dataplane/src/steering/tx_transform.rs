@@ -4,7 +4,8 @@
 //! (the software loopback, DPDK), on a copy of the frame in the queue's transform region,
 //! so the application's buffers keep what it wrote (as with a NIC's egress rule). The
 //! frame grows in its buffer, which needs room for the added bytes; a frame without that
-//! room is dropped and counted, never sent unchanged.
+//! room is dropped and counted, never sent unchanged. Where a DPDK device inserts VLAN
+//! tags itself, the flows only name each frame's tag ([`TxTransformer::vlan_tci`]).
 //!
 //! Tunnel headers are those the reference's NIC rules write: outer Ethernet, IPv4 without
 //! options, then UDP + VXLAN (50 bytes), GRE without options (38) or GRE with a key, the
@@ -80,6 +81,40 @@ impl TxTransformer {
         self.flows.iter().map(|f| f.added).max().unwrap_or(0)
     }
 
+    /// True when every flow pushes exactly one 802.1Q tag (EtherType 0x8100) and nothing
+    /// else: what a device's TX VLAN insert offload does, so it can take the flows'
+    /// place (see [`TxTransformer::vlan_tci`]).
+    pub fn only_single_vlan_tags(&self) -> bool {
+        !self.flows.is_empty()
+            && self.flows.iter().all(|f| {
+                matches!(
+                    f.transforms.as_slice(),
+                    [TxTransform::VlanPush {
+                        ethertype: 0x8100,
+                        ..
+                    }]
+                )
+            })
+    }
+
+    /// The tag control information (PCP, DEI, VLAN id) the first flow matching `frame`
+    /// pushes, when that flow pushes one tag and nothing else; `None` when no flow
+    /// matches (the frame goes untagged) or the flow does more.
+    pub fn vlan_tci(&self, frame: &[u8]) -> Option<u16> {
+        let flow = self.flows.iter().find(|f| f.matcher.matches(frame))?;
+        match flow.transforms.as_slice() {
+            [
+                TxTransform::VlanPush {
+                    vlan_id,
+                    pcp,
+                    dei,
+                    ethertype: 0x8100,
+                },
+            ] => Some(tci_of(*vlan_id, *pcp, *dei)),
+            _ => None,
+        }
+    }
+
     /// Applies the first matching flow to the frame whose first segment is
     /// `buffer[..len]` (the whole buffer is `buffer`) and whose later segments hold `rest`
     /// bytes. Returns the first segment's new length (unchanged when no flow matches).
@@ -109,15 +144,17 @@ impl TxTransformer {
                     pcp,
                     dei,
                     ethertype,
-                } => {
-                    let tci = (u16::from(*pcp) << 13) | (u16::from(*dei) << 12) | vlan_id;
-                    push_vlan(buffer, len, *ethertype, tci)
-                }
+                } => push_vlan(buffer, len, *ethertype, tci_of(*vlan_id, *pcp, *dei)),
                 TxTransform::TunnelEncap(tc) => encapsulate(buffer, len, rest, tc, t.added_bytes()),
             };
         }
         Ok(len)
     }
+}
+
+/// A tag's control information: priority, drop eligibility, VLAN id.
+fn tci_of(vlan_id: u16, pcp: u8, dei: u8) -> u16 {
+    (u16::from(pcp) << 13) | (u16::from(dei) << 12) | vlan_id
 }
 
 /// Inserts a tag after the addresses: the new tag is the outer one. Frames shorter than
@@ -312,6 +349,36 @@ mod tests {
         let mut b = in_buffer(&other, 128);
         assert_eq!(t.apply(&mut b, other.len(), 0), Ok(other.len()));
         assert_eq!(b[..other.len()], other[..]);
+        // What a device's VLAN insert is asked for instead: the same tag, the same frames.
+        assert!(t.only_single_vlan_tags());
+        assert_eq!(t.vlan_tci(&frame), Some(0x7000 | 100));
+        assert_eq!(t.vlan_tci(&other), None);
+    }
+
+    /// Only flows that push one 802.1Q tag each can be left to a device's VLAN insert.
+    #[test]
+    fn only_single_8021q_tags_can_go_to_the_device() {
+        let tag = |ethertype| TxTransform::VlanPush {
+            vlan_id: 7,
+            pcp: 0,
+            dei: 0,
+            ethertype,
+        };
+        let of = |flows: &[TxFlowConfig]| TxTransformer::new(flows).only_single_vlan_tags();
+        assert!(of(&[
+            flow(Some(1), vec![tag(0x8100)]),
+            flow(None, vec![tag(0x8100)])
+        ]));
+        assert!(!of(&[]));
+        assert!(!of(&[flow(None, vec![tag(0x88a8)])]));
+        assert!(!of(&[flow(None, vec![tag(0x88a8), tag(0x8100)])]));
+        assert!(!of(&[
+            flow(Some(1), vec![tag(0x8100)]),
+            flow(
+                None,
+                vec![TxTransform::TunnelEncap(tunnel(TunnelKind::Vxlan))]
+            )
+        ]));
     }
 
     #[test]

@@ -290,6 +290,7 @@ impl Engine for DpdkEngine {
             counters,
         );
         tx.send_times = p.tx_time;
+        tx.vlan_tags = p.tx_vlan.clone();
         Ok(Box::new(tx))
     }
 
@@ -297,6 +298,12 @@ impl Engine for DpdkEngine {
         self.ports
             .get(port.index())
             .is_some_and(|p| p.rx_time.is_some())
+    }
+
+    fn inserts_vlan_tags(&self, port: PortIndex) -> bool {
+        self.ports
+            .get(port.index())
+            .is_some_and(|p| p.tx_vlan.is_some())
     }
 
     fn sends_at_time(&self, port: PortIndex) -> bool {

@@ -52,6 +52,9 @@ pub struct DpdkTx {
     carried: [Carried; MAX_BURST],
     /// The device sends packets at their `timestamp_ns` (`accurate_send`).
     pub send_times: Option<super::port::DeviceTime>,
+    /// The TX flows whose VLAN tags the device inserts: each frame a flow matches is
+    /// marked with its tag.
+    pub vlan_tags: Option<Arc<crate::steering::TxTransformer>>,
     /// Gives back the mbufs of sent packets (and so their region buffers) once the queue
     /// goes idle.
     reclaim: IdleReclaim,
@@ -151,6 +154,7 @@ impl DpdkTx {
             scratch: [std::ptr::null_mut(); MAX_BURST],
             carried: [Carried::Copied; MAX_BURST],
             send_times: None,
+            vlan_tags: None,
             reclaim: IdleReclaim::default(),
         }
     }
@@ -279,6 +283,22 @@ impl DpdkTx {
         }
     }
 
+    /// Marks each of the first `n` packets a TX flow matches with that flow's tag, for
+    /// the device to insert as it sends the frame.
+    #[inline(always)]
+    fn mark_vlan_tags(&mut self, burst: &Burst, n: usize) {
+        if let Some(t) = &self.vlan_tags {
+            for i in 0..n {
+                // The flows match on headers, which are in the first segment.
+                let frame = burst.data(i, 0).unwrap_or(&[]);
+                if let Some(tci) = t.vlan_tci(frame) {
+                    // SAFETY: an mbuf of this burst, not yet handed to the driver.
+                    unsafe { sys::shim_set_tx_vlan(self.scratch[i], tci) };
+                }
+            }
+        }
+    }
+
     /// Returns the copy and attach mbufs of packets `sent..n` that the driver did not
     /// take to their pools; the burst keeps the buffers. An own mbuf stays out of its
     /// pool, with its buffer in the burst.
@@ -348,6 +368,7 @@ impl TxPort for DpdkTx {
             }
             self.carry(&burst, &regions, n, (&copy_mbufs, &attach_mbufs));
             self.stamp_send_times(&burst, n);
+            self.mark_vlan_tags(&burst, n);
             // SAFETY: a started port; the driver takes the mbufs it accepts.
             let sent = unsafe {
                 sys::shim_rte_eth_tx_burst(

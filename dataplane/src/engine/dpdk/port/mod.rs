@@ -179,6 +179,9 @@ pub struct Port {
     pub rx_time: Option<DeviceTime>,
     /// Send-on-timestamp by the device (`accurate_send` on a device that offers it).
     pub tx_time: Option<DeviceTime>,
+    /// The TX flows the device tags frames for (its VLAN insert offload), when every flow
+    /// pushes one 802.1Q tag and the driver offers it; the TX queues mark each frame.
+    pub tx_vlan: Option<Arc<crate::steering::TxTransformer>>,
     device: OpenDevice,
     pools: Vec<Mempool>,
     memory: Vec<ExternalMemory>,
@@ -291,6 +294,7 @@ impl Port {
             hw_tx,
             device_rx_time,
             device_tx_time,
+            vlan_insert,
         } = DeviceConf::new(planned, &info, &driver);
         // SAFETY: a valid port id and configuration.
         super::error::check("rte_eth_dev_configure", unsafe {
@@ -315,6 +319,8 @@ impl Port {
             pci_device: planned.pci.then_some(Device(info.device)),
             rx_time: None,
             tx_time: None,
+            tx_vlan: vlan_insert
+                .then(|| Arc::new(crate::steering::TxTransformer::new(&planned.tx_vlan_flows))),
             device: OpenDevice {
                 id: PortId(id),
                 started: false,
@@ -712,6 +718,8 @@ struct DeviceConf {
     hw_tx: usize,
     device_rx_time: bool,
     device_tx_time: bool,
+    /// The device inserts the TX flows' VLAN tags.
+    vlan_insert: bool,
 }
 
 impl DeviceConf {
@@ -754,6 +762,31 @@ impl DeviceConf {
         if device_tx_time {
             conf.txmode.offloads |= tx_stamp;
         }
+        // SAFETY: reads a constant defined in the shim.
+        let vlan_offload = unsafe { sys::shim_tx_offload_vlan_insert };
+        // PCI devices only: a virtual device that offers it (af_packet) inserts the tag in
+        // software with rte_vlan_insert, which refuses attached mbufs (zero-copy TX).
+        let vlan_insert = planned.pci
+            && !planned.tx_vlan_flows.is_empty()
+            && info.tx_offload_capa & vlan_offload != 0;
+        if vlan_insert {
+            conf.txmode.offloads |= vlan_offload;
+            tracing::info!(
+                "interface `{}`: TX VLAN tags inserted by the device ({driver}'s VLAN insert offload) for {} TX flow(s)",
+                planned.name,
+                planned.tx_vlan_flows.len()
+            );
+        } else if !planned.tx_vlan_flows.is_empty() {
+            tracing::info!(
+                "interface `{}`: the TX workers push the TX flows' VLAN tags in software ({})",
+                planned.name,
+                if planned.pci {
+                    format!("{driver} has no TX VLAN insert offload")
+                } else {
+                    "a virtual device".to_owned()
+                }
+            );
+        }
         if planned.rx_scatter {
             // SAFETY: reads a constant defined in the shim.
             let scatter = unsafe { sys::shim_rx_offload_scatter };
@@ -777,6 +810,7 @@ impl DeviceConf {
             hw_tx,
             device_rx_time,
             device_tx_time,
+            vlan_insert,
         }
     }
 }
