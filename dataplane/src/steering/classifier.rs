@@ -511,20 +511,25 @@ pub struct Classifier {
     trivial: Option<u16>,
     /// The bytes of a common-layout frame that decide its verdict (`None`: the rules read
     /// more, such as payload words).
-    decisive: Option<DecisiveBytes>,
+    decisive: Option<Decisive>,
     epoch: u64,
 }
 
-/// The bytes every rule (and RSS, where a target spreads) reads from a frame of the
-/// common layout; `None` when a rule reads payload bytes (flex items).
-fn decisive_bytes(rules: &[Rule], unmatched: &Target) -> Option<DecisiveBytes> {
+/// The bytes of a common-layout frame that decide its verdict: those the rules read,
+/// which decide which rule takes it (or none); and, where that target spreads over queues
+/// (RSS), also the addresses and ports the hash reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Decisive {
+    /// The layout's bytes and those the rules read.
+    pub rules: DecisiveBytes,
+    /// `rules` and the RSS hash's 4-tuple.
+    pub spread: DecisiveBytes,
+}
+
+/// The bytes every rule reads from a frame of the common layout, and those RSS reads
+/// besides; `None` when a rule reads payload bytes (flex items).
+fn decisive_bytes(rules: &[Rule]) -> Option<Decisive> {
     let mut d = DecisiveBytes::layout();
-    let spreads = |t: &Target| matches!(t, Target::Rss(_));
-    if spreads(unmatched) || rules.iter().any(|r| spreads(&r.target)) {
-        for r in [at::IP_SRC, at::IP_DST, at::UDP_SRC, at::UDP_DST] {
-            d.add(r);
-        }
-    }
     for r in rules {
         if r.flex.is_some() {
             return None;
@@ -552,7 +557,11 @@ fn decisive_bytes(rules: &[Rule], unmatched: &Target) -> Option<DecisiveBytes> {
             }
         }
     }
-    Some(d)
+    let mut spread = d;
+    for r in [at::IP_SRC, at::IP_DST, at::UDP_SRC, at::UDP_DST] {
+        spread.add(r);
+    }
+    Some(Decisive { rules: d, spread })
 }
 
 /// RSS choice for a frame: 4-tuple for UDP, address pair for other IPv4, the first queue
@@ -598,7 +607,7 @@ impl Classifier {
         let index = (columns.is_some() && rules.len() > INDEX_FROM_RULES)
             .then(|| DportIndex::compile(&rules));
         let columns = if index.is_some() { None } else { columns };
-        let decisive = decisive_bytes(&rules, &unmatched);
+        let decisive = decisive_bytes(&rules);
         Self {
             rules,
             columns,
@@ -613,7 +622,7 @@ impl Classifier {
     /// Which bytes decide the verdict of a common-layout frame, if the rules read no
     /// other ([`VerdictMemo`](super::VerdictMemo)).
     #[inline]
-    pub(crate) fn decisive_bytes(&self) -> Option<&DecisiveBytes> {
+    pub(crate) fn decisive_bytes(&self) -> Option<&Decisive> {
         self.decisive.as_ref()
     }
 
@@ -642,12 +651,19 @@ impl Classifier {
     /// Classifies one frame.
     #[inline]
     pub fn classify(&self, frame: &[u8]) -> Verdict {
+        self.classify_spread(frame).0
+    }
+
+    /// Classifies one frame, and says whether its target spread it over queues (RSS),
+    /// so that the verdict also depends on the addresses and ports the hash reads.
+    #[inline]
+    pub(crate) fn classify_spread(&self, frame: &[u8]) -> (Verdict, bool) {
         if let Some(queue) = self.trivial_queue() {
-            return Verdict::Deliver { queue, flow_id: 0 };
+            return (Verdict::Deliver { queue, flow_id: 0 }, false);
         }
         match headers::parse(frame) {
-            Ok(h) => self.classify_headers(&h, frame),
-            Err(m) => Verdict::Malformed(m),
+            Ok(h) => self.classify_headers_spread(&h, frame),
+            Err(m) => (Verdict::Malformed(m), false),
         }
     }
 
@@ -702,6 +718,11 @@ impl Classifier {
 
     #[inline]
     fn classify_headers(&self, h: &Headers, frame: &[u8]) -> Verdict {
+        self.classify_headers_spread(h, frame).0
+    }
+
+    #[inline]
+    fn classify_headers_spread(&self, h: &Headers, frame: &[u8]) -> (Verdict, bool) {
         let h = *h;
         let hit = match (&self.index, &self.columns) {
             (Some(x), _) => x.first_match(&Key::of(&h)).map(|i| &self.rules[i]),
@@ -713,12 +734,15 @@ impl Classifier {
             None => (&self.unmatched, 0),
         };
         match target {
-            Target::Queue(q) => Verdict::Deliver { queue: *q, flow_id },
-            Target::Rss(qs) => Verdict::Deliver {
-                queue: rss_pick(qs, &h),
-                flow_id,
-            },
-            Target::Drop => Verdict::NoFlow,
+            Target::Queue(q) => (Verdict::Deliver { queue: *q, flow_id }, false),
+            Target::Rss(qs) => (
+                Verdict::Deliver {
+                    queue: rss_pick(qs, &h),
+                    flow_id,
+                },
+                true,
+            ),
+            Target::Drop => (Verdict::NoFlow, false),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! layout's own bytes (EtherType, version and header length, fragment field, protocol)
 //! are always compared, so an equal key also proves the same layout.
 
-use super::classifier::{Classifier, Verdict};
+use super::classifier::{Classifier, Decisive, Verdict};
 
 /// Bytes 0..40 of a frame, as five words; every field the rules read lies inside.
 const WORDS: usize = 5;
@@ -84,31 +84,63 @@ fn common_layout(frame: &[u8]) -> bool {
 /// bursts: a stream keeps its fields from burst to burst).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct VerdictMemo {
-    last: Option<([u64; WORDS], Verdict, u64)>,
+    last: Option<Remembered>,
+}
+
+/// A remembered verdict: the key over the bytes the rules read, and where its target
+/// spread it (RSS), the key over those and the hash's 4-tuple.
+#[derive(Clone, Copy, Debug)]
+struct Remembered {
+    rules_key: [u64; WORDS],
+    spread_key: Option<[u64; WORDS]>,
+    verdict: Verdict,
+    epoch: u64,
 }
 
 impl VerdictMemo {
-    /// `frame`'s verdict under `rules`: the previous one when the rules' decisive bytes
-    /// are those of the previous frame (of the same rule set), else classified.
+    /// `frame`'s verdict under `rules`: the previous one when the bytes that decided it
+    /// are those of the previous frame (of the same rule set), else classified. A verdict
+    /// a rule's queue or the unmatched queue gave needs only the bytes the rules read
+    /// equal (a stream whose source port rotates keeps it); one RSS gave needs the
+    /// 4-tuple equal too.
     #[inline]
     pub fn classify(&mut self, rules: &Classifier, frame: &[u8]) -> Verdict {
-        let Some(decisive) = rules.decisive_bytes() else {
+        let Some(&Decisive {
+            rules: by_rules,
+            spread,
+        }) = rules.decisive_bytes()
+        else {
             return rules.classify(frame);
         };
-        let Some(key) = decisive.key(frame) else {
+        let Some(rules_key) = by_rules.key(frame) else {
             return rules.classify(frame);
         };
-        if let Some((last, verdict, epoch)) = self.last
-            && same(&last, &key)
-            && epoch == rules.epoch()
+        if let Some(r) = &self.last
+            && same(&r.rules_key, &rules_key)
+            && r.epoch == rules.epoch()
         {
-            return verdict;
+            match r.spread_key {
+                None => return r.verdict,
+                Some(k) if spread.key(frame).is_some_and(|now| same(&k, &now)) => {
+                    return r.verdict;
+                }
+                Some(_) => {}
+            }
         }
-        let verdict = rules.classify(frame);
+        let (verdict, spread_by_rss) = rules.classify_spread(frame);
         // Remembered only for the common layout: the key compares its bytes, so an equal
         // key later proves that layout again.
         if common_layout(frame) {
-            self.last = Some((key, verdict, rules.epoch()));
+            self.last = Some(Remembered {
+                rules_key,
+                spread_key: if spread_by_rss {
+                    spread.key(frame)
+                } else {
+                    None
+                },
+                verdict,
+                epoch: rules.epoch(),
+            });
         }
         verdict
     }
