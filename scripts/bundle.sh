@@ -27,7 +27,8 @@ for p in $pmds; do
 done
 for b in "${bins[@]}"; do
   # `cargo bench` or a plain `cargo build` rebuild the binary without DPDK.
-  if [ "$(basename "$b")" = dataplane ] && ! ldd "$b" | grep -q librte_eal; then
+  # (grep reads all of ldd's output: with pipefail, `grep -q` closing early fails the pipe.)
+  if [ "$(basename "$b")" = dataplane ] && ! ldd "$b" | grep librte_eal >/dev/null; then
     echo "bundle: $b was built without the dpdk feature (cargo build --release --features dpdk)" >&2
     exit 1
   fi
