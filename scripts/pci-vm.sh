@@ -75,47 +75,21 @@ YAML
 # with priority 5, those to 5001 none. The 82576 offers VLAN insert, so the device tags the
 # frames (no software copy); the other NIC receives them with the tag (no VLAN strip) and
 # the capture's first bytes show what was on the wire.
-cat > "$IR/vlan.yaml" <<'YAML'
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    log_level: info
-    memory_regions:
-    - {name: tx_bufs, kind: huge, affinity: 0, num_bufs: 1024, buf_size: 2048}
-    - {name: rx_bufs, kind: huge, affinity: 0, num_bufs: 2048, buf_size: 2048}
-    interfaces:
-    - name: tx_nic
-      address: "0000:00:04.0"
-      tx:
-        flows:
-        - {name: tag, id: 1, actions: [{type: vlan_push, vlan_id: 100, pcp: 5}], match: {udp_dst: 5000}}
-        queues:
-        - {name: t, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [tx_bufs]}
-    - name: rx_nic
-      address: "0000:00:08.0"
-      rx:
-        queues:
-        - {name: r, id: 0, cpu_core: 1, batch_size: 32, timeout_us: 100, memory_regions: [rx_bufs]}
-bench_tx:
-  interface_name: tx_nic
-  queue_id: 0
-  cpu_core: -1
-  batch_size: 32
-  header_size: 64
-  payload_size: 64
-  eth_src_addr: "02:00:00:00:00:01"
-  eth_dst_addr: "02:00:00:00:00:02"
-  ip_src_addr: 198.18.0.1
-  ip_dst_addr: 198.18.0.2
-  udp_src_port: 4096
-  udp_dst_port: "5000-5001"
-bench_rx:
-  interface_name: rx_nic
-  queue_id: 0
-  cpu_core: -1
-YAML
+python3 - "$IR/pci_vm.yaml" "$IR/vlan.yaml" <<'PY'
+import sys
+s = open(sys.argv[1]).read()
+for old, new in [
+    ("num_bufs: 4096, buf_size: 16384", "num_bufs: 1024, buf_size: 2048"),
+    ("num_bufs: 8192, buf_size: 9000, zero_copy: true", "num_bufs: 2048, buf_size: 2048"),
+    ("      tx:\n        queues:", "      tx:\n        flows:\n        - {name: tag, id: 1, actions: "
+     "[{type: vlan_push, vlan_id: 100, pcp: 5}], match: {udp_dst: 5000}}\n        queues:"),
+    ("payload_size: 8936", "payload_size: 64"),
+    ("udp_dst_port: 5000", 'udp_dst_port: "5000-5001"'),
+]:
+    assert old in s, old
+    s = s.replace(old, new)
+open(sys.argv[2], "w").write(s)
+PY
 cat > "$IR/init" <<INIT
 #!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -131,12 +105,11 @@ done
 ls /dev/vfio | sed 's/^/PCIVM: vfio /'
 echo 400 > /proc/sys/vm/nr_hugepages
 mkdir -p /dev/hugepages; mount -t hugetlbfs nodev /dev/hugepages
-DATAPLANE_EAL_ARGS="-d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_bus_pci.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_e1000.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_ring.so.23.0" \
-    timeout 400 /opt/dataplane bench raw /pci_vm.yaml --seconds 3 --json > /tmp/out 2>&1
+export DATAPLANE_EAL_ARGS="-d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_bus_pci.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_e1000.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_ring.so.23.0"
+timeout 400 /opt/dataplane bench raw /pci_vm.yaml --seconds 3 --json > /tmp/out 2>&1
 echo "PCIVM: bench rc=\$?"
 sed 's/^/PCIVM: /' /tmp/out
-DATAPLANE_EAL_ARGS="-d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_bus_pci.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_e1000.so.23.0 -d /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_ring.so.23.0" \
-    timeout 200 /opt/dataplane capture /vlan.yaml /tmp/vlan.pcap --tx --seconds 1 --target-gbps 0.005 > /tmp/vlan.out 2>&1
+timeout 200 /opt/dataplane capture /vlan.yaml /tmp/vlan.pcap --tx --seconds 1 --target-gbps 0.005 > /tmp/vlan.out 2>&1
 echo "PCIVMVLAN: capture rc=\$?"
 grep -E "VLAN|TX flow" /tmp/vlan.out | sed "s/^/PCIVMVLAN: /"; tail -5 /tmp/vlan.out | sed "s/^/PCIVMVLAN: /"
 od -A n -t x1 -v -N 4096 /tmp/vlan.pcap | sed 's/^/PCIVMHEX:/'
