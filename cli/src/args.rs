@@ -7,7 +7,8 @@ use dataplane::capture::CaptureFormat;
 #[command(
     name = "dataplane",
     version,
-    about = "Kernel-bypass poll-mode data plane"
+    about = "Kernel-bypass poll-mode data plane",
+    after_help = crate::status::HELP
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]

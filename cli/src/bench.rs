@@ -48,6 +48,11 @@ pub(crate) fn bench_exit(signals: &Signals, status: u8) -> ExitCode {
     }
 }
 
+/// The status of a verdict: success, or failed.
+pub(crate) fn verdict(ok: bool) -> u8 {
+    if ok { status::SUCCESS } else { status::FAILED }
+}
+
 /// What `bench raw` does per frame.
 pub(crate) struct RawWork {
     pub(crate) verify_payload: bool,
@@ -128,9 +133,9 @@ pub(crate) fn bench_raw(
         result,
         raw::RawReport::human,
         |r| match r.verdict {
-            raw::Verdict::Lossless => 0,
-            raw::Verdict::NotLossless => 2,
-            raw::Verdict::Inconclusive => 3,
+            raw::Verdict::Lossless => status::SUCCESS,
+            raw::Verdict::NotLossless => status::FAILED,
+            raw::Verdict::Inconclusive => status::INCONCLUSIVE,
         },
         output,
         signals,
@@ -152,7 +157,7 @@ pub(crate) fn bench_fwd(
     finish_bench(
         fwd::run(&c, &opts, &signals.any),
         fwd::FwdReport::human,
-        |r| if r.problems.is_empty() { 0 } else { 2 },
+        |r| verdict(r.problems.is_empty()),
         output,
         signals,
     )
@@ -225,7 +230,7 @@ pub(crate) fn bench_dynamic_flows(
     finish_bench(
         dataplane_bench::dynamic::run(&c, &opts, &signals.any),
         dataplane_bench::dynamic::DynamicReport::human,
-        |r| if r.ok { 0 } else { 2 },
+        |r| verdict(r.ok),
         output,
         signals,
     )
@@ -267,11 +272,11 @@ pub(crate) fn bench_rdma(
     match rdma_bench::run(&c, mode, seconds, budget, &signals.any) {
         Ok(report) => {
             print_report(&report.human(), &report, output);
-            bench_exit(signals, if report.ok() { 0 } else { 2 })
+            bench_exit(signals, verdict(report.ok()))
         }
         Err(e) => {
             eprintln!("error: {e}");
-            bench_exit(signals, 1)
+            bench_exit(signals, status::ERROR)
         }
     }
 }
@@ -295,11 +300,11 @@ pub(crate) fn bench_socket(
     match dataplane_bench::socket::run(&c, &opts, &signals.any) {
         Ok(report) => {
             print_report(&report.human(), &report, output);
-            bench_exit(signals, if report.ok() { 0 } else { 2 })
+            bench_exit(signals, verdict(report.ok()))
         }
         Err(e) => {
             eprintln!("error: {e}");
-            bench_exit(signals, 1)
+            bench_exit(signals, status::ERROR)
         }
     }
 }

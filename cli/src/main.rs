@@ -22,6 +22,8 @@ mod logging;
 
 mod signals;
 
+mod status;
+
 use args::*;
 use bench::*;
 use signals::Signals;
@@ -245,19 +247,19 @@ fn doctor(file: Option<&Path>, json: bool, root: &Path) -> ExitCode {
     let config = match file {
         Some(f) => match load(f) {
             Some(c) => Some(c),
-            None => return ExitCode::from(2),
+            None => return ExitCode::from(status::ERROR),
         },
         None => None,
     };
     let findings = doctor::check(&doctor::Machine::at(root), config.as_ref());
-    let status = doctor::exit_status(&findings);
+    let blocking = doctor::exit_status(&findings) != 0;
     if json {
         emit(&format!(
             "{}\n",
             serde_json::json!({
                 "root": root,
                 "config": file,
-                "blocking": status != 0,
+                "blocking": blocking,
                 "findings": findings,
             })
         ));
@@ -268,7 +270,11 @@ fn doctor(file: Option<&Path>, json: bool, root: &Path) -> ExitCode {
         };
         emit(&(head + &doctor::human(&findings)));
     }
-    ExitCode::from(status)
+    ExitCode::from(if blocking {
+        status::FAILED
+    } else {
+        status::SUCCESS
+    })
 }
 
 fn hugepages_cleanup(dry_run: bool) -> ExitCode {

@@ -466,3 +466,66 @@ fn bench_results_carry_setup_series_and_workers_and_plot_draws_a_sweep() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(".png or .svg"));
 }
+
+/// The exit statuses `--help` documents, each from a run that must give it: usage
+/// mistakes 2 (clap's), a command that cannot run 1, a lossless bench 0, a bench whose
+/// wire drops frames 3 (130 and 143 after signals are tested above; `doctor`'s 0 and 3
+/// in `doctor.rs`).
+#[test]
+fn exit_statuses_mean_one_thing_each() {
+    let code = |args: &[&str]| {
+        let out = dataplane().args(args).output().expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (status, help) = code(&["--help"]);
+    assert_eq!(status, Some(0));
+    for want in [
+        "Exit status:",
+        "3    failed verdict",
+        "4    inconclusive",
+        "DATAPLANE_EAL_ARGS",
+        "DATAPLANE_LOG",
+    ] {
+        assert!(help.contains(want), "--help lacks {want:?}: {help}");
+    }
+    assert_eq!(code(&["--no-such-flag"]).0, Some(2));
+    assert_eq!(
+        code(&["bench", "raw", &cfg("sw_loopback.yaml"), "--seconds", "x"]).0,
+        Some(2)
+    );
+    assert_eq!(
+        code(&["validate", "/nonexistent/dataplane.yaml"]).0,
+        Some(1)
+    );
+    let lossless = [
+        "bench",
+        "raw",
+        &cfg("sw_loopback.yaml"),
+        "--seconds",
+        "1",
+        "--quiet",
+    ];
+    assert_eq!(code(&lossless).0, Some(0));
+    let dropping = std::fs::read_to_string(cfg("sw_loopback.yaml"))
+        .unwrap()
+        .replacen(
+            "      address: \"loopback\"",
+            "      address: \"loopback\"\n      fault_injection:\n        rules:\n        - {action: drop, every: 100}",
+            1,
+        );
+    let file = std::env::temp_dir().join(format!("dp-exit-{}.yaml", std::process::id()));
+    std::fs::write(&file, dropping).unwrap();
+    let dropped = code(&[
+        "bench",
+        "raw",
+        file.to_str().unwrap(),
+        "--seconds",
+        "1",
+        "--quiet",
+    ]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(dropped.0, Some(3));
+}

@@ -58,7 +58,7 @@ fn doctor(config: Option<&str>, root: &Path) -> (i32, Vec<Value>) {
     let v: Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     let status = out.status.code().unwrap();
-    assert_eq!(v["blocking"], status == 1, "{v}");
+    assert_eq!(v["blocking"], status == 3, "{v}");
     (status, v["findings"].as_array().unwrap().clone())
 }
 
@@ -108,7 +108,7 @@ fn a_tuned_server_passes_the_dpdk_gpu_configuration() {
 #[test]
 fn an_untuned_server_blocks_the_dpdk_gpu_configuration_and_says_how_to_fix_each_finding() {
     let (status, f) = doctor(Some(DPDK_GPU), &tree("untuned-server"));
-    assert_eq!(status, 1);
+    assert_eq!(status, 3);
     let block = |c| of(&f, c, "block");
     let warn = |c| of(&f, c, "warn");
     assert!(
@@ -163,7 +163,7 @@ fn rdma_needs_a_roce_v2_gid_for_its_address_and_room_to_register_its_regions() {
     assert!(has(&of(&f, "memlock", "ok"), "unlimited"));
 
     let (status, f) = doctor(Some(RDMA), &tree("untuned-server"));
-    assert_eq!(status, 1);
+    assert_eq!(status, 3);
     assert!(
         has(
             &of(&f, "rdma", "block"),
@@ -232,7 +232,7 @@ fn rdma_into_gpu_memory_without_dma_buf_or_peer_memory_stages_unless_told_not_to
         "{f:#?}"
     );
     let (status, f) = doctor(Some(&config("direct")), root.path());
-    assert_eq!(status, 1, "{f:#?}");
+    assert_eq!(status, 3, "{f:#?}");
     assert!(
         has(
             &of(&f, "gpu", "block"),
@@ -281,13 +281,13 @@ fn the_recorded_two_core_vm_runs_the_loopback_and_lacks_huge_pages() {
     assert_eq!(status, 0, "{f:#?}");
     assert!(has(&of(&f, "cores", "warn"), "1 not in isolcpus"));
     let (status, f) = doctor(Some("sw_loopback_huge.yaml"), &tree("debian-vm"));
-    assert_eq!(status, 1);
+    assert_eq!(status, 3);
     assert!(
         has(&of(&f, "hugepages", "block"), "no hugetlbfs mount"),
         "{f:#?}"
     );
     let (status, f) = doctor(Some("rdma_loopback.yaml"), &tree("debian-vm"));
-    assert_eq!(status, 1);
+    assert_eq!(status, 3);
     assert!(has(&of(&f, "rdma", "block"), "no RDMA device"), "{f:#?}");
     // Without a configuration: what the machine offers.
     let (status, f) = doctor(None, &tree("debian-vm"));
@@ -348,7 +348,7 @@ fn the_recorded_h200_host_has_the_driver_a_gpu_configuration_needs() {
     assert!(has(&of(&f, "cores", "ok"), "online cores 0-15"), "{f:#?}");
     // The same configuration on the recorded 2-core VM has no driver.
     let (status, f) = doctor(Some("gpu_loopback_64.yaml"), &tree("debian-vm"));
-    assert_eq!(status, 1);
+    assert_eq!(status, 3);
     assert!(
         has(&of(&f, "gpu", "block"), "need the NVIDIA driver"),
         "{f:#?}"

@@ -79,7 +79,7 @@ fn mid_transfer() {
 }
 
 /// Starts a server and a client, kills `victim` ("server" or "client") with SIGKILL mid
-/// transfer and checks that the other side ends by itself, exit 2, saying its peer went
+/// transfer and checks that the other side ends by itself, exit 3 (a failed verdict), saying its peer went
 /// away (the disconnect event, or the flushed receives, whichever tells it first).
 fn survivor_of_a_kill(victim: &str) {
     let mut server = side("server", "60", &[]);
@@ -94,7 +94,7 @@ fn survivor_of_a_kill(victim: &str) {
     kill9(dead);
     let (out, _) = ends_by_itself(survivor, &format!("the {name}"));
     let t = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert_eq!(out.status.code(), Some(3), "{t}");
     assert!(
         t.contains(&format!("the {victim} disconnected")) || t.contains("error completion"),
         "{t}"

@@ -63,7 +63,7 @@ fn report(mut c: Command) -> (i32, serde_json::Value) {
     let out = c.stderr(Stdio::inherit()).output().unwrap();
     let code = out.status.code().unwrap_or(-1);
     assert!(
-        code == 0 || code == 2,
+        code == 0 || code == 3,
         "exit {code}: {}",
         String::from_utf8_lossy(&out.stdout)
     );
