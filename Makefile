@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # feature turns on the library's and the benches'.
 FEATURES ?= --features dataplane-cli/dpdk
 
-.PHONY: setup build run test test-aarch64 python-test bench lint clean
+.PHONY: setup build run test test-aarch64 python-test bench lint clean capi install
 
 setup:
 	./scripts/setup.sh
@@ -39,6 +39,19 @@ python-test: setup
 	$(PYENV)/bin/pip install -q --force-reinstall target/wheels/dataplane-*.whl
 	$(PYENV)/bin/python -m pytest -q -rs python/tests
 	$(PYENV)/bin/python examples/python/bench_raw.py configs/sw_loopback.yaml --seconds 1
+
+# The C library (capi/): `make install PREFIX=/opt/dataplane` builds libdataplane_c.so and
+# installs it with its soname, dataplane.h and a pkg-config file (`pkg-config --cflags
+# --libs dataplane`); DESTDIR stages it. CAPI_FEATURES= builds it without DPDK.
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+CAPI_FEATURES ?= --features dataplane-c/dpdk
+capi: setup
+	$(CARGO) build --release -p dataplane-c $(CAPI_FEATURES)
+
+install: capi
+	./scripts/install-c.sh target/release/libdataplane_c.so "$(PREFIX)" "$(LIBDIR)" "$(INCLUDEDIR)"
 
 bench: build
 	./scripts/bench.sh

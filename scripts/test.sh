@@ -57,18 +57,26 @@ step_examples() {
     ./target/release/examples/$e || return 1
   done
 }
-# The C API: the header is current (a test above), the examples build and run: the second
-# checks the thread-safety contract from several threads, the third runs a handler on the
-# worker's core (run to completion).
+# The C API, as a user links it: installed (scripts/install-c.sh, what `make install` runs)
+# into target/c-prefix, the examples built with pkg-config's flags against the installed
+# header and library (its soname checked) and run: the loopback end to end, every segment,
+# flow id and timestamp of split packets, the thread-safety contract from several
+# threads, and a handler on the worker's core (run to completion). The header being
+# current is a test above.
 step_c_api() {
-  local c=(cc -O2 -Wall -Wextra -Werror -I capi/include)
-  local link=(-L target/release -ldataplane_c -Wl,-rpath,"$PWD/target/release")
-  "${c[@]}" capi/examples/loopback.c "${link[@]}" -o target/c-loopback
-  ./target/c-loopback
-  "${c[@]}" -pthread capi/examples/threads.c "${link[@]}" -o target/c-threads
-  ./target/c-threads
-  "${c[@]}" capi/examples/handler.c "${link[@]}" -o target/c-handler
-  ./target/c-handler
+  local prefix=$PWD/target/c-prefix
+  rm -rf "$prefix"
+  ./scripts/install-c.sh target/release/libdataplane_c.so "$prefix"
+  local flags
+  read -ra flags <<< "$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs dataplane)"
+  local c=(cc -O2 -Wall -Wextra -Werror) link=("${flags[@]}" -Wl,-rpath,"$prefix/lib")
+  local e
+  for e in loopback packets threads handler; do
+    "${c[@]}" -pthread capi/examples/$e.c "${link[@]}" -o target/c-$e
+    readelf -d target/c-$e | grep 'NEEDED.*\[libdataplane_c\.so\.[0-9]' >/dev/null \
+      || { echo "target/c-$e does not link libdataplane_c by its soname" >&2; return 1; }
+    ./target/c-$e
+  done
 }
 # Both C programs under valgrind, with the unsafe-heavy crates' unit tests.
 step_memcheck() { ./scripts/memcheck.sh; }

@@ -85,7 +85,7 @@ int main(void) {
   if (dp_rx_queue(plane, "loop0", 0) != NULL) { fprintf(stderr, "a handler queue has no handle\n"); return 1; }
   struct timespec nap = {0, 1000000};
   for (int i = 0; i < 60000 && !(the_worker && the_worker->done); i++) nanosleep(&nap, NULL);
-  DpStats stats;
+  DpStats stats = {.size = sizeof(DpStats)};
   dp_stats(plane, &stats);
   if ((s = dp_shutdown(plane)) != DP_STATUS_OK) { fprintf(stderr, "dp_shutdown: %s\n", dp_last_error()); return 1; }
   struct worker *w = the_worker;

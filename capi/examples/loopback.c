@@ -75,7 +75,7 @@ int main(void) {
     dp_burst_free(got);
   }
 
-  DpStats stats;
+  DpStats stats = {.size = sizeof(DpStats)};
   if ((s = dp_stats(plane, &stats)) != DP_STATUS_OK) return fail("dp_stats", s);
   if (stats.tx_packets != FRAMES || stats.rx_packets != FRAMES || stats.dropped != 0) {
     fprintf(stderr, "counters: tx %llu rx %llu dropped %llu\n", (unsigned long long)stats.tx_packets,

@@ -106,9 +106,16 @@ typedef Exclusive_TxQueue DpTxQueue;
 typedef Exclusive_Option_Burst DpBurst;
 
 /**
- * Totals over every queue of a plane.
+ * Totals over every queue of a plane. Versioned: set `size` to `sizeof(DpStats)` before
+ * [`dp_stats`]; the library fills as many bytes as both sides know and sets `size` to
+ * that, so a program built against an older header keeps working with a newer library.
  */
 typedef struct {
+  /**
+   * Bytes of this struct as the caller knows it; set by the caller, then to the bytes
+   * filled.
+   */
+  uintptr_t size;
   /**
    * Packets received.
    */
@@ -162,6 +169,35 @@ typedef struct {
    */
   void *user;
 } DpHandler;
+
+/**
+ * What the plane knows of one packet. Versioned as [`crate::DpStats`]: set `size` to
+ * `sizeof(DpPacketInfo)` before [`dp_burst_packet_info`].
+ */
+typedef struct {
+  /**
+   * Bytes of this struct as the caller knows it; set by the caller, then to the bytes
+   * filled.
+   */
+  uintptr_t size;
+  /**
+   * Bytes over all segments.
+   */
+  uint64_t length;
+  /**
+   * Receive time in nanoseconds (the NIC's clock, or the worker's when the queue
+   * stamps in software); 0 when the RX queue has no `hardware_timestamps`.
+   */
+  uint64_t timestamp_ns;
+  /**
+   * Id of the flow rule that steered the packet (its `id` key); 0 when none did.
+   */
+  uint32_t flow_id;
+  /**
+   * Segments of the packet: 1, or 2 on a header-data split queue.
+   */
+  uint32_t segments;
+} DpPacketInfo;
 
 #ifdef __cplusplus
 extern "C" {
@@ -236,20 +272,6 @@ DpStatus dp_tx_send(DpTxQueue *queue, DpBurst *burst, uint64_t timeout_us);
 uintptr_t dp_burst_len(const DpBurst *burst);
 
 /**
- * Packet `index`'s first segment: its bytes (`*data`, host memory) and length (`*len`).
- * For a packet in GPU memory `*data` is NULL and `*device_address` its device address.
- * Valid until the burst is freed or sent.
- *
- * # Safety
- * `burst` is a live burst; the out pointers are writable (`device_address` may be NULL).
- */
-DpStatus dp_burst_packet(const DpBurst *burst,
-                         uintptr_t index,
-                         const uint8_t **data,
-                         uintptr_t *len,
-                         uint64_t *device_address);
-
-/**
  * Packet `index`'s writable buffer (`*data`, `*capacity` bytes; host memory only), for a
  * burst from [`dp_tx_alloc`]; set the frame's length with [`dp_burst_set_len`].
  *
@@ -275,10 +297,11 @@ DpStatus dp_burst_set_len(DpBurst *burst, uintptr_t index, uintptr_t len);
 void dp_burst_free(DpBurst *burst);
 
 /**
- * Totals of every queue of the plane.
+ * Totals of every queue of the plane, into `*out` (set `out->size` first; see
+ * [`DpStats`]).
  *
  * # Safety
- * `plane` is a live plane; `out` is writable.
+ * `plane` is a live plane; `out` is writable for the `size` bytes it declares.
  */
 DpStatus dp_stats(const DpPlane *plane, DpStats *out);
 
@@ -313,6 +336,32 @@ void dp_rx_queue_free(DpRxQueue *queue);
  * `queue` is NULL or a live TX queue, not used afterwards.
  */
 void dp_tx_queue_free(DpTxQueue *queue);
+
+/**
+ * Adds the RX flow rule `flow_yaml` (one entry of an interface's `rx.flows`, e.g.
+ * `{name: f, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 7000}}`) to
+ * `interface` at the lowest priority, and sets `*flow_id` to its id (an `id` of 0 gets a
+ * free one). Returns once every worker steers with it; its packets carry that flow id
+ * (`dp_burst_packet_info`). A rule that does not parse is `DP_STATUS_INVALID_ARGUMENT`
+ * with the key, line and column in `dp_last_error`.
+ *
+ * # Safety
+ * `plane` is a live plane; `interface` and `flow_yaml` NUL-terminated strings;
+ * `flow_id` writable.
+ */
+DpStatus dp_add_flow(DpPlane *plane,
+                     const char *interface,
+                     const char *flow_yaml,
+                     uint32_t *flow_id);
+
+/**
+ * Removes the flow rule `flow_id` that [`dp_add_flow`] added to `interface`. When it
+ * returns, every burst received afterwards was steered without it.
+ *
+ * # Safety
+ * `plane` is a live plane; `interface` a NUL-terminated string.
+ */
+DpStatus dp_remove_flow(DpPlane *plane, const char *interface, uint32_t flow_id);
 
 /**
  * As [`dp_start_yaml`], with a run-to-completion handler for the queues configured
@@ -371,6 +420,43 @@ uint16_t dp_burst_port(const DpBurst *burst);
  * `burst` is NULL or a live burst.
  */
 uint16_t dp_burst_queue(const DpBurst *burst);
+
+/**
+ * Packet `index`'s first segment, as [`dp_burst_segment`] with segment 0.
+ *
+ * # Safety
+ * As [`dp_burst_segment`].
+ */
+DpStatus dp_burst_packet(const DpBurst *burst,
+                         uintptr_t index,
+                         const uint8_t **data,
+                         uintptr_t *len,
+                         uint64_t *device_address);
+
+/**
+ * Segment `segment` of packet `index`: its bytes (`*data`, host memory) and length
+ * (`*len`). For a segment in GPU memory `*data` is NULL and `*device_address` its device
+ * address (0 for host memory). A header-data split queue gives each packet two segments:
+ * its headers, then its payload. Valid until the burst is freed or sent.
+ *
+ * # Safety
+ * `burst` is a live burst; the out pointers are writable (`device_address` may be NULL).
+ */
+DpStatus dp_burst_segment(const DpBurst *burst,
+                          uintptr_t index,
+                          uintptr_t segment,
+                          const uint8_t **data,
+                          uintptr_t *len,
+                          uint64_t *device_address);
+
+/**
+ * What the plane knows of packet `index` (flow id, timestamp, length, segments), into
+ * `*out` (set `out->size` first; see [`DpPacketInfo`]).
+ *
+ * # Safety
+ * `burst` is a live burst; `out` is writable for the `size` bytes it declares.
+ */
+DpStatus dp_burst_packet_info(const DpBurst *burst, uintptr_t index, DpPacketInfo *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,8 +15,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+mod flows;
 mod handler;
+mod packet;
 pub use handler::{DpHandler, DpHandlerTx};
+pub use packet::DpPacketInfo;
 
 /// Result of a call.
 #[repr(C)]
@@ -112,10 +115,15 @@ unsafe fn with_burst(p: *const DpBurst, f: impl FnOnce(&mut Burst) -> DpStatus) 
     }
 }
 
-/// Totals over every queue of a plane.
+/// Totals over every queue of a plane. Versioned: set `size` to `sizeof(DpStats)` before
+/// [`dp_stats`]; the library fills as many bytes as both sides know and sets `size` to
+/// that, so a program built against an older header keeps working with a newer library.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DpStats {
+    /// Bytes of this struct as the caller knows it; set by the caller, then to the bytes
+    /// filled.
+    pub size: usize,
     /// Packets received.
     pub rx_packets: u64,
     /// Bytes received.
@@ -469,45 +477,6 @@ pub unsafe extern "C" fn dp_burst_len(burst: *const DpBurst) -> usize {
     len
 }
 
-/// Packet `index`'s first segment: its bytes (`*data`, host memory) and length (`*len`).
-/// For a packet in GPU memory `*data` is NULL and `*device_address` its device address.
-/// Valid until the burst is freed or sent.
-///
-/// # Safety
-/// `burst` is a live burst; the out pointers are writable (`device_address` may be NULL).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn dp_burst_packet(
-    burst: *const DpBurst,
-    index: usize,
-    data: *mut *const u8,
-    len: *mut usize,
-    device_address: *mut u64,
-) -> DpStatus {
-    guard(|| {
-        let fill = |b: &mut Burst| {
-            if index >= b.len() || data.is_null() || len.is_null() {
-                return invalid("index out of range, or data or len is NULL");
-            }
-            let bytes = b.data(index, 0);
-            // SAFETY: checked non-NULL; the caller's promise that they are writable.
-            unsafe {
-                *len = b.packets()[index].segments()[0].len as usize;
-                *data = bytes.map_or(std::ptr::null(), |d| d.as_ptr());
-                if !device_address.is_null() {
-                    *device_address = if bytes.is_none() {
-                        b.segment_addr(index, 0)
-                    } else {
-                        0
-                    };
-                }
-            }
-            DpStatus::Ok
-        };
-        // SAFETY: the caller's promise.
-        unsafe { with_burst(burst, fill) }
-    })
-}
-
 /// Packet `index`'s writable buffer (`*data`, `*capacity` bytes; host memory only), for a
 /// burst from [`dp_tx_alloc`]; set the frame's length with [`dp_burst_set_len`].
 ///
@@ -590,10 +559,11 @@ pub unsafe extern "C" fn dp_burst_free(burst: *mut DpBurst) {
     unsafe { free_boxed(burst) }
 }
 
-/// Totals of every queue of the plane.
+/// Totals of every queue of the plane, into `*out` (set `out->size` first; see
+/// [`DpStats`]).
 ///
 /// # Safety
-/// `plane` is a live plane; `out` is writable.
+/// `plane` is a live plane; `out` is writable for the `size` bytes it declares.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dp_stats(plane: *const DpPlane, out: *mut DpStats) -> DpStatus {
     guard(|| {
@@ -605,17 +575,16 @@ pub unsafe extern "C" fn dp_stats(plane: *const DpPlane, out: *mut DpStats) -> D
             let s = p.snapshot();
             let (rx_packets, rx_bytes) = s.total(dataplane::config::Direction::Rx);
             let (tx_packets, tx_bytes) = s.total(dataplane::config::Direction::Tx);
-            // SAFETY: checked non-NULL; the caller's promise.
-            unsafe {
-                *out = DpStats {
-                    rx_packets,
-                    rx_bytes,
-                    tx_packets,
-                    tx_bytes,
-                    dropped: s.drops().total(),
-                }
+            let stats = DpStats {
+                size: 0,
+                rx_packets,
+                rx_bytes,
+                tx_packets,
+                tx_bytes,
+                dropped: s.drops().total(),
             };
-            DpStatus::Ok
+            // SAFETY: checked non-NULL; the caller's promise that it holds `size` bytes.
+            unsafe { packet::write_sized(out, stats, "DpStats") }
         })
     })
 }

@@ -133,17 +133,8 @@ pub fn load_with(
         );
         return Err(d.into_error(source_name));
     }
-    let root = match yaml::parse(text) {
-        Ok(root) => root,
-        Err(e) => {
-            d.error(
-                DiagnosticKind::Syntax,
-                "",
-                e.location,
-                format!("invalid YAML: {}", e.message),
-            );
-            return Err(d.into_error(source_name));
-        }
+    let Some(root) = yaml_root(&mut d, text) else {
+        return Err(d.into_error(source_name));
     };
     let Some(config) = parse::document(&mut d, &root) else {
         return Err(d.into_error(source_name));
@@ -156,6 +147,32 @@ pub fn load_with(
         config,
         warnings: d.into_vec(),
     })
+}
+
+/// The YAML tree of `text`, or a syntax error in `d`.
+fn yaml_root(d: &mut Diagnostics, text: &str) -> Option<yaml::Node> {
+    yaml::parse(text)
+        .map_err(|e| {
+            let message = format!("invalid YAML: {}", e.message);
+            d.error(DiagnosticKind::Syntax, "", e.location, message);
+        })
+        .ok()
+}
+
+/// One RX flow rule from YAML text written as an entry of an interface's `rx.flows`
+/// (`{name: f, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 7000}}`), for rules
+/// added at run time ([`crate::DataPlane::add_flow`]) from text, as the C API does. Errors
+/// name the key, line and column; whether the interface has its queues is checked when
+/// the rule is added.
+pub fn flow_from_str(text: &str, source_name: &str) -> Result<FlowConfig, ConfigError> {
+    let mut d = Diagnostics::default();
+    let Some(root) = yaml_root(&mut d, text) else {
+        return Err(d.into_error(source_name));
+    };
+    match parse::rx_flow(&mut d, &root, "flow") {
+        Some(flow) if !d.has_errors() => Ok(flow),
+        _ => Err(d.into_error(source_name)),
+    }
 }
 
 /// The `tracing` level a configuration's `log_level` asks for (`critical` is `error`, the

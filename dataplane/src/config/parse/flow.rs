@@ -2,8 +2,8 @@
 
 use super::*;
 
-/// Parses one `rx.flows[]` entry (public for dynamic flows built from YAML text).
-pub(super) fn flow(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FlowConfig> {
+/// Parses one `rx.flows[]` entry (also a dynamic flow's YAML text: [`crate::config::flow_from_str`]).
+pub(in crate::config) fn flow(d: &mut Diagnostics, node: &Node, path: &str) -> Option<FlowConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let name = m.required(d, "name", r::name);
     let id = m.required(d, "id", |d, n, p| r::uint_in(d, n, p, 0, 0xFF_FFFF));

@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 
 mod bench;
 mod flow;
+pub(super) use flow::flow as rx_flow;
 mod interface;
 mod reorder;
 
