@@ -3,10 +3,20 @@
 use super::*;
 use dataplane::capture::CaptureFormat;
 
+/// `--version`: the release, the commit it was built from, the features built in.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("DATAPLANE_COMMIT"),
+    "; features: ",
+    env!("DATAPLANE_FEATURES"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "dataplane",
-    version,
+    version = VERSION,
     about = "Kernel-bypass poll-mode data plane",
     after_help = crate::status::HELP
 )]

@@ -363,9 +363,9 @@ fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {
     }
     let mut out = format!("{}: valid\n", file.display());
     out += &format!(
-        "  engine: {} (stream_type {:?}), master_core {}\n",
+        "  engine: {} (stream_type {}), master_core {}\n",
         c.engine.name(),
-        c.stream_type,
+        dataplane::plan::choice_name(&c.stream_type),
         c.master_core
     );
     for iface in &c.interfaces {

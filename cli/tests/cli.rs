@@ -529,3 +529,40 @@ fn exit_statuses_mean_one_thing_each() {
     let _ = std::fs::remove_file(&file);
     assert_eq!(dropped.0, Some(3));
 }
+
+/// `--version` names the release, the commit the binary was built from (where the source
+/// is a git checkout) and the features built in; `validate` names choices as the
+/// configuration writes them (`raw`, not Rust's `Raw`).
+#[test]
+fn version_names_commit_and_features_and_validate_speaks_the_schema() {
+    let out = dataplane().arg("--version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.starts_with(&format!("dataplane {} (", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(text.contains("; features: "), "{text}");
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    if let Some(head) = head {
+        let head = String::from_utf8_lossy(&head.stdout);
+        assert!(text.contains(head.trim()), "{text} (HEAD {head})");
+    }
+    let validate = |extra: &[&str]| {
+        let out = dataplane()
+            .args(["validate", &cfg("sw_loopback.yaml")])
+            .args(extra)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = validate(&[]);
+    assert!(text.contains("(stream_type raw)"), "{text}");
+    let text = validate(&["--plan"]);
+    assert!(text.contains("rx overflow: backpressure"), "{text}");
+}

@@ -245,6 +245,21 @@ pub struct Drops {
     pub tx_no_room: u64,
 }
 
+/// The reasons with drops, by name and count (`ring_full 12, no_flow 3`), or `none`.
+impl std::fmt::Display for Drops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut any = false;
+        for (reason, n) in self.by_reason().into_iter().filter(|(_, n)| *n > 0) {
+            write!(f, "{}{reason} {n}", if any { ", " } else { "" })?;
+            any = true;
+        }
+        if !any {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
 impl Drops {
     /// Sum over all reasons.
     pub fn total(&self) -> u64 {
@@ -547,5 +562,23 @@ mod warn_limiter_tests {
         assert!((0..10_000).all(|i| w.allow_at(5 + i % 999).is_none()));
         assert_eq!(w.allow_at(5 + WarnLimiter::PERIOD_MS), Some(10_000));
         assert_eq!(w.allow_at(6 + WarnLimiter::PERIOD_MS), None);
+    }
+}
+
+#[cfg(test)]
+mod drops_text_tests {
+    use super::Drops;
+
+    /// People read drop counts by the names the JSON and metrics use, only the reasons
+    /// that happened.
+    #[test]
+    fn drops_read_as_reasons_with_counts() {
+        assert_eq!(Drops::default().to_string(), "none");
+        let d = Drops {
+            ring_full: 12,
+            no_flow: 3,
+            ..Default::default()
+        };
+        assert_eq!(d.to_string(), "ring_full 12, no_flow 3");
     }
 }

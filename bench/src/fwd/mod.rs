@@ -322,7 +322,7 @@ pub fn run(
     let drops = snapshot.drops();
     if drops.total() > 0 {
         problems.push(format!(
-            "data plane dropped {} packets ({drops:?})",
+            "data plane dropped {} packets ({drops})",
             drops.total()
         ));
     }

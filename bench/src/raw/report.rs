@@ -80,14 +80,14 @@ impl RawReport {
     fn push_details(&self, s: &mut String) {
         if let Some(l) = &self.latency {
             s.push_str(&format!(
-                "  one-way latency ({} frames, receive time from {}): min {} p50 {} p99 {} p99.9 {} max {} ns{}\n",
+                "  one-way latency ({} frames, receive time from {}): min {} p50 {} p99 {} p99.9 {} max {}{}\n",
                 l.frames,
                 self.latency_clock,
-                l.min_ns,
-                l.p50_ns,
-                l.p99_ns,
-                l.p999_ns,
-                l.max_ns,
+                duration_text(l.min_ns),
+                duration_text(l.p50_ns),
+                duration_text(l.p99_ns),
+                duration_text(l.p999_ns),
+                duration_text(l.max_ns),
                 if l.receive_before_send > 0 {
                     format!(" ({} frames received before their send time: clocks of two processes)", l.receive_before_send)
                 } else {
@@ -171,6 +171,44 @@ impl RawReport {
                     s.push_str(&format!("  - {p}\n"));
                 }
             }
+        }
+    }
+}
+
+/// Nanoseconds in the unit that fits them, three significant digits (`850 ns`, `3.16 ms`):
+/// latencies span decades, and eight-digit nanosecond counts are hard to read. The exact
+/// values are in the JSON report.
+fn duration_text(ns: u64) -> String {
+    let units = [(1e9, "s"), (1e6, "ms"), (1e3, "us")];
+    let Some(&(scale, unit)) = units.iter().find(|(scale, _)| ns as f64 >= *scale) else {
+        return format!("{ns} ns");
+    };
+    let v = ns as f64 / scale;
+    let decimals = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.decimals$} {unit}")
+}
+
+#[cfg(test)]
+mod duration_text_tests {
+    #[test]
+    fn durations_read_in_the_unit_that_fits() {
+        let cases = [
+            (0, "0 ns"),
+            (850, "850 ns"),
+            (34_496, "34.5 us"),
+            (3_155_967, "3.16 ms"),
+            (851_455, "851 us"),
+            (15_351_807, "15.4 ms"),
+            (2_500_000_000, "2.50 s"),
+        ];
+        for (ns, text) in cases {
+            assert_eq!(super::duration_text(ns), text, "{ns} ns");
         }
     }
 }

@@ -62,7 +62,7 @@ pub(super) fn note_problems(
 ) {
     if drops.total() > 0 {
         problems.push(format!(
-            "data plane dropped {} packets ({drops:?})",
+            "data plane dropped {} packets ({drops})",
             drops.total()
         ));
     }

@@ -23,9 +23,9 @@ impl Plan {
         let c = &self.capabilities;
         let _ = writeln!(
             s,
-            "engine: {} (rx overflow: {:?}; lends regions: {}; hardware steering: {}; own huge pages: {})",
+            "engine: {} (rx overflow: {}; lends regions: {}; hardware steering: {}; own huge pages: {})",
             self.engine.name(),
-            c.rx_overflow,
+            choice_name(&c.rx_overflow),
             c.receives_into_lent_regions,
             c.hardware_steering,
             c.own_hugepages
@@ -76,8 +76,8 @@ impl Plan {
             }
             if let Some(st) = &q.stage {
                 extra.push(format!(
-                    "stage {:?}{}{}",
-                    st.mode,
+                    "stage {}{}{}",
+                    choice_name(&st.mode),
                     st.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
                     st.split_header_bytes
                         .map(|h| format!(", split after {h} B"))
@@ -109,9 +109,9 @@ impl Plan {
                     .iter()
                     .map(|r| {
                         format!(
-                            "{} ({:?}, {} x {} B into `{}`)",
+                            "{} ({}, {} x {} B into `{}`)",
                             r.name,
-                            r.kind,
+                            choice_name(&r.kind),
                             r.packets_per_batch,
                             r.in_slot_bytes,
                             self.regions[r.output.index()].name
@@ -121,7 +121,7 @@ impl Plan {
                 extra.push(format!("reorders {}", names.join(", ")));
             }
             if q.eth_src != EthSrc::Off {
-                extra.push(format!("tx_eth_src {:?}", q.eth_src));
+                extra.push(format!("tx_eth_src {}", choice_name(&q.eth_src)));
             }
             if let Some(r) = q.transform_region {
                 let names: Vec<&str> = q.tx_flows.iter().map(|f| f.name.as_str()).collect();
@@ -287,10 +287,10 @@ impl Plan {
                 for i in sockets {
                     let _ = writeln!(
                         s,
-                        "socket {} ({:?} {:?}, local {}, remote {}): socket buffers {} / {} KiB, peers: {}",
+                        "socket {} ({} {}, local {}, remote {}): socket buffers {} / {} KiB, peers: {}",
                         i.name,
-                        i.transport,
-                        i.mode,
+                        choice_name(&i.transport),
+                        choice_name(&i.mode),
                         i.local.map_or("-".into(), |a| a.to_string()),
                         i.remote.map_or("-".into(), |a| a.to_string()),
                         i.buffers.0 / 1024,
@@ -311,8 +311,12 @@ impl Plan {
         for i in self.rdma() {
             let _ = writeln!(
                 s,
-                "rdma {} ({:?} on {}, retry every {} s, peers: {}):",
-                i.name, i.mode, i.local, i.retry_connect_s, i.allowed_peers
+                "rdma {} ({} on {}, retry every {} s, peers: {}):",
+                i.name,
+                choice_name(&i.mode),
+                i.local,
+                i.retry_connect_s,
+                i.allowed_peers
             );
             for (n, slot) in i.slots.iter().enumerate() {
                 let name = |r: RegionId| self.regions[r.index()].name.as_str();
@@ -356,6 +360,12 @@ impl Plan {
 }
 
 /// `multicast_groups` as (source, group) pairs, `*` for any source.
+/// A choice by the name the configuration and the JSON plan give it (`backpressure`,
+/// `server`), not Rust's (`Backpressure`).
+pub fn choice_name<T: Serialize>(choice: &T) -> String {
+    serde_saphyr::to_string(choice).map_or_else(|e| format!("<{e}>"), |t| t.trim().to_owned())
+}
+
 fn groups(g: &[crate::config::MulticastGroup]) -> String {
     g.iter()
         .map(|g| match g.source {

@@ -17,6 +17,7 @@ pub mod socket;
 pub mod staging;
 
 mod human;
+pub use human::choice_name;
 mod queues;
 
 use queues::queues;

@@ -86,7 +86,8 @@ pub struct Config {
 }
 
 /// `stream_type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StreamType {
     /// Raw Ethernet frames.
     Raw,
