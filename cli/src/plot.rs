@@ -1,7 +1,10 @@
-//! `dataplane plot RESULT.json... -o FILE.png|svg`: throughput over time of each run (RX
-//! Gb/s from the per-second series) and, for several runs, a comparison of their medians
-//! (Gb/s and Mpps, one point per run, labelled by payload size when the runs differ in it,
-//! else by file name), so a sweep can be looked at.
+//! `dataplane plot RESULT.json... -o FILE.png|svg`: one panel per question, each with its
+//! title and its legend beside the data, never over it. How fast: RX Gb/s over time from
+//! the per-second series. How long: one-way latency percentiles (min to max, log axis: they
+//! span decades). What was lost: drops by cause. For several runs, how they compare: the
+//! median Gb/s and Mpps per run (labelled by payload size when the runs differ in it, else
+//! by file name), so a sweep can be looked at. An axis whose values span more than a
+//! decade is logarithmic.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -15,6 +18,10 @@ pub struct Run {
     pub payload: Option<u64>,
     /// (seconds, RX Gb/s, RX Mpps) per series point.
     pub points: Vec<(f64, f64, f64)>,
+    /// One-way latency percentiles in ns (min, p50, p99, p99.9, max), when measured.
+    pub latency: Option<[f64; 5]>,
+    /// Drops by cause (the report's `drops`), only the causes with drops.
+    pub drops: Vec<(String, u64)>,
 }
 
 impl Run {
@@ -58,10 +65,27 @@ impl Run {
         let stem = path
             .file_stem()
             .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
+        let l = &v["latency"];
+        let latency = ["min_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns"]
+            .map(|k| l[k].as_f64())
+            .into_iter()
+            .collect::<Option<Vec<f64>>>()
+            .and_then(|p| p.try_into().ok());
+        let drops = v["drops"]
+            .as_object()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|(cause, n)| Some((cause.clone(), n.as_u64()?)))
+                    .filter(|(_, n)| *n > 0)
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(Self {
             label: stem,
             payload: v["setup"]["payload_bytes"].as_u64(),
             points,
+            latency,
+            drops,
         })
     }
 
@@ -106,14 +130,44 @@ fn register_font() -> Result<(), String> {
     ))
 }
 
+/// Width of every plot, height of one panel and of the title above them.
+const WIDTH: u32 = 1200;
+const PANEL: u32 = 360;
+const TITLE: u32 = 40;
+/// Width of the legend column beside each panel.
+const LEGEND: u32 = 260;
+
+/// The panels drawn for `runs`, in order.
+fn panels(runs: &[Run]) -> Vec<Panel> {
+    let mut p = vec![Panel::Rate];
+    if runs.iter().any(|r| r.latency.is_some()) {
+        p.push(Panel::Latency);
+    }
+    p.push(Panel::Drops);
+    if runs.len() > 1 {
+        p.push(Panel::Medians);
+    }
+    p
+}
+
+/// One question a panel answers.
+#[derive(Clone, Copy)]
+enum Panel {
+    Rate,
+    Latency,
+    Drops,
+    Medians,
+}
+
+/// Size of the plot of `runs`: the panels stacked under one title.
+pub fn size(runs: &[Run]) -> (u32, u32) {
+    (WIDTH, TITLE + PANEL * panels(runs).len() as u32)
+}
+
 /// Draws `runs` into `out` (PNG or SVG by its extension).
 pub fn plot(runs: &[Run], out: &Path) -> Result<(), String> {
     register_font()?;
-    let size = if runs.len() > 1 {
-        (1200, 900)
-    } else {
-        (1200, 500)
-    };
+    let size = size(runs);
     let err = |e: String| format!("{}: {e}", out.display());
     match out.extension().and_then(|e| e.to_str()) {
         Some("png") => {
@@ -133,75 +187,326 @@ pub fn plot(runs: &[Run], out: &Path) -> Result<(), String> {
     }
 }
 
+/// A value axis: linear, or log10 where the values span more than a decade (the
+/// values are drawn as their logarithm and the labels say the value).
+#[derive(Clone, Copy)]
+enum Scale {
+    Linear,
+    Log,
+}
+
+impl Scale {
+    /// The scale for positive values `v`.
+    fn fitting(v: impl Iterator<Item = f64>) -> Self {
+        let (lo, hi) = v
+            .filter(|x| *x > 0.0)
+            .fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        if hi > 0.0 && hi / lo > 10.0 {
+            Scale::Log
+        } else {
+            Scale::Linear
+        }
+    }
+
+    fn map(self, v: f64) -> f64 {
+        match self {
+            Scale::Linear => v,
+            Scale::Log => v.max(1e-9).log10(),
+        }
+    }
+
+    /// The drawn range for values up to `hi` (from `lo` on a log axis).
+    fn range(self, lo: f64, hi: f64) -> std::ops::Range<f64> {
+        match self {
+            Scale::Linear => 0.0..hi.max(1e-3) * 1.15,
+            Scale::Log => lo.max(1e-9).log10().floor()..hi.max(1e-9).log10().ceil() + 0.05,
+        }
+    }
+
+    fn label(self, drawn: f64, unit: fn(f64) -> String) -> String {
+        match self {
+            Scale::Linear => unit(drawn),
+            // Labels on whole decades only: 10, 100, 1000, not 31.6.
+            Scale::Log if (drawn - drawn.round()).abs() < 1e-6 => unit(10f64.powf(drawn.round())),
+            Scale::Log => String::new(),
+        }
+    }
+}
+
+/// A panel's chart area and its legend column beside it.
+fn split_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+) -> (DrawingArea<DB, Shift>, DrawingArea<DB, Shift>) {
+    area.split_horizontally(WIDTH - LEGEND)
+}
+
+/// The legend beside the data: a line of each entry's colour and its label.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, RGBAColor)],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    for (i, (label, color)) in entries.iter().enumerate() {
+        let y = 60 + 24 * i as i32;
+        area.draw(&PathElement::new(
+            vec![(8, y), (36, y)],
+            color.stroke_width(3),
+        ))
+        .map_err(e)?;
+        area.draw(&Text::new(
+            label.clone(),
+            (44, y - 8),
+            ("sans-serif", 16).into_font(),
+        ))
+        .map_err(e)?;
+    }
+    Ok(())
+}
+
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
     let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
     root.fill(&WHITE).map_err(e)?;
-    let (top, bottom) = if runs.len() > 1 {
-        let (t, b) = root.split_vertically(450);
-        (t, Some(b))
+    let names: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
+    let title = format!("dataplane bench results: {}", names.join(", "));
+    let root = root.titled(&title, ("sans-serif", 26)).map_err(e)?;
+    let by_payload = distinct_payloads(runs);
+    let labels: Vec<String> = runs.iter().map(|r| legend(r, by_payload)).collect();
+    let colors: Vec<RGBAColor> = (0..runs.len())
+        .map(|i| Palette99::pick(i).to_rgba())
+        .collect();
+    let entries: Vec<(String, RGBAColor)> =
+        labels.iter().cloned().zip(colors.iter().copied()).collect();
+    let list = panels(runs);
+    let areas = root.split_evenly((list.len(), 1));
+    for (panel, area) in list.into_iter().zip(&areas) {
+        let (chart, side) = split_panel(area);
+        match panel {
+            Panel::Rate => {
+                draw_rate(&chart, runs, &colors)?;
+                draw_legend(&side, &entries)?;
+            }
+            Panel::Latency => {
+                draw_latency(&chart, runs, &colors)?;
+                draw_legend(&side, &entries)?;
+            }
+            Panel::Drops => {
+                draw_drops(&chart, runs, &labels)?;
+            }
+            Panel::Medians => {
+                let (gb, mp) = (Palette99::pick(0).to_rgba(), Palette99::pick(1).to_rgba());
+                draw_medians(&chart, runs, &labels, (gb, mp))?;
+                draw_legend(
+                    &side,
+                    &[("Gb/s (left)".into(), gb), ("Mpps (right)".into(), mp)],
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn number(v: f64) -> String {
+    if v >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
     } else {
-        (root.clone(), None)
-    };
-    let t_max = runs
-        .iter()
-        .flat_map(|r| r.points.iter().map(|p| p.0))
-        .fold(1.0, f64::max);
-    let g_max = runs
-        .iter()
-        .flat_map(|r| r.points.iter().map(|p| p.1))
-        .fold(0.0, f64::max)
-        .max(1e-3)
-        * 1.15;
-    let mut chart = ChartBuilder::on(&top)
-        .caption("RX throughput over time", ("sans-serif", 24))
+        format!("{v:.3}")
+    }
+}
+
+fn micros(ns: f64) -> String {
+    number(ns / 1e3)
+}
+
+/// How fast: RX Gb/s over time, one line per run.
+fn draw_rate<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[Run],
+    colors: &[RGBAColor],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let all = || runs.iter().flat_map(|r| r.points.iter());
+    let t_max = all().map(|p| p.0).fold(1.0, f64::max);
+    let scale = Scale::fitting(all().map(|p| p.1));
+    let lo = all()
+        .map(|p| p.1)
+        .filter(|g| *g > 0.0)
+        .fold(f64::MAX, f64::min);
+    let hi = all().map(|p| p.1).fold(0.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption("RX throughput over time", ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..g_max)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max * 1.02, scale.range(lo, hi))
         .map_err(e)?;
     chart
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("RX Gb/s")
+        .y_label_formatter(&|v| scale.label(*v, number))
         .draw()
         .map_err(e)?;
-    let by_payload = distinct_payloads(runs);
-    for (i, r) in runs.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let label = legend(r, by_payload);
+    for (r, color) in runs.iter().zip(colors) {
         chart
             .draw_series(LineSeries::new(
-                r.points.iter().map(|p| (p.0, p.1)),
+                r.points.iter().map(|p| (p.0, scale.map(p.1))),
                 color.stroke_width(2),
             ))
-            .map_err(e)?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            .map_err(e)?;
     }
+    Ok(())
+}
+
+/// How long: each run's latency percentiles, on a log axis in microseconds.
+fn draw_latency<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[Run],
+    colors: &[RGBAColor],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    const NAMES: [&str; 5] = ["min", "p50", "p99", "p99.9", "max"];
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let values = || runs.iter().filter_map(|r| r.latency).flatten();
+    let scale = Scale::fitting(values());
+    let lo = values().filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
+    let hi = values().fold(0.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption("One-way latency (percentiles)", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.3..4.3, scale.range(lo, hi))
+        .map_err(e)?;
     chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .configure_mesh()
+        .x_labels(5)
+        .x_label_formatter(&|x: &f64| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && (0.0..5.0).contains(&i) {
+                NAMES[i as usize].to_owned()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("microseconds")
+        .y_label_formatter(&|v| scale.label(*v, micros))
         .draw()
         .map_err(e)?;
+    for (r, color) in runs.iter().zip(colors) {
+        let Some(l) = r.latency else { continue };
+        let points = l.iter().enumerate().map(|(i, v)| (i as f64, scale.map(*v)));
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(e)?;
+        chart
+            .draw_series(points.map(|p| Circle::new(p, 4, color.filled())))
+            .map_err(e)?;
+    }
+    Ok(())
+}
 
-    let Some(bottom) = bottom else {
+/// What was lost: drops by cause, one bar per run and cause that dropped anything.
+fn draw_drops<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[Run],
+    labels: &[String],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let bars: Vec<(String, u64)> = runs
+        .iter()
+        .zip(labels)
+        .flat_map(|(r, label)| {
+            r.drops
+                .iter()
+                .map(move |(cause, n)| (format!("{label}: {cause}"), *n))
+        })
+        .collect();
+    if bars.is_empty() {
+        area.titled("Drops by cause", ("sans-serif", 22))
+            .map_err(e)?
+            .draw(&Text::new(
+                "no drops in any run",
+                (40, 60),
+                ("sans-serif", 20).into_font(),
+            ))
+            .map_err(e)?;
         return Ok(());
-    };
+    }
+    let scale = Scale::fitting(bars.iter().map(|b| b.1 as f64));
+    let hi = bars.iter().map(|b| b.1 as f64).fold(0.0, f64::max);
+    let n = bars.len();
+    let mut chart = ChartBuilder::on(area)
+        .caption("Drops by cause", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5..(n as f64 - 0.5), scale.range(1.0, hi))
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+                bars[i as usize].0.clone()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("packets dropped")
+        .y_label_formatter(&|v| scale.label(*v, number))
+        .draw()
+        .map_err(e)?;
+    let base = scale.range(1.0, hi).start;
+    let red = RED.mix(0.7);
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            let x = i as f64;
+            Rectangle::new(
+                [(x - 0.3, base), (x + 0.3, scale.map(b.1 as f64))],
+                red.filled(),
+            )
+        }))
+        .map_err(e)?;
+    Ok(())
+}
+
+/// How the runs compare: median Gb/s (left axis) and Mpps (right axis) per run.
+fn draw_medians<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[Run],
+    labels: &[String],
+    (gb, mp): (RGBAColor, RGBAColor),
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
     let medians: Vec<(f64, f64)> = runs.iter().map(Run::medians).collect();
     let n = runs.len();
     let gbps_max = medians.iter().map(|m| m.0).fold(1e-3, f64::max) * 1.15;
     let mpps_max = medians.iter().map(|m| m.1).fold(1e-3, f64::max) * 1.15;
-    let labels: Vec<String> = runs.iter().map(|r| legend(r, by_payload)).collect();
-    let mut cmp = ChartBuilder::on(&bottom)
-        .caption("Median per run", ("sans-serif", 24))
+    let mut cmp = ChartBuilder::on(area)
+        .caption("Median per run", ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(50)
-        .y_label_area_size(60)
+        .y_label_area_size(70)
         .right_y_label_area_size(60)
         .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..gbps_max)
         .map_err(e)?
@@ -223,41 +528,15 @@ where
         .y_desc("RX Mpps")
         .draw()
         .map_err(e)?;
-    let gb = Palette99::pick(0).to_rgba();
-    let mp = Palette99::pick(1).to_rgba();
-    cmp.draw_series(LineSeries::new(
-        medians.iter().enumerate().map(|(i, m)| (i as f64, m.0)),
-        gb.stroke_width(2),
-    ))
-    .map_err(e)?
-    .label("Gb/s (left)")
-    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], gb));
-    cmp.draw_series(
-        medians
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Circle::new((i as f64, m.0), 5, gb.filled())),
-    )
-    .map_err(e)?;
-    cmp.draw_secondary_series(LineSeries::new(
-        medians.iter().enumerate().map(|(i, m)| (i as f64, m.1)),
-        mp.stroke_width(2),
-    ))
-    .map_err(e)?
-    .label("Mpps (right)")
-    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], mp));
-    cmp.draw_secondary_series(
-        medians
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Circle::new((i as f64, m.1), 5, mp.filled())),
-    )
-    .map_err(e)?;
-    cmp.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
+    let gbps = || medians.iter().enumerate().map(|(i, m)| (i as f64, m.0));
+    let mpps = || medians.iter().enumerate().map(|(i, m)| (i as f64, m.1));
+    cmp.draw_series(LineSeries::new(gbps(), gb.stroke_width(2)))
+        .map_err(e)?;
+    cmp.draw_series(gbps().map(|p| Circle::new(p, 5, gb.filled())))
+        .map_err(e)?;
+    cmp.draw_secondary_series(LineSeries::new(mpps(), mp.stroke_width(2)))
+        .map_err(e)?;
+    cmp.draw_secondary_series(mpps().map(|p| Circle::new(p, 5, mp.filled())))
         .map_err(e)?;
     Ok(())
 }

@@ -445,7 +445,9 @@ fn bench_results_carry_setup_series_and_workers_and_plot_draws_a_sweep() {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     // IHDR: width and height, big-endian, at bytes 16..24.
     let dim = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
-    assert_eq!((dim(16), dim(20)), (1200, 900));
+    // One panel per question under a title: rate, latency, drops, and the medians of
+    // several runs.
+    assert_eq!((dim(16), dim(20)), (1200, 40 + 4 * 360));
     let svg = dir.path().join("one.svg");
     let out = dataplane()
         .args(["plot"])
@@ -456,7 +458,16 @@ fn bench_results_carry_setup_series_and_workers_and_plot_draws_a_sweep() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.contains("<svg") && svg.contains("RX throughput over time"));
+    for title in [
+        "<svg",
+        "RX throughput over time",
+        "One-way latency",
+        "Drops by cause",
+        "no drops in any run",
+    ] {
+        assert!(svg.contains(title), "{title} missing");
+    }
+    assert!(!svg.contains("Median per run"), "one run has no comparison");
     let out = dataplane()
         .args(["plot"])
         .arg(&results[0])
