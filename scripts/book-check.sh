@@ -62,8 +62,12 @@ while read -r file where; do
         sh) cmd=(bash -euo pipefail "$work/$file") ;;
         python) cmd=("$PY" "$work/$file") ;;
         c)
-            cc -O2 -Wall -Wextra -Werror -I capi/include -x c "$work/$file" -L target/release -ldataplane_c \
-                -Wl,-rpath,"$root/target/release" -o "$work/$file.bin" >"$log" 2>&1 ||
+            # Against the library as `make install` lays it out (soname links, pkg-config).
+            [ -e "$work/c/lib/pkgconfig/dataplane.pc" ] ||
+                ./scripts/install-c.sh target/release/libdataplane_c.so "$work/c" >/dev/null
+            read -ra c_flags <<< "$(PKG_CONFIG_PATH=$work/c/lib/pkgconfig pkg-config --cflags --libs dataplane)"
+            cc -O2 -Wall -Wextra -Werror -x c "$work/$file" "${c_flags[@]}" \
+                -Wl,-rpath,"$work/c/lib" -o "$work/$file.bin" >"$log" 2>&1 ||
                 { cat "$log" >&2; echo "book-check: $where: the C block does not compile" >&2; exit 1; }
             cmd=("$work/$file.bin") ;;
         yaml) cmd=(dataplane validate "$work/$file") ;;

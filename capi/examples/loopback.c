@@ -1,10 +1,10 @@
 /* The C API end to end on the software loopback: start a plane from YAML, send frames,
  * receive them and check every byte, read the counters, see a configuration error's
  * message, shut down and see the queues report DP_STATUS_STOPPED instead of waiting.
- * Built and run by `make test`:
- *   cargo build --release -p dataplane-c
- *   cc -I capi/include capi/examples/loopback.c -L target/release -ldataplane_c \
- *      -Wl,-rpath,$PWD/target/release -o loopback && ./loopback                      */
+ * Built and run by `make test`, against the installed library:
+ *   make install PREFIX=/tmp/dp
+ *   cc capi/examples/loopback.c $(PKG_CONFIG_PATH=/tmp/dp/lib/pkgconfig pkg-config --cflags --libs dataplane) \
+ *      -Wl,-rpath,/tmp/dp/lib -o loopback && ./loopback                                  */
 #include "dataplane.h"
 #include "loopback_config.h"
 
