@@ -31,6 +31,16 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
+# promtool (from Debian's prometheus package, without its recommended daemons) lints the
+# metrics endpoint and the dashboard's queries in tests/metrics.rs.
+if ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing promtool (apt-get install prometheus); the metrics lint skips" >&2
+  else
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+  fi
+fi
 if ! command -v cargo >/dev/null; then
   echo "setup: installing the Rust toolchain with rustup" >&2
   command -v curl >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl ca-certificates; }

@@ -8,7 +8,7 @@
 //! Exported (labels in braces):
 //! - `dataplane_queue_packets_total`, `dataplane_queue_bytes_total` {interface, direction,
 //!   queue, core}; `dataplane_queue_drops_total` {…, reason};
-//! - `dataplane_stage_in_flight` {interface, direction, queue}: bursts on their way into or
+//! - `dataplane_stage_in_flight_bursts` {interface, direction, queue}: bursts on their way into or
 //!   out of GPU memory;
 //! - `dataplane_link_up` {interface, direction, queue} (kernel sockets),
 //!   `dataplane_link_connections_total`, `dataplane_link_rejected_peers_total`,
@@ -16,7 +16,7 @@
 //!   `dataplane_rdma_rejected_peers_total` {interface};
 //! - `dataplane_pool_buffers`, `dataplane_pool_buffers_free` {region, kind};
 //! - `dataplane_worker_passes_total`, `dataplane_worker_busy_passes_total`,
-//!   `dataplane_worker_busy_seconds_total`, `dataplane_worker_cycles_per_packet` {core};
+//!   `dataplane_worker_busy_seconds_total`, `dataplane_worker_packets_total` {core};
 //! - `dataplane_info` {version, commit, engine} = 1.
 
 use crate::config::Direction;
@@ -176,7 +176,7 @@ impl Sources {
         )?;
         family(
             e,
-            "dataplane_stage_in_flight",
+            "dataplane_stage_in_flight_bursts",
             "Bursts a queue's GPU stage has in flight",
             self.queues.iter().map(|q| {
                 (
@@ -248,7 +248,7 @@ impl Sources {
         let region_labels = |r: &crate::memory::Region| -> Labels {
             vec![
                 ("region", r.name().to_owned()),
-                ("kind", format!("{:?}", r.kind()).to_lowercase()),
+                ("kind", crate::plan::choice_name(&r.kind())),
             ]
         };
         family(
@@ -305,10 +305,9 @@ impl Sources {
         )?;
         family(
             e,
-            "dataplane_worker_cycles_per_packet",
-            "Tick-counter cycles (TSC, CNTVCT) of busy passes per packet a worker moved, since it started",
-            self.workers.iter().filter_map(|(c, w)| {
-                let t = w.activity.busy_ticks()?;
+            "dataplane_worker_packets",
+            "Packets a worker's queues moved (busy seconds over these is its cost per packet)",
+            self.workers.iter().map(|(c, _)| {
                 let packets: u64 = self
                     .queues
                     .iter()
@@ -316,7 +315,7 @@ impl Sources {
                     .filter(|(q, _)| q.core == *c)
                     .map(|(_, s)| s.0)
                     .sum();
-                (packets > 0).then(|| (core_labels(*c), ConstGauge::new(t as f64 / packets as f64)))
+                (core_labels(*c), ConstCounter::new(packets))
             }),
         )?;
         Ok(())
@@ -330,6 +329,36 @@ pub fn render(sources: Arc<Sources>) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)
         .expect("writing to a String cannot fail");
+    out
+}
+
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics exposition: a counter's
+/// HELP and TYPE name its samples (`x_total`, where OpenMetrics names the family `x`),
+/// and there is no `# EOF`.
+pub fn classic_text(openmetrics: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some(name) = rest.strip_suffix(" counter")
+        {
+            counters.insert(name.to_owned());
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{tag}{name}_total {tail}"))
+        });
+        out += renamed.as_deref().unwrap_or(line);
+        out.push('\n');
+    }
     out
 }
 
@@ -453,6 +482,7 @@ impl Client {
 /// The HTTP answer to a request head.
 fn answer(head: &[u8], sources: &Arc<Sources>) -> Vec<u8> {
     const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
     let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut words = line.split(' ');
@@ -461,7 +491,18 @@ fn answer(head: &[u8], sources: &Arc<Sources>) -> Vec<u8> {
         return response(405, "text/plain", "only GET is served\n");
     }
     if path == "/metrics" || path.starts_with("/metrics?") {
-        response(200, OPENMETRICS, &render(sources.clone()))
+        // OpenMetrics for a client that asks for it (Prometheus does), else the classic
+        // text format (curl, promtool, older scrapers).
+        let head = String::from_utf8_lossy(head).to_ascii_lowercase();
+        let wants_openmetrics = head
+            .lines()
+            .any(|l| l.starts_with("accept:") && l.contains("application/openmetrics-text"));
+        let body = render(sources.clone());
+        if wants_openmetrics {
+            response(200, OPENMETRICS, &body)
+        } else {
+            response(200, PROMETHEUS_TEXT, &classic_text(&body))
+        }
     } else {
         response(
             404,
