@@ -33,9 +33,15 @@ copy /sys/devices/system/node/node*/hugepages/hugepages-*/nr_hugepages /sys/devi
 copy /sys/kernel/mm/hugepages/hugepages-*/nr_hugepages /sys/kernel/mm/hugepages/hugepages-*/free_hugepages
 for d in /sys/bus/pci/devices/*; do
   copy "$d/vendor" "$d/class" "$d/numa_node" "$d"/net/*/mtu
+  copy "$d/current_link_speed" "$d/max_link_speed" "$d/current_link_width" "$d/max_link_width"
+  # Config space (root reads all of it): the PCI Express capability's read request size.
+  copy "$d/config"
   link "$d/driver"
+  link "$d/iommu_group"
 done
-for g in /sys/kernel/iommu_groups/*; do [ -d "$g" ] && mkdir -p "$out$g" && touch "$out$g/.keep"; done
+for g in /sys/kernel/iommu_groups/*; do
+  [ -d "$g" ] && mkdir -p "$out$g" && touch "$out$g/.keep" && copy "$g/type"
+done
 for p in /sys/class/infiniband/*/ports/*; do
   [ -d "$p" ] || continue
   copy "$p"/gids/* "$p"/gid_attrs/types/*

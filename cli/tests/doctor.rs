@@ -103,6 +103,17 @@ fn a_tuned_server_passes_the_dpdk_gpu_configuration() {
         &ok("gpu"),
         "dma-buf (open kernel modules) and nvidia-peermem"
     ));
+    // PCIe: the NIC at its full link, passthrough IOMMU, 4096-byte reads; the idle GPU's
+    // lowered link speed is no finding.
+    assert!(of(&f, "pcie", "warn").is_empty(), "{f:#?}");
+    let pcie = ok("pcie");
+    assert!(
+        has(&pcie, "PCIe link 16.0 GT/s x16, the device's maximum"),
+        "{pcie:#?}"
+    );
+    assert!(has(&pcie, "IOMMU group 12 is `identity`"));
+    assert!(has(&pcie, "max read request 4096 B"));
+    assert!(has(&pcie, "an idle GPU lowers its link speed"));
 }
 
 #[test]
@@ -147,6 +158,24 @@ fn an_untuned_server_blocks_the_dpdk_gpu_configuration_and_says_how_to_fix_each_
         "{pci:#?}"
     );
     assert!(has(&pci, "ens1f0np0 has MTU 1500") && has(&pci, "ip link set dev ens1f0np0 mtu"));
+    let pcie = warn("pcie");
+    assert!(
+        has(
+            &pcie,
+            "PCIe link 8.0 GT/s x8, the device can do 16.0 GT/s x16: 50 % of its lanes | lspci -vv -s 0000:3b:00.0"
+        ),
+        "{pcie:#?}"
+    );
+    assert!(
+        has(&pcie, "max read request 512 B (payload 128 B)")
+            && has(&pcie, "setpci -s 0000:3b:00.0 CAP_EXP+8.w=5000:7000")
+    );
+    assert!(
+        has(
+            &pcie,
+            "GPU 0 (0000:3c:00.0, nvidia): IOMMU group 13 translates DMA (`DMA-FQ`)"
+        ) && has(&pcie, "iommu=pt")
+    );
 }
 
 #[test]

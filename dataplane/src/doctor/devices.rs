@@ -77,6 +77,8 @@ pub(super) fn pci(m: &Machine, p: &Plan, cores: &BTreeSet<u32>, out: &mut Vec<Fi
             largest_buffer(p, iface.interface),
             out,
         );
+        let what = format!("interface `{}`", iface.name);
+        super::pcie::function(m, &what, &addr, super::pcie::Role::Nic, out);
     }
 }
 
@@ -220,10 +222,9 @@ fn pci_mtu(m: &Machine, name: &str, dir: &str, frame: usize, out: &mut Vec<Findi
     }
 }
 
-/// NUMA node of GPU `ordinal` (its order among NVIDIA display/3D functions by address).
-pub(super) fn gpu_node(m: &Machine, ordinal: u32) -> Option<u32> {
-    let gpus: Vec<String> = m
-        .list("sys/bus/pci/devices")
+/// PCI address of GPU `ordinal` (its order among NVIDIA display/3D functions by address).
+fn gpu_address(m: &Machine, ordinal: u32) -> Option<String> {
+    m.list("sys/bus/pci/devices")
         .into_iter()
         .filter(|d| {
             let dev = format!("sys/bus/pci/devices/{d}");
@@ -231,13 +232,31 @@ pub(super) fn gpu_node(m: &Machine, ordinal: u32) -> Option<u32> {
                 && m.read(&format!("{dev}/class"))
                     .is_some_and(|c| c.starts_with("0x0300") || c.starts_with("0x0302"))
         })
-        .collect();
-    let d = gpus.get(ordinal as usize)?;
+        .nth(ordinal as usize)
+}
+
+/// NUMA node of GPU `ordinal`.
+pub(super) fn gpu_node(m: &Machine, ordinal: u32) -> Option<u32> {
+    let d = gpu_address(m, ordinal)?;
     m.read(&format!("sys/bus/pci/devices/{d}/numa_node"))?
         .parse::<i64>()
         .ok()
         .filter(|&n| n >= 0)
         .map(|n| n as u32)
+}
+
+/// The PCIe links (and IOMMU groups) of the GPUs that device and pinned regions use.
+pub(super) fn gpu_links(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
+    let ordinals: BTreeSet<u32> = configured_regions(p)
+        .filter(|r| matches!(r.kind, MemoryKind::Device | MemoryKind::HostPinned))
+        .map(|r| r.affinity)
+        .collect();
+    for ordinal in ordinals {
+        if let Some(addr) = gpu_address(m, ordinal) {
+            let what = format!("GPU {ordinal}");
+            super::pcie::function(m, &what, &addr, super::pcie::Role::Gpu, out);
+        }
+    }
 }
 
 /// The IPv4 address as the GID table writes a RoCE v2 IPv4 GID.

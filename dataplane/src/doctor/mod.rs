@@ -8,7 +8,9 @@
 //! cpufreq governor, SMT siblings); PCI devices (present, NUMA node against the cores and
 //! GPUs, driver, IOMMU, MTU against the frame size); RDMA devices and a RoCE v2 GID for
 //! every `roce://` address; the GPU driver, and dma-buf or peer memory for RDMA into GPU
-//! memory; socket buffer limits for kernel sockets; the locked-memory limit.
+//! memory; socket buffer limits for kernel sockets; the locked-memory limit; PCIe (`pcie`):
+//! the NICs' and GPUs' links trained at their speed and width, the IOMMU mode of their
+//! groups, the NICs' read request size.
 
 #![forbid(unsafe_code)]
 
@@ -20,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 mod devices;
 mod host;
+mod pcie;
 
 use devices::*;
 use host::*;
@@ -39,7 +42,8 @@ pub enum Severity {
 /// One finding.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// The check (`hugepages`, `cores`, `pci`, `rdma`, `gpu`, `sockets`, `memlock`).
+    /// The check (`hugepages`, `cores`, `pci`, `pcie`, `rdma`, `gpu`, `sockets`,
+    /// `memlock`).
     pub check: &'static str,
     /// How much it matters.
     pub severity: Severity,
@@ -233,6 +237,7 @@ pub fn check(m: &Machine, config: Option<&Config>) -> Vec<Finding> {
         pci(m, p, &cores, &mut out);
         rdma(m, p, &mut out);
         gpu(m, p, &mut out);
+        gpu_links(m, p, &mut out);
         sockets(m, p, &mut out);
     }
     memlock(m, plan.as_ref(), &mut out);
