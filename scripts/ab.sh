@@ -18,7 +18,7 @@ for r in $(seq 1 "${ROUNDS:-8}"); do
       for b in $order; do
         bin=$new; [ "$b" = old ] && bin=$old
         m=$("$bin" bench raw "configs/$c.yaml" --seconds "${SECONDS_RUN:-2}" --json $flag 2>/dev/null | tail -n 1 |
-          python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rx_mpps"], r["lossless"])')
+          python3 -c 'import json,sys; r=(lambda v: v.get("result", v))(json.load(sys.stdin)); print(r["rx_mpps"], r["lossless"])')
         echo "$r $c $mode $b $m" | tee -a "$out"
       done
     done

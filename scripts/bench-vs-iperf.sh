@@ -140,7 +140,7 @@ ours() {
     wait $pid || true
     out=$(python3 - "$tmp/srv.json" "$tmp/cli.json" <<'PY'
 import json,sys
-s=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); c=json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+s=(lambda v: v.get("result", v))(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])); c=(lambda v: v.get("result", v))(json.loads(open(sys.argv[2]).read().strip().splitlines()[-1]))
 print(f"{s['rx_gbps']:.3f} {str(s['lossless'] and s['lost']==0).lower()} {c['tx_gbps']:.3f} {s['lost']}")
 PY
 )
@@ -148,7 +148,7 @@ PY
     "$bin" bench socket "$f" --mode both "${extra[@]}" >"$tmp/both.json" 2>/dev/null || true
     out=$(python3 - "$tmp/both.json" <<'PY'
 import json,sys
-r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+r=(lambda v: v.get("result", v))(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]))
 print(f"{r['rx_gbps']:.3f} {str(r['lossless']).lower()} {r['tx_gbps']:.3f} {r['lost']}")
 PY
 )

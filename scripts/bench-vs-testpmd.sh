@@ -76,7 +76,7 @@ ours_config() { # SOURCE LEN OUT MASTER WORKER GENERATOR CHECKER [SOCKET]
 json_field() { # FILE EXPRESSION (on the last JSON line, as `r`)
   python3 - "$1" "$2" <<'PY'
 import json, sys
-r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+r = (lambda v: v.get("result", v))(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]))
 print(eval(sys.argv[2]))
 PY
 }

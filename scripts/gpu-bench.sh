@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 timeout 300 "$bin" bench gpu ${GPU_PARTS:-} --json > "$tmp/gpu.txt" || exit 1
 grep '^{' "$tmp/gpu.txt" > "$out/bench_gpu.json"
 summary() { # label json-line
-  python3 -c "import json,sys; r=json.loads(sys.argv[2]); print(sys.argv[1], 'lossless' if r['lossless'] else 'NOT LOSSLESS', round(r['rx_mpps'],2), 'Mpps', round(r['rx_gbps'],1), 'Gb/s', r.get('reorder',''))" "$1" "$2"
+  python3 -c "import json,sys; r=(lambda v: v.get('result', v))(json.loads(sys.argv[2])); print(sys.argv[1], 'lossless' if r['lossless'] else 'NOT LOSSLESS', round(r['rx_mpps'],2), 'Mpps', round(r['rx_gbps'],1), 'Gb/s', r.get('reorder',''))" "$1" "$2"
 }
 run() { # label config
   local line

@@ -96,10 +96,10 @@ rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || { echo "rdma-vm-tests: FAILED (exit $rc)" >&2; exit "$rc"; }
 python3 - "$work/out.txt" <<'PY'
 import json, sys
-lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith('{"mode"')]
+lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith(('{"command":"bench rdma"', '{"mode"'))]
 assert len(lines) == 2, f"expected reports for rdma_loopback and rdma_split, got {len(lines)}"
 for name, line in zip(["rdma_loopback", "rdma_split"], lines):
-    r = json.loads(line)
+    r = (lambda v: v.get("result", v))(json.loads(line))
     assert r["errors"] == 0 and r["server"]["messages_received"] > 0 and r["client"]["messages_received"] > 0, r
     print(f"rdma-vm-tests: bench {name} --mode both: server received {r['server']['messages_received']}, "
           f"client received {r['client']['messages_received']}, errors 0")
@@ -110,8 +110,8 @@ lines = open(sys.argv[1], errors="replace").read().splitlines()
 runs = [l.split()[1] for l in lines if l.startswith("SEED ")]
 assert runs == ["seed_xhost", "seed_xhost_server_first"], runs
 for i, name in enumerate(runs):
-    s = json.loads([l for l in lines if l.startswith("SEED-SERVER ")][i].split(" ", 1)[1])
-    c = json.loads([l for l in lines if l.startswith("SEED-CLIENT ")][i].split(" ", 1)[1])
+    s = (lambda v: v.get("result", v))(json.loads([l for l in lines if l.startswith("SEED-SERVER ")][i].split(" ", 1)[1]))
+    c = (lambda v: v.get("result", v))(json.loads([l for l in lines if l.startswith("SEED-CLIENT ")][i].split(" ", 1)[1]))
     assert s["errors"] == 0 and c["errors"] == 0, (s, c)
     assert s["messages_received"] > 0 and c["messages_received"] > 0, (s, c)
     print(f"rdma-vm-tests: seed cross-host {name}: server received {s['messages_received']}, "

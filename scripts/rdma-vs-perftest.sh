@@ -65,7 +65,7 @@ for line in open(sys.argv[1], errors="replace"):
             perf[int(size)] = 0.0
     elif line.startswith("OURS "):
         _, size, js = line.split(" ", 2)
-        r = json.loads(js)
+        r = (lambda v: v.get("result", v))(json.loads(js))
         ours[int(size)] = (r["server"]["rx_gbps"], r["errors"], r["messages_received"])
 rows = []
 print(f"{'size':>8} {'ib_send_bw Gb/s':>16} {'ours Gb/s':>10} {'ratio':>6} {'errors':>6}", file=sys.stderr)

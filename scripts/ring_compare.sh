@@ -72,7 +72,7 @@ def dpdk(path):
     return out
 
 def ours(path):
-    cases = json.load(open(path))["cases"]
+    cases = (lambda v: v.get("result", v))(json.load(open(path)))["cases"]
     return {c["case"]: c["enq_plus_deq_ns"] for c in cases}
 
 d = [dpdk(f"{tmp}/dpdk-{r}.txt") for r in range(1, rounds + 1)]

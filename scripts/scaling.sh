@@ -101,10 +101,10 @@ for case in $cases; do
     [ "${STAGES:-0}" = 1 ] && extra+=(--stages)
     "$bin" bench raw "$tmp/$case.yaml" --seconds "$secs" --json "${extra[@]}" 2>/dev/null |
       tail -n 1 >"$tmp/last.json" || true
-    r=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.2f" % r["rx_mpps"] if r["lossless"] else "0")' "$tmp/last.json") || r=0
+    r=$(python3 -c 'import json,sys; r=(lambda v: v.get("result", v))(json.load(open(sys.argv[1]))); print("%.2f" % r["rx_mpps"] if r["lossless"] else "0")' "$tmp/last.json") || r=0
     [ "${STAGES:-0}" = 1 ] && python3 -c '
 import json, sys
-for s in json.load(open(sys.argv[1]))["stages"]:
+for s in (lambda v: v.get("result", v))(json.load(open(sys.argv[1])))["stages"]:
     print("   ", sys.argv[2], s["stage"], "%.1f ns/packet" % s["ns_per_packet"], file=sys.stderr)' "$tmp/last.json" "$case"
     runs+=("$r")
   done

@@ -32,5 +32,5 @@ for p in $sizes; do
 done
 "$bin" plot "${results[@]}" -o "$out/sweep.png"
 for r in "${results[@]}"; do
-  python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(f\"{d['setup']['payload_bytes']:>6} B  {d['rx_mpps']:8.3f} Mpps  {d['rx_gbps']:8.2f} Gb/s  {d['verdict']}\")" "$r"
+  python3 -c "import json,sys; d=(lambda v: v.get('result', v))(json.loads(open(sys.argv[1]).read().splitlines()[-1])); print(f\"{d['setup']['payload_bytes']:>6} B  {d['rx_mpps']:8.3f} Mpps  {d['rx_gbps']:8.2f} Gb/s  {d['verdict']}\")" "$r"
 done

@@ -90,7 +90,7 @@ if [ -z "$JSON" ]; then
 fi
 python3 - "$JSON" <<'PY'
 import json, sys
-r = json.loads(sys.argv[1])
+r = (lambda v: v.get("result", v))(json.loads(sys.argv[1]))
 q = {s["queue"]: s["packets"] for s in r["queues"] if s["direction"] == "rx"}
 ids = {int(k): v for k, v in r["flow_ids"].items()}
 print(f"tapflow-vm: steering={r['steering']} tx={r['tx_packets']} rx={r['rx_packets']} "

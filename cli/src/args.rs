@@ -363,3 +363,27 @@ impl From<CaptureFormatArg> for CaptureFormat {
         }
     }
 }
+
+impl Command {
+    /// The command as typed (`bench raw`) and the configuration file it runs on, for the
+    /// JSON envelope.
+    pub(crate) fn invocation(&self) -> (&'static str, Option<&Path>) {
+        match self {
+            Command::Validate { file, .. } => ("validate", Some(file)),
+            Command::Doctor { file, .. } => ("doctor", file.as_deref()),
+            Command::Plot { .. } => ("plot", None),
+            Command::Hugepages(_) => ("hugepages", None),
+            Command::Capture { file, .. } => ("capture", Some(file)),
+            Command::Bench(b) => match b {
+                Bench::Raw { file, .. } => ("bench raw", Some(file)),
+                Bench::Fwd { file, .. } => ("bench fwd", Some(file)),
+                Bench::DynamicFlows { file, .. } => ("bench dynamic-flows", Some(file)),
+                #[cfg(feature = "rdma")]
+                Bench::Rdma { file, .. } => ("bench rdma", Some(file)),
+                Bench::Socket { file, .. } => ("bench socket", Some(file)),
+                Bench::Gpu { .. } => ("bench gpu", None),
+                Bench::Ring { .. } => ("bench ring", None),
+            },
+        }
+    }
+}

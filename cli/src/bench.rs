@@ -337,8 +337,7 @@ pub(crate) fn print_report(human: &str, report: &impl serde::Serialize, output: 
         out += human;
     }
     if output.json {
-        out += &serde_json::to_string(report).expect("report serialises");
-        out.push('\n');
+        out += &crate::envelope::wrap_report(report);
     }
     emit(&out);
 }
@@ -401,16 +400,13 @@ pub(crate) fn bench_ring(opts: ring::RingBenchOptions, json: bool) -> ExitCode {
         ))
     });
     if json {
-        emit(&format!(
-            "{}\n",
-            serde_json::json!({
-                "bench": "ring",
-                "items": opts.items,
-                "reps": opts.reps,
-                "ring_size": opts.ring_size,
-                "cases": cases
-            })
-        ));
+        emit(&crate::envelope::wrap(serde_json::json!({
+            "bench": "ring",
+            "items": opts.items,
+            "reps": opts.reps,
+            "ring_size": opts.ring_size,
+            "cases": cases
+        })));
     }
     ExitCode::SUCCESS
 }

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 mod args;
 
 mod bench;
+mod envelope;
 
 mod logging;
 
@@ -49,6 +50,8 @@ fn main() -> ExitCode {
     if let Some(addr) = cli.metrics {
         let _ = METRICS_LISTEN.set(addr);
     }
+    let (command, config) = cli.command.invocation();
+    envelope::set(command, config);
     if !bench_with_signals(&cli.command) {
         signals.default_behaviour();
     }
@@ -254,15 +257,11 @@ fn doctor(file: Option<&Path>, json: bool, root: &Path) -> ExitCode {
     let findings = doctor::check(&doctor::Machine::at(root), config.as_ref());
     let blocking = doctor::exit_status(&findings) != 0;
     if json {
-        emit(&format!(
-            "{}\n",
-            serde_json::json!({
-                "root": root,
-                "config": file,
-                "blocking": blocking,
-                "findings": findings,
-            })
-        ));
+        emit(&envelope::wrap(serde_json::json!({
+            "root": root,
+            "blocking": blocking,
+            "findings": findings,
+        })));
     } else {
         let head = match file {
             Some(f) => format!("{} on {}\n", f.display(), root.display()),
@@ -345,10 +344,7 @@ fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {
         });
         return match planned {
             Ok(plan) if json => {
-                emit(&format!(
-                    "{}\n",
-                    serde_json::to_string(&plan).expect("a plan serialises")
-                ));
+                emit(&envelope::wrap_report(&plan));
                 ExitCode::SUCCESS
             }
             Ok(plan) => {

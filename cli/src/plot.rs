@@ -40,6 +40,12 @@ impl Run {
             })?;
         let v: serde_json::Value =
             serde_json::from_str(line).map_err(|e| format!("{}: {e}", path.display()))?;
+        // The report inside the JSON envelope (results saved before it are bare).
+        let v = if v.get("schema_version").is_some() {
+            v["result"].clone()
+        } else {
+            v
+        };
         let series = v["series"].as_array().ok_or_else(|| {
             format!(
                 "{}: no `series` (results of `dataplane bench raw --json` have one)",

@@ -397,8 +397,7 @@ fn bench_results_carry_setup_series_and_workers_and_plot_draws_a_sweep() {
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         std::fs::write(&json, &out.stdout).unwrap();
-        let r: serde_json::Value =
-            serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let r = common::last_json(&out.stdout);
         assert_eq!(r["setup"]["payload_bytes"], payload);
         assert_eq!(r["setup"]["frame_bytes"], 64 + payload);
         assert_eq!(r["setup"]["batch"], 256);

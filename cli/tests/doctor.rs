@@ -55,8 +55,14 @@ fn doctor(config: Option<&str>, root: &Path) -> (i32, Vec<Value>) {
     }
     let out = c.arg("--root").arg(root).arg("--json").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        stdout.trim_start().starts_with('{'),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let envelope = common::json_envelope(&out.stdout);
+    assert_eq!(envelope["command"], "doctor");
+    let v: Value = envelope["result"].clone();
     let status = out.status.code().unwrap();
     assert_eq!(v["blocking"], status == 3, "{v}");
     (status, v["findings"].as_array().unwrap().clone())

@@ -353,7 +353,7 @@ print(json.dumps({"count": len(frames), "ports": sorted({int.from_bytes(f[36:38]
     assert!(bad.is_empty(), "{bad:#?}");
     // Four ports in turn: each kind carries about a quarter (af_packet may drop some).
     assert!(tagged + vxlan + gre + nvgre <= sent, "{head}");
-    let d = common::last_json(&decapsulated.stdout);
+    let d = common::last_json_line(&decapsulated.stdout);
     assert!(
         d["count"].as_u64().unwrap() > 0,
         "the kernel decapsulated nothing: {d}\n{head}"

@@ -57,10 +57,32 @@ fn config_with_header(stream_type: &str, extra: &[&str], body: &str) -> String {
     text
 }
 
-/// The `--json` report: the last line of a `dataplane bench` run's stdout.
+/// The `--json` report: the result in the envelope on the last line of a `dataplane`
+/// run's stdout (the envelope's own fields checked; `cli/tests/json_contract.rs` checks
+/// them against the schema files).
 pub fn last_json(stdout: &[u8]) -> serde_json::Value {
+    let mut envelope = json_envelope(stdout);
+    envelope["result"].take()
+}
+
+/// The last line of a helper's stdout (a peer's own JSON, not a `dataplane` envelope).
+pub fn last_json_line(stdout: &[u8]) -> serde_json::Value {
     let text = String::from_utf8_lossy(stdout);
-    serde_json::from_str(text.lines().last().expect("a report line")).expect("JSON report")
+    serde_json::from_str(text.lines().last().expect("a report line")).expect("JSON line")
+}
+
+/// The whole envelope on the last line of stdout, its version and fields checked.
+pub fn json_envelope(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    let line = text.lines().last().expect("a report line");
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON report");
+    assert_eq!(v["schema_version"], 1, "{line}");
+    assert!(
+        v["command"].is_string() && v["dataplane"]["version"].is_string(),
+        "{line}"
+    );
+    assert!(v["result"].is_object(), "{line}");
+    v
 }
 
 /// The queue the rules of `configs/sw_loopback_4q.yaml` (and `dpdk_ring_4q.yaml`) give to

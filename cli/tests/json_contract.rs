@@ -1,0 +1,125 @@
+//! The JSON contract: every `--json` output is one envelope line (schema version, command,
+//! build, configuration file and digest, result), valid against
+//! `docs/schemas/envelope.schema.json`, and its result valid against the command's
+//! `docs/schemas/<command>.result.schema.json`. The schemas are what a consumer codes
+//! against; a field the code drops or renames fails here.
+
+#[path = "../../bench/tests/common/mod.rs"]
+mod common;
+
+use serde_json::Value;
+use sha2::Digest;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn schemas() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/schemas")
+}
+
+fn schema(name: &str) -> Option<jsonschema::Validator> {
+    let text = std::fs::read_to_string(schemas().join(name)).ok()?;
+    let schema: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    Some(jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{name}: {e}")))
+}
+
+fn assert_valid(validator: &jsonschema::Validator, v: &Value, what: &str) {
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{what}: {errors:#?}");
+}
+
+/// Runs `dataplane ARGS`, checks its last stdout line against the envelope schema and the
+/// command's result schema, and returns the envelope.
+fn checked(args: &[&str], result_schema: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(args)
+        .env_remove("DATAPLANE_LOG")
+        .output()
+        .unwrap();
+    let envelope = common::json_envelope(&out.stdout);
+    assert_valid(
+        &schema("envelope.schema.json").unwrap(),
+        &envelope,
+        &format!("{args:?} envelope"),
+    );
+    let result = schema(result_schema).unwrap_or_else(|| panic!("no {result_schema}"));
+    assert_valid(&result, &envelope["result"], &format!("{args:?} result"));
+    envelope
+}
+
+fn config(name: &str) -> String {
+    common::config_path(name).display().to_string()
+}
+
+#[test]
+fn every_json_output_is_an_envelope_its_schemas_describe() {
+    let file = config("sw_loopback.yaml");
+    let raw = checked(
+        &["bench", "raw", &file, "--seconds", "1", "--json", "-q"],
+        "bench-raw.result.schema.json",
+    );
+    assert_eq!(raw["command"], "bench raw");
+    assert_eq!(raw["config"]["file"], file.as_str());
+    let digest: String = sha2::Sha256::digest(std::fs::read(&file).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(raw["config"]["sha256"], digest.as_str());
+    assert_eq!(raw["result"]["lossless"], true);
+
+    let plan = checked(
+        &["validate", &file, "--plan", "--json"],
+        "validate.result.schema.json",
+    );
+    assert_eq!(plan["command"], "validate");
+
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doctor/tuned-server");
+    let gpu_config = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doctor/connectx_gpu.yaml");
+    let doctor = checked(
+        &[
+            "doctor",
+            gpu_config.to_str().unwrap(),
+            "--root",
+            tree.to_str().unwrap(),
+            "--json",
+        ],
+        "doctor.result.schema.json",
+    );
+    assert_eq!(doctor["command"], "doctor");
+    let machine_wide = checked(&["doctor", "--json"], "doctor.result.schema.json");
+    assert_eq!(machine_wide["config"], Value::Null);
+
+    let ring = checked(
+        &["bench", "ring", "--items", "20000", "--reps", "1", "--json"],
+        "bench-ring.result.schema.json",
+    );
+    assert_eq!(
+        (&ring["command"], &ring["config"]),
+        (&"bench ring".into(), &Value::Null)
+    );
+}
+
+/// The schemas are strict where a consumer relies on them: an envelope with a field
+/// renamed, or a raw result missing its verdict, is refused.
+#[test]
+fn the_schemas_refuse_what_consumers_could_not_read() {
+    let envelope = schema("envelope.schema.json").unwrap();
+    let good = serde_json::json!({
+        "schema_version": 1, "command": "bench ring",
+        "dataplane": {"version": "0.1.0", "commit": "abc", "features": "none"},
+        "config": null, "result": {}
+    });
+    assert!(envelope.is_valid(&good));
+    let mut renamed = good.clone();
+    renamed["version"] = renamed["schema_version"].take();
+    renamed.as_object_mut().unwrap().remove("schema_version");
+    assert!(!envelope.is_valid(&renamed));
+    let mut newer = good.clone();
+    newer["schema_version"] = 2.into();
+    assert!(!envelope.is_valid(&newer), "version 2 needs new schemas");
+
+    let raw = schema("bench-raw.result.schema.json").unwrap();
+    assert!(!raw.is_valid(&serde_json::json!({"rx_packets": 1})));
+}
