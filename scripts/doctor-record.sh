@@ -36,6 +36,8 @@ for d in /sys/bus/pci/devices/*; do
   copy "$d/current_link_speed" "$d/max_link_speed" "$d/current_link_width" "$d/max_link_width"
   # Config space (root reads all of it): the PCI Express capability's read request size.
   copy "$d/config"
+  # BARs (start, end, flags per line): a GPU's BAR1 is the GPUDirect aperture.
+  copy "$d/resource"
   link "$d/driver"
   link "$d/iommu_group"
 done

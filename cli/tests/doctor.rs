@@ -120,6 +120,10 @@ fn a_tuned_server_passes_the_dpdk_gpu_configuration() {
     assert!(has(&pcie, "IOMMU group 12 is `identity`"));
     assert!(has(&pcie, "max read request 4096 B"));
     assert!(has(&pcie, "an idle GPU lowers its link speed"));
+    assert!(has(
+        &pcie,
+        "BAR1 128.00 GiB holds the 0.50 GiB of device regions"
+    ));
 }
 
 #[test]
@@ -182,6 +186,10 @@ fn an_untuned_server_blocks_the_dpdk_gpu_configuration_and_says_how_to_fix_each_
             "GPU 0 (0000:3c:00.0, nvidia): IOMMU group 13 translates DMA (`DMA-FQ`)"
         ) && has(&pcie, "iommu=pt")
     );
+    assert!(has(
+        &pcie,
+        "BAR1 is 0.25 GiB, the device regions on it 0.50 GiB: a NIC cannot map them whole for GPUDirect | enable Resizable BAR"
+    ));
 }
 
 #[test]

@@ -255,6 +255,13 @@ pub(super) fn gpu_links(m: &Machine, p: &Plan, out: &mut Vec<Finding>) {
         if let Some(addr) = gpu_address(m, ordinal) {
             let what = format!("GPU {ordinal}");
             super::pcie::function(m, &what, &addr, super::pcie::Role::Gpu, out);
+            let device_bytes: u64 = configured_regions(p)
+                .filter(|r| r.kind == MemoryKind::Device && r.affinity == ordinal)
+                .map(|r| (r.num_bufs * r.stride) as u64)
+                .sum();
+            if device_bytes > 0 {
+                super::pcie::bar1(m, &what, &addr, device_bytes, out);
+            }
         }
     }
 }

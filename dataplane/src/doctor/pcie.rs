@@ -1,6 +1,7 @@
 //! PCIe health of the functions the data path crosses (DPDK ports on PCI, the GPUs of
 //! device and pinned regions): the link trained at the card's speed and width, the IOMMU
-//! mode of its group, and for NICs the read request size (MRRS) from its config space.
+//! mode of its group, for NICs the read request size (MRRS) from its config space, and for
+//! GPUs the BAR1 aperture a NIC reaches their memory through.
 //! Each reads sysfs only; a file a virtual or older machine lacks skips its check.
 
 use super::*;
@@ -22,6 +23,54 @@ pub(super) fn function(m: &Machine, what: &str, addr: &str, role: Role, out: &mu
     iommu_mode(m, what, addr, &dir, out);
     if role == Role::Nic {
         read_request_size(m, what, addr, &dir, out);
+    }
+}
+
+/// A GPU's BAR1 (the aperture through which a NIC or another device reads and writes its
+/// memory for GPUDirect) against the bytes of the device regions on it: every registered
+/// buffer needs BAR1 space, and a region larger than the aperture cannot be mapped whole.
+pub(super) fn bar1(m: &Machine, what: &str, addr: &str, device_bytes: u64, out: &mut Vec<Finding>) {
+    let Some(resources) = m.read(&format!("sys/bus/pci/devices/{addr}/resource")) else {
+        return;
+    };
+    // One line per BAR: start, end, flags; BAR1 is the second.
+    let bounds: Option<Vec<u64>> = resources.lines().nth(1).map(|line| {
+        line.split_whitespace()
+            .filter_map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+            .collect()
+    });
+    let Some(&[start, end, ..]) = bounds.as_deref() else {
+        return;
+    };
+    if end <= start {
+        return;
+    }
+    let size = end - start + 1;
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    if size < device_bytes {
+        push(
+            out,
+            "pcie",
+            Severity::Warn,
+            format!(
+                "{what} ({addr}): BAR1 is {:.2} GiB, the device regions on it {:.2} GiB: a NIC cannot map them whole for GPUDirect",
+                gib(size),
+                gib(device_bytes)
+            ),
+            Some("enable Resizable BAR (and Above 4G Decoding) in the BIOS, or shrink the regions; nvidia-smi -q -d MEMORY shows BAR1".into()),
+        );
+    } else {
+        push(
+            out,
+            "pcie",
+            Severity::Ok,
+            format!(
+                "{what} ({addr}): BAR1 {:.2} GiB holds the {:.2} GiB of device regions",
+                gib(size),
+                gib(device_bytes)
+            ),
+            None,
+        );
     }
 }
 
