@@ -317,6 +317,30 @@ where
     Ok(())
 }
 
+/// A panel's chart: its title above, the same margins and label areas as every panel.
+fn panel<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(50)
+        .y_label_area_size(70);
+    b
+}
+
+/// The label at `x` of an axis of categories (whole numbers indexing `names`): the name
+/// there, nothing between them.
+fn category<S: AsRef<str>>(x: f64, names: &[S]) -> String {
+    let i = x.round();
+    if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+        names[i as usize].as_ref().to_owned()
+    } else {
+        String::new()
+    }
+}
+
 fn number(v: f64) -> String {
     if v >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
@@ -349,11 +373,7 @@ where
         .filter(|g| *g > 0.0)
         .fold(f64::MAX, f64::min);
     let hi = all().map(|p| p.1).fold(0.0, f64::max);
-    let mut chart = ChartBuilder::on(area)
-        .caption("RX throughput over time", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+    let mut chart = panel(area, "RX throughput over time")
         .build_cartesian_2d(0.0..t_max * 1.02, scale.range(lo, hi))
         .map_err(e)?;
     chart
@@ -389,24 +409,13 @@ where
     let scale = Scale::fitting(values());
     let lo = values().filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
     let hi = values().fold(0.0, f64::max);
-    let mut chart = ChartBuilder::on(area)
-        .caption("One-way latency (percentiles)", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+    let mut chart = panel(area, "One-way latency (percentiles)")
         .build_cartesian_2d(-0.3..4.3, scale.range(lo, hi))
         .map_err(e)?;
     chart
         .configure_mesh()
         .x_labels(5)
-        .x_label_formatter(&|x: &f64| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && (0.0..5.0).contains(&i) {
-                NAMES[i as usize].to_owned()
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x: &f64| category(*x, &NAMES))
         .y_desc("microseconds")
         .y_label_formatter(&|v| scale.label(*v, micros))
         .draw()
@@ -457,24 +466,14 @@ where
     let scale = Scale::fitting(bars.iter().map(|b| b.1 as f64));
     let hi = bars.iter().map(|b| b.1 as f64).fold(0.0, f64::max);
     let n = bars.len();
-    let mut chart = ChartBuilder::on(area)
-        .caption("Drops by cause", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
+    let names: Vec<&str> = bars.iter().map(|b| b.0.as_str()).collect();
+    let mut chart = panel(area, "Drops by cause")
         .build_cartesian_2d(-0.5..(n as f64 - 0.5), scale.range(1.0, hi))
         .map_err(e)?;
     chart
         .configure_mesh()
         .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
-                bars[i as usize].0.clone()
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| category(*x, &names))
         .y_desc("packets dropped")
         .y_label_formatter(&|v| scale.label(*v, number))
         .draw()
@@ -508,25 +507,14 @@ where
     let n = runs.len();
     let gbps_max = medians.iter().map(|m| m.0).fold(1e-3, f64::max) * 1.15;
     let mpps_max = medians.iter().map(|m| m.1).fold(1e-3, f64::max) * 1.15;
-    let mut cmp = ChartBuilder::on(area)
-        .caption("Median per run", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
+    let mut cmp = panel(area, "Median per run")
         .right_y_label_area_size(60)
         .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..gbps_max)
         .map_err(e)?
         .set_secondary_coord(-0.5..(n as f64 - 0.5), 0.0..mpps_max);
     cmp.configure_mesh()
         .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
-                labels[i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&|x| category(*x, labels))
         .y_desc("RX Gb/s")
         .draw()
         .map_err(e)?;
