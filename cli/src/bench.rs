@@ -154,8 +154,11 @@ pub(crate) fn bench_fwd(
     let Some(c) = bench_config(file, "raw") else {
         return ExitCode::FAILURE;
     };
+    let progress = crate::progress::Progress::start("bench fwd", opts.seconds, output.quiet);
+    let result = fwd::run(&c, &opts, &signals.any);
+    drop(progress);
     finish_bench(
-        fwd::run(&c, &opts, &signals.any),
+        result,
         fwd::FwdReport::human,
         |r| verdict(r.problems.is_empty()),
         output,
@@ -269,7 +272,10 @@ pub(crate) fn bench_rdma(
         return ExitCode::FAILURE;
     };
     let budget = std::time::Duration::from_secs_f64(connect_timeout);
-    match rdma_bench::run(&c, mode, seconds, budget, &signals.any) {
+    let progress = crate::progress::Progress::start("bench rdma", seconds, output.quiet);
+    let result = rdma_bench::run(&c, mode, seconds, budget, &signals.any);
+    drop(progress);
+    match result {
         Ok(report) => {
             print_report(&report.human(), &report, output);
             bench_exit(signals, verdict(report.ok()))
@@ -297,7 +303,10 @@ pub(crate) fn bench_socket(
     let Some(c) = bench_config(file, "socket") else {
         return ExitCode::FAILURE;
     };
-    match dataplane_bench::socket::run(&c, &opts, &signals.any) {
+    let progress = crate::progress::Progress::start("bench socket", opts.seconds, output.quiet);
+    let result = dataplane_bench::socket::run(&c, &opts, &signals.any);
+    drop(progress);
+    match result {
         Ok(report) => {
             print_report(&report.human(), &report, output);
             bench_exit(signals, verdict(report.ok()))

@@ -20,6 +20,7 @@ mod bench;
 mod envelope;
 
 mod logging;
+mod progress;
 
 mod signals;
 

@@ -272,3 +272,53 @@ socket_bench_client: {server: false, send: true, receive: false, message_size: 8
         "socket jumbo: sent {sent}, received {got} datagrams of 8972 bytes, MTU 9000 both ends"
     );
 }
+
+/// A bench longer than two seconds draws a progress bar on a terminal (a pseudo-terminal
+/// from `script`) and none when stderr is a pipe: no carriage returns or escape codes reach
+/// a file or a log collector.
+#[test]
+fn a_progress_bar_on_a_terminal_and_none_on_a_pipe() {
+    let Some(dir) = examples_dir() else {
+        eprintln!("SKIP: reference examples not found (set DAQIRI_EXAMPLES to the folder)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fitted(&dir, "daqiri_bench_socket_udp_tx_rx.yaml", tmp.path());
+    let args = |seconds: &str| {
+        vec![
+            env!("CARGO_BIN_EXE_dataplane").to_owned(),
+            "bench".into(),
+            "socket".into(),
+            f.display().to_string(),
+            "--mode".into(),
+            "both".into(),
+            "--seconds".into(),
+            seconds.into(),
+        ]
+    };
+    let piped = Command::new(&args("3")[0])
+        .args(&args("3")[1..])
+        .env_remove("DATAPLANE_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        !stderr.contains('\r') && !stderr.contains("bench socket ["),
+        "a bar on a pipe: {stderr:?}"
+    );
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIP: no `script` (util-linux) for a pseudo-terminal");
+        return;
+    }
+    let line = args("3").join(" ") + " > /dev/null";
+    let tty = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("DATAPLANE_LOG")
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&tty.stdout);
+    assert!(
+        seen.contains("bench socket [") && seen.contains("of 3s"),
+        "{seen:?}"
+    );
+}
