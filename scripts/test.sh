@@ -93,6 +93,9 @@ step_gpu_kernels() {
 step_python() {
   ./scripts/test-python-oldest.sh
   target/pyenv/bin/python examples/python/bench_raw.py configs/sw_loopback.yaml --seconds 1
+  # The type stubs the wheel ships (python/dataplane.pyi) against the module itself.
+  target/pyenv/bin/pip install -q mypy
+  target/pyenv/bin/python -m mypy.stubtest dataplane --allowlist python/stubtest-allowlist.txt
 }
 # The front page's and the book's sh, C, Python and YAML blocks (Rust ones ran as doctests).
 step_book() { ./scripts/book-check.sh; }

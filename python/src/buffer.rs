@@ -47,16 +47,17 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
-/// `burst.packet(i)` / `burst.buffer(i)`: a `_Packet` made by PyO3, then given the class
+/// `burst.packet(i)`, `burst.segment(i, s)` / `burst.buffer(i)`: a `_Packet` made by PyO3, then given the class
 /// `dataplane.Packet` (same layout: CPython checks it on `__class__` assignment). Cheaper
 /// than calling the subclass, which parses arguments through `tp_new` for every packet.
 pub fn new_packet(
     burst: Bound<'_, Burst>,
     index: usize,
+    segment: usize,
     writable: bool,
 ) -> PyResult<Bound<'_, PyAny>> {
     let py = burst.py();
-    let packet = Bound::new(py, Packet::new(burst, index, writable)?)?;
+    let packet = Bound::new(py, Packet::new(burst, index, segment, writable)?)?;
     packet.setattr(intern!(py, "__class__"), packet_type(py)?)?;
     Ok(packet.into_any())
 }

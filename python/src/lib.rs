@@ -357,6 +357,17 @@ impl Burst {
             .ok_or_else(|| PyValueError::new_err("this burst was sent"))
     }
 
+    fn check_segment(&self, i: usize, segment: usize) -> PyResult<()> {
+        self.check_index(i)?;
+        let n = self.get()?.packets()[i].segments().len();
+        if segment >= n {
+            return Err(PyIndexError::new_err(format!(
+                "segment {segment} of a {n}-segment packet"
+            )));
+        }
+        Ok(())
+    }
+
     fn check_index(&self, i: usize) -> PyResult<()> {
         let n = self.get()?.len();
         if i >= n {
@@ -374,15 +385,60 @@ impl Burst {
         self.inner.as_ref().map_or(0, |b| b.len())
     }
 
-    /// Packet `i`'s frame, read-only (its length).
+    /// Packet `i`'s frame, read-only (its length): its first segment.
     fn packet<'py>(slf: Bound<'py, Self>, i: usize) -> PyResult<Bound<'py, PyAny>> {
-        buffer::new_packet(slf, i, false)
+        buffer::new_packet(slf, i, 0, false)
+    }
+
+    /// Segment `segment` of packet `i`, read-only: a header-data split queue gives each
+    /// packet its headers (0) and its payload (1).
+    fn segment<'py>(
+        slf: Bound<'py, Self>,
+        i: usize,
+        segment: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        buffer::new_packet(slf, i, segment, false)
+    }
+
+    /// How many segments packet `i` has (1, or 2 on a header-data split queue).
+    fn segments(&self, i: usize) -> PyResult<usize> {
+        self.check_index(i)?;
+        Ok(self.get()?.packets()[i].segments().len())
+    }
+
+    /// Every packet's flow id, as an `array.array('I')` (`numpy.frombuffer` reads it
+    /// without copying).
+    fn flow_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let ids: Vec<u32> = self.get()?.packets().iter().map(|p| p.flow_id).collect();
+        py.import("array")?.call_method1("array", ("I", ids))
+    }
+
+    /// Every packet's receive time in ns (0 when not stamped), as an `array.array('Q')`.
+    fn timestamps_ns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let t: Vec<u64> = self
+            .get()?
+            .packets()
+            .iter()
+            .map(|p| p.timestamp_ns)
+            .collect();
+        py.import("array")?.call_method1("array", ("Q", t))
+    }
+
+    /// Every packet's length in bytes over all its segments, as an `array.array('Q')`.
+    fn lengths<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let l: Vec<u64> = self
+            .get()?
+            .packets()
+            .iter()
+            .map(|p| p.len() as u64)
+            .collect();
+        py.import("array")?.call_method1("array", ("Q", l))
     }
 
     /// Packet `i`'s whole buffer, writable (its capacity); set the frame's length with
     /// `set_len`.
     fn buffer<'py>(slf: Bound<'py, Self>, i: usize) -> PyResult<Bound<'py, PyAny>> {
-        buffer::new_packet(slf, i, true)
+        buffer::new_packet(slf, i, 0, true)
     }
 
     /// Sets packet `i`'s length (at most its buffer's capacity).
@@ -420,18 +476,26 @@ impl Burst {
 struct Packet {
     burst: Py<Burst>,
     index: usize,
+    /// Which segment: 0, or 1 for the payload of a header-data split packet.
+    segment: usize,
     writable: bool,
 }
 
 impl Packet {
-    /// A view of packet `index` of `burst`: its frame (read-only) or, `writable`, its whole
-    /// buffer.
-    fn new(burst: Bound<'_, Burst>, index: usize, writable: bool) -> PyResult<Self> {
-        burst.borrow().check_index(index)?;
+    /// A view of segment `segment` of packet `index` of `burst`: its bytes (read-only) or,
+    /// `writable`, its whole buffer.
+    fn new(
+        burst: Bound<'_, Burst>,
+        index: usize,
+        segment: usize,
+        writable: bool,
+    ) -> PyResult<Self> {
+        burst.borrow().check_segment(index, segment)?;
         burst.borrow_mut().views += 1;
         Ok(Self {
             burst: burst.unbind(),
             index,
+            segment,
             writable,
         })
     }
@@ -439,14 +503,14 @@ impl Packet {
     /// Address and length of the viewed bytes, and whether they are host memory.
     fn span(&self, b: &Burst) -> PyResult<(u64, usize, bool)> {
         let inner = b.get()?;
-        let seg = inner.packets()[self.index].segments()[0];
+        let seg = inner.packets()[self.index].segments()[self.segment];
         let len = if self.writable {
-            inner.capacity(self.index, 0)
+            inner.capacity(self.index, self.segment)
         } else {
             seg.len as usize
         };
         Ok((
-            inner.segment_addr(self.index, 0),
+            inner.segment_addr(self.index, self.segment),
             len,
             inner.regions().get(seg.region).host_accessible(),
         ))
@@ -475,7 +539,10 @@ impl Packet {
             ));
         }
         let inner = b.get()?;
-        Ok(inner.data(self.index, 0).unwrap_or_default().to_vec())
+        Ok(inner
+            .data(self.index, self.segment)
+            .unwrap_or_default()
+            .to_vec())
     }
 
     /// CUDA array interface (version 3) of a packet in GPU memory: one-dimensional bytes.
@@ -509,7 +576,7 @@ impl Packet {
         let inner = b.get()?;
         let gpu = inner
             .regions()
-            .get(inner.packets()[self.index].segments()[0].region)
+            .get(inner.packets()[self.index].segments()[self.segment].region)
             .affinity();
         Ok((dlpack::CUDA, gpu as i32))
     }

@@ -194,3 +194,59 @@ def test_bad_counts_and_timeouts_are_errors_and_keep_the_burst():
     got = rx.recv(timeout=30.0)
     assert got is not None and len(got) == 1
     plane.shutdown()
+
+
+SPLIT = """
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: "sw"
+    memory_regions:
+    - {name: txb, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
+    - {name: hdr, kind: host, affinity: 0, num_bufs: 256, buf_size: 64}
+    - {name: pay, kind: host, affinity: 0, num_bufs: 256, buf_size: 1024}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx: {queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 16, memory_regions: [txb]}]}
+      rx:
+        hardware_timestamps: true
+        queues:
+        - {name: rq, id: 0, cpu_core: 0, batch_size: 16, timeout_us: 100, memory_regions: [hdr, pay]}
+        flows:
+        - {name: a, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
+        - {name: b, id: 8, action: {type: queue, id: 0}, match: {udp_dst: 6000}}
+"""
+
+
+def test_every_segment_and_the_burst_arrays():
+    """A header-data split queue: each packet's headers (segment 0, 64 bytes) and payload
+    (segment 1) as views; flow ids, timestamps and lengths of the whole burst as arrays."""
+    frames = [udp_frame(5000 if i % 2 == 0 else 6000, np.full(100 + i, i, dtype=np.uint8)) for i in range(8)]
+    with dataplane.DataPlane(SPLIT, "split.yaml") as plane:
+        tx, rx = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        send(tx, frames)
+        seen = 0
+        while seen < len(frames):
+            burst = rx.recv(timeout=5.0)
+            assert burst is not None, f"{seen} of {len(frames)} arrived"
+            ids = np.frombuffer(burst.flow_ids(), dtype=np.uint32)
+            stamps = np.frombuffer(burst.timestamps_ns(), dtype=np.uint64)
+            lengths = np.frombuffer(burst.lengths(), dtype=np.uint64)
+            assert len(ids) == len(stamps) == len(lengths) == len(burst)
+            for i in range(len(burst)):
+                want = frames[seen]
+                assert burst.segments(i) == 2
+                head = np.frombuffer(burst.segment(i, 0), dtype=np.uint8)
+                body = np.frombuffer(burst.segment(i, 1), dtype=np.uint8)
+                assert np.array_equal(np.concatenate([head, body]), want)
+                assert len(head) == 64 and lengths[i] == len(want)
+                assert ids[i] == burst.flow_id(i) == (7 if seen % 2 == 0 else 8)
+                assert stamps[i] == burst.timestamp_ns(i) > 0
+                with pytest.raises(IndexError):
+                    burst.segment(i, 2)
+                del head, body
+                seen += 1
+            assert all(np.diff(stamps.astype(np.int64)) >= 0), "stamps in receive order"
