@@ -4,6 +4,9 @@
 # `debian:12` cannot be pulled the base image is made with debootstrap from the mirror
 # and tagged with the name the Containerfile asks for. About 15 minutes on 2 cores (the
 # workspace builds inside), so `make test` runs it only when asked: STEPS=container.
+# On the project's own test machines it stops at the first HTTPS download (rustup-init):
+# their traffic goes through a proxy whose certificate authority a fresh Debian image does
+# not trust (curl error 60), so there it shows the recipe up to that step only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -21,8 +24,19 @@ if ! podman image exists "$base" && ! timeout 60 podman pull -q "$base"; then
   tar -C "$root" -c . | podman import -q - "$base" >/dev/null
   echo "container-check: $base made with debootstrap (no registry reachable)"
 fi
-podman build -q -t localhost/dataplane:check -f Containerfile . >/dev/null
-out=$(podman run --rm localhost/dataplane:check)
+# RUN steps in a chroot (buildah's chroot isolation): works where nested containers cannot
+# set up cgroups, as inside the CI's own container.
+podman build --isolation=chroot -q -t localhost/dataplane:check -f Containerfile . >/dev/null
+if ! out=$(podman run --rm localhost/dataplane:check 2>/tmp/container-run.err); then
+  # Nested inside another container, crun may not set rlimits or cgroups: run the image's
+  # command (make run) in a chroot of its root file system instead, and say so.
+  echo "container-check: podman run is not permitted here ($(tail -1 /tmp/container-run.err)); running the image's command in a chroot of it"
+  root=$(podman image mount localhost/dataplane:check)
+  mount -t proc proc "$root/proc"
+  out=$(chroot "$root" sh -c 'cd /dataplane && PATH=/root/.cargo/bin:$PATH make run' 2>/dev/null) || true
+  umount "$root/proc"
+  podman image unmount localhost/dataplane:check >/dev/null
+fi
 echo "$out" | tail -3
 grep -q '^LOSSLESS' <<< "$out" || { echo "container-check: make run in the container did not end LOSSLESS" >&2; exit 1; }
 podman image rm -f localhost/dataplane:check >/dev/null

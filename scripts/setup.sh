@@ -44,6 +44,12 @@ fi
 if ! command -v cargo >/dev/null; then
   echo "setup: installing the Rust toolchain with rustup" >&2
   command -v curl >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl ca-certificates; }
-  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
+  # rustup-init from Rust's own distribution server (what sh.rustup.rs downloads too; that
+  # name does not resolve on every network that reaches static.rust-lang.org).
+  curl -sSf "https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init" -o /tmp/rustup-init
+  chmod +x /tmp/rustup-init
+  /tmp/rustup-init -y --profile minimal --component clippy,rustfmt
+  rm -f /tmp/rustup-init
+  export PATH="$HOME/.cargo/bin:$PATH"
 fi
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt 2>/dev/null || true
