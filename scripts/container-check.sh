@@ -4,9 +4,6 @@
 # `debian:12` cannot be pulled the base image is made with debootstrap from the mirror
 # and tagged with the name the Containerfile asks for. About 15 minutes on 2 cores (the
 # workspace builds inside), so `make test` runs it only when asked: STEPS=container.
-# On the project's own test machines it stops at the first HTTPS download (rustup-init):
-# their traffic goes through a proxy whose certificate authority a fresh Debian image does
-# not trust (curl error 60), so there it shows the recipe up to that step only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -26,7 +23,13 @@ if ! podman image exists "$base" && ! timeout 60 podman pull -q "$base"; then
 fi
 # RUN steps in a chroot (buildah's chroot isolation): works where nested containers cannot
 # set up cgroups, as inside the CI's own container.
-podman build --isolation=chroot -q -t localhost/dataplane:check -f Containerfile . >/dev/null
+# Certificate authorities this machine adds to Debian's (an intercepting proxy's) are lent
+# to the build, where installing ca-certificates takes them in.
+extra_ca=()
+if [ -n "$(ls /usr/local/share/ca-certificates 2>/dev/null)" ]; then
+  extra_ca=(--volume /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro)
+fi
+podman build --no-cache --isolation=chroot "${extra_ca[@]}" -q -t localhost/dataplane:check -f Containerfile . >/dev/null
 if ! out=$(podman run --rm localhost/dataplane:check 2>/tmp/container-run.err); then
   # Nested inside another container, crun may not set rlimits or cgroups: run the image's
   # command (make run) in a chroot of its root file system instead, and say so.

@@ -284,6 +284,15 @@ fn a_progress_bar_on_a_terminal_and_none_on_a_pipe() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let f = fitted(&dir, "daqiri_bench_socket_udp_tx_rx.yaml", tmp.path());
+    // Ports of its own: the other tests of this binary run the same file at the same time.
+    let text = std::fs::read_to_string(&f).unwrap();
+    std::fs::write(
+        &f,
+        text.replace(":5001", ":5201")
+            .replace(":5002", ":5202")
+            .replace("server_port: 5001", "server_port: 5201"),
+    )
+    .unwrap();
     let args = |seconds: &str| {
         vec![
             env!("CARGO_BIN_EXE_dataplane").to_owned(),
