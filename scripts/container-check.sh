@@ -32,13 +32,15 @@ fi
 podman build --no-cache --isolation=chroot "${extra_ca[@]}" -q -t localhost/dataplane:check -f Containerfile . >/dev/null
 if ! out=$(podman run --rm localhost/dataplane:check 2>/tmp/container-run.err); then
   # Nested inside another container, crun may not set rlimits or cgroups: run the image's
-  # command (make run) in a chroot of its root file system instead, and say so.
-  echo "container-check: podman run is not permitted here ($(tail -1 /tmp/container-run.err)); running the image's command in a chroot of it"
-  root=$(podman image mount localhost/dataplane:check)
+  # command (make run) in a chroot of a container's writable root instead, and say so.
+  echo "container-check: podman run is not permitted here ($(tail -1 /tmp/container-run.err)); running the image's command in a chroot of a container made from it"
+  cid=$(podman create localhost/dataplane:check)
+  root=$(podman mount "$cid")
   mount -t proc proc "$root/proc"
   out=$(chroot "$root" sh -c 'cd /dataplane && PATH=/root/.cargo/bin:$PATH make run' 2>/dev/null) || true
   umount "$root/proc"
-  podman image unmount localhost/dataplane:check >/dev/null
+  podman umount "$cid" >/dev/null
+  podman rm "$cid" >/dev/null
 fi
 echo "$out" | tail -3
 grep -q '^LOSSLESS' <<< "$out" || { echo "container-check: make run in the container did not end LOSSLESS" >&2; exit 1; }
