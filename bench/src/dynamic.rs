@@ -79,7 +79,7 @@ pub enum DynamicError {
 }
 
 /// One phase's counts.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct PhaseReport {
     /// `isolated`, `first_queue`, `second_queue`, `rss` or `drain`.
     pub name: &'static str,
@@ -98,7 +98,7 @@ pub struct PhaseReport {
 }
 
 /// The result; serialised as the `--json` line.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct DynamicReport {
     /// Engine name.
     pub engine: &'static str,

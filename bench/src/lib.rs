@@ -10,6 +10,7 @@ pub mod raw;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod ring;
+pub mod schemas;
 pub mod socket;
 pub mod traffic;
 

@@ -25,7 +25,7 @@ use side::run_side;
 pub use super::Mode;
 
 /// One side's numbers.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct SideReport {
     /// Messages this side sent (end marker not counted).
     pub messages_sent: u64,
@@ -48,7 +48,7 @@ pub struct SideReport {
 }
 
 /// The report: totals over the sides this process ran, and each side.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RdmaReport {
     /// `server`, `client` or `both`.
     pub mode: &'static str,

@@ -20,7 +20,7 @@ use std::time::Instant;
 pub const DEFAULT_RING_SIZE: usize = 4096;
 
 /// One measured case.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RingCase {
     /// Case name, e.g. `spsc bulk32`, `same-thread bulk32`, `mpmc 2p2c bulk8`.
     pub case: String,

@@ -88,6 +88,14 @@ pub(crate) enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Results as CSV: reads the JSON lines of `--json` outputs (files, or stdin when
+    /// none) and writes one row per result to stdout, one column per field of the result
+    /// (nested fields as `drops.ring_full`, list items as `queues.0.packets`), after the
+    /// command, configuration file, its SHA-256 and the build's commit.
+    Csv {
+        /// Files with `--json` output (other lines are passed over).
+        files: Vec<PathBuf>,
+    },
     /// Huge pages: status, and cleanup of files dead processes left behind.
     #[command(subcommand)]
     Hugepages(Hugepages),
@@ -372,6 +380,7 @@ impl Command {
             Command::Validate { file, .. } => ("validate", Some(file)),
             Command::Doctor { file, .. } => ("doctor", file.as_deref()),
             Command::Plot { .. } => ("plot", None),
+            Command::Csv { .. } => ("csv", None),
             Command::Hugepages(_) => ("hugepages", None),
             Command::Capture { file, .. } => ("capture", Some(file)),
             Command::Bench(b) => match b {

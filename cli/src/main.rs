@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 mod args;
 
 mod bench;
+mod csv_out;
 mod envelope;
 
 mod logging;
@@ -65,6 +66,7 @@ fn main() -> ExitCode {
         Command::Hugepages(Hugepages::Cleanup { dry_run }) => hugepages_cleanup(dry_run),
         Command::Doctor { file, json, root } => doctor(file.as_deref(), json, &root),
         Command::Plot { results, output } => plot_results(&results, &output),
+        Command::Csv { files } => csv_out::write_results(&files),
         Command::Capture {
             file,
             output,

@@ -101,6 +101,117 @@ fn every_json_output_is_an_envelope_its_schemas_describe() {
     );
 }
 
+/// The benches whose schemas are made from their report types (`docs/schemas/bench-*`):
+/// forward, socket, dynamic flows and capture (which reports as `bench raw` does). The RDMA
+/// and GPU benches need a device (their schemas are published the same way).
+#[test]
+fn every_bench_result_is_valid_against_its_published_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let loopback = config("sw_loopback.yaml");
+    let fwd = checked(
+        &[
+            "bench",
+            "fwd",
+            &loopback,
+            "--seconds",
+            "1",
+            "--tx-first",
+            "2",
+            "--json",
+            "-q",
+        ],
+        "bench-fwd.result.schema.json",
+    );
+    assert_eq!(fwd["command"], "bench fwd");
+    // The same result as CSV: one column per field, the values the JSON has.
+    let json_file = dir.path().join("fwd.json");
+    std::fs::write(&json_file, format!("{fwd}\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["csv", json_file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let cell = |name: &str| {
+        let i = lines[0].split(',').position(|h| h == name).unwrap();
+        lines[1].split(',').nth(i).unwrap().to_owned()
+    };
+    assert_eq!(cell("command"), "bench fwd");
+    assert_eq!(
+        cell("forwarded_packets"),
+        fwd["result"]["forwarded_packets"].to_string()
+    );
+    assert_eq!(cell("drops.ring_full"), "0");
+    assert_eq!(cell("queues.0.interface"), "loop0");
+
+    let capture = dir.path().join("capture");
+    let raw = checked(
+        &[
+            "capture",
+            &loopback,
+            capture.to_str().unwrap(),
+            "--tx",
+            "--seconds",
+            "1",
+            "--json",
+            "-q",
+        ],
+        "bench-raw.result.schema.json",
+    );
+    assert_eq!(raw["command"], "capture");
+    assert_eq!(raw["result"]["captures"].as_array().unwrap().len(), 1);
+
+    // The shipped UDP bench on ports and cores of this test's own.
+    let udp = std::fs::read_to_string(config("socket_udp_bench.yaml"))
+        .unwrap()
+        .replace("5701", "5771")
+        .replace("5702", "5772")
+        .replace("cpu_core: 9,", "cpu_core: 1,")
+        .replace("cpu_core: 10,", "cpu_core: 0,")
+        .replace("cpu_core: 2,", "cpu_core: 1,");
+    let udp_file = dir.path().join("udp.yaml");
+    std::fs::write(&udp_file, udp).unwrap();
+    let socket = checked(
+        &[
+            "bench",
+            "socket",
+            udp_file.to_str().unwrap(),
+            "--mode",
+            "both",
+            "--seconds",
+            "1",
+            "--json",
+            "-q",
+        ],
+        "bench-socket.result.schema.json",
+    );
+    assert_eq!(socket["result"]["transport"], "udp");
+
+    if let Some(text) =
+        common::mapped_reference_example("daqiri_example_dynamic_rx_flow.yaml", 1, true)
+    {
+        let file = dir.path().join("dynamic.yaml");
+        std::fs::write(&file, text).unwrap();
+        let dynamic = checked(
+            &[
+                "bench",
+                "dynamic-flows",
+                file.to_str().unwrap(),
+                "--drop-ms",
+                "200",
+                "--active-ms",
+                "300",
+                "--json",
+                "-q",
+            ],
+            "bench-dynamic-flows.result.schema.json",
+        );
+        assert_eq!(dynamic["command"], "bench dynamic-flows");
+    }
+}
+
 /// The schemas are strict where a consumer relies on them: an envelope with a field
 /// renamed, or a raw result missing its verdict, is refused.
 #[test]
@@ -122,4 +233,8 @@ fn the_schemas_refuse_what_consumers_could_not_read() {
 
     let raw = schema("bench-raw.result.schema.json").unwrap();
     assert!(!raw.is_valid(&serde_json::json!({"rx_packets": 1})));
+    // A made schema is as strict: a forward result without its counts is refused.
+    let fwd = schema("bench-fwd.result.schema.json").unwrap();
+    let drops = serde_json::json!({"ring_full": "0"});
+    assert!(!fwd.is_valid(&serde_json::json!({"drops": drops})));
 }

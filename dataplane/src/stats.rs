@@ -222,6 +222,7 @@ impl QueueCounters {
 
 /// Drop counts by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Drops {
     /// Ring to the application full.
     pub ring_full: u64,
@@ -325,6 +326,7 @@ impl Drops {
 
 /// Counters of one queue, labelled.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct QueueStats {
     /// Interface name.
     pub interface: String,
@@ -388,6 +390,7 @@ pub const BUILD_COMMIT: &str = env!("DATAPLANE_COMMIT");
 /// One interval of a run (normally a second): rates over the interval that ended `t_s`
 /// seconds after recording started.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SeriesPoint {
     /// End of the interval, seconds since recording started.
     pub t_s: f64,
@@ -407,6 +410,7 @@ pub struct SeriesPoint {
 
 /// One queue's interval.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct QueuePoint {
     /// Interface name.
     pub interface: String,

@@ -73,7 +73,7 @@ pub enum FwdError {
 }
 
 /// The result of a forwarding run; serialised as the `--json` line.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct FwdReport {
     /// Engine name.
     pub engine: &'static str,

@@ -23,7 +23,7 @@ use reorder::*;
 use stage::*;
 
 /// One staged-ingest case.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct StageResult {
     /// Payload bytes per packet.
     pub payload: usize,
@@ -68,7 +68,7 @@ pub struct StageResult {
 /// One core copying bursts of packets out of pageable memory into pinned staging, one
 /// packet at a time, with nothing else: the most a stage without copy helpers can move
 /// from pageable sources.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct GatherBound {
     /// Payload bytes per packet.
     pub payload: usize,
@@ -85,7 +85,7 @@ pub struct GatherBound {
 /// Back-to-back host-to-device copies of one burst's bytes each, with as many in flight as
 /// the stage allows: the ceiling of a path that issues one copy per burst, without any of
 /// the stage's own work.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct CopyCeiling {
     /// Bytes per copy.
     pub bytes: usize,
@@ -103,7 +103,7 @@ pub struct CopyCeiling {
 }
 
 /// One reorder case.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ReorderResult {
     /// What the kernel does.
     pub case: String,
@@ -137,7 +137,7 @@ pub struct ReorderResult {
 }
 
 /// The whole report (`--json`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct GpuReport {
     /// GPU name.
     pub gpu: String,

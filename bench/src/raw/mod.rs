@@ -94,7 +94,7 @@ fn prefetch_frame(burst: &dataplane::Burst, i: usize, len: Option<usize>) {
 }
 
 /// Target and achieved rate of a paced run.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, schemars::JsonSchema)]
 pub struct PacingReport {
     /// `--target-gbps`.
     pub target_gbps: f64,
@@ -103,7 +103,7 @@ pub struct PacingReport {
 }
 
 /// The time one stage of the pipeline spent per packet.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct StageCost {
     /// `generator N`, `checker N`, or `IFACE tx|rx queue N` (its worker).
     pub stage: String,
@@ -180,7 +180,7 @@ impl RawOptions {
 }
 
 /// The run's outcome in one word.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Every sent packet arrived intact, once and in order; nothing dropped anywhere.
@@ -192,7 +192,7 @@ pub enum Verdict {
 }
 
 /// The result of a raw bench; serialised as the `--json` line.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RawReport {
     /// Engine name.
     pub engine: &'static str,
@@ -281,7 +281,7 @@ pub struct RawReport {
 }
 
 /// The configuration facts of a run, for comparing runs and labelling plots.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RunSetup {
     /// The `dataplane` version.
     pub version: &'static str,
@@ -313,7 +313,7 @@ pub struct RunSetup {
 }
 
 /// What the queues' reorders did, and what the checkers found in their output.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct ReorderReport {
     /// Complete batches.
     pub batches: u64,
@@ -380,7 +380,7 @@ pub enum BenchError {
 }
 
 /// What an RX queue's capture sink wrote during the run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct CaptureReport {
     /// `IFACE rx queue N`.
     pub queue: String,

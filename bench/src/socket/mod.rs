@@ -29,7 +29,7 @@ use pattern::*;
 use side::*;
 
 /// How much of every message the socket bench writes and reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum SocketWork {
@@ -77,7 +77,7 @@ pub struct SocketBenchOptions {
 }
 
 /// Traffic counts of one side, or summed over the sides.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Traffic {
     /// Messages sent (end markers not counted).
     pub messages_sent: u64,
@@ -119,7 +119,7 @@ impl Traffic {
 }
 
 /// One side's numbers.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct SideReport {
     /// Streams (TX queues) this side sent on.
     pub streams: usize,
@@ -131,7 +131,7 @@ pub struct SideReport {
 }
 
 /// The report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SocketReport {
     /// `server`, `client` or `both`.
     pub mode: &'static str,

@@ -35,7 +35,7 @@ const MAX_FLOWS: usize = 1 << 20;
 const SEQUENCE_MASK: u64 = (1 << 40) - 1;
 
 /// How much the generator writes per frame.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum TxWork {
@@ -50,7 +50,7 @@ pub enum TxWork {
 }
 
 /// How much the receiving side reads of every frame.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum RxWork {
@@ -418,7 +418,7 @@ impl FrameBuilder {
 }
 
 /// Verdicts of the checker.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct CheckCounts {
     /// Frames that passed every check.
     pub valid: u64,
@@ -470,7 +470,7 @@ pub struct Latency {
 }
 
 /// Percentiles of [`Latency`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct LatencySummary {
     /// Frames measured.
     pub frames: u64,

@@ -150,6 +150,7 @@ impl CaptureConfig {
 
 /// What a sink did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct CaptureStats {
     /// Packets handed over.
     pub submitted: u64,

@@ -98,6 +98,7 @@ impl WorkerReading {
 
 /// What a worker did over an interval.
 #[derive(Clone, Debug, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct WorkerUse {
     /// Its core.
     pub core: u32,
