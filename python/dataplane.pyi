@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type, final
 
 from typing_extensions import disjoint_base
 
-__all__ = ["DataPlane", "RxQueue", "TxQueue", "Burst", "_Packet", "Packet", "FlowHandle", "Error", "Stopped"]
+__all__ = ["DataPlane", "RxQueue", "TxQueue", "Burst", "_Packet", "Packet", "Frames", "FlowHandle", "Error", "Stopped"]
 
 class Error(Exception):
     """A data plane error (configuration, start, queue)."""
@@ -43,6 +43,28 @@ class Packet(_Packet):
     `numpy.frombuffer(p, dtype)`)."""
 
 @final
+class Frames:
+    """One segment of every packet of a burst as a two-dimensional uint8 array (packets x
+    bytes), in place: DLPack for host and GPU memory, `__cuda_array_interface__` for GPU
+    memory. Keeps its burst alive and unsendable while it exists."""
+
+    @property
+    def shape(self) -> Tuple[int, int]: ...
+    @property
+    def stride(self) -> int:
+        """Bytes from one packet to the next (negative when buffers come in falling order)."""
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def __dlpack__(
+        self,
+        stream: Optional[Any] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+
+@final
 class Burst:
     """Packets received together, or buffers to send together."""
 
@@ -64,6 +86,12 @@ class Burst:
         """Every packet's receive time in ns, 0 when not stamped (`array('Q')`)."""
     def lengths(self) -> array.array:
         """Every packet's length over all its segments (`array('Q')`)."""
+    def frames(self, segment: int = 0) -> Frames:
+        """Segment `segment` of every packet as one 2-D view, where the layout allows it
+        (one region, one length, evenly spaced buffers); else `ValueError`."""
+    def reorder(self) -> Optional[Dict[str, Any]]:
+        """What a reorder put into this aggregate burst (name, batch_id, source_packets,
+        payload_bytes, packets_per_batch, slot_bytes, aggregate_len, timed_out), or None."""
 
 @final
 class RxQueue:

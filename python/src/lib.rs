@@ -9,14 +9,15 @@
 //! release the GIL.
 
 use dataplane::config::{FlowConfig, FlowMatch, PortRange};
+use pyo3::create_exception;
 use pyo3::exceptions::{PyBufferError, PyException, PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use pyo3::{create_exception, ffi};
 use std::sync::Mutex;
 use std::time::Duration;
 
 mod buffer;
+mod dlpack;
 
 create_exception!(dataplane, Error, PyException, "A data plane error.");
 create_exception!(
@@ -435,6 +436,34 @@ impl Burst {
         py.import("array")?.call_method1("array", ("Q", l))
     }
 
+    /// Segment `segment` of every packet as one two-dimensional array (packets x bytes),
+    /// without copying, where the layout allows it (one region, one length, evenly
+    /// spaced buffers); otherwise a `ValueError` (read `packet(i)` and `lengths()`).
+    #[pyo3(signature = (segment = 0))]
+    fn frames<'py>(slf: Bound<'py, Self>, segment: usize) -> PyResult<Bound<'py, Frames>> {
+        let py = slf.py();
+        Bound::new(py, Frames::new(slf, segment)?)
+    }
+
+    /// What a reorder put into this aggregate burst, as a dict (`name`, `batch_id`,
+    /// `source_packets`, `payload_bytes`, `packets_per_batch`, `slot_bytes`,
+    /// `aggregate_len`, `timed_out`), or None for a burst no reorder made.
+    fn reorder<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(info) = self.get()?.reorder_info() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("name", &info.name)?;
+        d.set_item("batch_id", info.batch_id)?;
+        d.set_item("source_packets", info.source_packets)?;
+        d.set_item("payload_bytes", info.payload_bytes)?;
+        d.set_item("packets_per_batch", info.packets_per_batch)?;
+        d.set_item("slot_bytes", info.slot_bytes)?;
+        d.set_item("aggregate_len", info.aggregate_len)?;
+        d.set_item("timed_out", info.timed_out)?;
+        Ok(Some(d))
+    }
+
     /// Packet `i`'s whole buffer, writable (its capacity); set the frame's length with
     /// `set_len`.
     fn buffer<'py>(slf: Bound<'py, Self>, i: usize) -> PyResult<Bound<'py, PyAny>> {
@@ -465,6 +494,166 @@ impl Burst {
     fn timestamp_ns(&self, i: usize) -> PyResult<u64> {
         self.check_index(i)?;
         Ok(self.get()?.packets()[i].timestamp_ns)
+    }
+}
+
+/// The DLPack device of segment `segment` of packet `index`: the host, or its region's GPU.
+fn segment_device(b: &dataplane::Burst, index: usize, segment: usize) -> dlpack::Device {
+    let region = b
+        .regions()
+        .get(b.packets()[index].segments()[segment].region);
+    if region.host_accessible() {
+        dlpack::Device {
+            device_type: dlpack::CPU,
+            device_id: 0,
+        }
+    } else {
+        dlpack::Device {
+            device_type: dlpack::CUDA,
+            device_id: region.affinity() as i32,
+        }
+    }
+}
+
+/// Segment `segment` of every packet as one two-dimensional uint8 array (packets x
+/// bytes), without copying: `Burst.frames`. Only where the burst's layout allows it:
+/// every segment of one region and one length, at evenly spaced addresses (as a run of
+/// consecutive buffers is). DLPack for host and GPU memory, `__cuda_array_interface__`
+/// for GPU memory. Keeps its burst alive and unsendable while it exists.
+#[pyclass(module = "dataplane")]
+struct Frames {
+    burst: Py<Burst>,
+    addr: u64,
+    rows: usize,
+    len: usize,
+    /// Bytes from one packet's first byte to the next's (negative: falling addresses).
+    stride: i64,
+    device: dlpack::Device,
+}
+
+impl Frames {
+    fn new(burst: Bound<'_, Burst>, segment: usize) -> PyResult<Self> {
+        let (addr, rows, len, stride, device) = {
+            let this = burst.borrow();
+            let b = this.get()?;
+            let n = b.len();
+            if n == 0 {
+                return Err(PyValueError::new_err("an empty burst has no frames"));
+            }
+            this.check_segment(0, segment)?;
+            let seg0 = b.packets()[0].segments()[segment];
+            let addr = b.segment_addr(0, segment);
+            // Buffers may come in falling order (a LIFO pool): a negative stride, which
+            // DLPack and the CUDA array interface both allow.
+            let stride = if n > 1 {
+                i128::from(b.segment_addr(1, segment)) - i128::from(addr)
+            } else {
+                i128::from(seg0.len)
+            };
+            for i in 0..n {
+                let segs = b.packets()[i].segments();
+                let even = segs.len() > segment
+                    && segs[segment].region == seg0.region
+                    && segs[segment].len == seg0.len
+                    && i128::from(b.segment_addr(i, segment))
+                        == i128::from(addr) + i as i128 * stride;
+                if !even || (n > 1 && stride.unsigned_abs() < u128::from(seg0.len)) {
+                    return Err(PyValueError::new_err(format!(
+                        "packet {i} breaks the even layout a two-dimensional view needs (one \
+                         region, one length, evenly spaced buffers); use packet(i) and \
+                         lengths()"
+                    )));
+                }
+            }
+            (
+                addr,
+                n,
+                seg0.len as usize,
+                // Within one region: far inside i64.
+                stride as i64,
+                segment_device(b, 0, segment),
+            )
+        };
+        burst.borrow_mut().views += 1;
+        Ok(Self {
+            burst: burst.unbind(),
+            addr,
+            rows,
+            len,
+            stride,
+            device,
+        })
+    }
+}
+
+impl Drop for Frames {
+    fn drop(&mut self) {
+        Python::attach(|py| self.burst.borrow_mut(py).views -= 1);
+    }
+}
+
+#[pymethods]
+impl Frames {
+    /// `(packets, bytes)`.
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.len)
+    }
+
+    /// Bytes from one packet's first byte to the next's (negative when the buffers come in
+    /// falling order).
+    #[getter]
+    fn stride(&self) -> i64 {
+        self.stride
+    }
+
+    /// DLPack device: `(1, 0)` for host memory, `(2, gpu)` for GPU memory.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (self.device.device_type, self.device.device_id)
+    }
+
+    /// The frames as a two-dimensional uint8 DLPack tensor, in place, read-only (DLPack
+    /// 1.0 flag) as received packets are.
+    #[pyo3(signature = (stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        slf: Bound<'py, Self>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<Bound<'py, PyAny>>,
+        dl_device: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = stream;
+        let export = {
+            let this = slf.borrow();
+            this.burst.borrow(slf.py()).get()?;
+            dlpack::Export {
+                addr: this.addr,
+                device: this.device,
+                shape: vec![this.rows as i64, this.len as i64],
+                strides: vec![this.stride, 1],
+                read_only: true,
+            }
+        };
+        dlpack::export(slf.into_any(), export, max_version, dl_device, copy)
+    }
+
+    /// CUDA array interface (version 3) of frames in GPU memory (writable, as
+    /// `Packet.__cuda_array_interface__` says why).
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.device.device_type != dlpack::CUDA {
+            return Err(pyo3::exceptions::PyAttributeError::new_err(
+                "the frames are in host memory: use numpy.from_dlpack",
+            ));
+        }
+        let d = PyDict::new(py);
+        d.set_item("shape", (self.rows, self.len))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.addr, false))?;
+        d.set_item("version", 3)?;
+        d.set_item("strides", (self.stride, 1))?;
+        d.set_item("stream", py.None())?;
+        Ok(d)
     }
 }
 
@@ -558,7 +747,11 @@ impl Packet {
         let d = PyDict::new(py);
         d.set_item("shape", (len,))?;
         d.set_item("typestr", "|u1")?;
-        d.set_item("data", (addr, !self.writable))?;
+        // Exported writable even for a received packet: PyTorch refuses a read-only CUDA
+        // array ("the read only flag is not supported"), and the bytes are the burst's
+        // alone while the view lives, so a write harms nothing. DLPack 1.0 carries the
+        // read-only flag for consumers that honour it.
+        d.set_item("data", (addr, false))?;
         d.set_item("version", 3)?;
         d.set_item("strides", py.None())?;
         // The bytes are in place when the burst is delivered: no stream to wait on.
@@ -569,20 +762,14 @@ impl Packet {
     /// DLPack device: `(1, 0)` for host memory, `(2, gpu)` for GPU memory.
     fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
         let b = self.burst.borrow(py);
-        let (_, _, host) = self.span(&b)?;
-        if host {
-            return Ok((dlpack::CPU, 0));
-        }
-        let inner = b.get()?;
-        let gpu = inner
-            .regions()
-            .get(inner.packets()[self.index].segments()[self.segment].region)
-            .affinity();
-        Ok((dlpack::CUDA, gpu as i32))
+        let d = segment_device(b.get()?, self.index, self.segment);
+        Ok((d.device_type, d.device_id))
     }
 
-    /// The packet's bytes as a one-dimensional uint8 DLPack tensor (no copy). The bytes
-    /// are in place when a burst is delivered, so no stream needs to be waited on.
+    /// The bytes as a one-dimensional uint8 DLPack tensor, in place (no copy): versioned
+    /// and flagged read-only for a received packet when the consumer asks for DLPack 1.0
+    /// (`max_version`). The bytes are in place when a burst is delivered, so no stream
+    /// needs to be waited on.
     #[pyo3(signature = (stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
         slf: Bound<'py, Self>,
@@ -591,140 +778,21 @@ impl Packet {
         dl_device: Option<Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = (stream, max_version, dl_device);
-        if copy == Some(true) {
-            return Err(PyBufferError::new_err(
-                "a packet view exports its bytes in place; copy it with tobytes()",
-            ));
-        }
+        let _ = stream;
         let py = slf.py();
-        let (device_type, device_id) = slf.borrow().__dlpack_device__(py)?;
-        let (addr, len, _) = {
+        let export = {
             let this = slf.borrow();
             let b = this.burst.borrow(py);
-            this.span(&b)?
+            let (addr, len, _) = this.span(&b)?;
+            dlpack::Export {
+                addr,
+                device: segment_device(b.get()?, this.index, this.segment),
+                shape: vec![len as i64],
+                strides: Vec::new(),
+                read_only: !this.writable,
+            }
         };
-        let ctx = Box::into_raw(Box::new(dlpack::Context {
-            shape: [len as i64],
-            _owner: slf.clone().into_any().unbind(),
-        }));
-        let tensor = Box::into_raw(Box::new(dlpack::ManagedTensor {
-            dl_tensor: dlpack::Tensor {
-                data: addr as *mut std::ffi::c_void,
-                device: dlpack::Device {
-                    device_type,
-                    device_id,
-                },
-                ndim: 1,
-                dtype: dlpack::DataType {
-                    code: 1, // kDLUInt
-                    bits: 8,
-                    lanes: 1,
-                },
-                // SAFETY: `ctx` was just allocated and lives until the deleter runs.
-                shape: unsafe { (*ctx).shape.as_mut_ptr() },
-                strides: std::ptr::null_mut(),
-                byte_offset: 0,
-            },
-            manager_ctx: ctx.cast(),
-            deleter: Some(dl_deleter),
-        }));
-        // SAFETY: the capsule owns `tensor` until a consumer renames it and calls the
-        // deleter, or its destructor deletes it; the name is a static C string.
-        let capsule = unsafe {
-            ffi::PyCapsule_New(
-                tensor.cast(),
-                DLTENSOR.as_ptr(),
-                Some(dl_capsule_destructor),
-            )
-        };
-        if capsule.is_null() {
-            // SAFETY: not handed to anyone: free it here.
-            unsafe { dl_deleter(tensor) };
-            return Err(PyErr::fetch(py));
-        }
-        // SAFETY: a new reference the interpreter just returned.
-        Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
-    }
-}
-
-/// DLPack's C structures (dlpack.h, version 0.8 layout, the unversioned capsule every
-/// consumer accepts).
-mod dlpack {
-    use std::ffi::c_void;
-
-    /// `kDLCPU`.
-    pub const CPU: i32 = 1;
-    /// `kDLCUDA`.
-    pub const CUDA: i32 = 2;
-
-    #[repr(C)]
-    pub struct Device {
-        pub device_type: i32,
-        pub device_id: i32,
-    }
-
-    #[repr(C)]
-    pub struct DataType {
-        pub code: u8,
-        pub bits: u8,
-        pub lanes: u16,
-    }
-
-    #[repr(C)]
-    pub struct Tensor {
-        pub data: *mut c_void,
-        pub device: Device,
-        pub ndim: i32,
-        pub dtype: DataType,
-        pub shape: *mut i64,
-        pub strides: *mut i64,
-        pub byte_offset: u64,
-    }
-
-    #[repr(C)]
-    pub struct ManagedTensor {
-        pub dl_tensor: Tensor,
-        pub manager_ctx: *mut c_void,
-        pub deleter: Option<unsafe extern "C" fn(*mut ManagedTensor)>,
-    }
-
-    /// What a managed tensor owns: its shape, and a reference to the packet view (which
-    /// keeps the burst alive and unsendable).
-    pub struct Context {
-        pub shape: [i64; 1],
-        pub _owner: pyo3::Py<pyo3::PyAny>,
-    }
-}
-
-const DLTENSOR: &std::ffi::CStr = c"dltensor";
-
-/// The consumer is done with the tensor (or nobody took it): drop the shape and the
-/// reference to the packet view.
-unsafe extern "C" fn dl_deleter(t: *mut dlpack::ManagedTensor) {
-    if t.is_null() {
-        return;
-    }
-    Python::attach(|_| {
-        // SAFETY: made by `Packet::__dlpack__` with Box::into_raw, deleted once (the
-        // consumer, or the capsule's destructor when nobody consumed it).
-        let t = unsafe { Box::from_raw(t) };
-        // SAFETY: as above, the context's own allocation.
-        drop(unsafe { Box::from_raw(t.manager_ctx.cast::<dlpack::Context>()) });
-    });
-}
-
-/// The capsule is being freed: if no consumer took the tensor (its name is still
-/// "dltensor"), delete it here.
-unsafe extern "C" fn dl_capsule_destructor(capsule: *mut ffi::PyObject) {
-    // SAFETY: `capsule` is the capsule being destroyed; the checks read only its name.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
-            let t = ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr());
-            dl_deleter(t.cast());
-        } else {
-            ffi::PyErr_Clear();
-        }
+        dlpack::export(slf.into_any(), export, max_version, dl_device, copy)
     }
 }
 
@@ -737,6 +805,7 @@ fn dataplane_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TxQueue>()?;
     m.add_class::<Burst>()?;
     m.add_class::<Packet>()?;
+    m.add_class::<Frames>()?;
     m.add("Packet", buffer::packet_type(m.py())?)?;
     m.add_class::<FlowHandle>()?;
     m.add("Error", m.py().get_type::<Error>())?;

@@ -1,6 +1,7 @@
 """The Python package against a real data plane (software loopback): every byte through
 NumPy, flow steering, TX bursts filled from NumPy arrays, errors as exceptions."""
 
+import ctypes
 import gc
 import io
 import pathlib
@@ -127,6 +128,149 @@ def test_dlpack_views_without_copying():
         del held
         gc.collect()
         tx.send(out)
+
+
+def capsule_name(capsule) -> bytes:
+    get = ctypes.pythonapi.PyCapsule_GetName
+    get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return get(capsule)
+
+
+def test_dlpack_1_0_says_what_is_read_only():
+    with dataplane.DataPlane(CONFIG) as plane:
+        tx, rx = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        frame = udp_frame(5000, np.arange(64, dtype=np.uint8))
+        send(tx, [frame])
+        burst = rx.recv(timeout=5.0)
+        p = burst.packet(0)
+        # Consumers that ask for DLPack 1.0 get the versioned capsule; others the old one.
+        assert capsule_name(p.__dlpack__(max_version=(1, 0))) == b"dltensor_versioned"
+        assert capsule_name(p.__dlpack__()) == b"dltensor"
+        assert capsule_name(p.__dlpack__(max_version=(0, 8))) == b"dltensor"
+        with pytest.raises(BufferError, match="not \\(2, 0\\)"):
+            p.__dlpack__(dl_device=(2, 0))
+        with pytest.raises(BufferError, match="in place"):
+            p.__dlpack__(copy=True)
+        asked = AskedFor(p)
+        arr = np.from_dlpack(asked)
+        assert np.array_equal(arr, frame)
+        if tuple(asked.kwargs.get("max_version") or (0, 0)) < (1, 0):
+            pytest.skip(f"NumPy {np.__version__} asks for unversioned DLPack: no read-only flag to honour")
+        # NumPy honours the flag: a received frame is read-only, a TX buffer writable
+        # (over the unversioned capsule NumPy 2.3 and later mark both read-only).
+        assert not arr.flags.writeable
+        out = tx.alloc(1)
+        buf = np.from_dlpack(out.buffer(0))
+        assert buf.flags.writeable
+        buf[:4] = (1, 2, 3, 4)
+        assert bytes(memoryview(out.buffer(0))[:4]) == b"\x01\x02\x03\x04"
+        del arr, buf, p, asked
+        gc.collect()
+
+
+class AskedFor:
+    """Passes DLPack through and notes what the consumer asked `__dlpack__` for."""
+
+    def __init__(self, view):
+        self.view, self.kwargs = view, None
+
+    def __dlpack_device__(self):
+        return self.view.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        self.kwargs = kwargs
+        return self.view.__dlpack__(**kwargs)
+
+
+def test_frames_of_equal_packets_are_one_two_dimensional_view():
+    with dataplane.DataPlane(CONFIG) as plane:
+        tx, rx = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        frames = [udp_frame(5000, np.full(100, k, dtype=np.uint8)) for k in range(8)]
+        send(tx, frames)
+        got = []
+        while sum(len(b) for b in got) < len(frames):
+            b = rx.recv(timeout=5.0)
+            assert b is not None
+            got.append(b)
+        for burst in got:
+            view = burst.frames()
+            assert view.shape == (len(burst), len(frames[0]))
+            assert abs(view.stride) >= len(frames[0])
+            arr = np.from_dlpack(view)
+            assert arr.shape == view.shape
+            for i in range(len(burst)):
+                # Each row is packet i's memory, in place.
+                assert np.array_equal(arr[i], np.frombuffer(burst.packet(i), np.uint8))
+                row = arr[i].__array_interface__["data"][0]
+                assert row == np.from_dlpack(burst.packet(i)).__array_interface__["data"][0]
+            assert burst.reorder() is None  # no reorder made this burst
+        # Packets of different lengths have no two-dimensional view.
+        send(tx, [udp_frame(5000, np.zeros(10, np.uint8)), udp_frame(5000, np.zeros(20, np.uint8))])
+        mixed = rx.recv(timeout=5.0)
+        if len(mixed) == 2:
+            with pytest.raises(ValueError, match="packet 1 breaks the even layout"):
+                mixed.frames()
+        held = got[0].frames()
+        with pytest.raises(BufferError):
+            tx.send(got[0])  # a view keeps a burst from being sent
+        del held, arr
+        gc.collect()
+
+
+REORDER = """
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: sw
+    memory_regions:
+    - {name: tx, kind: host, affinity: 0, num_bufs: 256, buf_size: 256}
+    - {name: rx, kind: host, affinity: 0, num_bufs: 256, buf_size: 256}
+    - {name: batches, kind: host, affinity: 0, num_bufs: 4, buf_size: 4096}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx:
+        queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 16, memory_regions: [tx]}]
+      rx:
+        flow_isolation: true
+        queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 16, timeout_us: 200000, memory_regions: [rx]}]
+        flows:
+        - {name: samples, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
+        reorder_configs:
+        - name: by_seq
+          reorder_type: cpu
+          memory_region: batches
+          payload_byte_offset: 42
+          flow_ids: [7]
+          method:
+            seq_packets_per_batch:
+              sequence_number: {bit_offset: 336, bit_width: 16}
+              packets_per_batch: 8
+"""
+
+
+def test_reorder_information_comes_with_the_aggregate_burst():
+    with dataplane.DataPlane(REORDER) as plane:
+        tx, rx = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        # Sequence numbers 7, 6, ..., 0: one batch of 8, shuffled.
+        frames = [udp_frame(5000, np.array([0, seq] + [seq] * 30, np.uint8)) for seq in range(7, -1, -1)]
+        send(tx, frames)
+        burst = rx.recv(timeout=5.0)
+        assert burst is not None
+        info = burst.reorder()
+        assert info == {
+            "name": "by_seq",
+            "batch_id": 0,
+            "source_packets": 8,
+            "payload_bytes": info["payload_bytes"],
+            "packets_per_batch": 8,
+            "slot_bytes": info["slot_bytes"],
+            "aggregate_len": 8 * info["slot_bytes"],
+            "timed_out": False,
+        }
+        assert info["payload_bytes"] == 8 * 32
 
 
 def test_errors_are_exceptions_with_the_loaders_messages():

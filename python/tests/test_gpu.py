@@ -122,6 +122,70 @@ def run_check():
     return checked
 
 
+def run_frameworks():
+    """Every path PyTorch and CuPy users take to a GPU packet (`torch.from_dlpack`,
+    `torch.as_tensor(p, device="cuda")`, `cupy.from_dlpack`, `cupy.asarray`) and to a
+    burst's frames as one 2-D array, each compared byte for byte with what was sent.
+    Returns {path: frames read}, or None without a CUDA driver, PyTorch or CuPy."""
+    if cuda() is None:
+        return None
+    readers = {}
+    try:
+        import torch
+
+        readers["torch.from_dlpack"] = lambda v: torch.from_dlpack(v).cpu().numpy().tobytes()
+        readers["torch.as_tensor"] = lambda v: torch.as_tensor(v, device="cuda").cpu().numpy().tobytes()
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        readers["cupy.from_dlpack"] = lambda v: cupy.from_dlpack(v).get().tobytes()
+        readers["cupy.asarray"] = lambda v: cupy.asarray(v).get().tobytes()
+    except ImportError:
+        pass
+    if not readers:
+        return None
+    read = {name: 0 for name in readers}
+    read["frames 2-D"] = 0
+    length = 256
+    with dataplane.DataPlane(CONFIG, "gpu.yaml") as plane:
+        tx, rx = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        burst = tx.alloc(64)
+        for i in range(64):
+            memoryview(burst.buffer(i))[:length] = frame_bytes(i, length)
+            burst.set_len(i, length)
+        tx.send(burst, timeout=5.0)
+        seen = 0
+        while seen < 64:
+            burst = rx.recv(timeout=5.0)
+            assert burst is not None, f"{seen} of 64 arrived"
+            for i in range(len(burst)):
+                for name, reader in readers.items():
+                    got = reader(burst.packet(i))
+                    assert got == frame_bytes(seen + i, length), f"{name}, frame {seen + i}"
+                    read[name] += 1
+            try:
+                view = burst.frames()
+            except ValueError:
+                view = None  # buffers not evenly spaced: per packet only
+            if view is not None:
+                for name, reader in readers.items():
+                    rows = reader(view)
+                    want = b"".join(frame_bytes(seen + i, length) for i in range(len(burst)))
+                    assert rows == want, f"{name} of frames()"
+                read["frames 2-D"] += len(burst)
+            seen += len(burst)
+    return read
+
+
+def test_torch_and_cupy_read_every_gpu_packet():
+    read = run_frameworks()
+    if read is None:
+        pytest.skip("needs a CUDA driver and PyTorch or CuPy: runs on the GPU machine")
+    assert all(n == 64 for name, n in read.items() if name != "frames 2-D"), read
+
+
 def test_gpu_region_through_cuda_array_interface():
     checked = run_check()
     if checked is None:
@@ -132,3 +196,4 @@ def test_gpu_region_through_cuda_array_interface():
 if __name__ == "__main__":
     n = run_check()
     print("SKIP: no CUDA driver" if n is None else f"GPU check: {n} frames read from GPU memory (half through DLPack, half through __cuda_array_interface__), every byte equal")
+    print(f"frameworks: {run_frameworks()} (frames read, every byte equal; None: no CUDA, PyTorch or CuPy)")
