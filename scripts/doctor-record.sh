@@ -20,7 +20,8 @@ link() { # link PATH: a symbolic link, as a link to the same target
 # Only the lines doctor reads, so a recording says nothing else about the machine.
 mkdir -p "$out/proc/self"
 grep -E '^(MemTotal|HugePages_|Hugepagesize)' /proc/meminfo > "$out/proc/meminfo" || true
-grep -E '^[^ ]+ [^ ]+ hugetlbfs ' /proc/mounts > "$out/proc/mounts" || true
+# Huge page mounts, and the file systems on block devices (where a GPU capture's files go).
+grep -E '^([^ ]+ [^ ]+ hugetlbfs |/dev/)' /proc/mounts > "$out/proc/mounts" || true
 grep -E '^(Limit|Max locked memory)' /proc/self/limits > "$out/proc/self/limits" || true
 grep -E '^CapEff:' /proc/self/status > "$out/proc/self/status" || true
 copy /proc/sys/net/core/rmem_max /proc/sys/net/core/wmem_max /proc/driver/nvidia/version
@@ -48,5 +49,21 @@ for p in /sys/class/infiniband/*/ports/*; do
   [ -d "$p" ] || continue
   copy "$p"/gids/* "$p"/gid_attrs/types/*
 done
-for mod in nvidia nvidia_peermem; do [ -d "/sys/module/$mod" ] && mkdir -p "$out/sys/module/$mod" && touch "$out/sys/module/$mod/.keep"; done
+# Block devices' numbers and udev's database entries for them: cuFile reads the file
+# system's type there (GPUDirect Storage).
+copy /sys/class/block/*/dev /run/udev/data/b*
+# Of cuFile's configuration only the switch doctor reads.
+if [ -f /etc/cufile.json ]; then
+  mkdir -p "$out/etc"
+  compat=$(grep -o '"allow_compat_mode"[^,}]*' /etc/cufile.json | head -1)
+  echo "{\"properties\": {${compat:-}}}" > "$out/etc/cufile.json"
+fi
+[ -d /proc/driver/nvidia-fs ] && mkdir -p "$out/proc/driver/nvidia-fs" && touch "$out/proc/driver/nvidia-fs/.keep"
+# What only the driver knows (persistence mode, clocks): nvidia-smi's answer, as doctor
+# asks for it on a live machine.
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,pci.bus_id,persistence_mode,clocks.applications.graphics,clocks.max.graphics,clocks.applications.memory,clocks.max.memory \
+    --format=csv,noheader,nounits > "$out/nvidia-smi-query-gpu.csv" || rm -f "$out/nvidia-smi-query-gpu.csv"
+fi
+for mod in nvidia nvidia_fs nvidia_peermem; do [ -d "/sys/module/$mod" ] && mkdir -p "$out/sys/module/$mod" && touch "$out/sys/module/$mod/.keep"; done
 echo "recorded into $out ($(find "$out" -type f | wc -l) files)"

@@ -1,7 +1,7 @@
 //! `dataplane doctor` against recorded /proc and /sys trees (`tests/doctor/`): a tuned
 //! and an untuned two-socket server with a ConnectX port, an H200 and an RDMA device
-//! (modelled: no such machine is reachable from here), this 2-core VM as
-//! `scripts/doctor-record.sh` recorded it, and this machine for real.
+//! (modelled: no such machine is reachable from here), this 2-core VM and the H200 and H100
+//! GPU machines as `scripts/doctor-record.sh` recorded them, and this machine for real.
 
 #[macro_use]
 #[path = "../../bench/tests/common/mod.rs"]
@@ -371,6 +371,155 @@ fn on_this_machine_the_checks_agree_with_a_recording_of_it() {
             "{config}: {live:#?} against {recorded:#?}"
         );
     }
+}
+
+/// A queue receiving into GPU memory and captured to `/var/tmp/dp/gpu.pcap`.
+const GPU_CAPTURE: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
+    - {name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
+    - {name: gpu, kind: device, affinity: 0, num_bufs: 1024, buf_size: 2048}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx: {queues: [{name: tq, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [tx]}]}
+      rx:
+        queues:
+        - {name: rq, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [gpu], capture: {path: /var/tmp/dp/gpu.pcap}}
+"#
+);
+
+/// A copy of a recorded tree to change.
+fn tree_copy(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", tree(name).display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+#[test]
+fn gpu_persistence_and_clocks_come_from_the_driver_with_their_fixes() {
+    // Recorded on the H100 machine: persistence on, application clocks at their highest.
+    let (_, f) = doctor(Some("gpu_loopback_64.yaml"), &tree("h100-vm"));
+    assert!(
+        has(&of(&f, "gpu", "ok"), "GPU 0: persistence mode on"),
+        "{f:#?}"
+    );
+    assert!(
+        has(
+            &of(&f, "gpu", "ok"),
+            "GPU 0: application clocks at their highest (1980 MHz SM, 2619 MHz memory)"
+        ),
+        "{f:#?}"
+    );
+    // The same machine untuned.
+    let copy = tree_copy("h100-vm");
+    std::fs::write(
+        copy.path().join("nvidia-smi-query-gpu.csv"),
+        "0, 00000000:00:06.0, Disabled, 1755, 1980, 2619, 2619\n",
+    )
+    .unwrap();
+    let (status, f) = doctor(Some("gpu_loopback_64.yaml"), copy.path());
+    assert_eq!(status, 0, "warnings do not block");
+    let warn = of(&f, "gpu", "warn");
+    assert!(
+        has(&warn, "persistence mode off") && has(&warn, "| nvidia-smi -i 0 -pm 1"),
+        "{warn:#?}"
+    );
+    assert!(
+        has(
+            &warn,
+            "application clocks 1755 MHz SM, 2619 MHz memory, below the highest 1980 and 2619"
+        ),
+        "{warn:#?}"
+    );
+    assert!(has(&warn, "| nvidia-smi -i 0 -ac 2619,1980"), "{warn:#?}");
+    // An integrated GPU reports no clocks: nothing to set.
+    std::fs::write(
+        copy.path().join("nvidia-smi-query-gpu.csv"),
+        "0, 0000000F:01:00.0, Enabled, [N/A], [N/A], [N/A], [N/A]\n",
+    )
+    .unwrap();
+    let (_, f) = doctor(Some("gpu_loopback_64.yaml"), copy.path());
+    assert!(
+        has(&of(&f, "gpu", "ok"), "reports no application clocks"),
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn a_gpu_capture_needs_udev_s_entry_and_nvidia_fs_or_compatibility_mode() {
+    // The H100 machine as recorded: no nvidia-fs, cuFile allows compatibility mode, and
+    // no udevd (the capture test fails there with CU_FILE_HANDLE_NOT_REGISTERED).
+    let (status, f) = doctor(Some(GPU_CAPTURE), &tree("h100-vm"));
+    assert_eq!(status, 3, "{f:#?}");
+    let what = "interface `loop0` RX queue 0 captures GPU memory to /var/tmp/dp/gpu.pcap";
+    assert!(
+        has(
+            &of(&f, "gds", "warn"),
+            &format!("{what}: no nvidia-fs driver, so cuFile's compatibility mode")
+        ),
+        "{f:#?}"
+    );
+    assert!(
+        has(
+            &of(&f, "gds", "block"),
+            "udev's database has no entry for /dev/vda (/run/udev/data/b254:0), where cuFile reads the file system's type: the capture fails at start with CU_FILE_HANDLE_NOT_REGISTERED"
+        ),
+        "{f:#?}"
+    );
+    assert!(
+        has(
+            &of(&f, "gds", "block"),
+            "| printf 'E:ID_FS_TYPE=ext4\\nE:ID_FS_USAGE=filesystem\\n' > /run/udev/data/b254:0"
+        ),
+        "{f:#?}"
+    );
+    // The fix applied: the capture can start (still in compatibility mode).
+    let copy = tree_copy("h100-vm");
+    let udev = copy.path().join("run/udev/data");
+    std::fs::create_dir_all(&udev).unwrap();
+    std::fs::write(
+        udev.join("b254:0"),
+        "E:ID_FS_TYPE=ext4\nE:ID_FS_USAGE=filesystem\n",
+    )
+    .unwrap();
+    let (status, f) = doctor(Some(GPU_CAPTURE), copy.path());
+    assert_eq!(status, 0, "{f:#?}");
+    assert!(
+        has(
+            &of(&f, "gds", "ok"),
+            "udev knows /dev/vda's file system (ext4)"
+        ),
+        "{f:#?}"
+    );
+    // Without compatibility mode and without nvidia-fs, cuFile cannot write at all.
+    std::fs::write(
+        copy.path().join("etc/cufile.json"),
+        r#"{"properties": {"allow_compat_mode": false}}"#,
+    )
+    .unwrap();
+    let (status, f) = doctor(Some(GPU_CAPTURE), copy.path());
+    assert_eq!(status, 3);
+    assert!(
+        has(
+            &of(&f, "gds", "block"),
+            "does not allow compatibility mode | modprobe nvidia-fs"
+        ),
+        "{f:#?}"
+    );
+    // With nvidia-fs: direct DMA.
+    std::fs::create_dir_all(copy.path().join("proc/driver/nvidia-fs")).unwrap();
+    let (status, f) = doctor(Some(GPU_CAPTURE), copy.path());
+    assert_eq!(status, 0, "{f:#?}");
+    assert!(has(&of(&f, "gds", "ok"), "nvidia-fs is loaded"), "{f:#?}");
 }
 
 #[test]

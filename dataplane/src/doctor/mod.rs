@@ -1,7 +1,8 @@
 //! `dataplane doctor`: checks a machine against a configuration and says, per finding,
-//! the command that fixes it. It reads only `/proc` and `/sys` (below a root that tests
-//! point at recorded trees), never changes anything, and decides nothing the start-up
-//! does not also decide: the configuration's needs come from its [`Plan`].
+//! the command that fixes it. It reads `/proc`, `/sys` and a few files under `/etc` and
+//! `/run` (below a root that tests point at recorded trees) and asks `nvidia-smi`; it
+//! never changes anything, and decides nothing the start-up does not also decide: the
+//! configuration's needs come from its [`Plan`].
 //!
 //! Checks: huge pages per NUMA node against the plan and a hugetlbfs mount; the configured
 //! cores (present, isolated with `isolcpus` and `nohz_full`, not serving interrupts, the
@@ -10,7 +11,9 @@
 //! every `roce://` address; the GPU driver, and dma-buf or peer memory for RDMA into GPU
 //! memory; socket buffer limits for kernel sockets; the locked-memory limit; PCIe (`pcie`):
 //! the NICs' and GPUs' links trained at their speed and width, the IOMMU mode of their
-//! groups, the NICs' read request size.
+//! groups, the NICs' read request size; the GPUs' persistence mode and clocks (from
+//! `nvidia-smi`); GPUDirect Storage for captures of GPU memory (nvidia-fs or cuFile's
+//! compatibility mode, udev's entry for the file system).
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +24,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 mod devices;
+mod gpu_driver;
 mod host;
 mod pcie;
 
@@ -42,7 +46,7 @@ pub enum Severity {
 /// One finding.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// The check (`hugepages`, `cores`, `pci`, `pcie`, `rdma`, `gpu`, `sockets`,
+    /// The check (`hugepages`, `cores`, `pci`, `pcie`, `rdma`, `gpu`, `gds`, `sockets`,
     /// `memlock`).
     pub check: &'static str,
     /// How much it matters.
@@ -104,6 +108,11 @@ impl Machine {
                 region.gpu_uuid.is_none() && set.contains(&region.affinity)
             }
         }
+    }
+
+    /// True for this machine (`/`), whose live state (the GPU driver) may be asked.
+    fn is_this_machine(&self) -> bool {
+        self.root == Path::new("/")
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -237,6 +246,8 @@ pub fn check(m: &Machine, config: Option<&Config>) -> Vec<Finding> {
         pci(m, p, &cores, &mut out);
         rdma(m, p, &mut out);
         gpu(m, p, &mut out);
+        gpu_driver::gpu_settings(m, p, &mut out);
+        gpu_driver::gds(m, p, &mut out);
         gpu_links(m, p, &mut out);
         sockets(m, p, &mut out);
     }
