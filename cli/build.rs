@@ -13,7 +13,7 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "unknown commit".to_owned());
-    let features: Vec<&str> = ["cuda", "rdma", "dpdk"]
+    let features: Vec<&str> = ["cuda", "rdma", "dpdk", "otlp"]
         .into_iter()
         .filter(|f| std::env::var_os(format!("CARGO_FEATURE_{}", f.to_uppercase())).is_some())
         .collect();

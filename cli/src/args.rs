@@ -31,10 +31,21 @@ pub(crate) struct Cli {
     /// (as the configuration's `metrics.listen`, which it overrides).
     #[arg(long, global = true, value_name = "ADDR")]
     pub(crate) metrics: Option<std::net::SocketAddr>,
+    /// Push the metrics to an OpenTelemetry collector over OTLP/HTTP every second while
+    /// the plane runs (`http://HOST[:PORT]`, port 4318 by default; as the configuration's
+    /// `metrics.otlp_endpoint`, which it overrides).
+    #[cfg(feature = "otlp")]
+    #[arg(long, global = true, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+          value_parser = |s: &str| dataplane::config::OtlpEndpoint::parse(s))]
+    pub(crate) otlp: Option<dataplane::config::OtlpEndpoint>,
 }
 
 /// `--metrics`, applied to every configuration loaded.
 pub(crate) static METRICS_LISTEN: std::sync::OnceLock<std::net::SocketAddr> =
+    std::sync::OnceLock::new();
+
+/// `--otlp`, applied to every configuration loaded.
+pub(crate) static OTLP_ENDPOINT: std::sync::OnceLock<dataplane::config::OtlpEndpoint> =
     std::sync::OnceLock::new();
 
 /// How log lines are written.

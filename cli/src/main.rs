@@ -52,6 +52,10 @@ fn main() -> ExitCode {
     if let Some(addr) = cli.metrics {
         let _ = METRICS_LISTEN.set(addr);
     }
+    #[cfg(feature = "otlp")]
+    if let Some(endpoint) = cli.otlp.clone() {
+        let _ = OTLP_ENDPOINT.set(endpoint);
+    }
     let (command, config) = cli.command.invocation();
     envelope::set(command, config);
     if !bench_with_signals(&cli.command) {
@@ -320,9 +324,13 @@ fn load(file: &Path) -> Option<Config> {
             logging::apply_config(&loaded.config);
             let mut config = loaded.config;
             if let Some(addr) = METRICS_LISTEN.get() {
-                config.metrics = Some(config::MetricsConfig {
-                    listen: addr.to_string(),
-                });
+                config.metrics.get_or_insert_with(Default::default).listen = Some(addr.to_string());
+            }
+            if let Some(endpoint) = OTLP_ENDPOINT.get() {
+                config
+                    .metrics
+                    .get_or_insert_with(Default::default)
+                    .otlp_endpoint = Some(endpoint.clone());
             }
             Some(config)
         }

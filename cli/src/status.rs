@@ -32,4 +32,5 @@ Environment:
                        e.g. debug or dataplane::engine=trace)
   DATAPLANE_EAL_ARGS   extra DPDK EAL arguments (e.g. -d DRIVER.so --log-level=...)
   DATAPLANE_HUGETLBFS  the hugetlbfs mount region files go to (default: the first fitting one)
-  DATAPLANE_PLOT_FONT  a TrueType font for `plot` (default: DejaVu Sans or Liberation Sans)";
+  DATAPLANE_PLOT_FONT  a TrueType font for `plot` (default: DejaVu Sans or Liberation Sans)
+  OTEL_EXPORTER_OTLP_ENDPOINT  as --otlp: push the metrics to this OpenTelemetry collector";

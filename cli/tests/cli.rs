@@ -576,3 +576,44 @@ fn version_names_commit_and_features_and_validate_speaks_the_schema() {
     let text = validate(&["--plan"]);
     assert!(text.contains("rx overflow: backpressure"), "{text}");
 }
+
+/// `--otlp` takes an http URL (usage error otherwise), and a collector that is not there
+/// costs warnings, never the run.
+#[test]
+fn otlp_flag_checks_its_url_and_an_absent_collector_does_not_fail_a_run() {
+    let out = dataplane()
+        .args([
+            "--otlp",
+            "https://collector:4318",
+            "validate",
+            &cfg("sw_loopback.yaml"),
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("https is not supported"), "{e}");
+    // Port 9 (discard) on loopback: nothing listens there.
+    let out = dataplane()
+        .args([
+            "--otlp",
+            "http://127.0.0.1:9",
+            "bench",
+            "raw",
+            &cfg("sw_loopback.yaml"),
+        ])
+        .args(["--seconds", "1", "--json", "-q"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(common::last_json(&out.stdout)["lossless"], true);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("OTLP push to http://127.0.0.1:9/v1/metrics failed"),
+        "{e}"
+    );
+}

@@ -98,7 +98,8 @@ fn scrapes_during_and_after_a_loopback_run_match_the_planes_counters() {
         .unwrap()
         .config;
     config.metrics = Some(MetricsConfig {
-        listen: "127.0.0.1:0".into(),
+        listen: Some("127.0.0.1:0".into()),
+        ..MetricsConfig::default()
     });
     let mut plane = DataPlane::start(&config).expect("start");
     let addr = plane.metrics_address().expect("the endpoint runs");
@@ -257,7 +258,8 @@ fn plane_with_metrics(listen: &str) -> DataPlane {
         .unwrap()
         .config;
     config.metrics = Some(MetricsConfig {
-        listen: listen.into(),
+        listen: Some(listen.into()),
+        ..MetricsConfig::default()
     });
     DataPlane::start(&config).expect("start")
 }
@@ -274,7 +276,7 @@ fn a_bare_port_listens_on_loopback_only() {
     let config = dataplane::config::load_str(&yaml, "port-only")
         .unwrap()
         .config;
-    assert_eq!(config.metrics.unwrap().listen, "9464");
+    assert_eq!(config.metrics.unwrap().listen.as_deref(), Some("9464"));
     assert_eq!(
         dataplane::config::metrics_listen_address("9464").unwrap(),
         "127.0.0.1:9464".parse::<SocketAddr>().unwrap()

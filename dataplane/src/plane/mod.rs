@@ -75,7 +75,8 @@ pub enum StartError {
     /// A thread could not be spawned.
     #[error("cannot start thread: {0}")]
     Spawn(std::io::Error),
-    /// The metrics endpoint could not listen (`metrics.listen`).
+    /// The metrics endpoint could not listen (`metrics.listen`), or OTLP export could not
+    /// start (`metrics.otlp_endpoint`).
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
     /// The configuration cannot be run as planned.
@@ -216,6 +217,9 @@ pub struct DataPlane {
     counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
     stats: Option<StatsThread>,
     metrics: Option<crate::metrics::MetricsServer>,
+    /// Pushes the metrics over OTLP (`metrics.otlp_endpoint`).
+    #[cfg(feature = "otlp")]
+    otlp: Option<crate::metrics::OtlpExporter>,
     // Behind locks so the plane is `Sync` (accept and connect from several threads);
     // taking a queue needs `&mut self`, so they are never contended.
     rx_queues: Mutex<BTreeMap<(usize, QueueId), RxQueue>>,
@@ -634,6 +638,9 @@ impl DataPlane {
             // see the stop.
             w.health.stop();
         }
+        // Last: its final push carries the workers' last counts.
+        #[cfg(feature = "otlp")]
+        drop(self.otlp.take());
     }
 }
 

@@ -91,6 +91,8 @@ impl DataPlane {
             counters: Arc::new(counters),
             stats: None,
             metrics: None,
+            #[cfg(feature = "otlp")]
+            otlp: None,
             rx_queues: Mutex::new(rx_queues),
             tx_queues: Mutex::new(tx_queues),
             regions: regions.clone(),
@@ -114,11 +116,29 @@ impl DataPlane {
             config.master_core,
             plane.counters.clone(),
         )?);
-        if let Some(m) = &config.metrics {
+        if let Some(listen) = config.metrics.as_ref().and_then(|m| m.listen.as_deref()) {
             plane.metrics = Some(crate::metrics::MetricsServer::start(
-                &m.listen,
+                listen,
                 plane.metrics_sources(),
             )?);
+        }
+        if let Some(m) = &config.metrics
+            && let Some(endpoint) = &m.otlp_endpoint
+        {
+            #[cfg(feature = "otlp")]
+            {
+                plane.otlp = Some(crate::metrics::OtlpExporter::start(
+                    endpoint,
+                    std::time::Duration::from_millis(m.otlp_interval_ms),
+                    plane.metrics_sources(),
+                )?);
+            }
+            #[cfg(not(feature = "otlp"))]
+            return Err(crate::metrics::MetricsError {
+                address: endpoint.to_string(),
+                reason: "metrics.otlp_endpoint needs a build with the `otlp` feature".into(),
+            }
+            .into());
         }
         Ok(plane)
     }

@@ -28,11 +28,93 @@ pub enum StageMode {
     Kernel,
 }
 
-/// `metrics` (ours): where the Prometheus / OpenMetrics endpoint listens.
+/// `metrics` (ours): where the Prometheus / OpenMetrics endpoint listens, and where OTLP
+/// pushes go (at least one of the two).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetricsConfig {
     /// `listen`: IP:PORT, or a bare port on 127.0.0.1 (port 0: any free port).
-    pub listen: String,
+    pub listen: Option<String>,
+    /// `otlp_endpoint`: an OpenTelemetry collector's OTLP/HTTP URL (`http://HOST[:PORT]`,
+    /// port 4318 by default; pushes go to `/v1/metrics` below it). Needs the `otlp`
+    /// feature.
+    pub otlp_endpoint: Option<OtlpEndpoint>,
+    /// `otlp_interval_ms`: milliseconds between pushes (default 1000).
+    pub otlp_interval_ms: u64,
+}
+
+/// Milliseconds between OTLP pushes unless `otlp_interval_ms` says otherwise.
+pub const DEFAULT_OTLP_INTERVAL_MS: u64 = 1000;
+
+impl Default for MetricsConfig {
+    /// Neither export; pushes every [`DEFAULT_OTLP_INTERVAL_MS`] once an endpoint is set.
+    fn default() -> Self {
+        Self {
+            listen: None,
+            otlp_endpoint: None,
+            otlp_interval_ms: DEFAULT_OTLP_INTERVAL_MS,
+        }
+    }
+}
+
+/// Where OTLP pushes go: a collector's host, port and request path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpEndpoint {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Request path, ending in `/v1/metrics`.
+    pub path: String,
+}
+
+impl OtlpEndpoint {
+    /// An `http://HOST[:PORT][/PATH]` URL (port 4318, OTLP/HTTP's, when absent). As with
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, `/v1/metrics` is added to a path that does not end
+    /// in it already.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            if url.starts_with("https://") {
+                format!(
+                    "`{url}`: https is not supported; push to a collector over http (on this host or a sidecar)"
+                )
+            } else {
+                format!("`{url}`: expected http://HOST[:PORT][/PATH]")
+            }
+        })?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let bracketed = authority.starts_with('[');
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !bracketed || h.ends_with(']') => (
+                h,
+                p.parse::<u16>()
+                    .map_err(|_| format!("`{url}`: port `{p}` is not a number from 0 to 65535"))?,
+            ),
+            _ => (authority, 4318),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(format!("`{url}`: no host"));
+        }
+        let path = path.trim_end_matches('/');
+        let path = if path.ends_with("v1/metrics") {
+            format!("/{path}")
+        } else if path.is_empty() {
+            "/v1/metrics".to_owned()
+        } else {
+            format!("/{path}/v1/metrics")
+        };
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+            path,
+        })
+    }
+}
+
+impl std::fmt::Display for OtlpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "http://{}:{}{}", self.host, self.port, self.path)
+    }
 }
 
 /// `IP:PORT`, or a bare port (`9464`, `:9464`) on 127.0.0.1.

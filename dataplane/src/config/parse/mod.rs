@@ -205,7 +205,7 @@ fn common(d: &mut Diagnostics, m: &mut MapReader) -> Option<Common> {
 /// 127.0.0.1).
 fn metrics_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<MetricsConfig> {
     let mut m = MapReader::open(d, node, path)?;
-    let listen = m.required(d, "listen", |d, n, p| {
+    let listen = m.optional(d, "listen", |d, n, p| {
         let text = r::string(d, n, p)?;
         match super::model::metrics_listen_address(&text) {
             Ok(_) => Some(text),
@@ -215,8 +215,34 @@ fn metrics_config(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Metric
             }
         }
     });
+    let otlp_endpoint = m.optional(d, "otlp_endpoint", |d, n, p| {
+        let text = r::string(d, n, p)?;
+        match super::model::OtlpEndpoint::parse(&text) {
+            Ok(e) => Some(e),
+            Err(why) => {
+                d.error(Kind::Invalid, p, Some(n.location), why);
+                None
+            }
+        }
+    });
+    let interval = m.optional(d, "otlp_interval_ms", |d, n, p| {
+        r::uint_in(d, n, p, 1, 3_600_000)
+    });
     m.finish(d);
-    Some(MetricsConfig { listen: listen? })
+    if listen.is_none() && otlp_endpoint.is_none() {
+        d.error(
+            Kind::Missing,
+            path,
+            Some(node.location),
+            "needs `listen` (the Prometheus endpoint), `otlp_endpoint` (OTLP pushes), or both",
+        );
+        return None;
+    }
+    Some(MetricsConfig {
+        listen,
+        otlp_endpoint,
+        otlp_interval_ms: interval.unwrap_or(super::model::DEFAULT_OTLP_INTERVAL_MS),
+    })
 }
 
 fn transport_of(word: &str) -> Transport {

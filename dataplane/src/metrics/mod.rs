@@ -19,6 +19,11 @@
 //!   `dataplane_worker_busy_seconds_total`, `dataplane_worker_packets_total` {core};
 //! - `dataplane_info` {version, commit, engine} = 1.
 
+#[cfg(feature = "otlp")]
+mod otlp;
+#[cfg(feature = "otlp")]
+pub use otlp::OtlpExporter;
+
 use crate::config::Direction;
 use crate::engine::{Engine, Link};
 use crate::memory::RegionSet;
