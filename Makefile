@@ -36,7 +36,7 @@ python-test: setup
 	$(PYENV)/bin/pip install -q maturin numpy pytest
 	rm -rf target/wheels
 	cd python && ../$(PYENV)/bin/maturin build --release -q -o ../target/wheels
-	$(PYENV)/bin/pip install -q --force-reinstall target/wheels/dataplane-*.whl
+	$(PYENV)/bin/pip install -q --force-reinstall target/wheels/dataplane_gpudirect-*.whl
 	$(PYENV)/bin/python -m pytest -q -rs python/tests
 	$(PYENV)/bin/python examples/python/bench_raw.py configs/sw_loopback.yaml --seconds 1
 

@@ -6,7 +6,11 @@ from typing import Any, Dict, List, Optional, Tuple, Type, final
 
 from typing_extensions import disjoint_base
 
-__all__ = ["DataPlane", "RxQueue", "TxQueue", "Burst", "_Packet", "Packet", "Frames", "FlowHandle", "Error", "Stopped"]
+__all__ = ["FEATURES", "DataPlane", "RxQueue", "TxQueue", "Burst", "_Packet", "Packet", "Frames", "FlowHandle", "Error", "Stopped"]
+
+FEATURES: Tuple[str, ...]
+"""What this build runs beyond the software loopback and kernel sockets: `cuda` always
+(loaded at run time), `dpdk` and `rdma` in a build made with those features."""
 
 class Error(Exception):
     """A data plane error (configuration, start, queue)."""

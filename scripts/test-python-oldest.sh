@@ -62,9 +62,9 @@ if [ ! -x "$root/venv/bin/pytest" ]; then
 fi
 t=$(date +%s)
 in_root sh -c 'cd /src/python && maturin build --release -q -o /wheels' || fail "maturin build under CPython 3.9"
-wheel=$(ls "$root"/wheels/dataplane-*.whl)
+wheel=$(ls "$root"/wheels/dataplane_gpudirect-*.whl)
 say "built $(basename "$wheel") ($(( $(date +%s) - t )) s)"
-in_root sh -c 'pip install -q --force-reinstall /wheels/dataplane-*.whl' || fail "pip install of the wheel under CPython 3.9"
+in_root sh -c 'pip install -q --force-reinstall /wheels/dataplane_gpudirect-*.whl' || fail "pip install of the wheel under CPython 3.9"
 in_root sh -c 'cd /src && python -m pytest -q -rs -p no:cacheprovider python/tests' || fail "python tests under CPython 3.9"
 # The same file on this machine's CPython.
 mkdir -p target/wheels-oldest
@@ -73,7 +73,7 @@ cp "$wheel" target/wheels-oldest/
 pyenv=target/pyenv
 [ -x $pyenv/bin/pip ] || python3 -m venv $pyenv
 $pyenv/bin/pip install -q maturin numpy pytest || fail "pip install in $pyenv"
-$pyenv/bin/pip install -q --force-reinstall target/wheels-oldest/dataplane-*.whl || fail "pip install of the 3.9 wheel here"
+$pyenv/bin/pip install -q --force-reinstall target/wheels-oldest/dataplane_gpudirect-*.whl || fail "pip install of the 3.9 wheel here"
 say "the same wheel under $($pyenv/bin/python --version)"
 $pyenv/bin/python -m pytest -q -rs -p no:cacheprovider python/tests || fail "python tests here with the wheel built under 3.9"
 say "passed ($(( $(date +%s) - t0 )) s)"

@@ -88,7 +88,8 @@ step_gpu_kernels() {
     $CARGO test --release -p gpudirect kernels::tests
 }
 # The wheel built on CPython 3.9 and glibc 2.31 (a Debian 11 root), its tests there and
-# here (target/pyenv), then the Python benchmark for a second. `make python-test` builds
+# here (target/pyenv), then the Python benchmark for a second, the stubs, and a wheel
+# with DPDK and RDMA built here. `make python-test` builds
 # a wheel here instead; the same tests run on this one.
 step_python() {
   ./scripts/test-python-oldest.sh
@@ -96,6 +97,13 @@ step_python() {
   # The type stubs the wheel ships (python/dataplane.pyi) against the module itself.
   target/pyenv/bin/pip install -q mypy
   target/pyenv/bin/python -m mypy.stubtest dataplane --allowlist python/stubtest-allowlist.txt
+  # A wheel with DPDK and RDMA built against this machine's libraries (as a user builds
+  # one; not repaired into a portable wheel): its DPDK test runs, then every other test.
+  rm -rf target/wheels-dpdk
+  (cd python && ../target/pyenv/bin/maturin build --release -q --features dpdk,rdma \
+    --auditwheel skip -o ../target/wheels-dpdk)
+  target/pyenv/bin/pip install -q --force-reinstall target/wheels-dpdk/dataplane_gpudirect-*.whl
+  target/pyenv/bin/python -m pytest -q -rs -p no:cacheprovider python/tests
 }
 # The front page's and the book's sh, C, Python and YAML blocks (Rust ones ran as doctests).
 step_book() { ./scripts/book-check.sh; }

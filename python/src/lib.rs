@@ -800,6 +800,16 @@ impl Packet {
 #[pymodule]
 #[pyo3(name = "dataplane")]
 fn dataplane_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // What this build can run beyond the software loopback and kernel sockets.
+    let features: Vec<&str> = [
+        ("cuda", true),
+        ("dpdk", cfg!(feature = "dpdk")),
+        ("rdma", cfg!(feature = "rdma")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    m.add("FEATURES", pyo3::types::PyTuple::new(m.py(), features)?)?;
     m.add_class::<DataPlane>()?;
     m.add_class::<RxQueue>()?;
     m.add_class::<TxQueue>()?;
