@@ -20,6 +20,8 @@ command -v dpdk-test >/dev/null || need+=(dpdk-dev)
 command -v cmake >/dev/null || need+=(cmake)
 # Memory checking of the C API examples and the unsafe-heavy crates' tests.
 command -v valgrind >/dev/null || need+=(valgrind)
+# qemu-aarch64 runs the aarch64 Python wheel's tests (scripts/test-python-aarch64.sh).
+command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 # A TrueType font for the text of `dataplane plot`.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/x86_64-linux-gnu/libclang*.so >/dev/null 2>&1 || need+=(libclang-dev)

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 FEATURES=${FEATURES---features dataplane-cli/dpdk}
 export FEATURES
-all="fmt clippy clippy-default tests examples c-api memcheck gpu-kernels python book embed loom smoke tapflow-vm pci-vm rdma-vm aarch64"
+all="fmt clippy clippy-default tests examples c-api memcheck gpu-kernels python book embed loom smoke tapflow-vm pci-vm rdma-vm aarch64 python-aarch64"
 # Asked for by name only (too slow for every run): the container recipe built and run.
 optional="container"
 steps=${STEPS:-$all}
@@ -116,6 +116,8 @@ step_pci_vm() { ./scripts/pci-vm.sh; }
 step_rdma_vm() { ./scripts/rdma-vm-tests.sh; }
 # aarch64 cross build and emulated tests, DPDK 24.11 build and tests (Debian 13 roots).
 step_aarch64() { ./scripts/test-aarch64.sh; }
+# The aarch64 Python wheel, cross-built and tested under qemu-aarch64.
+step_python_aarch64() { ./scripts/test-python-aarch64.sh; }
 step_container() { ./scripts/container-check.sh; }
 
 for s in $steps; do
