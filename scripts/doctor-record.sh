@@ -65,5 +65,25 @@ if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=index,pci.bus_id,persistence_mode,clocks.applications.graphics,clocks.max.graphics,clocks.applications.memory,clocks.max.memory \
     --format=csv,noheader,nounits > "$out/nvidia-smi-query-gpu.csv" || rm -f "$out/nvidia-smi-query-gpu.csv"
 fi
+# Which GPUs the CUDA driver calls integrated (CU_DEVICE_ATTRIBUTE_INTEGRATED, 18): no file
+# says it (a GB10's or a Jetson's GPU).
+if command -v python3 >/dev/null; then
+  python3 - "$out/cuda-integrated-gpus" <<'PY' || true
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError:
+    sys.exit(0)
+n = ctypes.c_int()
+if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
+    sys.exit(0)
+found = []
+for i in range(n.value):
+    dev, v = ctypes.c_int(), ctypes.c_int()
+    if cuda.cuDeviceGet(ctypes.byref(dev), i) == 0 and cuda.cuDeviceGetAttribute(ctypes.byref(v), 18, dev) == 0 and v.value:
+        found.append(str(i))
+open(sys.argv[1], "w").write(",".join(found) + "\n")
+PY
+fi
 for mod in nvidia nvidia_fs nvidia_peermem; do [ -d "/sys/module/$mod" ] && mkdir -p "$out/sys/module/$mod" && touch "$out/sys/module/$mod/.keep"; done
 echo "recorded into $out ($(find "$out" -type f | wc -l) files)"

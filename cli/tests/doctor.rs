@@ -522,6 +522,65 @@ fn a_gpu_capture_needs_udev_s_entry_and_nvidia_fs_or_compatibility_mode() {
     assert!(has(&of(&f, "gds", "ok"), "nvidia-fs is loaded"), "{f:#?}");
 }
 
+/// Ingest on a DGX Spark: the first ConnectX-7 function receives into memory of the
+/// integrated GPU, TX from huge pages, workers on two Cortex-X925 cores.
+const SPARK: &str = config_yaml!(
+    raw,
+    2,
+    r#"    memory_regions:
+    - {name: rx_gpu, kind: host_pinned, affinity: 0, num_bufs: 8192, buf_size: 9000}
+    - {name: tx_buffers, kind: huge, affinity: 0, num_bufs: 8192, buf_size: 9000}
+    interfaces:
+    - name: port0_a
+      address: "0000:01:00.0"
+      rx: {queues: [{name: rq, id: 0, cpu_core: 17, batch_size: 64, memory_regions: [rx_gpu]}]}
+      tx: {queues: [{name: tq, id: 0, cpu_core: 18, batch_size: 64, memory_regions: [tx_buffers]}]}
+"#
+);
+
+#[test]
+fn a_gb10_takes_pinned_memory_for_its_integrated_gpu_and_refuses_device_memory_a_nic_fills() {
+    // Modelled from the GB10's public description (tests/doctor/gb10-modelled/README): no
+    // DGX Spark is reachable from here. The tree says GPU 0 is integrated as a recording
+    // does (`cuda-integrated-gpus`, from the CUDA driver).
+    let tree = tree("gb10-modelled");
+    let (status, f) = doctor(Some(SPARK), &tree);
+    assert_eq!(status, 0, "{f:#?}");
+    let ok = of(&f, "gpu", "ok");
+    assert!(
+        has(
+            &ok,
+            "region `rx_gpu` is pinned host memory of GPU 0, an integrated GPU"
+        ),
+        "{ok:#?}"
+    );
+    assert!(
+        has(&ok, "GPU 0: the driver reports no application clocks"),
+        "{ok:#?}"
+    );
+    assert!(
+        has(
+            &of(&f, "pcie", "ok"),
+            "(0000:01:00.0): PCIe link 32.0 GT/s x4, the device's maximum"
+        ),
+        "{f:#?}"
+    );
+    assert!(
+        has(&of(&f, "cores", "ok"), "worker cores 17,18 are isolated"),
+        "{f:#?}"
+    );
+    let device = SPARK.replace("kind: host_pinned", "kind: device");
+    let (status, f) = doctor(Some(&device), &tree);
+    assert_eq!(status, 3, "{f:#?}");
+    assert!(
+        has(
+            &of(&f, "gpu", "block"),
+            "region `rx_gpu`: kind device on GPU 0, an integrated GPU (no PCIe BAR a NIC can write into), but interface `port0_a` receives into it by DMA (DPDK, PCI 0000:01:00.0) | make `rx_gpu` kind: host_pinned"
+        ),
+        "{f:#?}"
+    );
+}
+
 #[test]
 fn the_recorded_h200_host_has_the_driver_a_gpu_configuration_needs() {
     // Recorded with scripts/doctor-record.sh on the GPU machine (16 cores, one H200,

@@ -77,14 +77,18 @@ enum IntegratedGpus {
 
 impl Machine {
     /// The machine under `root` (`/` for this one, whose CUDA driver says which GPUs are
-    /// integrated; a recorded tree in tests, with none integrated unless
-    /// [`Machine::with_integrated_gpus`] says so).
+    /// integrated; a recorded tree, whose `cuda-integrated-gpus` file lists the ordinals
+    /// the driver said were integrated when it was recorded: none without the file, or as
+    /// [`Machine::with_integrated_gpus`] says).
     pub fn at(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let integrated_gpus = if root == Path::new("/") {
             IntegratedGpus::Driver
         } else {
-            IntegratedGpus::Known(BTreeSet::new())
+            let listed = std::fs::read_to_string(root.join(INTEGRATED_GPUS_FILE))
+                .map(|t| parse_cpu_list(t.trim()))
+                .unwrap_or_default();
+            IntegratedGpus::Known(listed)
         };
         Self {
             root,
@@ -165,6 +169,10 @@ impl Machine {
             })
     }
 }
+
+/// In a recorded tree: the ordinals of its integrated GPUs, as a list (`0`, `0-1`), which
+/// `scripts/doctor-record.sh` asks the CUDA driver for.
+pub const INTEGRATED_GPUS_FILE: &str = "cuda-integrated-gpus";
 
 /// Highest CPU number a CPU list may name (Linux's `NR_CPUS` is at most 8192): a range
 /// read from sysfs past it is cut there, so a corrupt file cannot make a set of billions.
