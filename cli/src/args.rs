@@ -76,9 +76,10 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Bench(Bench),
     /// Check this machine against a configuration (or, without one, machine-wide): huge
-    /// pages, cores, PCI devices, RDMA GIDs, GPU driver, socket and locked-memory limits.
-    /// Each finding comes with the command that fixes it. Exit status 1 when something
-    /// blocks a start, 2 when the configuration does not load.
+    /// pages, cores, PCI devices and PCIe links, RDMA GIDs, GPU driver, persistence and
+    /// clocks, GPUDirect Storage, socket and locked-memory limits. Each finding comes with
+    /// the command that fixes it. Exit status 3 when something blocks a start, 1 when the
+    /// configuration does not load.
     Doctor {
         /// YAML configuration.
         file: Option<PathBuf>,
@@ -288,7 +289,7 @@ pub(crate) enum Bench {
         connect_timeout: f64,
     },
     /// Kernel UDP or TCP between socket_bench_server and socket_bench_client, every
-    /// received byte verified; exits 0 only when nothing was lost or wrong (2: lost or
+    /// received byte verified; exits 0 only when nothing was lost or wrong (3: lost or
     /// corrupt data, the report says whether the drop counters account for the losses).
     Socket {
         /// YAML configuration (udp:// or tcp:// interfaces).
