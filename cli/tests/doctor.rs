@@ -183,6 +183,13 @@ fn an_untuned_server_blocks_the_dpdk_gpu_configuration_and_says_how_to_fix_each_
     assert!(
         has(
             &pcie,
+            "max payload 128 B, below the 512 B the device supports: DMA writes of received frames go in more, smaller packets | boot with pci=pcie_bus_perf"
+        ),
+        "{pcie:#?}"
+    );
+    assert!(
+        has(
+            &pcie,
             "GPU 0 (0000:3c:00.0, nvidia): IOMMU group 13 translates DMA (`DMA-FQ`)"
         ) && has(&pcie, "iommu=pt")
     );

@@ -176,9 +176,20 @@ fn iommu_mode(m: &Machine, what: &str, addr: &str, dir: &str, out: &mut Vec<Find
     }
 }
 
-/// Max read request and max payload sizes from the PCI Express capability's device
-/// control register (config space; its extended part is readable by root only).
-pub(super) fn request_sizes(config: &[u8]) -> Option<(u32, u32)> {
+/// Sizes from the PCI Express capability (config space; its extended part is readable by
+/// root only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RequestSizes {
+    /// Max read request size (device control).
+    pub mrrs: u32,
+    /// Max payload size in use (device control).
+    pub mps: u32,
+    /// Max payload size the device supports (device capabilities).
+    pub mps_supported: u32,
+}
+
+/// The device's [`RequestSizes`], when its config space has the PCI Express capability.
+pub(super) fn request_sizes(config: &[u8]) -> Option<RequestSizes> {
     const STATUS_CAP_LIST: u8 = 0x10;
     const PCI_EXPRESS: u8 = 0x10;
     if config.get(0x06)? & STATUS_CAP_LIST == 0 {
@@ -192,10 +203,13 @@ pub(super) fn request_sizes(config: &[u8]) -> Option<(u32, u32)> {
         }
         let (id, next) = (*config.get(at)?, *config.get(at + 1)?);
         if id == PCI_EXPRESS {
+            let caps = *config.get(at + 4)?;
             let control = u16::from_le_bytes([*config.get(at + 8)?, *config.get(at + 9)?]);
-            let mps = 128 << ((control >> 5) & 7);
-            let mrrs = 128 << ((control >> 12) & 7);
-            return Some((mrrs, mps));
+            return Some(RequestSizes {
+                mrrs: 128 << ((control >> 12) & 7),
+                mps: 128 << ((control >> 5) & 7),
+                mps_supported: 128 << (caps & 7),
+            });
         }
         at = usize::from(next & !3);
     }
@@ -208,9 +222,28 @@ fn read_request_size(m: &Machine, what: &str, addr: &str, dir: &str, out: &mut V
     let Ok(config) = std::fs::read(m.path(&format!("{dir}/config"))) else {
         return;
     };
-    let Some((mrrs, mps)) = request_sizes(&config) else {
+    let Some(RequestSizes {
+        mrrs,
+        mps,
+        mps_supported,
+    }) = request_sizes(&config)
+    else {
         return;
     };
+    if mps < mps_supported {
+        push(
+            out,
+            "pcie",
+            Severity::Warn,
+            format!(
+                "{what} ({addr}): max payload {mps} B, below the {mps_supported} B the device supports: DMA writes of received frames go in more, smaller packets"
+            ),
+            Some(
+                "boot with pci=pcie_bus_perf (the kernel then sets each device's payload as large as the ports above it take)"
+                    .into(),
+            ),
+        );
+    }
     if mrrs < 4096 {
         push(
             out,
@@ -237,7 +270,7 @@ fn read_request_size(m: &Machine, what: &str, addr: &str, dir: &str, out: &mut V
 
 #[cfg(test)]
 mod tests {
-    use super::request_sizes;
+    use super::{RequestSizes, request_sizes};
 
     /// A config space with the PCI Express capability second in the list.
     fn config(control: u16) -> Vec<u8> {
@@ -247,14 +280,22 @@ mod tests {
         c[0x40] = 0x01; // power management
         c[0x41] = 0x60;
         c[0x60] = 0x10; // PCI Express
+        c[0x64] = 0x02; // device capabilities: 512-byte payloads
         c[0x68..0x6a].copy_from_slice(&control.to_le_bytes());
         c
     }
 
     #[test]
     fn request_sizes_come_from_the_express_capability() {
-        assert_eq!(request_sizes(&config(0x5020)), Some((4096, 256)));
-        assert_eq!(request_sizes(&config(0x2000)), Some((512, 128)));
+        let sizes = |mrrs, mps, mps_supported| {
+            Some(RequestSizes {
+                mrrs,
+                mps,
+                mps_supported,
+            })
+        };
+        assert_eq!(request_sizes(&config(0x5020)), sizes(4096, 256, 512));
+        assert_eq!(request_sizes(&config(0x2000)), sizes(512, 128, 512));
         let mut no_list = config(0x5020);
         no_list[0x06] = 0;
         assert_eq!(request_sizes(&no_list), None);
