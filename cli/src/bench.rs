@@ -275,16 +275,7 @@ pub(crate) fn bench_rdma(
     let progress = crate::progress::Progress::start("bench rdma", seconds, output.quiet);
     let result = rdma_bench::run(&c, mode, seconds, budget, &signals.any);
     drop(progress);
-    match result {
-        Ok(report) => {
-            print_report(&report.human(), &report, output);
-            bench_exit(signals, verdict(report.ok()))
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            bench_exit(signals, status::ERROR)
-        }
-    }
+    finish_bench(result, |r| r.human(), |r| verdict(r.ok()), output, signals)
 }
 
 pub(crate) fn bench_socket(
@@ -306,19 +297,9 @@ pub(crate) fn bench_socket(
     let progress = crate::progress::Progress::start("bench socket", opts.seconds, output.quiet);
     let result = dataplane_bench::socket::run(&c, &opts, &signals.any);
     drop(progress);
-    match result {
-        Ok(report) => {
-            print_report(&report.human(), &report, output);
-            bench_exit(signals, verdict(report.ok()))
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            bench_exit(signals, status::ERROR)
-        }
-    }
+    finish_bench(result, |r| r.human(), |r| verdict(r.ok()), output, signals)
 }
 
-/// The human report once on stdout (unless quiet), then the JSON line when asked for.
 /// Prints a bench's report and gives its exit status (the `status` it asks for, or
 /// 130/143 after a signal), or prints its error and fails.
 pub(crate) fn finish_bench<R: serde::Serialize, E: std::fmt::Display>(
@@ -335,11 +316,12 @@ pub(crate) fn finish_bench<R: serde::Serialize, E: std::fmt::Display>(
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            bench_exit(signals, status::ERROR)
         }
     }
 }
 
+/// The human report once on stdout (unless quiet), then the JSON line when asked for.
 pub(crate) fn print_report(human: &str, report: &impl serde::Serialize, output: Output) {
     let mut out = String::new();
     if !output.quiet {

@@ -35,29 +35,31 @@ fn payload(burst: u32, pkt: u32) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
-    if let Err(e) = verbs::device_present() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
-    const BURSTS: u32 = 200;
-    const PER: u32 = 32;
-    let regions =
-        Arc::new(RegionSet::allocate(&[region("srv_rx", 1024), region("cli_tx", 1024)]).unwrap());
-    let (srv_rx, cli_tx) = (0, 1);
-    let params = ConnectionParams {
+/// Connection parameters for a [`BurstConnection`] (it posts its own receives).
+fn burst_params(send_depth: u32, recv_depth: u32) -> ConnectionParams {
+    ConnectionParams {
         own_receives: false,
-        send_depth: 128,
-        recv_depth: 256,
+        send_depth,
+        recv_depth,
         message_size: 64,
         ..ConnectionParams::default()
-    };
-    let listener = Listener::bind("198.18.0.1:7480".parse().unwrap(), 8).expect("listen");
+    }
+}
+
+/// A connection accepted on `listener` (bound to 198.18.0.1:`port`) from a client on
+/// 198.18.0.2, both as burst connections over `regions`: the server receives into region 0
+/// with `server_receives` posted, the client sends from region 1. (server, client).
+fn burst_pair(
+    listener: &Listener,
+    port: u16,
+    params: ConnectionParams,
+    regions: &Arc<RegionSet>,
+    server_receives: usize,
+) -> (BurstConnection, BurstConnection) {
     let client = std::thread::spawn(move || {
         Connection::connect(
             "198.18.0.2:0".parse().unwrap(),
-            "198.18.0.1:7480".parse().unwrap(),
+            std::net::SocketAddr::from(([198, 18, 0, 1], port)),
             params,
         )
     });
@@ -66,24 +68,40 @@ fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
         .expect("a request");
     let server = req.accept(params).expect("accept");
     let client = client.join().unwrap().expect("connect");
-    let mut srv = BurstConnection::new(
+    let srv = BurstConnection::new(
         server,
         regions.clone(),
-        RegionId(srv_rx),
+        RegionId(0),
         &[],
         (PortIndex(0), QueueId(0)),
-        256,
+        server_receives,
     )
     .unwrap();
-    let mut cli = BurstConnection::new(
+    let cli = BurstConnection::new(
         client,
         regions.clone(),
-        RegionId(srv_rx),
-        &[RegionId(cli_tx)],
+        RegionId(0),
+        &[RegionId(1)],
         (PortIndex(1), QueueId(0)),
         0,
     )
     .unwrap();
+    (srv, cli)
+}
+
+#[test]
+fn bursts_cross_an_rdma_connection_intact_and_every_buffer_comes_back() {
+    if !rdma_device_present() {
+        return;
+    }
+    const BURSTS: u32 = 200;
+    const PER: u32 = 32;
+    let regions =
+        Arc::new(RegionSet::allocate(&[region("srv_rx", 1024), region("cli_tx", 1024)]).unwrap());
+    let (srv_rx, cli_tx) = (0, 1);
+    let params = burst_params(128, 256);
+    let listener = Listener::bind("198.18.0.1:7480".parse().unwrap(), 8).expect("listen");
+    let (mut srv, mut cli) = burst_pair(&listener, 7480, params, &regions, 256);
     assert_eq!(srv.receives_posted(), 256, "receives up before any send");
 
     let (mut sent, mut got_bursts, mut got) = (0u32, 0u32, 0u64);
@@ -169,6 +187,30 @@ fn loopback_plane() -> dataplane::DataPlane {
     dataplane::DataPlane::start(&cfg).expect("start")
 }
 
+/// The plane's `server` interface accepts while its `client` interface connects to
+/// `server_addr`: (server end, client end).
+fn accept_and_connect(
+    plane: &dataplane::DataPlane,
+    server_addr: std::net::SocketAddr,
+) -> (dataplane::Stream, dataplane::Stream) {
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
+        let cli = plane.connect("client", server_addr).expect("connect");
+        (srv.join().unwrap().expect("accept"), cli)
+    })
+}
+
+/// Says SKIP and gives false where this machine has no RDMA device.
+fn rdma_device_present() -> bool {
+    match verbs::device_present() {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            false
+        }
+    }
+}
+
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !cond() {
@@ -185,13 +227,29 @@ fn stream_bursts(
     tx_region: &str,
     to: &dataplane::Stream,
     rx_region: &str,
-    (bursts, per): (u32, u32),
+    bursts_of: (u32, u32),
 ) {
     let regions = plane.regions().clone();
     let (tx, rx) = (
         regions.id_of(tx_region).unwrap(),
         regions.id_of(rx_region).unwrap(),
     );
+    stream_bursts_checked(from, Some(tx), to, bursts_of, |burst, i, want, _| {
+        assert_eq!(burst.data(i, 0).unwrap(), want);
+        assert_eq!(burst.packets()[i].segments()[0].region, rx);
+    });
+}
+
+/// Sends `bursts` bursts of `per` packets from `from` (allocated from `tx_region` when
+/// given) and calls `check(burst, index, expected bytes, packet number)` for every packet
+/// `to` receives, in order.
+fn stream_bursts_checked(
+    from: &dataplane::Stream,
+    tx_region: Option<RegionId>,
+    to: &dataplane::Stream,
+    (bursts, per): (u32, u32),
+    mut check: impl FnMut(&Burst, usize, &[u8], u32),
+) {
     let (mut sent, mut got) = (0u32, 0u32);
     let deadline = Instant::now() + Duration::from_secs(120);
     while got < bursts * per {
@@ -202,11 +260,13 @@ fn stream_bursts(
         if sent < bursts
             && let Ok(mut b) = from.alloc(per as usize)
         {
-            assert_eq!(
-                b.packets()[0].segments()[0].region,
-                tx,
-                "the slot's TX region"
-            );
+            if let Some(tx) = tx_region {
+                assert_eq!(
+                    b.packets()[0].segments()[0].region,
+                    tx,
+                    "the slot's TX region"
+                );
+            }
             for p in 0..per as usize {
                 let data = payload(sent, p as u32);
                 b.buffer_mut(p, 0).unwrap()[..data.len()].copy_from_slice(&data);
@@ -219,9 +279,7 @@ fn stream_bursts(
         }
         while let Some(burst) = to.poll() {
             for i in 0..burst.len() {
-                let (n, p) = (got / per, got % per);
-                assert_eq!(burst.data(i, 0).unwrap(), payload(n, p).as_slice());
-                assert_eq!(burst.packets()[i].segments()[0].region, rx);
+                check(&burst, i, &payload(got / per, got % per), got);
                 got += 1;
             }
         }
@@ -232,17 +290,12 @@ fn stream_bursts(
 
 #[test]
 fn the_loopback_config_runs_connections_on_the_plane_workers_and_frees_the_slot_on_disconnect() {
-    if let Err(e) = verbs::device_present() {
-        eprintln!("SKIP: {e}");
+    if !rdma_device_present() {
         return;
     }
     let plane = loopback_plane();
     let server_addr = "198.18.0.1:4791".parse().unwrap();
-    let (server, client) = std::thread::scope(|s| {
-        let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
-        let cli = plane.connect("client", server_addr).expect("connect");
-        (srv.join().unwrap().expect("accept"), cli)
-    });
+    let (server, client) = accept_and_connect(&plane, server_addr);
     assert_eq!(
         plane.connections(),
         2,
@@ -324,11 +377,7 @@ fn the_loopback_config_runs_connections_on_the_plane_workers_and_frees_the_slot_
         .map(|q| q.packets)
         .sum();
     assert_eq!(sent, 1600, "{snap:?}");
-    let (server, client) = std::thread::scope(|s| {
-        let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
-        let cli = plane.connect("client", server_addr).expect("reconnect");
-        (srv.join().unwrap().expect("accept again"), cli)
-    });
+    let (server, client) = accept_and_connect(&plane, server_addr);
     stream_bursts(
         &plane,
         &client,
@@ -348,8 +397,7 @@ fn the_loopback_config_runs_connections_on_the_plane_workers_and_frees_the_slot_
 /// no GPU; `engine::rdma::tests` covers that choice).
 #[test]
 fn a_split_rx_queue_receives_through_its_staging_region_into_both_regions() {
-    if let Err(e) = verbs::device_present() {
-        eprintln!("SKIP: {e}");
+    if !rdma_device_present() {
         return;
     }
     let text = common::rdma_loopback_with_split_server_rx(&loopback_config_text());
@@ -366,55 +414,33 @@ fn a_split_rx_queue_receives_through_its_staging_region_into_both_regions() {
             .expect("the slot's staging region"),
     );
     let server_addr = "198.18.0.1:4791".parse().unwrap();
-    let (server, client) = std::thread::scope(|s| {
-        let srv = s.spawn(|| plane.accept("server", Duration::from_secs(60)));
-        let cli = plane.connect("client", server_addr).expect("connect");
-        (srv.join().unwrap().expect("accept"), cli)
-    });
+    let (server, client) = accept_and_connect(&plane, server_addr);
     const BURSTS: u32 = 60;
     const PER: u32 = 8;
-    let (mut sent, mut got) = (0u32, 0u32);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while got < BURSTS * PER {
-        assert!(
-            Instant::now() < deadline,
-            "sent {sent} bursts, got {got} packets"
-        );
-        if sent < BURSTS
-            && let Ok(mut b) = client.alloc(PER as usize)
-        {
-            for p in 0..PER as usize {
-                let data = payload(sent, p as u32);
-                b.buffer_mut(p, 0).unwrap()[..data.len()].copy_from_slice(&data);
-                b.set_len(p, 0, data.len());
-            }
-            if client.send(b).is_ok() {
-                sent += 1;
-            }
-        }
-        while let Some(burst) = server.poll() {
-            for i in 0..burst.len() {
-                let want = payload(got / PER, got % PER);
-                let segs = burst.packets()[i].segments();
-                assert_eq!(
-                    (segs.len(), segs[0].region, segs[1].region),
-                    (2, hdr, data),
-                    "packet {got}: headers, then payload"
-                );
-                assert_eq!(
-                    burst.data(i, 0).unwrap(),
-                    &want[..64],
-                    "packet {got} header"
-                );
-                assert_eq!(
-                    burst.data(i, 1).unwrap(),
-                    &want[64..],
-                    "packet {got} payload"
-                );
-                got += 1;
-            }
-        }
-    }
+    stream_bursts_checked(
+        &client,
+        None,
+        &server,
+        (BURSTS, PER),
+        |burst, i, want, got| {
+            let segs = burst.packets()[i].segments();
+            assert_eq!(
+                (segs.len(), segs[0].region, segs[1].region),
+                (2, hdr, data),
+                "packet {got}: headers, then payload"
+            );
+            assert_eq!(
+                burst.data(i, 0).unwrap(),
+                &want[..64],
+                "packet {got} header"
+            );
+            assert_eq!(
+                burst.data(i, 1).unwrap(),
+                &want[64..],
+                "packet {got} payload"
+            );
+        },
+    );
     assert_eq!(server.stats().errors, 0, "{:?}", server.last_error());
     assert_eq!(server.stats().received_packets, u64::from(BURSTS * PER));
     drop(client);
@@ -439,17 +465,10 @@ fn a_split_rx_queue_receives_through_its_staging_region_into_both_regions() {
 /// posted on the server.
 #[test]
 fn regions_outlive_their_registrations_in_every_drop_order() {
-    if let Err(e) = verbs::device_present() {
-        eprintln!("SKIP: {e}");
+    if !rdma_device_present() {
         return;
     }
-    let params = ConnectionParams {
-        own_receives: false,
-        send_depth: 64,
-        recv_depth: 64,
-        message_size: 64,
-        ..ConnectionParams::default()
-    };
+    let params = burst_params(64, 64);
     let orders: [[usize; 3]; 6] = [
         [0, 1, 2],
         [0, 2, 1],
@@ -463,36 +482,7 @@ fn regions_outlive_their_registrations_in_every_drop_order() {
         let regions =
             Arc::new(RegionSet::allocate(&[region("srv_rx", 128), region("cli_tx", 128)]).unwrap());
         let weak = Arc::downgrade(&regions);
-        let client = std::thread::spawn(move || {
-            Connection::connect(
-                "198.18.0.2:0".parse().unwrap(),
-                "198.18.0.1:7483".parse().unwrap(),
-                params,
-            )
-        });
-        let req = listener
-            .next_request(Duration::from_secs(60), &|| false)
-            .expect("a request");
-        let server = req.accept(params).expect("accept");
-        let client = client.join().unwrap().expect("connect");
-        let srv = BurstConnection::new(
-            server,
-            regions.clone(),
-            RegionId(0),
-            &[],
-            (PortIndex(0), QueueId(0)),
-            64,
-        )
-        .unwrap();
-        let mut cli = BurstConnection::new(
-            client,
-            regions.clone(),
-            RegionId(0),
-            &[RegionId(1)],
-            (PortIndex(1), QueueId(0)),
-            0,
-        )
-        .unwrap();
+        let (srv, mut cli) = burst_pair(&listener, 7483, params, &regions, 64);
         let mut b = Burst::allocate(regions.clone(), PortIndex(1), QueueId(0), &[RegionId(1)], 8)
             .expect("TX buffers");
         for p in 0..8 {

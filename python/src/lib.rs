@@ -352,6 +352,17 @@ impl Burst {
         }
     }
 
+    /// `value` of every packet as an `array.array` of type `code`.
+    fn per_packet<'py>(
+        &self,
+        py: Python<'py>,
+        code: &str,
+        value: impl Fn(&dataplane::Packet) -> u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let values: Vec<u64> = self.get()?.packets().iter().map(value).collect();
+        py.import("array")?.call_method1("array", (code, values))
+    }
+
     fn get(&self) -> PyResult<&dataplane::Burst> {
         self.inner
             .as_ref()
@@ -410,30 +421,17 @@ impl Burst {
     /// Every packet's flow id, as an `array.array('I')` (`numpy.frombuffer` reads it
     /// without copying).
     fn flow_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let ids: Vec<u32> = self.get()?.packets().iter().map(|p| p.flow_id).collect();
-        py.import("array")?.call_method1("array", ("I", ids))
+        self.per_packet(py, "I", |p| u64::from(p.flow_id))
     }
 
     /// Every packet's receive time in ns (0 when not stamped), as an `array.array('Q')`.
     fn timestamps_ns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t: Vec<u64> = self
-            .get()?
-            .packets()
-            .iter()
-            .map(|p| p.timestamp_ns)
-            .collect();
-        py.import("array")?.call_method1("array", ("Q", t))
+        self.per_packet(py, "Q", |p| p.timestamp_ns)
     }
 
     /// Every packet's length in bytes over all its segments, as an `array.array('Q')`.
     fn lengths<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let l: Vec<u64> = self
-            .get()?
-            .packets()
-            .iter()
-            .map(|p| p.len() as u64)
-            .collect();
-        py.import("array")?.call_method1("array", ("Q", l))
+        self.per_packet(py, "Q", |p| p.len() as u64)
     }
 
     /// Segment `segment` of every packet as one two-dimensional array (packets x bytes),
