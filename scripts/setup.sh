@@ -43,6 +43,17 @@ if ! command -v promtool >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
   fi
 fi
+# spead2 (from PyPI) in a venv of its own: the SPEAD tests (dataplane/tests/spead_spead2.rs)
+# run its sender and receiver against ours.
+spead2_venv=${DATAPLANE_CACHE:-/var/cache/dataplane}/spead2-venv
+if ! "$spead2_venv/bin/python" -c 'import spead2, numpy' 2>/dev/null; then
+  if mkdir -p "$(dirname "$spead2_venv")" 2>/dev/null && python3 -m venv "$spead2_venv" \
+    && "$spead2_venv/bin/pip" install -q spead2 numpy; then
+    echo "setup: spead2 $("$spead2_venv/bin/python" -c 'import spead2; print(spead2.__version__)') in $spead2_venv"
+  else
+    echo "setup: could not install spead2 into $spead2_venv; the SPEAD interoperability tests skip" >&2
+  fi
+fi
 if ! command -v cargo >/dev/null; then
   echo "setup: installing the Rust toolchain with rustup" >&2
   command -v curl >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl ca-certificates; }

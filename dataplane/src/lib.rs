@@ -30,6 +30,7 @@ pub mod netdev;
 pub mod packet;
 pub mod plan;
 pub mod plane;
+pub mod protocol;
 #[cfg(feature = "rdma")]
 pub mod rdma_conn;
 pub mod reorder;

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
         "packet",
         "files",
         "sockaddr",
+        "protocol",
     ],
     // The configuration schema, parser and validation.
     &["config"],

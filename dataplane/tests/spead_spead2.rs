@@ -1,0 +1,323 @@
+//! SPEAD against spead2 itself (from PyPI, in the venv `scripts/setup.sh` makes), over UDP
+//! on loopback through the socket engine:
+//! - spead2's own UDP sender sends heaps (one left out), our queue receives them and the
+//!   chunk assembler places them: every byte checked, the left-out heap counted missing;
+//! - our heaps go out through a TX queue with two losses injected (a packet of one heap,
+//!   all of another), spead2's receiver checks every byte of every heap it completes,
+//!   and it and our assembler (fed the same packets) find the same heaps not whole.
+//!
+//! Without spead2 it prints SKIP (fails where `DATAPLANE_REQUIRE_SPEAD2` is set, as in
+//! `make test`).
+
+mod common;
+
+use dataplane::protocol::spead::chunks::{ChunkAssembler, Placement, PlacementKey};
+use dataplane::protocol::spead::{self, Flavour, HeapPackets, ItemPointer};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TIMESTAMP: u32 = 0x1600;
+const DATA: u32 = 0x4000;
+const SAMPLES_PER_HEAP: u64 = 4096;
+const HEAP_BYTES: usize = 16384;
+const HEAPS: u64 = 24;
+
+/// Byte `i` of heap `h`: the same formula as in the Python below.
+fn heap_payload(h: u64) -> Vec<u8> {
+    (0..HEAP_BYTES as u64)
+        .map(|i| ((i ^ h.wrapping_mul(40503)) & 0xff) as u8)
+        .collect()
+}
+
+const PATTERN_PY: &str = "
+import os
+import numpy as np
+def payload(h, n):
+    return ((np.arange(n, dtype=np.uint64) ^ np.uint64(h * 40503)) & np.uint64(0xff)).astype(np.uint8)
+";
+
+/// A Python with spead2, or None (after saying SKIP, or failing when it is required).
+fn spead2_python() -> Option<String> {
+    let cache = std::env::var("DATAPLANE_CACHE").unwrap_or("/var/cache/dataplane".into());
+    let candidates = [
+        std::env::var("DATAPLANE_SPEAD2_PYTHON").ok(),
+        Some(format!("{cache}/spead2-venv/bin/python")),
+        Some("python3".into()),
+    ];
+    for python in candidates.into_iter().flatten() {
+        let ok = Command::new(&python)
+            .args(["-c", "import spead2, numpy"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(python);
+        }
+    }
+    assert!(
+        std::env::var_os("DATAPLANE_REQUIRE_SPEAD2").is_none(),
+        "spead2 is required here but no Python has it (scripts/setup.sh makes the venv)"
+    );
+    eprintln!("SKIP: no Python with spead2 (pip install spead2 numpy)");
+    None
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn spead2s_sender_to_our_chunks_every_byte_and_the_left_out_heap_counted() {
+    let Some(python) = spead2_python() else {
+        return;
+    };
+    let port = free_udp_port();
+    let cfg = common::socket_config(&format!(
+        r#"
+memory_regions:
+- {{name: rx, kind: host, affinity: 0, num_bufs: 8192, buf_size: 2048}}
+interfaces:
+- name: spead_in
+  address: 127.0.0.1
+  socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
+  rx:
+    queues: [{{name: rq, id: 0, cpu_core: 0, batch_size: 64, memory_regions: [rx]}}]
+"#
+    ));
+    let cfg = dataplane::config::load_str(&cfg, "spead-in.yaml")
+        .unwrap()
+        .config;
+    let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
+    let mut rx = plane.take_rx_queue("spead_in", 0).unwrap();
+    let left_out = 13u64;
+    // spead2's own UDP sender, paced, heaps that repeat their item pointers (as chunk
+    // receivers need), the left-out heap skipped, then the stream's end.
+    let script = format!(
+        "{PATTERN_PY}
+import spead2, spead2.send
+flavour = spead2.Flavour(4, 64, 48, 0)
+config = spead2.send.StreamConfig(max_packet_size=1472, rate=50e6)
+stream = spead2.send.UdpStream(spead2.ThreadPool(), [('127.0.0.1', {port})], config)
+ig = spead2.send.ItemGroup(flavour=flavour)
+ig.add_item({TIMESTAMP}, 'timestamp', '', shape=(), format=[('u', 48)])
+ig.add_item({DATA}, 'data', '', shape=({HEAP_BYTES},), dtype=np.uint8)
+for h in range({HEAPS}):
+    if h == {left_out}:
+        continue
+    ig['timestamp'].value = h * {SAMPLES_PER_HEAP}
+    ig['data'].value = payload(h, {HEAP_BYTES})
+    heap = ig.get_heap(descriptors='none', data='all')
+    heap.repeat_pointers = True
+    stream.send_heap(heap)
+stream.send_heap(ig.get_end())
+# send_heap returns once the heap is out. Leave without tearing the thread pool down:
+# beside a busy-polling worker on a shared core that teardown can spin for minutes.
+os._exit(0)
+"
+    );
+    let mut sender = Command::new(&python)
+        .args(["-c", &script])
+        .spawn()
+        .expect("python");
+    let mut asm = ChunkAssembler::new(
+        Flavour::SPEAD_64_48,
+        Placement {
+            key: PlacementKey::Item(TIMESTAMP),
+            step: SAMPLES_PER_HEAP,
+            heaps_per_chunk: 4,
+            heap_bytes: HEAP_BYTES as u32,
+            max_chunks: 2,
+        },
+    )
+    .unwrap();
+    let mut chunks = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !asm.stopped() {
+        assert!(Instant::now() < deadline, "{:?}", asm.counters());
+        let Some(burst) = rx.recv(Duration::from_millis(100)).expect("rx") else {
+            continue;
+        };
+        for i in 0..burst.len() {
+            let datagram = burst.data(i, 0).expect("host memory");
+            asm.ingest(datagram, &mut |c| chunks.push(c))
+                .expect("spead2's packets decode");
+        }
+    }
+    assert!(sender.wait().unwrap().success());
+    let drops = plane.snapshot().drops().total();
+    drop(rx);
+    plane.shutdown().unwrap();
+    assert_eq!(drops, 0, "loopback at 50 MB/s loses nothing");
+    let n = asm.counters();
+    assert_eq!(
+        (n.heaps_complete, n.heaps_incomplete, n.heaps_missing),
+        (HEAPS - 1, 0, 1),
+        "{n:?}"
+    );
+    assert_eq!(chunks.len() as u64, HEAPS / 4);
+    for c in &chunks {
+        for i in 0..4 {
+            let h = c.id * 4 + i as u64;
+            assert_eq!(c.present[i] == 1, h != left_out, "heap {h}");
+            if h != left_out {
+                assert!(
+                    c.data[i * HEAP_BYTES..(i + 1) * HEAP_BYTES] == heap_payload(h),
+                    "heap {h}: bytes differ"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn our_heaps_to_spead2s_receiver_every_byte_and_the_same_heaps_not_whole() {
+    let Some(python) = spead2_python() else {
+        return;
+    };
+    let port = free_udp_port();
+    let script = format!(
+        "{PATTERN_PY}
+import json, spead2, spead2.recv
+config = spead2.recv.StreamConfig(max_heaps=4)
+stream = spead2.recv.Stream(spead2.ThreadPool(), config)
+stream.add_udp_reader({port}, bind_hostname='127.0.0.1', buffer_size=8 << 20)
+print('ready', flush=True)
+whole, corrupt = [], []
+for heap in stream:
+    items = {{item.id: item for item in heap.get_items()}}
+    if {TIMESTAMP} not in items:
+        continue
+    h = items[{TIMESTAMP}].immediate_value // {SAMPLES_PER_HEAP}
+    data = np.frombuffer(memoryview(items[{DATA}]), dtype=np.uint8)
+    (whole if np.array_equal(data, payload(h, {HEAP_BYTES})) else corrupt).append(int(h))
+stats = stream.stats
+print(json.dumps({{'whole': whole, 'corrupt': corrupt,
+    'incomplete': stats['incomplete_heaps_evicted'] + stats['incomplete_heaps_flushed']}}), flush=True)
+os._exit(0)
+"
+    );
+    let mut receiver = Command::new(&python)
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut out = BufReader::new(receiver.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "spead2's receiver did not start");
+
+    let cfg = common::socket_config(&format!(
+        r#"
+memory_regions:
+- {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+interfaces:
+- name: spead_out
+  address: 127.0.0.1
+  socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
+  tx:
+    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
+"#
+    ));
+    let cfg = dataplane::config::load_str(&cfg, "spead-out.yaml")
+        .unwrap()
+        .config;
+    let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
+    let mut tx = plane.take_tx_queue("spead_out", 0).unwrap();
+    // Losses injected here: heap 5 loses its third packet, heap 9 every packet.
+    let lose = |h: u64, k: usize| h == 9 || (h == 5 && k == 2);
+    let flavour = Flavour::SPEAD_64_48;
+    let mut asm = ChunkAssembler::new(
+        flavour,
+        Placement {
+            key: PlacementKey::Item(TIMESTAMP),
+            step: SAMPLES_PER_HEAP,
+            heaps_per_chunk: HEAPS as u32,
+            heap_bytes: HEAP_BYTES as u32,
+            max_chunks: 1,
+        },
+    )
+    .unwrap();
+    let mut ours = None;
+    let mut send = |datagrams: &[Vec<u8>]| {
+        for d in datagrams {
+            asm.ingest(d, &mut |c| ours = Some(c)).unwrap();
+        }
+        let mut burst = loop {
+            match tx.alloc(datagrams.len()) {
+                Ok(b) => break b,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        for (k, d) in datagrams.iter().enumerate() {
+            burst.buffer_mut(k, 0).unwrap()[..d.len()].copy_from_slice(d);
+            burst.set_len(k, 0, d.len());
+        }
+        let mut burst = burst;
+        while let Err(back) = tx.send(burst) {
+            burst = back.burst;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    for h in 0..HEAPS {
+        let payload = heap_payload(h);
+        let items = [
+            ItemPointer {
+                immediate: true,
+                id: TIMESTAMP,
+                value: h * SAMPLES_PER_HEAP,
+            },
+            ItemPointer {
+                immediate: false,
+                id: DATA,
+                value: 0,
+            },
+        ];
+        let mut packets = HeapPackets::new(flavour, h + 1, &items, &payload, 1472).unwrap();
+        let (mut datagram, mut kept, mut k) = (Vec::new(), Vec::new(), 0);
+        while packets.next_into(&mut datagram) {
+            if !lose(h, k) {
+                kept.push(datagram.clone());
+            }
+            k += 1;
+        }
+        if !kept.is_empty() {
+            send(&kept);
+        }
+        // Paced: a heap every 2 ms (about 8 MB/s), well within the receiver's buffer.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    send(&[spead::stream_stop_packet(flavour, HEAPS + 1)]);
+    let mut result = String::new();
+    out.read_line(&mut result).unwrap();
+    assert!(receiver.wait().unwrap().success());
+    drop(tx);
+    plane.shutdown().unwrap();
+
+    let theirs: serde_json::Value = serde_json::from_str(&result).expect(&result);
+    assert_eq!(theirs["corrupt"], serde_json::json!([]), "{result}");
+    let whole: BTreeSet<u64> = theirs["whole"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let chunk = ours.expect("the stop packet hands the chunk over");
+    let ours_whole: BTreeSet<u64> = (0..HEAPS)
+        .filter(|&h| chunk.present[h as usize] == 1)
+        .collect();
+    assert_eq!(whole, ours_whole, "spead2 and we find the same heaps whole");
+    let not_whole: Vec<u64> = (0..HEAPS).filter(|h| !whole.contains(h)).collect();
+    assert_eq!(not_whole, [5, 9]);
+    assert_eq!(
+        theirs["incomplete"], 1,
+        "heap 5 incomplete for spead2: {result}"
+    );
+    let n = asm.counters();
+    assert_eq!((n.heaps_incomplete, n.heaps_missing), (1, 1), "{n:?}");
+}
