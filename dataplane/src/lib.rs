@@ -82,4 +82,6 @@ pub mod book {
 
 pub use burst::{Burst, Frames, FramesMut, Packet, Segment};
 pub use memory::pool::flush_thread_caches;
-pub use plane::{DataPlane, RecvError, RxQueue, SendError, StartError, Stream, TxFailure, TxQueue};
+pub use plane::{
+    DataPlane, RecvError, RxQueue, SendError, SpeadStream, StartError, Stream, TxFailure, TxQueue,
+};

@@ -78,6 +78,7 @@ fn spead2s_sender_to_our_chunks_every_byte_and_the_left_out_heap_counted() {
         return;
     };
     let port = free_udp_port();
+    // The queue declares its protocol: the plane hands out chunks, not bursts.
     let cfg = common::socket_config(&format!(
         r#"
 memory_regions:
@@ -87,14 +88,24 @@ interfaces:
   address: 127.0.0.1
   socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
   rx:
-    queues: [{{name: rq, id: 0, cpu_core: 0, batch_size: 64, memory_regions: [rx]}}]
+    queues:
+    - name: rq
+      id: 0
+      cpu_core: 0
+      batch_size: 64
+      memory_regions: [rx]
+      protocol:
+        spead: {{heap_bytes: {HEAP_BYTES}, heaps_per_chunk: 4, max_chunks: 2,
+                place_by: {{item: {TIMESTAMP:#x}, step: {SAMPLES_PER_HEAP}}}}}
 "#
     ));
     let cfg = dataplane::config::load_str(&cfg, "spead-in.yaml")
         .unwrap()
         .config;
     let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
-    let mut rx = plane.take_rx_queue("spead_in", 0).unwrap();
+    let mut stream = plane
+        .take_spead_stream("spead_in", 0)
+        .expect("a SPEAD queue");
     let left_out = 13u64;
     // spead2's own UDP sender, paced, heaps that repeat their item pointers (as chunk
     // receivers need), the left-out heap skipped, then the stream's end.
@@ -125,36 +136,24 @@ os._exit(0)
         .args(["-c", &script])
         .spawn()
         .expect("python");
-    let mut asm = ChunkAssembler::new(
-        Flavour::SPEAD_64_48,
-        Placement {
-            key: PlacementKey::Item(TIMESTAMP),
-            step: SAMPLES_PER_HEAP,
-            heaps_per_chunk: 4,
-            heap_bytes: HEAP_BYTES as u32,
-            max_chunks: 2,
-        },
-    )
-    .unwrap();
     let mut chunks = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !asm.stopped() {
-        assert!(Instant::now() < deadline, "{:?}", asm.counters());
-        let Some(burst) = rx.recv(Duration::from_millis(100)).expect("rx") else {
-            continue;
-        };
-        for i in 0..burst.len() {
-            let datagram = burst.data(i, 0).expect("host memory");
-            asm.ingest(datagram, &mut |c| chunks.push(c))
-                .expect("spead2's packets decode");
+    while !stream.stopped() {
+        assert!(Instant::now() < deadline, "{:?}", stream.counters());
+        if let Some(c) = stream.recv(Duration::from_millis(100)).expect("rx") {
+            chunks.push(c);
         }
+    }
+    while let Some(c) = stream.recv(Duration::ZERO).unwrap() {
+        chunks.push(c);
     }
     assert!(sender.wait().unwrap().success());
     let drops = plane.snapshot().drops().total();
-    drop(rx);
+    let n = stream.counters();
+    drop(stream);
     plane.shutdown().unwrap();
     assert_eq!(drops, 0, "loopback at 50 MB/s loses nothing");
-    let n = asm.counters();
+    assert_eq!(n.bad_packets, 0, "spead2's packets decode");
     assert_eq!(
         (n.heaps_complete, n.heaps_incomplete, n.heaps_missing),
         (HEAPS - 1, 0, 1),

@@ -184,6 +184,7 @@ impl QueueConfig {
             stage_core: None,
             copy_cores: Vec::new(),
             delivery: Delivery::Ring,
+            protocol: None,
             location: Location::default(),
         }
     }

@@ -74,6 +74,9 @@ impl Plan {
             if q.timeout_us > 0 {
                 extra.push(format!("timeout {} us", q.timeout_us));
             }
+            if let Some(sp) = &q.protocol {
+                extra.push(spead_human(sp));
+            }
             if let Some(st) = &q.stage {
                 extra.push(format!(
                     "stage {}{}{}",
@@ -374,4 +377,28 @@ fn groups(g: &[crate::config::MulticastGroup]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A SPEAD queue's line part: flavour, placement, chunk size.
+fn spead_human(sp: &super::SpeadPlan) -> String {
+    use crate::protocol::spead::chunks::PlacementKey;
+    let p = sp.placement;
+    let key = match p.key {
+        PlacementKey::HeapCnt => "heap counter".to_string(),
+        PlacementKey::Item(id) if p.step == 1 => format!("item {id:#x}"),
+        PlacementKey::Item(id) => format!("item {id:#x} / {}", p.step),
+    };
+    format!(
+        "SPEAD 64-{} {}: heaps of {} B by {key}, {} a chunk ({} B), {} chunks open",
+        sp.flavour.heap_address_bits(),
+        if sp.frames {
+            "in UDP frames"
+        } else {
+            "datagrams"
+        },
+        p.heap_bytes,
+        p.heaps_per_chunk,
+        u64::from(p.heap_bytes) * u64::from(p.heaps_per_chunk),
+        p.max_chunks
+    )
 }

@@ -250,6 +250,22 @@ pub struct QueuePlan {
     /// Who takes its bursts: the application's thread through a ring, or the worker's
     /// handler on the worker's core (`delivery`).
     pub delivery: crate::config::Delivery,
+    /// RX: the protocol its packets carry (`protocol`), assembled as the application
+    /// takes them.
+    pub protocol: Option<SpeadPlan>,
+}
+
+/// An RX queue's SPEAD stream: packets decoded with `flavour`, heaps placed by
+/// `placement`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SpeadPlan {
+    /// The stream's flavour.
+    pub flavour: crate::protocol::spead::Flavour,
+    /// Where heaps go in chunks.
+    pub placement: crate::protocol::spead::chunks::Placement,
+    /// The queue receives Ethernet frames (raw engines), whose UDP payload is the SPEAD
+    /// packet; else datagrams (sockets), which are.
+    pub frames: bool,
 }
 
 /// One worker core and its queues.

@@ -97,6 +97,7 @@ impl QueueAt<'_> {
                 "delivery: handler runs the queue's bursts on its worker (cpu_core), and stage_core would move them to another core; leave one of them out".into(),
             ));
         }
+        let protocol = self.protocol(&segments, stage.is_some())?;
         let host_memory_only =
             dir == Direction::Tx && staging::cpu_copies(config, iface).is_some() && stage.is_none();
         let tx_flows = match (dir, iface.tx.as_ref()) {
@@ -159,7 +160,40 @@ impl QueueAt<'_> {
             send_at_time: dir == Direction::Tx
                 && iface.tx.as_ref().is_some_and(|t| t.accurate_send),
             delivery: q.delivery,
+            protocol,
         })
+    }
+
+    /// The queue's protocol: packets in one host-visible segment, taken by the
+    /// application through the ring (the assembler runs where the application polls).
+    fn protocol(
+        &self,
+        segments: &[RegionId],
+        staged: bool,
+    ) -> Result<Option<SpeadPlan>, PlanError> {
+        let Some(crate::config::ProtocolConfig::Spead(spead)) = &self.q.protocol else {
+            return Ok(None);
+        };
+        if self.q.delivery == Delivery::Handler {
+            return Err(self.bad(
+                "protocol: spead assembles heaps where the application takes the queue's packets; use delivery: ring".into(),
+            ));
+        }
+        if segments.len() != 1
+            || staged
+            || segments
+                .iter()
+                .any(|&r| self.kind_of(r) == MemoryKind::Device)
+        {
+            return Err(self.bad(
+                "protocol: spead reads each packet with the CPU: one memory region (no header-data split) of kind host, huge or host_pinned".into(),
+            ));
+        }
+        Ok(Some(SpeadPlan {
+            flavour: spead.flavour,
+            placement: spead.placement,
+            frames: self.config.stream_type == crate::config::StreamType::Raw,
+        }))
     }
 
     /// A planning error about this queue.

@@ -4,12 +4,14 @@
 
 mod handler;
 mod queues;
+mod spead;
 mod start;
 mod stats;
 mod stream;
 
 pub use handler::{Handler, HandlerError, HandlerQueues, HandlerTx};
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
+pub use spead::SpeadStream;
 pub use stream::Stream;
 
 use crate::affinity::{self, PinError};
@@ -475,6 +477,21 @@ impl DataPlane {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(i, QueueId(queue)))
+    }
+
+    /// Takes an RX queue whose configuration has `protocol: {spead: ...}` as a stream of
+    /// chunks (the queue is then taken: each can be taken once, as bursts or as chunks).
+    /// `None` when the queue has no such protocol or was taken.
+    pub fn take_spead_stream(&mut self, interface: &str, queue: u16) -> Option<SpeadStream> {
+        let i = self.config.interface_index(interface)?;
+        let plan = self
+            .plan
+            .queues
+            .iter()
+            .find(|q| q.interface == i && q.direction == Direction::Rx && q.id == QueueId(queue))?
+            .protocol?;
+        let rx = self.take_rx_queue(interface, queue)?;
+        SpeadStream::new(rx, &plan)
     }
 
     /// Takes the application's end of a TX queue (each can be taken once).

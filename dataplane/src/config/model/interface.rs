@@ -446,8 +446,28 @@ pub struct QueueConfig {
     pub copy_cores: Vec<u32>,
     /// `delivery` (this project's key): who takes the queue's bursts.
     pub delivery: Delivery,
+    /// `protocol` (ours, RX): the sensor protocol the queue's packets carry, whose
+    /// stream the application takes instead of bursts (`DataPlane::take_spead_stream`).
+    pub protocol: Option<ProtocolConfig>,
     /// Where it is defined.
     pub location: Location,
+}
+
+/// `protocol:` of an RX queue: one protocol per queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProtocolConfig {
+    /// `spead:`: SPEAD heaps assembled into chunks.
+    Spead(SpeadConfig),
+}
+
+/// `protocol: {spead: {...}}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpeadConfig {
+    /// `flavour`: `64-48` (default) or `64-40`.
+    pub flavour: crate::protocol::spead::Flavour,
+    /// `heap_bytes`, `heaps_per_chunk`, `place_by` (`heap_cnt`, or `{item, step}`) and
+    /// `max_chunks` (default 4).
+    pub placement: crate::protocol::spead::chunks::Placement,
 }
 
 /// Packets a queue's ring holds when `ring_packets` is not given: as many as the

@@ -517,13 +517,14 @@ pub(super) fn queue(
             .optional(d, "pacing_mbps", |d, n, p| r::uint_in(d, n, p, 0, 1 << 40))
             .unwrap_or(0);
     }
-    let (capture, stage_cores) = if dir == Direction::Rx {
+    let (capture, stage_cores, protocol) = if dir == Direction::Rx {
         (
             m.optional(d, "capture", capture_spec),
             m.optional(d, "stage_core", stage_cores).unwrap_or_default(),
+            m.optional(d, "protocol", super::protocol::protocol),
         )
     } else {
-        (None, Vec::new())
+        (None, Vec::new(), None)
     };
     let delivery = m
         .optional(d, "delivery", |d, n, p| {
@@ -549,6 +550,7 @@ pub(super) fn queue(
         stage_core: stage_cores.first().copied(),
         copy_cores: stage_cores.get(1..).unwrap_or_default().to_vec(),
         delivery,
+        protocol,
         location: node.location,
     })
 }

@@ -12,6 +12,7 @@ mod bench;
 mod flow;
 pub(super) use flow::flow as rx_flow;
 mod interface;
+mod protocol;
 mod reorder;
 
 use bench::*;

@@ -13,7 +13,8 @@ use super::{Flavour, Packet, SpeadError};
 use std::collections::VecDeque;
 
 /// Which number of a heap places it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PlacementKey {
     /// The heap counter.
     HeapCnt,
@@ -24,7 +25,7 @@ pub enum PlacementKey {
 
 /// Where heaps go: heap number `key / step`, `heaps_per_chunk` heaps of `heap_bytes` a
 /// chunk, `max_chunks` chunks under construction at once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Placement {
     /// The number that places a heap.
     pub key: PlacementKey,

@@ -80,7 +80,7 @@ pub enum SpeadError {
 }
 
 /// A stream's flavour: 64-bit item pointers with `heap_address_bits` of value (40 or 48).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Flavour {
     heap_address_bits: u8,
 }

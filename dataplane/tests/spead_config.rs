@@ -1,0 +1,237 @@
+//! `protocol: {spead: ...}` on an RX queue: parsed with errors that name the key, planned
+//! (and shown by `validate --plan`), refused where the packets cannot be read by the CPU,
+//! and run end to end on the software loopback, whose queues receive Ethernet frames:
+//! the SPEAD packets are their UDP payloads.
+
+mod common;
+
+use dataplane::protocol::spead::chunks::PlacementKey;
+use dataplane::protocol::spead::{self, Flavour, HeapPackets};
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+const HEAP_BYTES: usize = 6000;
+
+fn loopback(rx_region: &str, rx_extra: &str, spead: &str) -> String {
+    common::loopback_config(&format!(
+        r#"
+memory_regions:
+- {{name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
+- {{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
+{gpu}interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
+  rx:
+    queues:
+    - name: rq
+      id: 0
+      cpu_core: 0
+      batch_size: 32
+      timeout_us: 100
+      memory_regions: [{rx_region}]{rx_extra}
+      protocol:
+        spead: {spead}
+"#,
+        gpu = if rx_region == "gpu" {
+            "- {name: gpu, kind: device, affinity: 0, num_bufs: 64, buf_size: 2048}\n"
+        } else {
+            ""
+        }
+    ))
+}
+
+fn errors(text: &str) -> String {
+    match dataplane::config::load_str(text, "spead.yaml") {
+        Ok(l) => match dataplane::plan::Plan::from_config(&l.config) {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_block_is_parsed_planned_and_shown() {
+    let text = loopback(
+        "rx",
+        "",
+        &format!(
+            "{{flavour: 64-40, heap_bytes: {HEAP_BYTES}, heaps_per_chunk: 8, place_by: {{item: 0x1600, step: 2048}}}}"
+        ),
+    );
+    let loaded = dataplane::config::load_str(&text, "spead.yaml").unwrap();
+    let plan = dataplane::plan::Plan::from_config(&loaded.config).unwrap();
+    let sp = plan
+        .queues
+        .iter()
+        .find_map(|q| q.protocol)
+        .expect("planned");
+    assert_eq!(sp.flavour, Flavour::SPEAD_64_40);
+    assert_eq!(sp.placement.key, PlacementKey::Item(0x1600));
+    assert_eq!(
+        (
+            sp.placement.step,
+            sp.placement.heaps_per_chunk,
+            sp.placement.max_chunks
+        ),
+        (2048, 8, 4)
+    );
+    assert!(sp.frames, "the loopback hands over Ethernet frames");
+    let human = plan.human();
+    assert!(
+        human.contains("SPEAD 64-40 in UDP frames: heaps of 6000 B by item 0x1600 / 2048, 8 a chunk (48000 B), 4 chunks open"),
+        "{human}"
+    );
+}
+
+#[test]
+fn bad_blocks_name_their_key_and_unreadable_layouts_are_refused() {
+    let e = errors(&loopback("rx", "", "{heaps_per_chunk: 8}"));
+    assert!(
+        e.contains("protocol.spead (line") && e.contains("`heap_bytes`"),
+        "{e}"
+    );
+    let e = errors(&loopback(
+        "rx",
+        "",
+        "{heap_bytes: 64, heaps_per_chunk: 8, flavour: 64-32}",
+    ));
+    assert!(e.contains("protocol.spead.flavour"), "{e}");
+    let e = errors(&loopback(
+        "rx",
+        "",
+        "{heap_bytes: 64, heaps_per_chunk: 8, place_by: timestamp}",
+    ));
+    assert!(e.contains("protocol.spead.place_by"), "{e}");
+    let e = errors(&loopback(
+        "rx",
+        "",
+        "{heap_bytes: 64, heaps_per_chunk: 8, place_by: {item: 0x1600, step: 0}}",
+    ));
+    assert!(e.contains("place_by.step"), "{e}");
+    let e = errors(&loopback(
+        "rx",
+        "",
+        "{heap_bytes: 4294967295, heaps_per_chunk: 1048576}",
+    ));
+    assert!(
+        e.contains("protocol.spead.heaps_per_chunk") && e.contains("over"),
+        "{e}"
+    );
+    let e = errors(&loopback(
+        "rx",
+        "",
+        "{heap_bytes: 64, heaps_per_chunk: 8, window: 3}",
+    ));
+    assert!(e.contains("window"), "an unknown key is named: {e}");
+    let e = errors(&loopback("gpu", "", "{heap_bytes: 64, heaps_per_chunk: 8}"));
+    assert!(e.contains("reads each packet with the CPU"), "{e}");
+    let e = errors(&loopback(
+        "rx",
+        "\n      delivery: handler",
+        "{heap_bytes: 64, heaps_per_chunk: 8}",
+    ));
+    assert!(e.contains("use delivery: ring"), "{e}");
+}
+
+/// Heaps cut into packets, wrapped in UDP frames, sent through the loopback's TX queue;
+/// the RX queue's chunks hold every heap, byte for byte, and a frame that is not UDP
+/// is counted, not decoded.
+#[test]
+fn heaps_in_udp_frames_on_the_loopback_arrive_as_chunks() {
+    let text = loopback(
+        "rx",
+        "",
+        &format!("{{heap_bytes: {HEAP_BYTES}, heaps_per_chunk: 4, max_chunks: 2}}"),
+    );
+    let cfg = dataplane::config::load_str(&text, "spead.yaml")
+        .unwrap()
+        .config;
+    let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
+    let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
+    let mut stream = plane.take_spead_stream("loop0", 0).expect("a SPEAD queue");
+    assert!(plane.take_spead_stream("loop0", 0).is_none(), "taken once");
+    let udp = dataplane::packet::UdpFrame::new(
+        "10.0.0.1:7000".parse::<SocketAddrV4>().unwrap(),
+        "10.0.0.2:7001".parse::<SocketAddrV4>().unwrap(),
+    );
+    let flavour = Flavour::SPEAD_64_48;
+    let payload = |h: u64| -> Vec<u8> {
+        (0..HEAP_BYTES)
+            .map(|i| (i as u64 * 7 + h * 131) as u8)
+            .collect()
+    };
+    let mut frames: Vec<Vec<u8>> = vec![vec![0xff; 60]]; // not IPv4: counted, not decoded
+    let heaps = 12u64;
+    for h in 0..heaps {
+        let body = payload(h);
+        let mut p = HeapPackets::new(flavour, h, &[], &body, 1400).unwrap();
+        let mut datagram = Vec::new();
+        while p.next_into(&mut datagram) {
+            let mut frame = vec![0u8; udp.header_len() + datagram.len()];
+            udp.write(&datagram, &mut frame).unwrap();
+            frames.push(frame);
+        }
+    }
+    let stop = spead::stream_stop_packet(flavour, heaps);
+    let mut frame = vec![0u8; udp.header_len() + stop.len()];
+    udp.write(&stop, &mut frame).unwrap();
+    frames.push(frame);
+    for group in frames.chunks(16) {
+        let mut b = loop {
+            match tx.alloc(group.len()) {
+                Ok(b) => break b,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        for (k, f) in group.iter().enumerate() {
+            b.buffer_mut(k, 0).unwrap()[..f.len()].copy_from_slice(f);
+            b.set_len(k, 0, f.len());
+        }
+        while let Err(back) = tx.send(b) {
+            b = back.burst;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let mut chunks = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !stream.stopped() || chunks.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?} {:?}",
+            stream.counters(),
+            plane.snapshot()
+        );
+        match stream.recv(Duration::from_millis(100)).unwrap() {
+            Some(c) => chunks.push(c),
+            None if stream.stopped() => break,
+            None => {}
+        }
+    }
+    let n = stream.counters();
+    assert_eq!(stream.frames_not_udp(), 1);
+    assert_eq!(
+        (
+            n.heaps_complete,
+            n.heaps_incomplete,
+            n.heaps_missing,
+            n.bad_packets
+        ),
+        (heaps, 0, 0, 0),
+        "{n:?}"
+    );
+    assert_eq!(chunks.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 1, 2]);
+    for c in &chunks {
+        for i in 0..4 {
+            let h = c.id * 4 + i as u64;
+            assert!(
+                c.data[i * HEAP_BYTES..(i + 1) * HEAP_BYTES] == payload(h),
+                "heap {h}"
+            );
+        }
+    }
+    drop((tx, stream));
+    plane.shutdown().unwrap();
+}
