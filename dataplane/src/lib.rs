@@ -78,6 +78,8 @@ pub mod book {
     pub struct Aarch64;
     #[doc = include_str!("../../docs/testing.md")]
     pub struct Testing;
+    #[doc = include_str!("../../docs/sensors.md")]
+    pub struct Sensors;
 }
 
 pub use burst::{Burst, Frames, FramesMut, Packet, Segment};
