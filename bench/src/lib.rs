@@ -12,6 +12,7 @@ pub mod rdma;
 pub mod ring;
 pub mod schemas;
 pub mod socket;
+pub mod spead;
 pub mod traffic;
 
 /// What `count` handlers put in `from` once they were told to stop, waiting at most

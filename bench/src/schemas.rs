@@ -35,6 +35,10 @@ pub fn results() -> Vec<(&'static str, Value)> {
                 "bench dynamic-flows",
             ),
         ),
+        (
+            "bench-spead",
+            result_schema::<crate::spead::SpeadReport>("bench-spead", "bench spead"),
+        ),
         // `capture` reports as `bench raw` does.
         (
             "bench-raw",

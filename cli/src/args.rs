@@ -329,6 +329,34 @@ pub(crate) enum Bench {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// SPEAD heaps over the UDP loopback: the highest rate without a lost heap, found by a
+    /// binary search as spead2's spead2_bench.py does (exit 3 when no rate was lossless).
+    Spead {
+        /// Payload bytes per heap.
+        #[arg(long, default_value_t = 4 << 20)]
+        heap_bytes: u32,
+        /// Bytes per packet (SPEAD header, item pointers and payload: the UDP payload).
+        #[arg(long, default_value_t = 9172)]
+        packet_bytes: u32,
+        /// Seconds each rate is sent for.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// The first and highest rate tried, in Gb/s of heap payload.
+        #[arg(long, default_value_t = 40.0)]
+        max_gbps: f64,
+        /// Halvings of the interval after the first rate.
+        #[arg(long, default_value_t = 7)]
+        steps: u32,
+        /// UDP port on 127.0.0.1 for the receiver.
+        #[arg(long, default_value_t = 8888)]
+        port: u16,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// GPU paths on GPU 0: staged ingest against a pinned host-to-device copy, the reorder
     /// kernel against a device-to-device copy.
     Gpu {
@@ -402,6 +430,7 @@ impl Command {
                 #[cfg(feature = "rdma")]
                 Bench::Rdma { file, .. } => ("bench rdma", Some(file)),
                 Bench::Socket { file, .. } => ("bench socket", Some(file)),
+                Bench::Spead { .. } => ("bench spead", None),
                 Bench::Gpu { .. } => ("bench gpu", None),
                 Bench::Ring { .. } => ("bench ring", None),
             },

@@ -246,6 +246,7 @@ pub(crate) fn bench_with_signals(command: &Command) -> bool {
             Bench::Raw { .. }
             | Bench::Fwd { .. }
             | Bench::Socket { .. }
+            | Bench::Spead { .. }
             | Bench::DynamicFlows { .. },
         ) => true,
         Command::Capture { .. } => true,
@@ -296,6 +297,21 @@ pub(crate) fn bench_socket(
     };
     let progress = crate::progress::Progress::start("bench socket", opts.seconds, output.quiet);
     let result = dataplane_bench::socket::run(&c, &opts, &signals.any);
+    drop(progress);
+    finish_bench(result, |r| r.human(), |r| verdict(r.ok()), output, signals)
+}
+
+pub(crate) fn bench_spead(
+    opts: dataplane_bench::spead::SpeadBenchOptions,
+    output: Output,
+    signals: &Signals,
+) -> ExitCode {
+    if !number_ok("seconds", opts.seconds, false) || !number_ok("max-gbps", opts.max_gbps, false) {
+        return ExitCode::FAILURE;
+    }
+    let total = opts.seconds * f64::from(opts.steps + 1);
+    let progress = crate::progress::Progress::start("bench spead", total, output.quiet);
+    let result = dataplane_bench::spead::run(&opts, &signals.any);
     drop(progress);
     finish_bench(result, |r| r.human(), |r| verdict(r.ok()), output, signals)
 }

@@ -216,6 +216,27 @@ fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
             Output { json, quiet },
             signals,
         ),
+        Bench::Spead {
+            heap_bytes,
+            packet_bytes,
+            seconds,
+            max_gbps,
+            steps,
+            port,
+            json,
+            quiet,
+        } => bench_spead(
+            dataplane_bench::spead::SpeadBenchOptions {
+                heap_bytes,
+                packet_bytes,
+                seconds,
+                max_gbps,
+                steps,
+                port,
+            },
+            Output { json, quiet },
+            signals,
+        ),
         Bench::Gpu {
             seconds,
             only,

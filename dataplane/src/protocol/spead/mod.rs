@@ -332,6 +332,27 @@ impl<'a> HeapPackets<'a> {
     }
 }
 
+/// Sets the heap counter of a packet [`HeapPackets`] wrote (its first item pointer), so
+/// that one heap's packets can be sent again as another heap without encoding them anew.
+/// False (and nothing written) when `datagram` is not such a packet or `heap_cnt` does
+/// not fit the flavour.
+pub fn rewrite_heap_cnt(datagram: &mut [u8], flavour: Flavour, heap_cnt: u64) -> bool {
+    let first = HEADER_BYTES..HEADER_BYTES + POINTER_BYTES;
+    let Some(raw) = datagram.get(first.clone()) else {
+        return false;
+    };
+    let old = flavour.pointer(u64::from_be_bytes(raw.try_into().expect("8 bytes")));
+    if !old.immediate || old.id != HEAP_CNT || heap_cnt > flavour.max_value() {
+        return false;
+    }
+    let new = ItemPointer {
+        value: heap_cnt,
+        ..old
+    };
+    datagram[first].copy_from_slice(&flavour.raw(new).to_be_bytes());
+    true
+}
+
 /// The packet that ends a stream (stream control "stop"), as heap `heap_cnt`.
 pub fn stream_stop_packet(flavour: Flavour, heap_cnt: u64) -> Vec<u8> {
     let items = [ItemPointer {
@@ -477,6 +498,13 @@ mod tests {
         assert_eq!(
             Packet::parse(&no_cnt, f).unwrap_err(),
             SpeadError::MissingItem("heap counter")
+        );
+        let mut again = good.clone();
+        assert!(rewrite_heap_cnt(&mut again, f, 77));
+        assert_eq!(Packet::parse(&again, f).unwrap().heap_cnt, 77);
+        assert!(
+            !rewrite_heap_cnt(&mut no_cnt, f, 77),
+            "no heap counter first"
         );
         let stop = stream_stop_packet(f, 9);
         assert!(Packet::parse(&stop, f).unwrap().is_stream_stop());

@@ -1,0 +1,345 @@
+//! `dataplane bench spead`: the highest rate at which SPEAD heaps cross the kernel's UDP
+//! loopback without a lost heap, found as spead2's own `spead2_bench.py` finds it (a
+//! binary search over the offered rate, each rate one run of a fresh sender and
+//! receiver). Our sender cuts heaps into packets and sends them through a socket TX
+//! queue paced by its worker; our receiver is a socket RX queue declared
+//! `protocol: {spead: ...}` whose chunks the application takes
+//! ([`dataplane::DataPlane::take_spead_stream`]). A rate is lossless when every heap sent
+//! arrived whole. Payload bytes are not checked here (the SPEAD tests check every byte).
+
+#![forbid(unsafe_code)]
+
+use dataplane::DataPlane;
+use dataplane::protocol::spead::{self, Flavour, HeapPackets};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Options of a search.
+#[derive(Clone, Debug)]
+pub struct SpeadBenchOptions {
+    /// Payload bytes per heap.
+    pub heap_bytes: u32,
+    /// Bytes per packet (UDP payload: SPEAD header, item pointers and heap payload).
+    pub packet_bytes: u32,
+    /// Seconds each rate is sent for.
+    pub seconds: f64,
+    /// The highest rate tried, in Gb/s of heap payload.
+    pub max_gbps: f64,
+    /// Halvings of the interval after the first rate.
+    pub steps: u32,
+    /// UDP port on 127.0.0.1 the receiver listens on.
+    pub port: u16,
+}
+
+/// One rate tried.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct SpeadTrial {
+    /// The rate offered, in Gb/s of heap payload (0: unpaced).
+    pub offered_gbps: f64,
+    /// Heaps sent.
+    pub heaps_sent: u64,
+    /// Heap payload sent, in Gb/s over the sending time: below the offered rate when the
+    /// sender is the limit.
+    pub sent_gbps: f64,
+    /// Heaps that arrived whole.
+    pub heaps_complete: u64,
+    /// Heaps of which only part arrived.
+    pub heaps_incomplete: u64,
+    /// Heap payload that arrived whole, in Gb/s over the sending time.
+    pub received_gbps: f64,
+    /// Packets the plane counted as dropped (the kernel's socket drops among them).
+    pub dropped_packets: u64,
+    /// Every heap sent arrived whole.
+    pub lossless: bool,
+}
+
+/// The result of a search.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct SpeadReport {
+    /// Payload bytes per heap.
+    pub heap_bytes: u32,
+    /// Bytes per packet.
+    pub packet_bytes: u32,
+    /// Seconds per rate.
+    pub seconds: f64,
+    /// The highest heap payload rate that arrived without a lost heap, in Gb/s (what
+    /// arrived, which is below the offered rate when the sender is the limit; 0 when no
+    /// rate was lossless).
+    pub lossless_gbps: f64,
+    /// At that rate, the sender sent less than 95% of what was offered: the receiver
+    /// was not the limit (spead2_bench says "Limited by send speed").
+    pub limited_by_sender: bool,
+    /// Heaps per second at that rate.
+    pub lossless_heaps_per_s: f64,
+    /// Every rate tried, in order.
+    pub trials: Vec<SpeadTrial>,
+}
+
+impl SpeadReport {
+    /// True when some rate was lossless.
+    pub fn ok(&self) -> bool {
+        self.lossless_gbps > 0.0
+    }
+
+    /// The report for people.
+    pub fn human(&self) -> String {
+        let mut s = format!(
+            "SPEAD over UDP loopback, heaps of {} B in packets of {} B, {} s per rate\n",
+            self.heap_bytes, self.packet_bytes, self.seconds
+        );
+        for t in &self.trials {
+            s += &format!(
+                "  offered {:>7.3} Gb/s, sent {:.3}: {} of {} heaps whole ({} incomplete), {:.3} Gb/s, {} dropped{}\n",
+                t.offered_gbps,
+                t.sent_gbps,
+                t.heaps_complete,
+                t.heaps_sent,
+                t.heaps_incomplete,
+                t.received_gbps,
+                t.dropped_packets,
+                if t.lossless { ", lossless" } else { "" }
+            );
+        }
+        s += &format!(
+            "highest lossless rate: {:.3} Gb/s ({:.0} heaps/s){}\n",
+            self.lossless_gbps,
+            self.lossless_heaps_per_s,
+            if self.limited_by_sender {
+                ", limited by the sender"
+            } else {
+                ""
+            }
+        );
+        s
+    }
+}
+
+/// Why a search could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SpeadBenchError {
+    /// An option out of range.
+    #[error("{0}")]
+    Options(String),
+    /// The generated configuration did not load.
+    #[error("the bench's configuration: {0}")]
+    Config(#[from] dataplane::config::ConfigError),
+    /// The plane did not start.
+    #[error("starting the plane: {0}")]
+    Start(#[from] dataplane::StartError),
+}
+
+/// Runs the search; `stop` ends it early (with what was measured).
+pub fn run(opts: &SpeadBenchOptions, stop: &AtomicBool) -> Result<SpeadReport, SpeadBenchError> {
+    let flavour = Flavour::SPEAD_64_48;
+    let heap: Vec<u8> = (0..opts.heap_bytes).map(|i| i as u8).collect();
+    let mut template = Vec::new();
+    let mut packets = HeapPackets::new(flavour, 0, &[], &heap, opts.packet_bytes as usize)
+        .ok_or_else(|| {
+            SpeadBenchError::Options(format!(
+                "--packet-bytes {} leaves no room for payload, or the heap is too large",
+                opts.packet_bytes
+            ))
+        })?;
+    let mut datagram = Vec::new();
+    while packets.next_into(&mut datagram) {
+        template.push(datagram.clone());
+    }
+    if !(opts.seconds > 0.0 && opts.max_gbps > 0.0) {
+        return Err(SpeadBenchError::Options(
+            "--seconds and --max-gbps must be above 0".into(),
+        ));
+    }
+    let mut trials = Vec::new();
+    let (mut lo, mut hi) = (0.0f64, opts.max_gbps);
+    let mut rate = opts.max_gbps;
+    for _ in 0..=opts.steps {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let t = trial(opts, &template, rate, stop)?;
+        let lossless = t.lossless;
+        trials.push(t);
+        if lossless {
+            lo = rate;
+            if rate == opts.max_gbps {
+                break;
+            }
+        } else {
+            hi = rate;
+        }
+        rate = (lo + hi) / 2.0;
+    }
+    let best = trials
+        .iter()
+        .filter(|t| t.lossless)
+        .max_by(|a, b| a.received_gbps.total_cmp(&b.received_gbps));
+    let (best, limited_by_sender) = best.map_or((0.0, false), |t| {
+        (t.received_gbps, t.sent_gbps < 0.95 * t.offered_gbps)
+    });
+    Ok(SpeadReport {
+        heap_bytes: opts.heap_bytes,
+        packet_bytes: opts.packet_bytes,
+        seconds: opts.seconds,
+        lossless_gbps: best,
+        limited_by_sender,
+        lossless_heaps_per_s: best * 1e9 / 8.0 / f64::from(opts.heap_bytes),
+        trials,
+    })
+}
+
+/// The plane of one trial: a client TX queue on core 0 paced to `mbps` (of UDP payload),
+/// a server RX queue on core 1 (0 on a one-core machine) declared as SPEAD.
+fn config_text(opts: &SpeadBenchOptions, mbps: u64) -> String {
+    let rx_core = u32::from(std::thread::available_parallelism().is_ok_and(|n| n.get() > 1));
+    let buf = opts.packet_bytes.next_multiple_of(64);
+    let port = opts.port;
+    let heaps_per_chunk = (4 << 20) / opts.heap_bytes.min(4 << 20);
+    format!(
+        r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: socket
+    master_core: 0
+    log_level: error
+    memory_regions:
+    - {{name: tx, kind: host, affinity: 0, num_bufs: 4096, buf_size: {buf}}}
+    - {{name: rx, kind: host, affinity: 0, num_bufs: 16384, buf_size: {buf}}}
+    interfaces:
+    - name: spead_in
+      address: 127.0.0.1
+      socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
+      rx:
+        queues:
+        - name: rq
+          id: 0
+          cpu_core: {rx_core}
+          batch_size: 64
+          timeout_us: 100
+          memory_regions: [rx]
+          protocol:
+            spead: {{heap_bytes: {}, heaps_per_chunk: {heaps_per_chunk}, max_chunks: 4}}
+    - name: spead_out
+      address: 127.0.0.1
+      socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
+      tx:
+        queues:
+        - {{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx], pacing_mbps: {mbps}}}
+"#,
+        opts.heap_bytes
+    )
+}
+
+fn trial(
+    opts: &SpeadBenchOptions,
+    template: &[Vec<u8>],
+    gbps: f64,
+    stop: &AtomicBool,
+) -> Result<SpeadTrial, SpeadBenchError> {
+    let flavour = Flavour::SPEAD_64_48;
+    // Pacing counts datagram bytes: the offered payload rate scaled by the packets'
+    // overhead.
+    let wire: usize = template.iter().map(Vec::len).sum();
+    let mbps = (gbps * 1000.0 * wire as f64 / f64::from(opts.heap_bytes)).ceil() as u64;
+    let cfg = dataplane::config::load_str(&config_text(opts, mbps), "bench-spead")?.config;
+    let mut plane = DataPlane::start(&cfg)?;
+    let mut tx = plane.take_tx_queue("spead_out", 0).expect("planned");
+    let mut stream = plane.take_spead_stream("spead_in", 0).expect("planned");
+    let sending = Duration::from_secs_f64(opts.seconds);
+    let sent_all = AtomicBool::new(false);
+    let (heaps_sent, counters) = std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            let mut packets = template.to_vec();
+            let end = Instant::now() + sending;
+            let mut heaps = 0u64;
+            'heaps: while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+                for p in &mut packets {
+                    spead::rewrite_heap_cnt(p, flavour, heaps + 1);
+                }
+                for group in packets.chunks(32) {
+                    if !send_all(&mut tx, group, end + Duration::from_secs(1)) {
+                        break 'heaps;
+                    }
+                }
+                heaps += 1;
+            }
+            let stop_packet = spead::stream_stop_packet(flavour, heaps + 1);
+            send_all(
+                &mut tx,
+                &[stop_packet],
+                Instant::now() + Duration::from_secs(1),
+            );
+            sent_all.store(true, Ordering::Release);
+            heaps
+        });
+        // Chunks are given back at once: the bench measures placement, not a consumer.
+        let mut quiet_since = None;
+        loop {
+            match stream.recv(Duration::from_millis(50)) {
+                Ok(Some(c)) => {
+                    stream.recycle(c);
+                    quiet_since = None;
+                }
+                Ok(None) if stream.stopped() => break,
+                Ok(None) if sent_all.load(Ordering::Acquire) => {
+                    // The stop packet may itself be lost: stop waiting after a quiet
+                    // half second.
+                    let since = *quiet_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_millis(500) {
+                        break;
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+        for c in stream.flush() {
+            stream.recycle(c);
+        }
+        (sender.join().expect("sender"), stream.counters())
+    });
+    let dropped = plane.snapshot().drops().total();
+    drop((tx, stream));
+    let _ = plane.shutdown();
+    Ok(SpeadTrial {
+        offered_gbps: gbps,
+        heaps_sent,
+        sent_gbps: heaps_sent as f64 * f64::from(opts.heap_bytes) * 8.0 / opts.seconds / 1e9,
+        heaps_complete: counters.heaps_complete,
+        heaps_incomplete: counters.heaps_incomplete,
+        received_gbps: counters.heaps_complete as f64 * f64::from(opts.heap_bytes) * 8.0
+            / opts.seconds
+            / 1e9,
+        dropped_packets: dropped,
+        lossless: heaps_sent > 0
+            && counters.heaps_complete == heaps_sent
+            && counters.heaps_incomplete == 0,
+    })
+}
+
+/// Sends `datagrams` as one burst, waiting while the queue is full; false when the
+/// deadline passed first.
+fn send_all(tx: &mut dataplane::TxQueue, datagrams: &[Vec<u8>], deadline: Instant) -> bool {
+    let mut burst = loop {
+        match tx.alloc(datagrams.len()) {
+            Ok(b) => break b,
+            Err(_) if Instant::now() > deadline => return false,
+            Err(_) => std::hint::spin_loop(),
+        }
+    };
+    for (k, d) in datagrams.iter().enumerate() {
+        burst.buffer_mut(k, 0).expect("host buffer")[..d.len()].copy_from_slice(d);
+        burst.set_len(k, 0, d.len());
+    }
+    loop {
+        match tx.send(burst) {
+            Ok(()) => return true,
+            Err(_) if Instant::now() > deadline => return false,
+            Err(back) => {
+                burst = back.burst;
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
