@@ -158,9 +158,12 @@ pub fn run(opts: &SpeadBenchOptions, stop: &AtomicBool) -> Result<SpeadReport, S
             break;
         }
         let t = trial(opts, &template, rate, stop)?;
-        let lossless = t.lossless;
+        // A rate the sender could not reach measured nothing about that rate: like a
+        // lossy one, it sends the search lower (on a machine with few cores a paced
+        // sender leaves the receiver more of them).
+        let held = t.lossless && t.sent_gbps >= 0.95 * rate;
         trials.push(t);
-        if lossless {
+        if held {
             lo = rate;
             if rate == opts.max_gbps {
                 break;
