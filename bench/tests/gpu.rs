@@ -814,3 +814,60 @@ fn gpu_memory_where_the_cpu_reads_and_offsets_past_the_end_are_refused() {
     assert!(buf.read(usize::MAX - 3, &mut out).is_err());
     assert!(buf.read(4088, &mut out).is_ok());
 }
+
+/// The block floating point kernel against its CPU twin (`dataplane::protocol::iq`):
+/// random PRBs of every mantissa width, every exponent, as `f32` and as half bits.
+#[test]
+fn the_bfp_kernel_matches_the_cpu_decoder_bit_for_bit() {
+    use dataplane::protocol::iq::{Compression, F16Sink, decode_ecpri_uplane};
+    let Some(_gpu) = gpu_alone() else {
+        return;
+    };
+    let mut gpu = Gpu::new(0).expect("kernels compile and load");
+    let mut rng = Rng(0x0bf9_0000_1234_5678);
+    const PRBS: usize = 200;
+    for width in 1..=16u32 {
+        let prb_bytes = 1 + (24 * width as usize).div_ceil(8);
+        let mut prbs = vec![0u8; PRBS * prb_bytes];
+        rng.fill(&mut prbs);
+        // One U-plane message: eCPRI header, transport and application headers, one
+        // section of PRBS PRBs (a count of 0 means the configured 200).
+        let mut body = vec![0, 1, 2, 0, 0x10, 1, 0, 0, 0, 0, 0, 0];
+        body.extend_from_slice(&prbs);
+        let mut m = vec![0x10, 0x00];
+        m.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        m.extend_from_slice(&body);
+        let bfp = Compression::BlockFloatingPoint {
+            iq_width: width as u8,
+        };
+        let mut want = Vec::new();
+        decode_ecpri_uplane(&m, bfp, PRBS, &mut want).expect("decodes");
+        let mut want_half = F16Sink::default();
+        decode_ecpri_uplane(&m, bfp, PRBS, &mut want_half).expect("decodes");
+        let src = DeviceBuffer::alloc(0, prbs.len()).unwrap();
+        src.write(0, &prbs).unwrap();
+        let out = DeviceBuffer::alloc(0, PRBS * 24 * 4).unwrap();
+        for half in [false, true] {
+            // SAFETY: both buffers are live device memory of the sizes given.
+            unsafe { gpu.decode_bfp(src.device_ptr(), PRBS as u32, width, half, out.device_ptr()) }
+                .unwrap();
+            gpu.sync().unwrap();
+            let mut got = vec![0u8; PRBS * 24 * if half { 2 } else { 4 }];
+            out.read(0, &mut got).unwrap();
+            if half {
+                let got: Vec<u16> = got
+                    .chunks_exact(2)
+                    .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+                    .collect();
+                assert_eq!(got, want_half.0, "width {width}, half");
+            } else {
+                let got: Vec<u32> = got
+                    .chunks_exact(4)
+                    .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+                    .collect();
+                let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "width {width}, f32");
+            }
+        }
+    }
+}

@@ -203,4 +203,38 @@ impl Gpu {
         unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel(write_frames)"))?;
         Ok(())
     }
+
+    /// Queues the decoding of `n_prbs` block floating point PRBs of `iq_width`-bit
+    /// mantissas, back to back at `src`, into `24 * n_prbs` values at `dst`: `f32`, or
+    /// IEEE half bits when `half`. [`Gpu::sync`] waits for it.
+    ///
+    /// # Safety
+    /// `src` must be readable and `dst` writable by the GPU (device memory, or pinned host
+    /// memory mapped for it) for those sizes until the next sync.
+    pub unsafe fn decode_bfp(
+        &mut self,
+        src: u64,
+        n_prbs: u32,
+        iq_width: u32,
+        half: bool,
+        dst: u64,
+    ) -> Result<(), GpuError> {
+        if !(1..=16).contains(&iq_width) {
+            return Err(out_of_range(format_args!("iq_width {iq_width} (1 to 16)")));
+        }
+        let threads = u64::from(n_prbs) * 24;
+        if threads == 0 {
+            return Ok(());
+        }
+        let blocks = u32::try_from(threads.div_ceil(u64::from(THREADS)))
+            .map_err(|_| out_of_range(format_args!("{n_prbs} PRBs in one launch")))?;
+        self.bind()?;
+        let half = u32::from(half);
+        let mut b = self.stream.launch_builder(&self.bfp_decode);
+        b.arg(&src).arg(&n_prbs).arg(&iq_width).arg(&half).arg(&dst);
+        // SAFETY: the signature matches (pointers as 64-bit addresses); the memory is the
+        // caller's promise.
+        unsafe { b.launch(per_block(blocks)) }.map_err(driver("cuLaunchKernel(bfp_decode)"))?;
+        Ok(())
+    }
 }

@@ -425,3 +425,22 @@ extern "C" __global__ void zero_missing(u8* out, u32 out_slot, u32 ppb, const u3
     u32 slot = blockIdx.x;
     if (slot < ppb && filled[slot] != gen) zero_bytes(out + (u64)slot * out_slot, out_slot);
 }
+
+// O-RAN block floating point PRBs back to back in `prbs` (each: a byte whose low 4 bits
+// are the exponent, then 24 signed mantissas of `w` bits packed MSB first): one thread
+// per mantissa writes mantissa * 2^exponent to out[24 * prb + k] as float, or as IEEE
+// half (round to nearest even) when `half` is set. The CPU twin is
+// dataplane::protocol::iq (decode_ecpri_uplane), which must give the same bits.
+extern "C" __global__ void bfp_decode(const u8* prbs, u32 n_prbs, u32 w, u32 half, void* out) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)n_prbs * 24) return;
+    u32 prb = (u32)(t / 24), k = (u32)(t % 24);
+    u32 prb_bytes = 1 + (24 * w + 7) / 8;
+    const u8* p = prbs + (u64)prb * prb_bytes;
+    u32 v = 0;
+    for (u32 b = k * w; b < (k + 1) * w; b++) v = (v << 1) | ((p[1 + b / 8] >> (7 - b % 8)) & 1);
+    int m = ((int)(v << (32 - w))) >> (32 - w);
+    float x = (float)m * (float)(1u << (p[0] & 15));
+    if (half) ((u16*)out)[t] = f32_to_f16(x);
+    else ((float*)out)[t] = x;
+}

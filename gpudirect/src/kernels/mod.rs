@@ -8,6 +8,8 @@
 //!   converts, 16 input bytes per lane at a time) its payload into slot
 //!   `seq % packets_per_batch` of one output buffer. The last block to finish zeroes
 //!   slots no packet filled, so a batch is one launch.
+//! - `bfp_decode`: O-RAN block floating point PRBs to `f32` or `f16`, one thread per
+//!   mantissa (`dataplane::protocol::iq` is the CPU version).
 //! - `write_frames`: one warp per test frame, from a template and per-frame fields
 //!   ([`crate::frames`] is the CPU version).
 //!
@@ -52,13 +54,14 @@ fn per_block(items: u32) -> LaunchConfig {
 pub use crate::MAX_ITEMS;
 
 /// The kernels of [`SOURCE`] that [`Gpu`] loads.
-const KERNELS: [&str; 6] = [
+const KERNELS: [&str; 7] = [
     "batched_copy",
     "reorder",
     "zero_missing",
     "signal_done",
     "frame_digest",
     "write_frames",
+    "bfp_decode",
 ];
 
 /// Warps (packets) per `reorder` and `write_frames` block.
@@ -124,6 +127,7 @@ pub struct Gpu {
     signal_done: CudaFunction,
     frame_digest: CudaFunction,
     write_frames: CudaFunction,
+    bfp_decode: CudaFunction,
     /// Pinned, GPU-mapped: destinations then fields of `write_frames` (grown on demand).
     frame_table: Option<PinnedBuffer>,
     /// One event per argument-table slot, recorded after that slot's work.
@@ -185,6 +189,7 @@ impl Gpu {
             signal_done: f("signal_done")?,
             frame_digest: f("frame_digest")?,
             write_frames: f("write_frames")?,
+            bfp_decode: f("bfp_decode")?,
             frame_table: None,
             slot_events: (0..TABLE_SLOTS)
                 .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))
