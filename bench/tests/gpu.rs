@@ -871,3 +871,89 @@ fn the_bfp_kernel_matches_the_cpu_decoder_bit_for_bit() {
         }
     }
 }
+
+/// The fixed-point kernel against its CPU twins (`dataplane::protocol::iq`): random
+/// samples in every storage, read out of VITA-49 packets and of uncompressed O-RAN PRBs
+/// by the CPU decoders, and out of the same payload bytes by the kernel; `f32` and half.
+#[test]
+fn the_fixed_point_kernel_matches_the_vrt_and_ecpri_decoders_bit_for_bit() {
+    use dataplane::protocol::iq::{
+        Compression, F16Sink, IqSink, SampleFormat, decode_ecpri_uplane, decode_vrt,
+    };
+    use gpudirect::SampleStorage;
+    /// The CPU decoders on `payload` wrapped as eCPRI IQ data with one U-plane section of
+    /// uncompressed PRBs, or as a VITA-49 signal data packet (type 0, header word only).
+    fn cpu_decode(payload: &[u8], format: SampleFormat, ecpri: bool, sink: &mut impl IqSink) {
+        let samples = if ecpri {
+            let prbs = (payload.len() / 48) as u8;
+            let mut body = vec![0, 1, 2, 0, 0x10, 1, 0, 0, 0, 0x10, 0, prbs];
+            body.extend_from_slice(payload);
+            let mut m = vec![0x10, 0x00];
+            m.extend_from_slice(&(body.len() as u16).to_be_bytes());
+            m.extend_from_slice(&body);
+            decode_ecpri_uplane(&m, Compression::None, 273, sink)
+                .expect("decodes")
+                .samples
+        } else {
+            let words = 1 + payload.len() / 4;
+            let mut p = (words as u32).to_be_bytes().to_vec();
+            p.extend_from_slice(payload);
+            decode_vrt(&p, format, sink).expect("decodes").samples
+        };
+        assert_eq!(samples * format.bytes(), payload.len());
+    }
+    let Some(_gpu) = gpu_alone() else {
+        return;
+    };
+    let mut gpu = Gpu::new(0).expect("kernels compile and load");
+    let mut rng = Rng(0x0f1c_ed00_5a3b_1e55);
+    const SAMPLES: usize = 3000; // 250 PRBs
+    let cases = [
+        (SampleFormat::I8, SampleStorage::I8, false),
+        (SampleFormat::I16Be, SampleStorage::I16Be, false),
+        (SampleFormat::I16Le, SampleStorage::I16Le, false),
+        (SampleFormat::I16Be, SampleStorage::I16Be, true), // eCPRI, uncompressed
+    ];
+    for (format, storage, ecpri) in cases {
+        let mut payload = vec![0u8; SAMPLES * format.bytes()];
+        rng.fill(&mut payload);
+        let mut want = Vec::<f32>::new();
+        cpu_decode(&payload, format, ecpri, &mut want);
+        let mut want_half = F16Sink::default();
+        cpu_decode(&payload, format, ecpri, &mut want_half);
+        let src = DeviceBuffer::alloc(0, payload.len()).unwrap();
+        src.write(0, &payload).unwrap();
+        let out = DeviceBuffer::alloc(0, SAMPLES * 2 * 4).unwrap();
+        for half in [false, true] {
+            // SAFETY: both buffers are live device memory of the sizes given.
+            unsafe {
+                gpu.decode_fixed_iq(
+                    src.device_ptr(),
+                    SAMPLES as u64,
+                    storage,
+                    half,
+                    out.device_ptr(),
+                )
+            }
+            .unwrap();
+            gpu.sync().unwrap();
+            let mut got = vec![0u8; SAMPLES * 2 * if half { 2 } else { 4 }];
+            out.read(0, &mut got).unwrap();
+            let case = format!("{format:?}, eCPRI {ecpri}, half {half}");
+            if half {
+                let got: Vec<u16> = got
+                    .chunks_exact(2)
+                    .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+                    .collect();
+                assert_eq!(got, want_half.0, "{case}");
+            } else {
+                let got: Vec<u32> = got
+                    .chunks_exact(4)
+                    .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+                    .collect();
+                let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{case}");
+            }
+        }
+    }
+}

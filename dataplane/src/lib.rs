@@ -85,5 +85,6 @@ pub mod book {
 pub use burst::{Burst, Frames, FramesMut, Packet, Segment};
 pub use memory::pool::flush_thread_caches;
 pub use plane::{
-    DataPlane, RecvError, RxQueue, SendError, SpeadStream, StartError, Stream, TxFailure, TxQueue,
+    DataPlane, IqStream, RecvError, RxQueue, SendError, SpeadStream, StartError, Stream, TxFailure,
+    TxQueue,
 };

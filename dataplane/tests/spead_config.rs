@@ -7,7 +7,6 @@ mod common;
 
 use dataplane::protocol::spead::chunks::PlacementKey;
 use dataplane::protocol::spead::{self, Flavour, HeapPackets};
-use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 const HEAP_BYTES: usize = 6000;
@@ -66,7 +65,10 @@ fn the_block_is_parsed_planned_and_shown() {
     let sp = plan
         .queues
         .iter()
-        .find_map(|q| q.protocol)
+        .find_map(|q| match q.protocol {
+            Some(dataplane::plan::ProtocolPlan::Spead(sp)) => Some(sp),
+            _ => None,
+        })
         .expect("planned");
     assert_eq!(sp.flavour, Flavour::SPEAD_64_40);
     assert_eq!(sp.placement.key, PlacementKey::Item(0x1600));
@@ -153,48 +155,25 @@ fn heaps_in_udp_frames_on_the_loopback_arrive_as_chunks() {
     let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
     let mut stream = plane.take_spead_stream("loop0", 0).expect("a SPEAD queue");
     assert!(plane.take_spead_stream("loop0", 0).is_none(), "taken once");
-    let udp = dataplane::packet::UdpFrame::new(
-        "10.0.0.1:7000".parse::<SocketAddrV4>().unwrap(),
-        "10.0.0.2:7001".parse::<SocketAddrV4>().unwrap(),
-    );
     let flavour = Flavour::SPEAD_64_48;
     let payload = |h: u64| -> Vec<u8> {
         (0..HEAP_BYTES)
             .map(|i| (i as u64 * 7 + h * 131) as u8)
             .collect()
     };
-    let mut frames: Vec<Vec<u8>> = vec![vec![0xff; 60]]; // not IPv4: counted, not decoded
+    common::send_frames(&mut tx, &[vec![0xff; 60]]); // not IPv4: counted, not decoded
+    let mut datagrams = Vec::new();
     let heaps = 12u64;
     for h in 0..heaps {
         let body = payload(h);
         let mut p = HeapPackets::new(flavour, h, &[], &body, 1400).unwrap();
         let mut datagram = Vec::new();
         while p.next_into(&mut datagram) {
-            let mut frame = vec![0u8; udp.header_len() + datagram.len()];
-            udp.write(&datagram, &mut frame).unwrap();
-            frames.push(frame);
+            datagrams.push(datagram.clone());
         }
     }
-    let stop = spead::stream_stop_packet(flavour, heaps);
-    let mut frame = vec![0u8; udp.header_len() + stop.len()];
-    udp.write(&stop, &mut frame).unwrap();
-    frames.push(frame);
-    for group in frames.chunks(16) {
-        let mut b = loop {
-            match tx.alloc(group.len()) {
-                Ok(b) => break b,
-                Err(_) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        };
-        for (k, f) in group.iter().enumerate() {
-            b.buffer_mut(k, 0).unwrap()[..f.len()].copy_from_slice(f);
-            b.set_len(k, 0, f.len());
-        }
-        while let Err(back) = tx.send(b) {
-            b = back.burst;
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    datagrams.push(spead::stream_stop_packet(flavour, heaps));
+    common::send_udp_frames(&mut tx, &datagrams);
     let mut chunks = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !stream.stopped() || chunks.len() < 3 {

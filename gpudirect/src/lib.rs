@@ -23,7 +23,7 @@ pub mod reorder;
 #[cfg(feature = "cuda")]
 pub use cuda::*;
 #[cfg(feature = "cuda")]
-pub use kernels::Gpu;
+pub use kernels::{Gpu, SampleStorage};
 
 /// Items per kernel launch at most (the argument table's size).
 pub const MAX_ITEMS: usize = 4096;

@@ -74,8 +74,10 @@ impl Plan {
             if q.timeout_us > 0 {
                 extra.push(format!("timeout {} us", q.timeout_us));
             }
-            if let Some(sp) = &q.protocol {
-                extra.push(spead_human(sp));
+            match &q.protocol {
+                Some(super::ProtocolPlan::Spead(sp)) => extra.push(spead_human(sp)),
+                Some(super::ProtocolPlan::Iq(iq)) => extra.push(iq_human(iq)),
+                None => {}
             }
             if let Some(st) = &q.stage {
                 extra.push(format!(
@@ -377,6 +379,44 @@ fn groups(g: &[crate::config::MulticastGroup]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A radio queue's line part: format, sample storage, precision.
+fn iq_human(iq: &super::IqPlan) -> String {
+    use crate::protocol::iq::{Compression, IqFormat, Precision, SampleFormat};
+    let format = match iq.format {
+        IqFormat::Vrt { samples } => format!(
+            "VITA-49 signal data, {} samples",
+            match samples {
+                SampleFormat::I8 => "8-bit",
+                SampleFormat::I16Be => "16-bit big-endian",
+                SampleFormat::I16Le => "16-bit little-endian",
+            }
+        ),
+        IqFormat::EcpriUplane {
+            compression,
+            prbs_when_zero,
+        } => format!(
+            "O-RAN U-plane in eCPRI, {}, {prbs_when_zero} PRBs when a section says 0",
+            match compression {
+                Compression::None => "uncompressed".to_string(),
+                Compression::BlockFloatingPoint { iq_width } =>
+                    format!("block floating point of {iq_width}-bit mantissas"),
+            }
+        ),
+    };
+    format!(
+        "{format} {}, to complex {}",
+        if iq.frames {
+            "in UDP frames"
+        } else {
+            "datagrams"
+        },
+        match iq.precision {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    )
 }
 
 /// A SPEAD queue's line part: flavour, placement, chunk size.

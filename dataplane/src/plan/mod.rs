@@ -250,9 +250,31 @@ pub struct QueuePlan {
     /// Who takes its bursts: the application's thread through a ring, or the worker's
     /// handler on the worker's core (`delivery`).
     pub delivery: crate::config::Delivery,
-    /// RX: the protocol its packets carry (`protocol`), assembled as the application
+    /// RX: the protocol its packets carry (`protocol`), decoded as the application
     /// takes them.
-    pub protocol: Option<SpeadPlan>,
+    pub protocol: Option<ProtocolPlan>,
+}
+
+/// What an RX queue's packets carry, decoded where the application takes the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtocolPlan {
+    /// SPEAD heaps assembled into chunks.
+    Spead(SpeadPlan),
+    /// Radio packets decoded into complex samples.
+    Iq(IqPlan),
+}
+
+/// An RX queue's radio samples: packets of `format` decoded at `precision`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct IqPlan {
+    /// The packets' format.
+    pub format: crate::protocol::iq::IqFormat,
+    /// The samples' type.
+    pub precision: crate::protocol::iq::Precision,
+    /// The queue receives Ethernet frames (raw engines), whose UDP payload is the packet;
+    /// else datagrams (sockets), which are.
+    pub frames: bool,
 }
 
 /// An RX queue's SPEAD stream: packets decoded with `flavour`, heaps placed by

@@ -2,7 +2,7 @@
 //! reorders, offloads and capture.
 
 use super::*;
-use crate::config::{Delivery, InterfaceConfig, MemoryKind, QueueConfig};
+use crate::config::{Delivery, InterfaceConfig, MemoryKind, ProtocolConfig, QueueConfig};
 
 pub(super) fn queues(
     config: &Config,
@@ -165,19 +165,26 @@ impl QueueAt<'_> {
     }
 
     /// The queue's protocol: packets in one host-visible segment, taken by the
-    /// application through the ring (the assembler runs where the application polls).
+    /// application through the ring (the decoder runs where the application polls).
     fn protocol(
         &self,
         segments: &[RegionId],
         staged: bool,
-    ) -> Result<Option<SpeadPlan>, PlanError> {
-        let Some(crate::config::ProtocolConfig::Spead(spead)) = &self.q.protocol else {
+    ) -> Result<Option<ProtocolPlan>, PlanError> {
+        let Some(protocol) = &self.q.protocol else {
             return Ok(None);
         };
+        let name = match protocol {
+            ProtocolConfig::Spead(_) => "spead",
+            ProtocolConfig::Iq(c) => match c.format {
+                crate::protocol::iq::IqFormat::Vrt { .. } => "vrt",
+                crate::protocol::iq::IqFormat::EcpriUplane { .. } => "ecpri_uplane",
+            },
+        };
         if self.q.delivery == Delivery::Handler {
-            return Err(self.bad(
-                "protocol: spead assembles heaps where the application takes the queue's packets; use delivery: ring".into(),
-            ));
+            return Err(self.bad(format!(
+                "protocol: {name} decodes packets where the application takes the queue's packets; use delivery: ring"
+            )));
         }
         if segments.len() != 1
             || staged
@@ -185,14 +192,22 @@ impl QueueAt<'_> {
                 .iter()
                 .any(|&r| self.kind_of(r) == MemoryKind::Device)
         {
-            return Err(self.bad(
-                "protocol: spead reads each packet with the CPU: one memory region (no header-data split) of kind host, huge or host_pinned".into(),
-            ));
+            return Err(self.bad(format!(
+                "protocol: {name} reads each packet with the CPU: one memory region (no header-data split) of kind host, huge or host_pinned"
+            )));
         }
-        Ok(Some(SpeadPlan {
-            flavour: spead.flavour,
-            placement: spead.placement,
-            frames: self.config.stream_type == crate::config::StreamType::Raw,
+        let frames = self.config.stream_type == crate::config::StreamType::Raw;
+        Ok(Some(match protocol {
+            ProtocolConfig::Spead(spead) => ProtocolPlan::Spead(SpeadPlan {
+                flavour: spead.flavour,
+                placement: spead.placement,
+                frames,
+            }),
+            ProtocolConfig::Iq(iq) => ProtocolPlan::Iq(IqPlan {
+                format: iq.format,
+                precision: iq.precision,
+                frames,
+            }),
         }))
     }
 

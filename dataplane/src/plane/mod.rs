@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod handler;
+mod iq;
 mod queues;
 mod spead;
 mod start;
@@ -10,6 +11,7 @@ mod stats;
 mod stream;
 
 pub use handler::{Handler, HandlerError, HandlerQueues, HandlerTx};
+pub use iq::IqStream;
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
 pub use spead::SpeadStream;
 pub use stream::Stream;
@@ -26,7 +28,7 @@ use crate::engine::{
 use crate::hugepages::PreflightError;
 use crate::memory::{MemoryError, RegionId, RegionSet};
 use crate::plan::rdma::CONNECTION_BURST;
-use crate::plan::{Plan, PlanError};
+use crate::plan::{Plan, PlanError, ProtocolPlan};
 use crate::stats::{QueueCounters, Snapshot};
 use crate::steering::{FlowError, FlowHandle, InterfaceSteering};
 use crate::worker::{self, RxTask, Task, TxTask, WorkerControl, WorkerFailed, WorkerHealth};
@@ -489,9 +491,30 @@ impl DataPlane {
             .queues
             .iter()
             .find(|q| q.interface == i && q.direction == Direction::Rx && q.id == QueueId(queue))?
-            .protocol?;
+            .protocol;
+        let Some(ProtocolPlan::Spead(plan)) = plan else {
+            return None;
+        };
         let rx = self.take_rx_queue(interface, queue)?;
         SpeadStream::new(rx, &plan)
+    }
+
+    /// Takes an RX queue whose configuration has `protocol: {vrt: ...}` or
+    /// `{ecpri_uplane: ...}` as a stream of decoded samples (see [`IqStream`]). `None`
+    /// when the queue has no such protocol or was taken.
+    pub fn take_iq_stream(&mut self, interface: &str, queue: u16) -> Option<IqStream> {
+        let i = self.config.interface_index(interface)?;
+        let plan = self
+            .plan
+            .queues
+            .iter()
+            .find(|q| q.interface == i && q.direction == Direction::Rx && q.id == QueueId(queue))?
+            .protocol;
+        let Some(ProtocolPlan::Iq(plan)) = plan else {
+            return None;
+        };
+        let rx = self.take_rx_queue(interface, queue)?;
+        Some(IqStream::new(rx, &plan))
     }
 
     /// Takes the application's end of a TX queue (each can be taken once).

@@ -7,6 +7,28 @@ use crate::protocol::spead::chunks::{Chunk, ChunkAssembler, SpeadCounters};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+/// The protocol's bytes of packet `i`: the datagram (sockets), or the UDP payload of the
+/// frame (raw engines; a frame without one is counted in `not_udp`). A planned protocol
+/// queue has one host-visible segment.
+pub(super) fn protocol_payload<'b>(
+    burst: &'b crate::burst::Burst,
+    i: usize,
+    frames: bool,
+    not_udp: &mut u64,
+) -> Option<&'b [u8]> {
+    let bytes = burst.data(i, 0)?;
+    if !frames {
+        return Some(bytes);
+    }
+    match crate::packet::parse(bytes) {
+        Ok(v) if v.udp_ports.is_some() => Some(v.payload),
+        _ => {
+            *not_udp += 1;
+            None
+        }
+    }
+}
+
 /// Chunks of a SPEAD queue (see [`super::DataPlane::take_spead_stream`]).
 pub struct SpeadStream {
     rx: RxQueue,
@@ -45,20 +67,9 @@ impl SpeadStream {
             };
             let ready = &mut self.ready;
             for i in 0..burst.len() {
-                // A planned SPEAD queue has one host-visible segment.
-                let Some(bytes) = burst.data(i, 0) else {
+                let Some(datagram) = protocol_payload(&burst, i, self.frames, &mut self.not_udp)
+                else {
                     continue;
-                };
-                let datagram = if self.frames {
-                    match crate::packet::parse(bytes) {
-                        Ok(v) if v.udp_ports.is_some() => v.payload,
-                        _ => {
-                            self.not_udp += 1;
-                            continue;
-                        }
-                    }
-                } else {
-                    bytes
                 };
                 // Undecodable packets are counted by the assembler.
                 let _ = self.assembler.ingest(datagram, &mut |c| ready.push_back(c));

@@ -366,3 +366,42 @@ pub fn rdma_loopback_with_split_server_rx(original: &str) -> String {
     );
     text
 }
+
+/// Wraps each datagram in a UDP frame (10.0.0.1:7000 to 10.0.0.2:7001) and sends the
+/// frames through `tx` in bursts of 16, waiting while the queue is full.
+pub fn send_udp_frames(tx: &mut dataplane::TxQueue, datagrams: &[Vec<u8>]) {
+    use std::net::SocketAddrV4;
+    let udp = dataplane::packet::UdpFrame::new(
+        "10.0.0.1:7000".parse::<SocketAddrV4>().unwrap(),
+        "10.0.0.2:7001".parse::<SocketAddrV4>().unwrap(),
+    );
+    let frames: Vec<Vec<u8>> = datagrams
+        .iter()
+        .map(|d| {
+            let mut frame = vec![0u8; udp.header_len() + d.len()];
+            udp.write(d, &mut frame).unwrap();
+            frame
+        })
+        .collect();
+    send_frames(tx, &frames);
+}
+
+/// Sends whole frames through `tx` in bursts of 16, waiting while the queue is full.
+pub fn send_frames(tx: &mut dataplane::TxQueue, frames: &[Vec<u8>]) {
+    for group in frames.chunks(16) {
+        let mut b = loop {
+            match tx.alloc(group.len()) {
+                Ok(b) => break b,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        };
+        for (k, f) in group.iter().enumerate() {
+            b.buffer_mut(k, 0).unwrap()[..f.len()].copy_from_slice(f);
+            b.set_len(k, 0, f.len());
+        }
+        while let Err(back) = tx.send(b) {
+            b = back.burst;
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}

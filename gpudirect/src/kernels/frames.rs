@@ -237,4 +237,50 @@ impl Gpu {
         unsafe { b.launch(per_block(blocks)) }.map_err(driver("cuLaunchKernel(bfp_decode)"))?;
         Ok(())
     }
+
+    /// Queues the decoding of `n_samples` fixed-point complex samples stored as `storage`,
+    /// back to back at `src`, into `2 * n_samples` values at `dst`: `f32`, or IEEE half
+    /// bits when `half`. [`Gpu::sync`] waits for it.
+    ///
+    /// # Safety
+    /// `src` must be readable and `dst` writable by the GPU (device memory, or pinned host
+    /// memory mapped for it) for those sizes until the next sync.
+    pub unsafe fn decode_fixed_iq(
+        &mut self,
+        src: u64,
+        n_samples: u64,
+        storage: SampleStorage,
+        half: bool,
+        dst: u64,
+    ) -> Result<(), GpuError> {
+        let values = n_samples
+            .checked_mul(2)
+            .ok_or_else(|| out_of_range(format_args!("{n_samples} samples")))?;
+        if values == 0 {
+            return Ok(());
+        }
+        let blocks = u32::try_from(values.div_ceil(u64::from(THREADS)))
+            .map_err(|_| out_of_range(format_args!("{n_samples} samples in one launch")))?;
+        self.bind()?;
+        let (format, half) = (storage as u32, u32::from(half));
+        let mut b = self.stream.launch_builder(&self.fixed_iq_decode);
+        b.arg(&src).arg(&values).arg(&format).arg(&half).arg(&dst);
+        // SAFETY: the signature matches (pointers as 64-bit addresses, the count as u64);
+        // the memory is the caller's promise.
+        unsafe { b.launch(per_block(blocks)) }
+            .map_err(driver("cuLaunchKernel(fixed_iq_decode)"))?;
+        Ok(())
+    }
+}
+
+/// How [`Gpu::decode_fixed_iq`]'s input stores each of I and Q.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SampleStorage {
+    /// Signed 8-bit.
+    I8 = 0,
+    /// Signed 16-bit, big-endian (VITA-49's and O-RAN's byte order).
+    I16Be = 1,
+    /// Signed 16-bit, little-endian.
+    I16Le = 2,
 }

@@ -444,3 +444,23 @@ extern "C" __global__ void bfp_decode(const u8* prbs, u32 n_prbs, u32 w, u32 hal
     if (half) ((u16*)out)[t] = f32_to_f16(x);
     else ((float*)out)[t] = x;
 }
+
+// Fixed-point complex samples back to back in `src` (VITA-49 signal data payloads,
+// uncompressed O-RAN PRBs): one thread per value (I or Q) writes it to out[t] as float,
+// or as IEEE half (round to nearest even) when `half` is set. `format`: 0 int8, 1 int16
+// big-endian, 2 int16 little-endian. The CPU twin is dataplane::protocol::iq.
+extern "C" __global__ void fixed_iq_decode(const u8* src, u64 n_values, u32 format, u32 half,
+        void* out) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_values) return;
+    int v;
+    if (format == 0) {
+        v = (signed char)src[t];
+    } else {
+        const u8* b = src + 2 * t;
+        v = (short)(format == 1 ? (b[0] << 8) | b[1] : (b[1] << 8) | b[0]);
+    }
+    float x = (float)v;
+    if (half) ((u16*)out)[t] = f32_to_f16(x);
+    else ((float*)out)[t] = x;
+}

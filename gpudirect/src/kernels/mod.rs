@@ -10,6 +10,8 @@
 //!   slots no packet filled, so a batch is one launch.
 //! - `bfp_decode`: O-RAN block floating point PRBs to `f32` or `f16`, one thread per
 //!   mantissa (`dataplane::protocol::iq` is the CPU version).
+//! - `fixed_iq_decode`: 8- or 16-bit fixed-point samples (VITA-49 payloads, uncompressed
+//!   O-RAN PRBs) to `f32` or `f16`, one thread per value (same CPU version).
 //! - `write_frames`: one warp per test frame, from a template and per-frame fields
 //!   ([`crate::frames`] is the CPU version).
 //!
@@ -25,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 mod frames;
+pub use frames::SampleStorage;
 mod reorder;
 
 /// The error of a failed range check, built out of line: the checks sit in functions whose
@@ -54,7 +57,7 @@ fn per_block(items: u32) -> LaunchConfig {
 pub use crate::MAX_ITEMS;
 
 /// The kernels of [`SOURCE`] that [`Gpu`] loads.
-const KERNELS: [&str; 7] = [
+const KERNELS: [&str; 8] = [
     "batched_copy",
     "reorder",
     "zero_missing",
@@ -62,6 +65,7 @@ const KERNELS: [&str; 7] = [
     "frame_digest",
     "write_frames",
     "bfp_decode",
+    "fixed_iq_decode",
 ];
 
 /// Warps (packets) per `reorder` and `write_frames` block.
@@ -128,6 +132,7 @@ pub struct Gpu {
     frame_digest: CudaFunction,
     write_frames: CudaFunction,
     bfp_decode: CudaFunction,
+    fixed_iq_decode: CudaFunction,
     /// Pinned, GPU-mapped: destinations then fields of `write_frames` (grown on demand).
     frame_table: Option<PinnedBuffer>,
     /// One event per argument-table slot, recorded after that slot's work.
@@ -190,6 +195,7 @@ impl Gpu {
             frame_digest: f("frame_digest")?,
             write_frames: f("write_frames")?,
             bfp_decode: f("bfp_decode")?,
+            fixed_iq_decode: f("fixed_iq_decode")?,
             frame_table: None,
             slot_events: (0..TABLE_SLOTS)
                 .map(|_| ctx.new_event(None).map_err(driver("cuEventCreate")))

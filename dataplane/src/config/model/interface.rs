@@ -458,6 +458,18 @@ pub struct QueueConfig {
 pub enum ProtocolConfig {
     /// `spead:`: SPEAD heaps assembled into chunks.
     Spead(SpeadConfig),
+    /// `vrt:` or `ecpri_uplane:`: radio packets decoded into complex samples.
+    Iq(IqConfig),
+}
+
+/// `protocol: {vrt: {...}}` or `{ecpri_uplane: {...}}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IqConfig {
+    /// The packets' format: `vrt` with `samples`, or `ecpri_uplane` with `compression`,
+    /// `iq_width` and `prbs_when_zero`.
+    pub format: crate::protocol::iq::IqFormat,
+    /// `precision`: `f32` (default) or `f16`.
+    pub precision: crate::protocol::iq::Precision,
 }
 
 /// `protocol: {spead: {...}}`.

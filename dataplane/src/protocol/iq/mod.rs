@@ -6,6 +6,15 @@
 //! floating point, both exact in `f32` (at most 16 significant bits times a power of
 //! two), and in `f16` rounded to nearest even. A GPU decoder of the same formats must
 //! give these bits.
+//!
+//! [`IqDecoder`] decodes a queue's packets in one declared format ([`IqFormat`]) into
+//! batches of samples, counting what it cannot decode and the packets a sequence number
+//! says are missing.
+
+mod decoder;
+pub use decoder::{
+    IqBatch, IqCounters, IqDecoder, IqFormat, IqHeader, IqPacket, IqSamples, Precision,
+};
 
 /// Why a packet's samples cannot be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -200,6 +209,8 @@ impl Compression {
 /// What a U-plane message said besides its samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UplaneHeader {
+    /// eCPRI's `ecpriPcid`: the eAxC the message belongs to.
+    pub pc_id: u16,
     /// eCPRI's sequence id (`ecpriSeqid`, its first byte).
     pub sequence: u8,
     /// The radio frame.
@@ -261,6 +272,7 @@ pub fn decode_ecpri_uplane(
         return Err(IqError::NotIqData(format!("iq_width {iq_width} (1 to 16)")));
     }
     let mut header = UplaneHeader {
+        pc_id: u16::from_be_bytes([message[4], message[5]]),
         sequence: message[6],
         frame_id: message[9],
         subframe_slot_symbol: u16::from_be_bytes([message[10], message[11]]),
