@@ -30,6 +30,25 @@ pub struct SpeadBenchOptions {
     pub steps: u32,
     /// UDP port on 127.0.0.1 the receiver listens on.
     pub port: u16,
+    /// Where the chunks live.
+    pub chunks: ChunkMemory,
+}
+
+/// Where the bench's chunks live (`--chunks`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkMemory {
+    /// The process's heap (no `chunk_region`).
+    #[default]
+    Heap,
+    /// A `host` region's buffers (`chunk_region`), written by the CPU.
+    Host,
+    /// A `host_pinned` region's buffers, written by the CPU.
+    Pinned,
+    /// A `device` region on GPU 0: the GPU copies each payload out of the packet's pinned
+    /// receive buffer.
+    Gpu,
 }
 
 /// One rate tried.
@@ -63,6 +82,8 @@ pub struct SpeadReport {
     pub packet_bytes: u32,
     /// Seconds per rate.
     pub seconds: f64,
+    /// Where the chunks lived.
+    pub chunks: ChunkMemory,
     /// The highest heap payload rate that arrived without a lost heap, in Gb/s (what
     /// arrived, which is below the offered rate when the sender is the limit; 0 when no
     /// rate was lossless).
@@ -85,8 +106,16 @@ impl SpeadReport {
     /// The report for people.
     pub fn human(&self) -> String {
         let mut s = format!(
-            "SPEAD over UDP loopback, heaps of {} B in packets of {} B, {} s per rate\n",
-            self.heap_bytes, self.packet_bytes, self.seconds
+            "SPEAD over UDP loopback, heaps of {} B in packets of {} B, {} s per rate, chunks in {}\n",
+            self.heap_bytes,
+            self.packet_bytes,
+            self.seconds,
+            match self.chunks {
+                ChunkMemory::Heap => "the heap",
+                ChunkMemory::Host => "a host region",
+                ChunkMemory::Pinned => "a pinned host region",
+                ChunkMemory::Gpu => "GPU memory",
+            }
         );
         for t in &self.trials {
             s += &format!(
@@ -184,6 +213,7 @@ pub fn run(opts: &SpeadBenchOptions, stop: &AtomicBool) -> Result<SpeadReport, S
         heap_bytes: opts.heap_bytes,
         packet_bytes: opts.packet_bytes,
         seconds: opts.seconds,
+        chunks: opts.chunks,
         lossless_gbps: best,
         limited_by_sender,
         lossless_heaps_per_s: best * 1e9 / 8.0 / f64::from(opts.heap_bytes),
@@ -198,6 +228,21 @@ fn config_text(opts: &SpeadBenchOptions, mbps: u64) -> String {
     let buf = opts.packet_bytes.next_multiple_of(64);
     let port = opts.port;
     let heaps_per_chunk = (4 << 20) / opts.heap_bytes.min(4 << 20);
+    let chunk_bytes = u64::from(heaps_per_chunk) * u64::from(opts.heap_bytes);
+    // Chunks in a region: the window of 4, and 2 more for the chunks in hand.
+    let (rx_kind, chunk_region, chunk_key) = match opts.chunks {
+        ChunkMemory::Heap => ("host", None, ""),
+        ChunkMemory::Host => ("host", Some("host"), ", chunk_region: chunks"),
+        ChunkMemory::Pinned => ("host", Some("host_pinned"), ", chunk_region: chunks"),
+        ChunkMemory::Gpu => ("host_pinned", Some("device"), ", chunk_region: chunks"),
+    };
+    let chunk_region = chunk_region
+        .map(|kind| {
+            format!(
+                "    - {{name: chunks, kind: {kind}, affinity: 0, num_bufs: 6, buf_size: {chunk_bytes}}}\n"
+            )
+        })
+        .unwrap_or_default();
     format!(
         r#"
 dataplane:
@@ -208,8 +253,8 @@ dataplane:
     log_level: error
     memory_regions:
     - {{name: tx, kind: host, affinity: 0, num_bufs: 4096, buf_size: {buf}}}
-    - {{name: rx, kind: host, affinity: 0, num_bufs: 16384, buf_size: {buf}}}
-    interfaces:
+    - {{name: rx, kind: {rx_kind}, affinity: 0, num_bufs: 16384, buf_size: {buf}}}
+{chunk_region}    interfaces:
     - name: spead_in
       address: 127.0.0.1
       socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
@@ -222,7 +267,7 @@ dataplane:
           timeout_us: 100
           memory_regions: [rx]
           protocol:
-            spead: {{heap_bytes: {}, heaps_per_chunk: {heaps_per_chunk}, max_chunks: 4}}
+            spead: {{heap_bytes: {}, heaps_per_chunk: {heaps_per_chunk}, max_chunks: 4{chunk_key}}}
     - name: spead_out
       address: 127.0.0.1
       socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}

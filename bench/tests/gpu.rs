@@ -957,3 +957,124 @@ fn the_fixed_point_kernel_matches_the_vrt_and_ecpri_decoders_bit_for_bit() {
         }
     }
 }
+
+/// SPEAD heaps through the software loopback into chunks in GPU memory
+/// (`chunk_region` of kind `device`): the GPU copies every payload out of the packet's
+/// pinned receive buffer, and each chunk read back from the GPU holds its heaps exactly.
+#[test]
+fn spead_chunks_land_in_gpu_memory_byte_for_byte() {
+    use dataplane::protocol::spead::{self, Flavour, HeapPackets};
+    use std::net::SocketAddrV4;
+    use std::time::{Duration, Instant};
+    let Some(_gpu) = gpu_alone() else {
+        return;
+    };
+    const HEAP: usize = 6000;
+    let text = r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    master_core: 0
+    loopback: "sw"
+    memory_regions:
+    - {name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}
+    - {name: rx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}
+    - {name: chunks, kind: device, affinity: 0, num_bufs: 3, buf_size: 24000}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx:
+        queues: [{name: tq, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [tx]}]
+      rx:
+        queues:
+        - name: rq
+          id: 0
+          cpu_core: 1
+          batch_size: 32
+          timeout_us: 100
+          memory_regions: [rx]
+          protocol:
+            spead: {heap_bytes: 6000, heaps_per_chunk: 4, max_chunks: 2, chunk_region: chunks}
+"#;
+    let cfg = dataplane::config::load_str(text, "spead-gpu.yaml")
+        .unwrap()
+        .config;
+    let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
+    let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
+    let mut stream = plane.take_spead_stream("loop0", 0).expect("a SPEAD queue");
+    let udp = dataplane::packet::UdpFrame::new(
+        "10.0.0.1:7000".parse::<SocketAddrV4>().unwrap(),
+        "10.0.0.2:7001".parse::<SocketAddrV4>().unwrap(),
+    );
+    let flavour = Flavour::SPEAD_64_48;
+    let payload =
+        |h: u64| -> Vec<u8> { (0..HEAP).map(|i| (i as u64 * 13 + h * 71) as u8).collect() };
+    let heaps = 40u64;
+    let mut frames = Vec::new();
+    for h in 0..heaps {
+        let body = payload(h);
+        let mut p = HeapPackets::new(flavour, h, &[], &body, 1400).unwrap();
+        let mut datagram = Vec::new();
+        while p.next_into(&mut datagram) {
+            let mut f = vec![0u8; udp.header_len() + datagram.len()];
+            udp.write(&datagram, &mut f).unwrap();
+            frames.push(f);
+        }
+    }
+    let stop = spead::stream_stop_packet(flavour, heaps);
+    let mut f = vec![0u8; udp.header_len() + stop.len()];
+    udp.write(&stop, &mut f).unwrap();
+    frames.push(f);
+    let mut next = 0;
+    let mut checked = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "{:?}", stream.counters());
+        // Send a few bursts at a time, taking chunks in between, so that the three
+        // chunk memories suffice (each chunk is given back once checked).
+        for _ in 0..2 {
+            if next < frames.len() {
+                let group = &frames[next..(next + 16).min(frames.len())];
+                if let Ok(mut b) = tx.alloc(group.len()) {
+                    for (k, f) in group.iter().enumerate() {
+                        b.buffer_mut(k, 0).unwrap()[..f.len()].copy_from_slice(f);
+                        b.set_len(k, 0, f.len());
+                    }
+                    if tx.send(b).is_ok() {
+                        next += group.len();
+                    }
+                }
+            }
+        }
+        if let Some(c) = stream.recv(Duration::from_millis(20)).unwrap() {
+            assert!(
+                stream.chunk_bytes(&c).is_none(),
+                "GPU memory is not for the CPU"
+            );
+            let addr = stream.chunk_address(&c).expect("in the region");
+            let mut got = vec![0u8; 4 * HEAP];
+            // SAFETY: the chunk's buffer is live device memory of the region, 24000 bytes.
+            unsafe { gpudirect::read_device(0, addr, &mut got) }.unwrap();
+            for i in 0..4 {
+                let h = c.id * 4 + i as u64;
+                if c.present[i] == 1 {
+                    assert!(got[i * HEAP..(i + 1) * HEAP] == payload(h), "heap {h}");
+                    checked += 1;
+                }
+            }
+            stream.recycle(c);
+        } else if stream.stopped() {
+            break;
+        }
+    }
+    let n = stream.counters();
+    assert_eq!(checked, heaps, "{n:?}");
+    assert_eq!(
+        (n.heaps_complete, n.packets_no_free_chunk),
+        (heaps, 0),
+        "{n:?}"
+    );
+    drop((tx, stream));
+    plane.shutdown().unwrap();
+}

@@ -350,6 +350,10 @@ pub(crate) enum Bench {
         /// UDP port on 127.0.0.1 for the receiver.
         #[arg(long, default_value_t = 8888)]
         port: u16,
+        /// Where the chunks live: the heap, a host, pinned host or GPU region's buffers
+        /// (`chunk_region`; GPU 0, filled by the GPU from pinned receive buffers).
+        #[arg(long, value_enum, default_value_t = dataplane_bench::spead::ChunkMemory::Heap)]
+        chunks: dataplane_bench::spead::ChunkMemory,
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,

@@ -223,6 +223,7 @@ fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
             max_gbps,
             steps,
             port,
+            chunks,
             json,
             quiet,
         } => bench_spead(
@@ -233,6 +234,7 @@ fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
                 max_gbps,
                 steps,
                 port,
+                chunks,
             },
             Output { json, quiet },
             signals,

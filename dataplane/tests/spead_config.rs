@@ -12,12 +12,17 @@ use std::time::{Duration, Instant};
 const HEAP_BYTES: usize = 6000;
 
 fn loopback(rx_region: &str, rx_extra: &str, spead: &str) -> String {
+    loopback_with("", rx_region, rx_extra, spead)
+}
+
+/// As [`loopback`], with `regions` (lines of `memory_regions`) added.
+fn loopback_with(regions: &str, rx_region: &str, rx_extra: &str, spead: &str) -> String {
     common::loopback_config(&format!(
         r#"
 memory_regions:
 - {{name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
 - {{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-{gpu}interfaces:
+{regions}{gpu}interfaces:
 - name: loop0
   address: loopback
   tx:
@@ -136,6 +141,151 @@ fn bad_blocks_name_their_key_and_unreadable_layouts_are_refused() {
         "{heap_bytes: 64, heaps_per_chunk: 8}",
     ));
     assert!(e.contains("use delivery: ring"), "{e}");
+}
+
+#[test]
+fn chunk_regions_are_checked_when_planned() {
+    let spead = format!(
+        "{{heap_bytes: {HEAP_BYTES}, heaps_per_chunk: 4, max_chunks: 2, chunk_region: chunks}}"
+    );
+    let chunks = |kind: &str, n: u32, size: u32| {
+        format!("- {{name: chunks, kind: {kind}, affinity: 0, num_bufs: {n}, buf_size: {size}}}\n")
+    };
+    let text = loopback_with(&chunks("host", 3, 24000), "rx", "", &spead);
+    let loaded = dataplane::config::load_str(&text, "spead.yaml").unwrap();
+    let plan = dataplane::plan::Plan::from_config(&loaded.config).unwrap();
+    assert!(
+        plan.human()
+            .contains("4 a chunk (24000 B), 2 chunks open in region chunks"),
+        "{}",
+        plan.human()
+    );
+    let e = errors(&loopback(
+        "rx",
+        "",
+        "{heap_bytes: 64, heaps_per_chunk: 8, chunk_region: nowhere}",
+    ));
+    assert!(e.contains("no memory region named `nowhere`"), "{e}");
+    let e = errors(&loopback_with(&chunks("host", 3, 23999), "rx", "", &spead));
+    assert!(e.contains("hold 23999 bytes, a chunk 24000"), "{e}");
+    let e = errors(&loopback_with(&chunks("host", 2, 24000), "rx", "", &spead));
+    assert!(e.contains("needs at least 3"), "{e}");
+    let e = errors(&loopback(
+        "rx",
+        "",
+        "{heap_bytes: 64, heaps_per_chunk: 8, chunk_region: rx}",
+    ));
+    assert!(e.contains("chunks need a region of their own"), "{e}");
+    let e = errors(&loopback_with(
+        &chunks("device", 3, 24000),
+        "rx",
+        "",
+        &spead,
+    ));
+    assert!(e.contains("must be host_pinned"), "{e}");
+}
+
+/// The same stream with its chunks in a region's buffers: each chunk's bytes are read
+/// where the region holds them, and a chunk kept by the application while the window
+/// moves on leaves fewer memories to fill, which is counted, not lost silently.
+#[test]
+fn chunks_in_a_region_hold_every_heap() {
+    let spead = format!(
+        "{{heap_bytes: {HEAP_BYTES}, heaps_per_chunk: 4, max_chunks: 2, chunk_region: chunks}}"
+    );
+    let text = loopback_with(
+        "- {name: chunks, kind: host, affinity: 0, num_bufs: 3, buf_size: 24000}\n",
+        "rx",
+        "",
+        &spead,
+    );
+    let cfg = dataplane::config::load_str(&text, "spead.yaml")
+        .unwrap()
+        .config;
+    let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
+    let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
+    let mut stream = plane.take_spead_stream("loop0", 0).expect("a SPEAD queue");
+    let flavour = Flavour::SPEAD_64_48;
+    let payload = |h: u64| -> Vec<u8> {
+        (0..HEAP_BYTES)
+            .map(|i| (i as u64 * 11 + h * 37) as u8)
+            .collect()
+    };
+    let send = |tx: &mut dataplane::TxQueue, heaps: std::ops::Range<u64>, stop: bool| {
+        let mut datagrams = Vec::new();
+        for h in heaps.clone() {
+            let body = payload(h);
+            let mut p = HeapPackets::new(flavour, h, &[], &body, 1400).unwrap();
+            let mut datagram = Vec::new();
+            while p.next_into(&mut datagram) {
+                datagrams.push(datagram.clone());
+            }
+        }
+        if stop {
+            datagrams.push(spead::stream_stop_packet(flavour, heaps.end));
+        }
+        common::send_udp_frames(tx, &datagrams);
+    };
+    let take = |stream: &mut dataplane::SpeadStream, n: usize| {
+        let mut chunks = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while chunks.len() < n {
+            assert!(Instant::now() < deadline, "{:?}", stream.counters());
+            if let Some(c) = stream.recv(Duration::from_millis(100)).unwrap() {
+                chunks.push(c);
+            }
+        }
+        chunks
+    };
+    let check = |stream: &dataplane::SpeadStream, c: &spead::chunks::Chunk| {
+        assert!(c.data.is_empty(), "the chunk's bytes are in the region");
+        assert!(stream.chunk_address(c).is_some());
+        let bytes = stream.chunk_bytes(c).expect("host memory");
+        for i in 0..4 {
+            let h = c.id * 4 + i as u64;
+            assert!(
+                bytes[i * HEAP_BYTES..(i + 1) * HEAP_BYTES] == payload(h),
+                "heap {h}"
+            );
+        }
+    };
+    // Chunks 0..3: chunk 2 opens the window past 0, chunk 3 past 1; every chunk is given
+    // back once read, so three memories are enough for the whole stream.
+    send(&mut tx, 0..16, false);
+    for c in take(&mut stream, 2) {
+        check(&stream, &c);
+        stream.recycle(c);
+    }
+    // Now chunk 2 is kept: chunks 4 and 5 need two memories, and only one is free.
+    send(&mut tx, 16..24, false);
+    let kept = take(&mut stream, 1).remove(0);
+    check(&stream, &kept);
+    send(&mut tx, 24..28, true);
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !stream.stopped() {
+        assert!(Instant::now() < deadline, "{:?}", stream.counters());
+        if let Some(c) = stream.recv(Duration::from_millis(100)).unwrap() {
+            rest.push(c);
+        }
+    }
+    while let Some(c) = stream.recv(Duration::from_millis(1)).unwrap() {
+        rest.push(c);
+    }
+    let n = stream.counters();
+    assert!(n.packets_no_free_chunk > 0, "{n:?}");
+    for c in &rest {
+        if c.heaps_present() == 4 {
+            check(&stream, c);
+        }
+    }
+    assert_eq!(
+        n.heaps_complete + n.heaps_incomplete + n.heaps_missing,
+        4 * (3 + rest.len() as u64),
+        "every heap of every chunk handed out is counted: {n:?}"
+    );
+    drop((tx, stream, kept, rest));
+    plane.shutdown().unwrap();
 }
 
 /// Heaps cut into packets, wrapped in UDP frames, sent through the loopback's TX queue;

@@ -3,6 +3,8 @@
 //! buffer `i` starts at `base + i * stride`.
 
 mod backing;
+mod held;
+pub use held::HeldBuffers;
 pub mod pool;
 
 use crate::config::{MemoryKind, MemoryRegionConfig};

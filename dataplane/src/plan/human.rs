@@ -75,7 +75,13 @@ impl Plan {
                 extra.push(format!("timeout {} us", q.timeout_us));
             }
             match &q.protocol {
-                Some(super::ProtocolPlan::Spead(sp)) => extra.push(spead_human(sp)),
+                Some(super::ProtocolPlan::Spead(sp)) => {
+                    let mut line = spead_human(sp);
+                    if let Some(r) = sp.chunk_region {
+                        let _ = write!(line, " in region {}", self.regions[r.index()].name);
+                    }
+                    extra.push(line);
+                }
                 Some(super::ProtocolPlan::Iq(iq)) => extra.push(iq_human(iq)),
                 None => {}
             }

@@ -288,6 +288,9 @@ pub struct SpeadPlan {
     /// The queue receives Ethernet frames (raw engines), whose UDP payload is the SPEAD
     /// packet; else datagrams (sockets), which are.
     pub frames: bool,
+    /// The region whose buffers hold the chunks (`chunk_region`), one chunk a buffer;
+    /// `None`: chunks in the process's heap.
+    pub chunk_region: Option<RegionId>,
 }
 
 /// One worker core and its queues.

@@ -202,6 +202,7 @@ impl QueueAt<'_> {
                 flavour: spead.flavour,
                 placement: spead.placement,
                 frames,
+                chunk_region: self.chunk_region(spead, segments)?,
             }),
             ProtocolConfig::Iq(iq) => ProtocolPlan::Iq(IqPlan {
                 format: iq.format,
@@ -209,6 +210,57 @@ impl QueueAt<'_> {
                 frames,
             }),
         }))
+    }
+
+    /// A SPEAD queue's `chunk_region`: its buffers hold whole chunks, one per buffer, and
+    /// at least one more than the window, so the application can hold a chunk while the
+    /// window stays open. GPU memory is written by the GPU, which reads each payload
+    /// where it arrived: the queue's region must then be pinned host memory.
+    fn chunk_region(
+        &self,
+        spead: &crate::config::SpeadConfig,
+        segments: &[RegionId],
+    ) -> Result<Option<RegionId>, PlanError> {
+        let Some(name) = &spead.chunk_region else {
+            return Ok(None);
+        };
+        let id = region_id(self.regions, name).ok_or_else(|| {
+            self.bad(format!(
+                "protocol.spead.chunk_region: no memory region named `{name}`"
+            ))
+        })?;
+        let r = &self.regions[id.index()];
+        let p = spead.placement;
+        let chunk = u64::from(p.heaps_per_chunk) * u64::from(p.heap_bytes);
+        if (r.buf_size as u64) < chunk {
+            return Err(self.bad(format!(
+                "protocol.spead.chunk_region: buffers of `{name}` hold {} bytes, a chunk {chunk}",
+                r.buf_size
+            )));
+        }
+        if r.num_bufs <= p.max_chunks as usize {
+            return Err(self.bad(format!(
+                "protocol.spead.chunk_region: `{name}` has {} buffers; a window of {} chunks needs at least {}",
+                r.num_bufs,
+                p.max_chunks,
+                p.max_chunks + 1
+            )));
+        }
+        if segments.contains(&id) {
+            return Err(self.bad(format!(
+                "protocol.spead.chunk_region: `{name}` receives the queue's packets; chunks need a region of their own"
+            )));
+        }
+        if r.kind == MemoryKind::Device
+            && segments
+                .iter()
+                .any(|&s| self.kind_of(s) != MemoryKind::HostPinned)
+        {
+            return Err(self.bad(format!(
+                "protocol.spead.chunk_region: `{name}` is GPU memory, which the GPU fills from the packets where they arrived: the queue's region must be host_pinned"
+            )));
+        }
+        Ok(Some(id))
     }
 
     /// A planning error about this queue.

@@ -496,7 +496,13 @@ impl DataPlane {
             return None;
         };
         let rx = self.take_rx_queue(interface, queue)?;
-        SpeadStream::new(rx, &plan)
+        match SpeadStream::new(rx, &plan, &self.regions) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!("SPEAD queue {interface}/{queue}: {e}");
+                None
+            }
+        }
     }
 
     /// Takes an RX queue whose configuration has `protocol: {vrt: ...}` or

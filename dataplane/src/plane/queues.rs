@@ -483,4 +483,8 @@ pub enum RecvError {
     /// The data plane was shut down and every burst it delivered came out.
     #[error("the data plane was shut down")]
     Stopped,
+    /// A protocol stream could not place what it received (a SPEAD stream whose GPU copy
+    /// into its chunks failed); the stream cannot go on.
+    #[error("{0}")]
+    Failed(String),
 }

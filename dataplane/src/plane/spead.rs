@@ -2,9 +2,12 @@
 //! queue's bursts are decoded and placed where the application polls, on its thread.
 
 use super::queues::{RecvError, RxQueue};
+use crate::config::MemoryKind;
+use crate::memory::{HeldBuffers, RegionId, RegionSet};
 use crate::plan::SpeadPlan;
 use crate::protocol::spead::chunks::{Chunk, ChunkAssembler, SpeadCounters};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The protocol's bytes of packet `i`: the datagram (sockets), or the UDP payload of the
@@ -36,17 +39,71 @@ pub struct SpeadStream {
     frames: bool,
     ready: VecDeque<Chunk>,
     not_udp: u64,
+    /// The chunks' memory when the plan puts them in a region (`chunk_region`).
+    region: Option<ChunkRegion>,
+}
+
+/// Chunk memories in a region's buffers, taken from its pool for the stream's life.
+struct ChunkRegion {
+    buffers: HeldBuffers,
+    /// GPU memory: the GPU copies each payload from the packet's pinned buffer.
+    gpu: Option<gpudirect::Gpu>,
+}
+
+impl ChunkRegion {
+    fn new(regions: &Arc<RegionSet>, id: RegionId, plan: &SpeadPlan) -> Result<Self, String> {
+        let p = plan.placement;
+        let chunk_bytes = p.heaps_per_chunk as usize * p.heap_bytes as usize;
+        let buffers = HeldBuffers::take_all(regions, id, chunk_bytes)?;
+        let gpu = match buffers.kind() {
+            MemoryKind::Device => {
+                Some(gpudirect::Gpu::new(buffers.affinity()).map_err(|e| e.to_string())?)
+            }
+            _ => None,
+        };
+        Ok(Self { buffers, gpu })
+    }
 }
 
 impl SpeadStream {
-    pub(super) fn new(rx: RxQueue, plan: &SpeadPlan) -> Option<Self> {
-        Some(Self {
+    pub(super) fn new(
+        rx: RxQueue,
+        plan: &SpeadPlan,
+        regions: &Arc<RegionSet>,
+    ) -> Result<Self, String> {
+        let region = plan
+            .chunk_region
+            .map(|id| ChunkRegion::new(regions, id, plan))
+            .transpose()?;
+        let assembler = match &region {
+            Some(r) => ChunkAssembler::with_slots(plan.flavour, plan.placement, r.buffers.count()),
+            None => ChunkAssembler::new(plan.flavour, plan.placement),
+        }
+        .ok_or("a zero size in the SPEAD placement")?;
+        Ok(Self {
             rx,
-            assembler: ChunkAssembler::new(plan.flavour, plan.placement)?,
+            assembler,
             frames: plan.frames,
             ready: VecDeque::new(),
             not_udp: 0,
+            region,
         })
+    }
+
+    /// The bytes of a chunk whose memory the CPU can read: its `data`, or its buffer of
+    /// the `chunk_region` (host kinds). `None` for GPU memory (see
+    /// [`SpeadStream::chunk_address`]) and for a chunk that is not this stream's.
+    pub fn chunk_bytes<'a>(&'a self, chunk: &'a Chunk) -> Option<&'a [u8]> {
+        match &self.region {
+            None => Some(&chunk.data),
+            Some(r) => r.buffers.bytes(chunk.slot()),
+        }
+    }
+
+    /// Where a chunk's bytes are in its `chunk_region` (a device address for GPU memory),
+    /// `chunk_bytes` long; `None` without a region, or for a chunk not of this stream.
+    pub fn chunk_address(&self, chunk: &Chunk) -> Option<u64> {
+        self.region.as_ref()?.buffers.address(chunk.slot())
     }
 
     /// The next chunk, oldest first, waiting up to `timeout` for the packets that retire
@@ -65,15 +122,46 @@ impl SpeadStream {
             let Some(burst) = self.rx.recv(left)? else {
                 return Ok(None);
             };
-            let ready = &mut self.ready;
+            // Chunks retired by this burst wait here until its GPU copies are done.
+            let mut retired = Vec::new();
+            // GPU chunks: the payloads to copy, borrowed from the burst until then.
+            let mut copies: Vec<(&[u8], usize, usize)> = Vec::new();
             for i in 0..burst.len() {
                 let Some(datagram) = protocol_payload(&burst, i, self.frames, &mut self.not_udp)
                 else {
                     continue;
                 };
                 // Undecodable packets are counted by the assembler.
-                let _ = self.assembler.ingest(datagram, &mut |c| ready.push_back(c));
+                let _ = match &mut self.region {
+                    Some(ChunkRegion { gpu: Some(_), .. }) => self.assembler.ingest_placing(
+                        datagram,
+                        &mut |slot, at, bytes| copies.push((bytes, slot, at)),
+                        &mut |c| retired.push(c),
+                    ),
+                    Some(region) => self.assembler.ingest_placing(
+                        datagram,
+                        // The assembler places within its own slots and chunks.
+                        &mut |slot, at, bytes| {
+                            region.buffers.write(slot, at, bytes);
+                        },
+                        &mut |c| retired.push(c),
+                    ),
+                    None => self.assembler.ingest(datagram, &mut |c| retired.push(c)),
+                };
             }
+            if let Some(ChunkRegion {
+                buffers,
+                gpu: Some(gpu),
+            }) = &mut self.region
+                && !copies.is_empty()
+            {
+                buffers
+                    .gpu_copy(gpu, &copies)
+                    .map_err(|e| RecvError::Failed(format!("GPU copy into the chunks: {e}")))?;
+            }
+            drop(copies);
+            drop(burst);
+            self.ready.extend(retired);
         }
     }
 

@@ -473,13 +473,16 @@ pub struct IqConfig {
 }
 
 /// `protocol: {spead: {...}}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpeadConfig {
     /// `flavour`: `64-48` (default) or `64-40`.
     pub flavour: crate::protocol::spead::Flavour,
     /// `heap_bytes`, `heaps_per_chunk`, `place_by` (`heap_cnt`, or `{item, step}`) and
     /// `max_chunks` (default 4).
     pub placement: crate::protocol::spead::chunks::Placement,
+    /// `chunk_region`: the memory region whose buffers hold the chunks (one chunk a
+    /// buffer; any kind, GPU memory included). Left out: chunks in the process's heap.
+    pub chunk_region: Option<String>,
 }
 
 /// Packets a queue's ring holds when `ring_packets` is not given: as many as the

@@ -141,6 +141,7 @@ fn spead(d: &mut Diagnostics, node: &Node, path: &str) -> Option<SpeadConfig> {
     let place_by = m
         .optional(d, "place_by", |d, n, p| place_by(d, n, p, flavour))
         .unwrap_or((PlacementKey::HeapCnt, 1));
+    let chunk_region = m.optional(d, "chunk_region", r::name);
     let chunk_location = m.location_of("heaps_per_chunk");
     m.finish(d);
     let (heap_bytes, heaps_per_chunk) = (heap_bytes?, heaps_per_chunk?);
@@ -164,6 +165,7 @@ fn spead(d: &mut Diagnostics, node: &Node, path: &str) -> Option<SpeadConfig> {
             heap_bytes: heap_bytes as u32,
             max_chunks: max_chunks as u32,
         },
+        chunk_region,
     })
 }
 

@@ -45,8 +45,11 @@ pub struct Placement {
 pub struct Chunk {
     /// The chunk's id (heap number / heaps per chunk).
     pub id: u64,
+    /// Which of the assembler's chunk memories holds it ([`Chunk::slot`]).
+    slot: usize,
     /// `heaps_per_chunk * heap_bytes` bytes; heap `i` at `i * heap_bytes`. Bytes of a
-    /// heap that did not arrive whole may hold old data.
+    /// heap that did not arrive whole may hold old data. Empty when the chunks live in
+    /// memory of the caller's ([`ChunkAssembler::with_slots`]).
     pub data: Vec<u8>,
     /// 1 for each heap that arrived whole, else 0.
     pub present: Vec<u8>,
@@ -54,6 +57,11 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// Which of the assembler's chunk memories holds it: 0, 1, ..., kept across reuse.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
     /// Heaps that arrived whole.
     pub fn heaps_present(&self) -> usize {
         self.present.iter().filter(|&&p| p == 1).count()
@@ -87,6 +95,17 @@ pub struct SpeadCounters {
     pub chunks_incomplete: u64,
     /// Stream-stop packets seen.
     pub stream_stops: u64,
+    /// Packets whose chunk could not be opened: every chunk memory was held by the
+    /// application ([`ChunkAssembler::with_slots`]).
+    pub packets_no_free_chunk: u64,
+}
+
+/// Why a packet's chunk is not open.
+enum Closed {
+    /// Before the window: retired already.
+    TooLate,
+    /// Every chunk memory is held by the application.
+    NoFreeChunk,
 }
 
 /// Builds chunks from a stream's packets (see the module's documentation).
@@ -98,6 +117,11 @@ pub struct ChunkAssembler {
     live: VecDeque<Chunk>,
     /// Chunks given back by the application, reused before allocating.
     free: Vec<Chunk>,
+    /// Chunk memories made so far (slots `0..made`).
+    made: usize,
+    /// The caller's chunk memories, when payload goes there (`with_slots`), else `None`
+    /// (each chunk's `data`, as many as needed).
+    slots: Option<usize>,
     counters: SpeadCounters,
     stopped: bool,
 }
@@ -116,9 +140,26 @@ impl ChunkAssembler {
             placement,
             live: VecDeque::new(),
             free: Vec::new(),
+            made: 0,
+            slots: None,
             counters: SpeadCounters::default(),
             stopped: false,
         })
+    }
+
+    /// An assembler whose chunks live in `slots` chunk memories of the caller's (host or
+    /// GPU memory): chunks carry no `data`, and [`ChunkAssembler::ingest_placing`] says
+    /// where each payload goes. When every slot is held by the application, packets that
+    /// need a new chunk are counted (`packets_no_free_chunk`).
+    pub fn with_slots(flavour: Flavour, placement: Placement, slots: usize) -> Option<Self> {
+        let mut a = Self::new(flavour, placement)?;
+        a.slots = Some(slots);
+        Some(a)
+    }
+
+    /// Bytes of one chunk: `heaps_per_chunk * heap_bytes`.
+    pub fn chunk_bytes(&self) -> usize {
+        self.placement.heaps_per_chunk as usize * self.placement.heap_bytes as usize
     }
 
     /// The counts so far.
@@ -131,9 +172,33 @@ impl ChunkAssembler {
         self.stopped
     }
 
-    /// Gives a chunk back for reuse (its presence flags are cleared then).
+    /// Gives a chunk back for reuse (its presence flags are cleared then). A chunk whose
+    /// `data` or `present` was resized is not reused (a new one is made when needed).
     pub fn recycle(&mut self, chunk: Chunk) {
-        self.free.push(chunk);
+        let data_len = if self.slots.is_some() {
+            0
+        } else {
+            self.chunk_bytes()
+        };
+        if self.slots.is_some() && chunk.slot >= self.made {
+            return; // not one of this assembler's
+        }
+        if chunk.data.len() == data_len
+            && chunk.present.len() == self.placement.heaps_per_chunk as usize
+        {
+            self.free.push(chunk);
+        } else if self.slots.is_some() {
+            // Its slot must not be lost: keep it with clean vectors.
+            let heaps = self.placement.heaps_per_chunk as usize;
+            self.free.push(Chunk {
+                data: Vec::new(),
+                present: vec![0; heaps],
+                received: vec![0; heaps],
+                ..chunk
+            });
+        } else {
+            self.made = self.made.saturating_sub(1);
+        }
     }
 
     /// Takes one datagram: places its payload, and hands every chunk it retires to
@@ -141,6 +206,20 @@ impl ChunkAssembler {
     pub fn ingest(
         &mut self,
         datagram: &[u8],
+        ready: &mut impl FnMut(Chunk),
+    ) -> Result<(), SpeadError> {
+        self.ingest_placing(datagram, &mut |_, _, _| {}, ready)
+    }
+
+    /// As [`ChunkAssembler::ingest`]; with chunk memories of the caller's
+    /// ([`ChunkAssembler::with_slots`]), the payload is not copied but handed to `place`
+    /// as `(slot, offset, bytes)`, `offset + bytes.len()` within
+    /// [`ChunkAssembler::chunk_bytes`]. A chunk handed to `ready` must not be read before
+    /// every `place` of its bytes took effect.
+    pub fn ingest_placing<'d>(
+        &mut self,
+        datagram: &'d [u8],
+        place: &mut impl FnMut(usize, usize, &'d [u8]),
         ready: &mut impl FnMut(Chunk),
     ) -> Result<(), SpeadError> {
         let packet = match Packet::parse(datagram, self.flavour) {
@@ -176,9 +255,16 @@ impl ChunkAssembler {
             heap / u64::from(p.heaps_per_chunk),
             (heap % u64::from(p.heaps_per_chunk)) as usize,
         );
-        let Some(chunk) = self.chunk(chunk_id, ready) else {
-            self.counters.packets_too_late += 1;
-            return Ok(());
+        let chunk = match self.chunk(chunk_id, ready) {
+            Ok(chunk) => chunk,
+            Err(Closed::TooLate) => {
+                self.counters.packets_too_late += 1;
+                return Ok(());
+            }
+            Err(Closed::NoFreeChunk) => {
+                self.counters.packets_no_free_chunk += 1;
+                return Ok(());
+            }
         };
         let heap_bytes = p.heap_bytes as usize;
         let at = index * heap_bytes + packet.payload_offset as usize;
@@ -187,7 +273,11 @@ impl ChunkAssembler {
             self.counters.packets_duplicate += 1;
             return Ok(());
         }
-        chunk.data[at..at + packet.payload.len()].copy_from_slice(packet.payload);
+        if chunk.data.is_empty() {
+            place(chunk.slot, at, packet.payload);
+        } else {
+            chunk.data[at..at + packet.payload.len()].copy_from_slice(packet.payload);
+        }
         chunk.received[index] = got as u32;
         if got == heap_bytes {
             chunk.present[index] = 1;
@@ -205,13 +295,13 @@ impl ChunkAssembler {
     }
 
     /// The live chunk `id`, opening the window up to it (retiring what falls out of it);
-    /// `None` when `id` is before the window.
-    fn chunk(&mut self, id: u64, ready: &mut impl FnMut(Chunk)) -> Option<&mut Chunk> {
+    /// an error when `id` is before the window, or no chunk memory is free to open it.
+    fn chunk(&mut self, id: u64, ready: &mut impl FnMut(Chunk)) -> Result<&mut Chunk, Closed> {
         let window = u64::from(self.placement.max_chunks);
         let mut next = match (self.live.front(), self.live.back()) {
             // The first packet (or the first after a flush) opens the window.
             (None, _) | (_, None) => id,
-            (Some(first), _) if id < first.id => return None,
+            (Some(first), _) if id < first.id => return Err(Closed::TooLate),
             (Some(first), Some(last)) if id < first.id + window => last.id + 1,
             (Some(_), Some(_)) => {
                 let new_first = id + 1 - window;
@@ -226,31 +316,41 @@ impl ChunkAssembler {
         // a late heap still finds its place, and they count as missing heaps when they
         // retire.
         while next <= id {
-            let chunk = self.allocate(next);
+            let chunk = self.allocate(next).ok_or(Closed::NoFreeChunk)?;
             self.live.push_back(chunk);
             next += 1;
         }
         let first = self.live.front().expect("one at least").id;
-        self.live.get_mut((id - first) as usize)
+        Ok(self
+            .live
+            .get_mut((id - first) as usize)
+            .expect("the window holds consecutive ids up to `id`"))
     }
 
-    fn allocate(&mut self, id: u64) -> Chunk {
-        let p = self.placement;
-        let heaps = p.heaps_per_chunk as usize;
-        match self.free.pop() {
-            Some(mut c) => {
-                c.id = id;
-                c.present.fill(0);
-                c.received.fill(0);
-                c
-            }
-            None => Chunk {
-                id,
-                data: vec![0; heaps * p.heap_bytes as usize],
-                present: vec![0; heaps],
-                received: vec![0; heaps],
-            },
+    /// A chunk for `id`: a recycled one, else a new one (`None` when every slot of the
+    /// caller's is in use).
+    fn allocate(&mut self, id: u64) -> Option<Chunk> {
+        let heaps = self.placement.heaps_per_chunk as usize;
+        if let Some(mut c) = self.free.pop() {
+            c.id = id;
+            c.present.fill(0);
+            c.received.fill(0);
+            return Some(c);
         }
+        if self.slots.is_some_and(|n| self.made >= n) {
+            return None;
+        }
+        self.made += 1;
+        Some(Chunk {
+            id,
+            slot: self.made - 1,
+            data: match self.slots {
+                Some(_) => Vec::new(),
+                None => vec![0; self.chunk_bytes()],
+            },
+            present: vec![0; heaps],
+            received: vec![0; heaps],
+        })
     }
 
     fn retire(&mut self, chunk: Chunk, ready: &mut impl FnMut(Chunk)) {
@@ -423,5 +523,69 @@ mod tests {
         asm.flush(&mut |c| chunks.push(c));
         let last = chunks.pop().unwrap();
         assert_eq!((last.id, last.present.as_slice()), (3, &[1, 0, 0, 0][..]));
+    }
+
+    #[test]
+    fn chunks_in_the_callers_memory_get_placements_and_run_out_visibly() {
+        let f = Flavour::SPEAD_64_48;
+        let p = placement();
+        let mut asm = ChunkAssembler::with_slots(f, p, 3).unwrap();
+        let bytes = asm.chunk_bytes();
+        let mut memory = vec![vec![0u8; bytes]; 3];
+        let mut ready = Vec::new();
+        // Chunks 0..4 with a window of 2 and nothing given back: chunk 3 finds every
+        // memory held (0 and 1 retired to us, 2 live), and its 4 heaps of 3 packets are
+        // counted.
+        for heap in 0..16u64 {
+            for pk in packets(f, heap, 3000, 1200) {
+                asm.ingest_placing(
+                    &pk,
+                    &mut |slot, at, b: &[u8]| memory[slot][at..at + b.len()].copy_from_slice(b),
+                    &mut |c: Chunk| ready.push(c),
+                )
+                .unwrap();
+            }
+        }
+        asm.flush(&mut |c| ready.push(c));
+        let c = asm.counters();
+        assert!(ready.iter().all(|c| c.data.is_empty()));
+        assert_eq!(ready.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(c.packets_no_free_chunk, 12, "{c:?}");
+        for chunk in &ready {
+            for i in 0..4 {
+                let heap = chunk.id * 4 + i as u64;
+                assert!(
+                    memory[chunk.slot()][i * 3000..(i + 1) * 3000] == heap_payload(heap, 3000),
+                    "heap {heap}"
+                );
+            }
+        }
+        // Given back, a chunk's memory takes the next chunk.
+        let first = ready.remove(0);
+        let slot = first.slot();
+        asm.recycle(first);
+        for pk in packets(f, 16, 3000, 1200) {
+            asm.ingest_placing(
+                &pk,
+                &mut |s, at, b: &[u8]| memory[s][at..at + b.len()].copy_from_slice(b),
+                &mut |c: Chunk| ready.push(c),
+            )
+            .unwrap();
+        }
+        assert!(memory[slot][..3000] == heap_payload(16, 3000));
+        // A foreign chunk or a resized one cannot hand out a slot twice.
+        let mut other = ChunkAssembler::with_slots(f, p, 8).unwrap();
+        let mut foreign = Vec::new();
+        for heap in 0..40u64 {
+            for pk in packets(f, heap, 3000, 3000) {
+                other.ingest(&pk, &mut |c| foreign.push(c)).unwrap();
+            }
+        }
+        let before = asm.made;
+        for c in foreign {
+            asm.recycle(c);
+        }
+        assert_eq!(asm.made, before);
+        assert!(asm.free.iter().all(|c| c.slot < 3));
     }
 }
