@@ -91,6 +91,7 @@ impl HeldBuffers {
         Some(self.address(k)? + offset as u64)
     }
 
+    #[cfg(feature = "cuda")]
     /// Copies each `(source, k, offset)` into held buffer `k` at `offset` with `gpu`, and
     /// waits for the copies. The buffers must be GPU memory and every source must lie in
     /// a pinned host region of the same region set (the GPU reads it where it is);
@@ -126,6 +127,7 @@ impl HeldBuffers {
         Ok(())
     }
 
+    #[cfg(feature = "cuda")]
     fn pinned_source(&self, src: &[u8]) -> bool {
         let (start, len) = (src.as_ptr() as u64, src.len() as u64);
         self.regions.iter().any(|r| {
