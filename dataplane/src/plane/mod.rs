@@ -485,14 +485,7 @@ impl DataPlane {
     /// chunks (the queue is then taken: each can be taken once, as bursts or as chunks).
     /// `None` when the queue has no such protocol or was taken.
     pub fn take_spead_stream(&mut self, interface: &str, queue: u16) -> Option<SpeadStream> {
-        let i = self.config.interface_index(interface)?;
-        let plan = self
-            .plan
-            .queues
-            .iter()
-            .find(|q| q.interface == i && q.direction == Direction::Rx && q.id == QueueId(queue))?
-            .protocol;
-        let Some(ProtocolPlan::Spead(plan)) = plan else {
+        let Some(ProtocolPlan::Spead(plan)) = self.rx_protocol(interface, queue) else {
             return None;
         };
         let rx = self.take_rx_queue(interface, queue)?;
@@ -509,18 +502,21 @@ impl DataPlane {
     /// `{ecpri_uplane: ...}` as a stream of decoded samples (see [`IqStream`]). `None`
     /// when the queue has no such protocol or was taken.
     pub fn take_iq_stream(&mut self, interface: &str, queue: u16) -> Option<IqStream> {
-        let i = self.config.interface_index(interface)?;
-        let plan = self
-            .plan
-            .queues
-            .iter()
-            .find(|q| q.interface == i && q.direction == Direction::Rx && q.id == QueueId(queue))?
-            .protocol;
-        let Some(ProtocolPlan::Iq(plan)) = plan else {
+        let Some(ProtocolPlan::Iq(plan)) = self.rx_protocol(interface, queue) else {
             return None;
         };
         let rx = self.take_rx_queue(interface, queue)?;
         Some(IqStream::new(rx, &plan))
+    }
+
+    /// The planned protocol of an RX queue.
+    fn rx_protocol(&self, interface: &str, queue: u16) -> Option<ProtocolPlan> {
+        let i = self.config.interface_index(interface)?;
+        self.plan
+            .queues
+            .iter()
+            .find(|q| q.interface == i && q.direction == Direction::Rx && q.id == QueueId(queue))?
+            .protocol
     }
 
     /// Takes the application's end of a TX queue (each can be taken once).
