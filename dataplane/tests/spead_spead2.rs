@@ -320,3 +320,121 @@ interfaces:
     let n = asm.counters();
     assert_eq!((n.heaps_incomplete, n.heaps_missing), (1, 1), "{n:?}");
 }
+
+/// Our SPEAD TX queue, declared in the YAML with its item descriptors and paced by the
+/// worker, to spead2's receiver with an `ItemGroup`: spead2 learns the items' names,
+/// types and shapes from our descriptor heaps, and reads every heap by name, the
+/// timestamp as a 48-bit integer and the data as a little-endian `uint16` array, every
+/// byte checked.
+#[test]
+fn our_declared_stream_is_read_by_name_by_spead2s_item_group() {
+    let Some(python) = spead2_python() else {
+        return;
+    };
+    let port = free_udp_port();
+    let words = HEAP_BYTES / 2;
+    let script = format!(
+        "{PATTERN_PY}
+import json, spead2, spead2.recv
+stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=4))
+stream.add_udp_reader({port}, bind_hostname='127.0.0.1', buffer_size=8 << 20)
+print('ready', flush=True)
+ig = spead2.ItemGroup()
+heaps = []
+for heap in stream:
+    updated = ig.update(heap)
+    if 'data' not in updated:
+        continue
+    ts = int(ig['timestamp'].value)
+    data = ig['data'].value
+    ok = (data.dtype == np.dtype('<u2') and data.shape == ({words},)
+          and np.array_equal(data.view(np.uint8), payload(ts // {SAMPLES_PER_HEAP}, {HEAP_BYTES})))
+    heaps.append([ts, bool(ok)])
+print(json.dumps({{'heaps': heaps,
+    'items': {{ig[k].id: [k, ig[k].description] for k in ig.keys()}},
+    'incomplete': stream.stats['incomplete_heaps_evicted'] + stream.stats['incomplete_heaps_flushed']}}), flush=True)
+os._exit(0)
+"
+    );
+    let mut receiver = Command::new(&python)
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut out = BufReader::new(receiver.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "spead2's receiver did not start");
+
+    let cfg = common::socket_config(&format!(
+        r#"
+memory_regions:
+- {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+interfaces:
+- name: spead_out
+  address: 127.0.0.1
+  socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
+  tx:
+    queues:
+    - name: tq
+      id: 0
+      cpu_core: 0
+      batch_size: 32
+      memory_regions: [tx]
+      pacing_mbps: 100
+      protocol:
+        spead:
+          descriptors_every: 8
+          items:
+          - {{id: {TIMESTAMP:#x}, name: timestamp, description: "first sample", format: [[u, 48]]}}
+          - {{id: {DATA:#x}, name: data, description: "samples", shape: [{words}], dtype: "<u2"}}
+"#
+    ));
+    let cfg = dataplane::config::load_str(&cfg, "spead-declared.yaml")
+        .unwrap()
+        .config;
+    let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
+    let mut sender = plane.take_spead_sender("spead_out", 0).unwrap();
+    for h in 0..HEAPS {
+        let payload = heap_payload(h);
+        sender
+            .send_heap(&[
+                dataplane::HeapItem::Immediate {
+                    id: TIMESTAMP,
+                    value: h * SAMPLES_PER_HEAP,
+                },
+                dataplane::HeapItem::Addressed {
+                    id: DATA,
+                    bytes: &payload,
+                },
+            ])
+            .expect("queued");
+    }
+    sender.send_stop().unwrap();
+    let mut result = String::new();
+    out.read_line(&mut result).unwrap();
+    assert!(receiver.wait().unwrap().success());
+    let sent = sender.counters();
+    drop(sender);
+    plane.shutdown().unwrap();
+
+    let theirs: serde_json::Value = serde_json::from_str(&result).expect(&result);
+    let expected: Vec<serde_json::Value> = (0..HEAPS)
+        .map(|h| serde_json::json!([h * SAMPLES_PER_HEAP, true]))
+        .collect();
+    assert_eq!(
+        theirs["heaps"],
+        serde_json::Value::from(expected),
+        "{result}"
+    );
+    assert_eq!(theirs["incomplete"], 0, "{result}");
+    assert_eq!(
+        theirs["items"],
+        serde_json::json!({
+            TIMESTAMP.to_string(): ["timestamp", "first sample"],
+            DATA.to_string(): ["data", "samples"],
+        }),
+        "{result}"
+    );
+    assert_eq!(sent.descriptor_heaps, HEAPS.div_ceil(8));
+}

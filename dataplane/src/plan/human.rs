@@ -83,6 +83,7 @@ impl Plan {
                     extra.push(line);
                 }
                 Some(super::ProtocolPlan::Iq(iq)) => extra.push(iq_human(iq)),
+                Some(super::ProtocolPlan::SpeadSend(sp)) => extra.push(spead_send_human(sp)),
                 None => {}
             }
             if let Some(st) = &q.stage {
@@ -422,6 +423,35 @@ fn iq_human(iq: &super::IqPlan) -> String {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
         }
+    )
+}
+
+/// A SPEAD TX queue's line part: flavour, packet size, descriptors, addresses.
+fn spead_send_human(sp: &super::SpeadSendPlan) -> String {
+    let names: Vec<String> = sp
+        .descriptors
+        .iter()
+        .map(|d| format!("{} ({:#x})", d.name, d.id))
+        .collect();
+    let described = match (names.is_empty(), sp.descriptors_every) {
+        (true, _) => "no item descriptors".to_string(),
+        (false, 0) => format!("descriptors of {} before the first heap", names.join(", ")),
+        (false, n) => format!("descriptors of {} every {n} heaps", names.join(", ")),
+    };
+    let to = match &sp.udp {
+        Some(u) => {
+            let m = u.destination_mac;
+            format!(
+                " in UDP frames {} -> {} ({:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x})",
+                u.source, u.destination, m[0], m[1], m[2], m[3], m[4], m[5]
+            )
+        }
+        None => " datagrams".to_string(),
+    };
+    format!(
+        "sends SPEAD 64-{}{to}, packets of at most {} B, {described}",
+        sp.flavour.heap_address_bits(),
+        sp.max_packet_bytes
     )
 }
 

@@ -250,19 +250,42 @@ pub struct QueuePlan {
     /// Who takes its bursts: the application's thread through a ring, or the worker's
     /// handler on the worker's core (`delivery`).
     pub delivery: crate::config::Delivery,
-    /// RX: the protocol its packets carry (`protocol`), decoded as the application
-    /// takes them.
+    /// The protocol its packets carry (`protocol`): RX, decoded as the application
+    /// takes them; TX, encoded as the application sends.
     pub protocol: Option<ProtocolPlan>,
 }
 
-/// What an RX queue's packets carry, decoded where the application takes the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// Ethernet, IPv4 and UDP headers before a protocol's packet in a raw engine's frame.
+pub const UDP_FRAME_HEADERS: u64 = 14 + 20 + 8;
+
+/// What a queue's packets carry, decoded or encoded where the application takes the
+/// queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProtocolPlan {
-    /// SPEAD heaps assembled into chunks.
+    /// RX: SPEAD heaps assembled into chunks.
     Spead(SpeadPlan),
-    /// Radio packets decoded into complex samples.
+    /// RX: radio packets decoded into complex samples.
     Iq(IqPlan),
+    /// TX: SPEAD heaps cut into packets.
+    SpeadSend(SpeadSendPlan),
+}
+
+/// A TX queue's SPEAD heaps: cut into packets of at most `max_packet_bytes`, the item
+/// descriptors in the first heap and every `descriptors_every` heaps after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SpeadSendPlan {
+    /// The stream's flavour.
+    pub flavour: crate::protocol::spead::Flavour,
+    /// The largest SPEAD packet (UDP payload).
+    pub max_packet_bytes: u32,
+    /// Heaps between repeats of the descriptors (0: the first heap only).
+    pub descriptors_every: u64,
+    /// The item descriptors.
+    pub descriptors: Vec<crate::protocol::spead::descriptor::ItemDescriptor>,
+    /// Raw engines: the frames' addresses (each packet goes out as a UDP datagram in
+    /// an IPv4 frame); `None`: the engine sends datagrams (sockets).
+    pub udp: Option<crate::config::UdpEndpoints>,
 }
 
 /// An RX queue's radio samples: packets of `format` decoded at `precision`.

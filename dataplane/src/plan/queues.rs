@@ -175,7 +175,7 @@ impl QueueAt<'_> {
             return Ok(None);
         };
         let name = match protocol {
-            ProtocolConfig::Spead(_) => "spead",
+            ProtocolConfig::Spead(_) | ProtocolConfig::SpeadSend(_) => "spead",
             ProtocolConfig::Iq(c) => match c.format {
                 crate::protocol::iq::IqFormat::Vrt { .. } => "vrt",
                 crate::protocol::iq::IqFormat::EcpriUplane { .. } => "ecpri_uplane",
@@ -198,6 +198,9 @@ impl QueueAt<'_> {
         }
         let frames = self.config.stream_type == crate::config::StreamType::Raw;
         Ok(Some(match protocol {
+            ProtocolConfig::SpeadSend(send) => {
+                ProtocolPlan::SpeadSend(self.spead_send(send, segments[0], frames)?)
+            }
             ProtocolConfig::Spead(spead) => ProtocolPlan::Spead(SpeadPlan {
                 flavour: spead.flavour,
                 placement: spead.placement,
@@ -210,6 +213,60 @@ impl QueueAt<'_> {
                 frames,
             }),
         }))
+    }
+
+    /// A SPEAD TX queue: each packet, with its frame's headers on a raw engine, fits one
+    /// buffer; a raw engine needs the frames' addresses, a socket has its own.
+    fn spead_send(
+        &self,
+        send: &crate::config::SpeadSendConfig,
+        segment: RegionId,
+        frames: bool,
+    ) -> Result<SpeadSendPlan, PlanError> {
+        let udp = match (frames, send.udp) {
+            (true, None) => {
+                return Err(self.bad(
+                    "protocol.spead on a raw engine needs udp: {source, destination, destination_mac} for its frames' headers".into(),
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(self.bad(
+                    "protocol.spead.udp applies to raw engines; a socket sends to its own remote address".into(),
+                ));
+            }
+            (true, Some(u)) if u.source_mac.is_none() && !self.q.tx_eth_src => {
+                return Err(self.bad(
+                    "protocol.spead.udp needs source_mac, or offloads: [tx_eth_src] for the port's own address".into(),
+                ));
+            }
+            (_, udp) => udp,
+        };
+        let headers = if frames { UDP_FRAME_HEADERS } else { 0 };
+        let buffer = self.regions[segment.index()].buf_size as u64;
+        if u64::from(send.max_packet_bytes) + headers > buffer {
+            return Err(self.bad(format!(
+                "protocol.spead.max_packet_bytes {} (with {headers} bytes of headers) does not fit the queue's {buffer}-byte buffers",
+                send.max_packet_bytes
+            )));
+        }
+        if let Some(d) = send
+            .descriptors
+            .iter()
+            .find(|d| d.encode(send.flavour).is_none())
+        {
+            return Err(self.bad(format!(
+                "protocol.spead.items: item {:#x} does not fit flavour 64-{}",
+                d.id,
+                send.flavour.heap_address_bits()
+            )));
+        }
+        Ok(SpeadSendPlan {
+            flavour: send.flavour,
+            max_packet_bytes: send.max_packet_bytes,
+            descriptors_every: send.descriptors_every,
+            descriptors: send.descriptors.clone(),
+            udp,
+        })
     }
 
     /// A SPEAD queue's `chunk_region`: its buffers hold whole chunks, one per buffer, and

@@ -6,6 +6,7 @@ mod handler;
 mod iq;
 mod queues;
 mod spead;
+mod spead_send;
 mod start;
 mod stats;
 mod stream;
@@ -14,6 +15,7 @@ pub use handler::{Handler, HandlerError, HandlerQueues, HandlerTx};
 pub use iq::IqStream;
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
 pub use spead::SpeadStream;
+pub use spead_send::{HeapItem, SpeadSendCounters, SpeadSendError, SpeadSender};
 pub use stream::Stream;
 
 use crate::affinity::{self, PinError};
@@ -485,7 +487,8 @@ impl DataPlane {
     /// chunks (the queue is then taken: each can be taken once, as bursts or as chunks).
     /// `None` when the queue has no such protocol or was taken.
     pub fn take_spead_stream(&mut self, interface: &str, queue: u16) -> Option<SpeadStream> {
-        let Some(ProtocolPlan::Spead(plan)) = self.rx_protocol(interface, queue) else {
+        let Some(ProtocolPlan::Spead(plan)) = self.queue_protocol(interface, Direction::Rx, queue)
+        else {
             return None;
         };
         let rx = self.take_rx_queue(interface, queue)?;
@@ -502,21 +505,47 @@ impl DataPlane {
     /// `{ecpri_uplane: ...}` as a stream of decoded samples (see [`IqStream`]). `None`
     /// when the queue has no such protocol or was taken.
     pub fn take_iq_stream(&mut self, interface: &str, queue: u16) -> Option<IqStream> {
-        let Some(ProtocolPlan::Iq(plan)) = self.rx_protocol(interface, queue) else {
+        let Some(ProtocolPlan::Iq(plan)) = self.queue_protocol(interface, Direction::Rx, queue)
+        else {
             return None;
         };
         let rx = self.take_rx_queue(interface, queue)?;
         Some(IqStream::new(rx, &plan))
     }
 
-    /// The planned protocol of an RX queue.
-    fn rx_protocol(&self, interface: &str, queue: u16) -> Option<ProtocolPlan> {
+    /// Takes a TX queue whose configuration has `protocol: {spead: ...}` as a sender of
+    /// SPEAD heaps (see [`SpeadSender`]; the queue is then taken). `None` when the queue
+    /// has no such protocol or was taken.
+    pub fn take_spead_sender(&mut self, interface: &str, queue: u16) -> Option<SpeadSender> {
+        let Some(ProtocolPlan::SpeadSend(plan)) =
+            self.queue_protocol(interface, Direction::Tx, queue)
+        else {
+            return None;
+        };
+        let tx = self.take_tx_queue(interface, queue)?;
+        match SpeadSender::new(tx, &plan) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!("SPEAD TX queue {interface}/{queue}: {e}");
+                None
+            }
+        }
+    }
+
+    /// The planned protocol of a queue.
+    fn queue_protocol(
+        &self,
+        interface: &str,
+        direction: Direction,
+        queue: u16,
+    ) -> Option<ProtocolPlan> {
         let i = self.config.interface_index(interface)?;
         self.plan
             .queues
             .iter()
-            .find(|q| q.interface == i && q.direction == Direction::Rx && q.id == QueueId(queue))?
+            .find(|q| q.interface == i && q.direction == direction && q.id == QueueId(queue))?
             .protocol
+            .clone()
     }
 
     /// Takes the application's end of a TX queue (each can be taken once).

@@ -446,20 +446,55 @@ pub struct QueueConfig {
     pub copy_cores: Vec<u32>,
     /// `delivery` (this project's key): who takes the queue's bursts.
     pub delivery: Delivery,
-    /// `protocol` (ours, RX): the sensor protocol the queue's packets carry, whose
-    /// stream the application takes instead of bursts (`DataPlane::take_spead_stream`).
+    /// `protocol` (ours): RX, the sensor protocol the queue's packets carry, whose
+    /// stream the application takes instead of bursts (`DataPlane::take_spead_stream`);
+    /// TX, the protocol it sends (`DataPlane::take_spead_sender`).
     pub protocol: Option<ProtocolConfig>,
     /// Where it is defined.
     pub location: Location,
 }
 
-/// `protocol:` of an RX queue: one protocol per queue.
+/// `protocol:` of a queue: one protocol per queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProtocolConfig {
-    /// `spead:`: SPEAD heaps assembled into chunks.
+    /// RX `spead:`: SPEAD heaps assembled into chunks.
     Spead(SpeadConfig),
-    /// `vrt:` or `ecpri_uplane:`: radio packets decoded into complex samples.
+    /// RX `vrt:` or `ecpri_uplane:`: radio packets decoded into complex samples.
     Iq(IqConfig),
+    /// TX `spead:`: heaps cut into SPEAD packets, with their item descriptors.
+    SpeadSend(SpeadSendConfig),
+}
+
+/// TX `protocol: {spead: {...}}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpeadSendConfig {
+    /// `flavour`: `64-48` (default) or `64-40`.
+    pub flavour: crate::protocol::spead::Flavour,
+    /// `max_packet_bytes`: the largest SPEAD packet (the UDP payload), 1472 by default
+    /// as spead2's.
+    pub max_packet_bytes: u32,
+    /// `descriptors_every`: the item descriptors ride in the first heap and then in
+    /// every this many heaps (0: the first only).
+    pub descriptors_every: u64,
+    /// `items`: the item descriptors (id, name, description, shape, dtype or format).
+    pub descriptors: Vec<crate::protocol::spead::descriptor::ItemDescriptor>,
+    /// `udp`: the frames' addresses, for raw engines (sockets have their own).
+    pub udp: Option<UdpEndpoints>,
+}
+
+/// `udp: {source, destination, destination_mac, source_mac}` of a sending protocol on a
+/// raw engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct UdpEndpoints {
+    /// IPv4 source address and port.
+    pub source: std::net::SocketAddrV4,
+    /// IPv4 destination address and port.
+    pub destination: std::net::SocketAddrV4,
+    /// The destination's MAC address (the next hop's).
+    pub destination_mac: [u8; 6],
+    /// The frames' source MAC address; `None`: the worker writes the port's own
+    /// (`offloads: [tx_eth_src]`, which the plan then requires).
+    pub source_mac: Option<[u8; 6]>,
 }
 
 /// `protocol: {vrt: {...}}` or `{ecpri_uplane: {...}}`.

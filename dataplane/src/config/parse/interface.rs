@@ -524,7 +524,11 @@ pub(super) fn queue(
             m.optional(d, "protocol", super::protocol::protocol),
         )
     } else {
-        (None, Vec::new(), None)
+        (
+            None,
+            Vec::new(),
+            m.optional(d, "protocol", super::protocol::tx_protocol),
+        )
     };
     let delivery = m
         .optional(d, "delivery", |d, n, p| {

@@ -11,6 +11,7 @@
 //! offset and length in the heap, and usually the heap's length.
 
 pub mod chunks;
+pub mod descriptor;
 
 /// The item id of the heap counter (the heap's id within the stream).
 pub const HEAP_CNT: u32 = 0x01;
@@ -297,6 +298,11 @@ impl<'a> HeapPackets<'a> {
             next: 0,
             ended: false,
         })
+    }
+
+    /// How many packets the heap takes (at least one, even with no payload).
+    pub fn count(&self) -> usize {
+        self.payload.len().div_ceil(self.per_packet).max(1)
     }
 
     /// Writes the next packet into `out` (cleared first); false when the heap is sent.
