@@ -11,7 +11,6 @@ use dataplane::config;
 use dataplane::plane::DataPlane;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// Namespaces: the data plane's and its peers' (one pair per test: tests run in parallel).
@@ -26,22 +25,6 @@ const PLANE_IP: &str = "10.252.0.1";
 const ALLOWED: &str = "10.252.0.2";
 const OTHER: &str = "10.252.0.3";
 const FORGED: &str = "10.252.0.9";
-
-/// Runs `f` on a thread inside network namespace `ns` (sockets it makes live there).
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap();
-        rustix::thread::move_into_link_name_space(
-            file.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .unwrap();
-        f()
-    })
-    .join()
-    .unwrap()
-}
 
 /// The two namespaces `plane` and `peers` joined by a veth pair `dev`, the peers' end
 /// with a second address (`OTHER`).
@@ -86,7 +69,7 @@ fn start(h: &Hosts, text: &str) -> DataPlane {
         .unwrap_or_else(|e| panic!("{e}\n{text}"))
         .config;
     let owned = text.to_owned();
-    in_netns(h.plane, move || {
+    common::on_thread_in_netns(h.plane, move || {
         DataPlane::start(&config).unwrap_or_else(|e| panic!("{e}\n{owned}"))
     })
 }
@@ -101,7 +84,7 @@ fn forged_datagram(h: &Hosts, source: SocketAddr, dest: SocketAddr, payload: &[u
         .udp(s.port(), d.port());
     let mut packet = Vec::new();
     builder.write(&mut packet, payload).unwrap();
-    in_netns(h.peers, move || {
+    common::on_thread_in_netns(h.peers, move || {
         let raw = socket2::Socket::new(
             socket2::Domain::IPV4,
             socket2::Type::RAW,
@@ -114,7 +97,7 @@ fn forged_datagram(h: &Hosts, source: SocketAddr, dest: SocketAddr, payload: &[u
 
 fn udp_from(h: &Hosts, ip: &str, port: u16) -> UdpSocket {
     let ip = ip.to_owned();
-    in_netns(h.peers, move || {
+    common::on_thread_in_netns(h.peers, move || {
         UdpSocket::bind((ip.as_str(), port)).unwrap()
     })
 }
@@ -274,7 +257,7 @@ fn tcp_refuses_outsiders_and_extra_connections_and_frees_idle_lanes() {
     let dest: SocketAddr = format!("{PLANE_IP}:18110").parse().unwrap();
     let connect = |from: &str| -> TcpStream {
         let from = from.to_owned();
-        in_netns(h.peers, move || {
+        common::on_thread_in_netns(h.peers, move || {
             let s =
                 socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
             s.bind(&SocketAddr::from((from.parse::<Ipv4Addr>().unwrap(), 0)).into())

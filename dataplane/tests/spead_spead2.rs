@@ -24,45 +24,11 @@ const SAMPLES_PER_HEAP: u64 = 4096;
 const HEAP_BYTES: usize = 16384;
 const HEAPS: u64 = 24;
 
-/// Byte `i` of heap `h`: the same formula as in the Python below.
 fn heap_payload(h: u64) -> Vec<u8> {
-    (0..HEAP_BYTES as u64)
-        .map(|i| ((i ^ h.wrapping_mul(40503)) & 0xff) as u8)
-        .collect()
+    common::spead2::heap_payload(h, HEAP_BYTES)
 }
 
-const PATTERN_PY: &str = "
-import os
-import numpy as np
-def payload(h, n):
-    return ((np.arange(n, dtype=np.uint64) ^ np.uint64(h * 40503)) & np.uint64(0xff)).astype(np.uint8)
-";
-
-/// A Python with spead2, or None (after saying SKIP, or failing when it is required).
-fn spead2_python() -> Option<String> {
-    let cache = std::env::var("DATAPLANE_CACHE").unwrap_or("/var/cache/dataplane".into());
-    let candidates = [
-        std::env::var("DATAPLANE_SPEAD2_PYTHON").ok(),
-        Some(format!("{cache}/spead2-venv/bin/python")),
-        Some("python3".into()),
-    ];
-    for python in candidates.into_iter().flatten() {
-        let ok = Command::new(&python)
-            .args(["-c", "import spead2, numpy"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(python);
-        }
-    }
-    assert!(
-        std::env::var_os("DATAPLANE_REQUIRE_SPEAD2").is_none(),
-        "spead2 is required here but no Python has it (scripts/setup.sh makes the venv)"
-    );
-    eprintln!("SKIP: no Python with spead2 (pip install spead2 numpy)");
-    None
-}
+use common::spead2::{PATTERN_PY, spead2_python};
 
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 mod skip;
 #[macro_use]
 mod yaml;
+pub mod spead2;
 
 /// A shipped configuration, by its name in `configs/` (of the source tree the test was
 /// built in, else of the current directory: test binaries carried to another machine run
@@ -163,6 +164,27 @@ pub fn in_netns(ns: &str, args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new("ip");
     c.args(["netns", "exec", ns]).args(args);
     c
+}
+
+/// Runs `f` on a thread inside network namespace `ns`: sockets it opens and threads it
+/// starts live there.
+pub fn on_thread_in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    use std::os::fd::AsFd;
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        rustix::thread::move_into_link_name_space(
+            file.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .unwrap();
+        f()
+    })
+    .join()
+    .unwrap()
 }
 
 /// What `ARGS` print to stdout in network namespace `ns`, trimmed.
