@@ -51,15 +51,7 @@ fn planned(text: &str) -> (dataplane::plan::IqPlan, String) {
     (iq, plan.human())
 }
 
-fn errors(text: &str) -> String {
-    match dataplane::config::load_str(text, "iq.yaml") {
-        Ok(l) => match dataplane::plan::Plan::from_config(&l.config) {
-            Ok(_) => panic!("expected an error for:\n{text}"),
-            Err(e) => e.to_string(),
-        },
-        Err(e) => e.to_string(),
-    }
-}
+use common::plan_error as errors;
 
 #[test]
 fn the_blocks_are_parsed_planned_and_shown() {

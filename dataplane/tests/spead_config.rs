@@ -46,15 +46,7 @@ memory_regions:
     ))
 }
 
-fn errors(text: &str) -> String {
-    match dataplane::config::load_str(text, "spead.yaml") {
-        Ok(l) => match dataplane::plan::Plan::from_config(&l.config) {
-            Ok(_) => panic!("expected an error for:\n{text}"),
-            Err(e) => e.to_string(),
-        },
-        Err(e) => e.to_string(),
-    }
-}
+use common::plan_error as errors;
 
 #[test]
 fn the_block_is_parsed_planned_and_shown() {

@@ -14,11 +14,9 @@
 #[macro_use]
 mod common;
 
-use common::spead2::{PATTERN_PY, heap_payload, spead2_python};
+use common::spead::{PATTERN_PY, heap_payload, spead2_python};
 use dataplane::HeapItem;
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::io::BufRead;
 
 const NS_PLANE: &str = "spnet1";
 const NS_PEER: &str = "spnet2";
@@ -99,7 +97,7 @@ interfaces:
 
 /// spead2's receiver in the peer's namespace: a line `ready`, then one JSON line of the
 /// heaps it read by name (timestamp, every byte right).
-fn spead2_receiver(python: &str) -> std::process::Child {
+fn spead2_receiver(python: &str) -> std::process::Command {
     let script = format!(
         "{PATTERN_PY}
 import json, spead2, spead2.recv
@@ -117,34 +115,19 @@ os._exit(0)
 "
     );
     common::in_netns(NS_PEER, &["timeout", "60", python, "-c", &script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python")
 }
 
 /// spead2's paced sender in the peer's namespace, heap `left_out` skipped, then the
 /// stream's end.
 fn spead2_sender(python: &str, left_out: u64) -> std::process::Child {
-    let script = format!(
-        "{PATTERN_PY}
-import spead2, spead2.send
-config = spead2.send.StreamConfig(max_packet_size=1472, rate=20e6)
-stream = spead2.send.UdpStream(spead2.ThreadPool(), [('{PLANE_IP}', {TO_PLANE_PORT})], config)
-ig = spead2.send.ItemGroup(flavour=spead2.Flavour(4, 64, 48, 0))
-ig.add_item({TIMESTAMP}, 'timestamp', '', shape=(), format=[('u', 48)])
-ig.add_item({DATA}, 'data', '', shape=({HEAP_BYTES},), dtype=np.uint8)
-for h in range({HEAPS}):
-    if h == {left_out}:
-        continue
-    ig['timestamp'].value = h * {SAMPLES_PER_HEAP}
-    ig['data'].value = payload(h, {HEAP_BYTES})
-    heap = ig.get_heap(descriptors='none', data='all')
-    heap.repeat_pointers = True
-    stream.send_heap(heap)
-stream.send_heap(ig.get_end())
-os._exit(0)
-"
-    );
+    let script = common::spead::Spead2Heaps {
+        ids: (TIMESTAMP, DATA),
+        heaps: HEAPS,
+        left_out,
+        heap_bytes: HEAP_BYTES,
+        samples_per_heap: SAMPLES_PER_HEAP,
+    }
+    .sender_script((PLANE_IP, TO_PLANE_PORT), 20e6);
     common::in_netns(NS_PEER, &["timeout", "60", python, "-c", &script])
         .spawn()
         .expect("python")
@@ -167,11 +150,7 @@ fn spead_both_ways_with_spead2_across_namespaces_on_af_packet() {
     let mut stream = plane.take_spead_stream("veth", 0).expect("SPEAD RX");
 
     // Ours to spead2.
-    let mut receiver = spead2_receiver(&python);
-    let mut out = BufReader::new(receiver.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "spead2's receiver did not start");
+    let (mut receiver, mut out) = common::spead::spawn_when_ready(&mut spead2_receiver(&python));
     for h in 0..HEAPS {
         let data = heap_payload(h, HEAP_BYTES);
         sender
@@ -205,17 +184,7 @@ fn spead_both_ways_with_spead2_across_namespaces_on_af_packet() {
     // them (af_packet does not loop a port's transmissions back to it).
     let left_out = 6;
     let mut spead2 = spead2_sender(&python, left_out);
-    let mut chunks = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !stream.stopped() {
-        assert!(Instant::now() < deadline, "{:?}", stream.counters());
-        if let Some(c) = stream.recv(Duration::from_millis(50)).expect("rx") {
-            chunks.push(c);
-        }
-    }
-    while let Some(c) = stream.recv(Duration::ZERO).unwrap() {
-        chunks.push(c);
-    }
+    let chunks = common::spead::chunks_until_stopped(&mut stream);
     assert!(spead2.wait().unwrap().success(), "spead2's sender");
     let n = stream.counters();
     drop((sender, stream));
@@ -226,17 +195,7 @@ fn spead_both_ways_with_spead2_across_namespaces_on_af_packet() {
         (HEAPS - 1, 0, 1),
         "{n:?}"
     );
-    assert_eq!(chunks.len() as u64, HEAPS / 4);
-    for c in &chunks {
-        for i in 0..4 {
-            let h = c.id * 4 + i as u64;
-            assert_eq!(c.present[i] == 1, h != left_out, "heap {h}");
-            if h != left_out {
-                assert!(
-                    c.data[i * HEAP_BYTES..(i + 1) * HEAP_BYTES] == heap_payload(h, HEAP_BYTES),
-                    "heap {h}: bytes differ"
-                );
-            }
-        }
-    }
+    common::spead::check_chunks(&chunks, (HEAPS, 4, HEAP_BYTES), Some(left_out), |h| {
+        heap_payload(h, HEAP_BYTES)
+    });
 }

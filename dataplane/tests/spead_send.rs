@@ -10,7 +10,7 @@ mod common;
 use dataplane::plan::ProtocolPlan;
 use dataplane::protocol::spead::descriptor::ItemType;
 use dataplane::{HeapItem, SpeadSendError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TIMESTAMP: u32 = 0x1600;
 const DATA: u32 = 0x4000;
@@ -69,15 +69,7 @@ fn spead_block(extra: &str) -> String {
     )
 }
 
-fn errors(text: &str) -> String {
-    match dataplane::config::load_str(text, "spead-send.yaml") {
-        Ok(l) => match dataplane::plan::Plan::from_config(&l.config) {
-            Ok(_) => panic!("expected an error for:\n{text}"),
-            Err(e) => e.to_string(),
-        },
-        Err(e) => e.to_string(),
-    }
-}
+use common::plan_error as errors;
 
 #[test]
 fn the_tx_block_is_parsed_planned_and_shown() {
@@ -207,17 +199,7 @@ fn heaps_sent_on_the_loopback_arrive_in_chunks_byte_for_byte() {
         .expect("a SPEAD RX queue");
     let heaps = 16u64;
     let receiver = std::thread::spawn(move || {
-        let mut chunks = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !stream.stopped() {
-            assert!(Instant::now() < deadline, "{:?}", stream.counters());
-            if let Some(c) = stream.recv(Duration::from_millis(50)).expect("rx") {
-                chunks.push(c);
-            }
-        }
-        while let Some(c) = stream.recv(Duration::ZERO).unwrap() {
-            chunks.push(c);
-        }
+        let chunks = common::spead::chunks_until_stopped(&mut stream);
         (chunks, stream.counters())
     });
     let mut counters = Vec::new();
@@ -265,15 +247,5 @@ fn heaps_sent_on_the_loopback_arrive_in_chunks_byte_for_byte() {
         (heaps, 0, 0),
         "{n:?}"
     );
-    assert_eq!(chunks.len() as u64, heaps / 4);
-    for c in &chunks {
-        for i in 0..4 {
-            let h = c.id * 4 + i as u64;
-            assert_eq!(c.present[i], 1, "heap {h}");
-            assert!(
-                c.data[i * HEAP_BYTES..(i + 1) * HEAP_BYTES] == samples(h),
-                "heap {h}: bytes differ"
-            );
-        }
-    }
+    common::spead::check_chunks(&chunks, (heaps, 4, HEAP_BYTES), None, samples);
 }

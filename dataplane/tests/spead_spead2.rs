@@ -14,9 +14,9 @@ mod common;
 use dataplane::protocol::spead::chunks::{ChunkAssembler, Placement, PlacementKey};
 use dataplane::protocol::spead::{self, Flavour, HeapPackets, ItemPointer};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::BufRead;
+use std::process::Command;
+use std::time::Duration;
 
 const TIMESTAMP: u32 = 0x1600;
 const DATA: u32 = 0x4000;
@@ -25,10 +25,10 @@ const HEAP_BYTES: usize = 16384;
 const HEAPS: u64 = 24;
 
 fn heap_payload(h: u64) -> Vec<u8> {
-    common::spead2::heap_payload(h, HEAP_BYTES)
+    common::spead::heap_payload(h, HEAP_BYTES)
 }
 
-use common::spead2::{PATTERN_PY, spead2_python};
+use common::spead::{PATTERN_PY, spead2_python};
 
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
@@ -73,46 +73,19 @@ interfaces:
         .take_spead_stream("spead_in", 0)
         .expect("a SPEAD queue");
     let left_out = 13u64;
-    // spead2's own UDP sender, paced, heaps that repeat their item pointers (as chunk
-    // receivers need), the left-out heap skipped, then the stream's end.
-    let script = format!(
-        "{PATTERN_PY}
-import spead2, spead2.send
-flavour = spead2.Flavour(4, 64, 48, 0)
-config = spead2.send.StreamConfig(max_packet_size=1472, rate=50e6)
-stream = spead2.send.UdpStream(spead2.ThreadPool(), [('127.0.0.1', {port})], config)
-ig = spead2.send.ItemGroup(flavour=flavour)
-ig.add_item({TIMESTAMP}, 'timestamp', '', shape=(), format=[('u', 48)])
-ig.add_item({DATA}, 'data', '', shape=({HEAP_BYTES},), dtype=np.uint8)
-for h in range({HEAPS}):
-    if h == {left_out}:
-        continue
-    ig['timestamp'].value = h * {SAMPLES_PER_HEAP}
-    ig['data'].value = payload(h, {HEAP_BYTES})
-    heap = ig.get_heap(descriptors='none', data='all')
-    heap.repeat_pointers = True
-    stream.send_heap(heap)
-stream.send_heap(ig.get_end())
-# send_heap returns once the heap is out. Leave without tearing the thread pool down:
-# beside a busy-polling worker on a shared core that teardown can spin for minutes.
-os._exit(0)
-"
-    );
+    let script = common::spead::Spead2Heaps {
+        ids: (TIMESTAMP, DATA),
+        heaps: HEAPS,
+        left_out,
+        heap_bytes: HEAP_BYTES,
+        samples_per_heap: SAMPLES_PER_HEAP,
+    }
+    .sender_script(("127.0.0.1", port), 50e6);
     let mut sender = Command::new(&python)
         .args(["-c", &script])
         .spawn()
         .expect("python");
-    let mut chunks = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !stream.stopped() {
-        assert!(Instant::now() < deadline, "{:?}", stream.counters());
-        if let Some(c) = stream.recv(Duration::from_millis(100)).expect("rx") {
-            chunks.push(c);
-        }
-    }
-    while let Some(c) = stream.recv(Duration::ZERO).unwrap() {
-        chunks.push(c);
-    }
+    let chunks = common::spead::chunks_until_stopped(&mut stream);
     assert!(sender.wait().unwrap().success());
     let drops = plane.snapshot().drops().total();
     let n = stream.counters();
@@ -125,19 +98,9 @@ os._exit(0)
         (HEAPS - 1, 0, 1),
         "{n:?}"
     );
-    assert_eq!(chunks.len() as u64, HEAPS / 4);
-    for c in &chunks {
-        for i in 0..4 {
-            let h = c.id * 4 + i as u64;
-            assert_eq!(c.present[i] == 1, h != left_out, "heap {h}");
-            if h != left_out {
-                assert!(
-                    c.data[i * HEAP_BYTES..(i + 1) * HEAP_BYTES] == heap_payload(h),
-                    "heap {h}: bytes differ"
-                );
-            }
-        }
-    }
+    common::spead::check_chunks(&chunks, (HEAPS, 4, HEAP_BYTES), Some(left_out), |h| {
+        heap_payload(h)
+    });
 }
 
 #[test]
@@ -167,15 +130,8 @@ print(json.dumps({{'whole': whole, 'corrupt': corrupt,
 os._exit(0)
 "
     );
-    let mut receiver = Command::new(&python)
-        .args(["-c", &script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python");
-    let mut out = BufReader::new(receiver.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "spead2's receiver did not start");
+    let (mut receiver, mut out) =
+        common::spead::spawn_when_ready(Command::new(&python).args(["-c", &script]));
 
     let cfg = common::socket_config(&format!(
         r#"
@@ -322,15 +278,8 @@ print(json.dumps({{'heaps': heaps,
 os._exit(0)
 "
     );
-    let mut receiver = Command::new(&python)
-        .args(["-c", &script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python");
-    let mut out = BufReader::new(receiver.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "spead2's receiver did not start");
+    let (mut receiver, mut out) =
+        common::spead::spawn_when_ready(Command::new(&python).args(["-c", &script]));
 
     let cfg = common::socket_config(&format!(
         r#"

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 mod skip;
 #[macro_use]
 mod yaml;
-pub mod spead2;
+pub mod spead;
 
 /// A shipped configuration, by its name in `configs/` (of the source tree the test was
 /// built in, else of the current directory: test binaries carried to another machine run
@@ -30,6 +30,17 @@ pub fn config_path(name: &str) -> PathBuf {
 /// to 6, `body` starts at line 7).
 pub fn raw_config(body: &str) -> String {
     config_with_header("raw", &[], body)
+}
+
+/// The error that loading and planning `text` ends in (panics when it plans).
+pub fn plan_error(text: &str) -> String {
+    match dataplane::config::load_str(text, "test.yaml") {
+        Ok(l) => match dataplane::plan::Plan::from_config(&l.config) {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
 }
 
 /// [`raw_config`] with `stream_type: socket` (kernel sockets).

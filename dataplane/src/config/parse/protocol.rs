@@ -117,19 +117,23 @@ fn ecpri_uplane(d: &mut Diagnostics, node: &Node, path: &str) -> Option<IqConfig
     })
 }
 
+/// `flavour: 64-48 | 64-40` of a SPEAD block (64-48, spead2's default, when left out).
+fn flavour(m: &mut MapReader, d: &mut Diagnostics) -> Flavour {
+    m.optional(d, "flavour", |d, n, p| {
+        r::choice(d, n, p, &["64-48", "64-40"]).map(|s| match s {
+            "64-40" => Flavour::SPEAD_64_40,
+            _ => Flavour::SPEAD_64_48,
+        })
+    })
+    .unwrap_or(Flavour::SPEAD_64_48)
+}
+
 /// The largest chunk: 4 GiB (each chunk is one allocation of heaps × heap bytes).
 const MAX_CHUNK_BYTES: u64 = 1 << 32;
 
 fn spead(d: &mut Diagnostics, node: &Node, path: &str) -> Option<SpeadConfig> {
     let mut m = MapReader::open(d, node, path)?;
-    let flavour = m
-        .optional(d, "flavour", |d, n, p| {
-            r::choice(d, n, p, &["64-48", "64-40"]).map(|s| match s {
-                "64-40" => Flavour::SPEAD_64_40,
-                _ => Flavour::SPEAD_64_48,
-            })
-        })
-        .unwrap_or(Flavour::SPEAD_64_48);
+    let flavour = flavour(&mut m, d);
     let heap_bytes = m.required(d, "heap_bytes", |d, n, p| {
         r::uint_in(d, n, p, 1, u64::from(u32::MAX))
     });
@@ -231,14 +235,7 @@ fn reserved_item_id(id: u64) -> bool {
 /// `spead: {flavour, max_packet_bytes, descriptors_every, items, udp}` of a TX queue.
 fn spead_send(d: &mut Diagnostics, node: &Node, path: &str) -> Option<SpeadSendConfig> {
     let mut m = MapReader::open(d, node, path)?;
-    let flavour = m
-        .optional(d, "flavour", |d, n, p| {
-            r::choice(d, n, p, &["64-48", "64-40"]).map(|s| match s {
-                "64-40" => Flavour::SPEAD_64_40,
-                _ => Flavour::SPEAD_64_48,
-            })
-        })
-        .unwrap_or(Flavour::SPEAD_64_48);
+    let flavour = flavour(&mut m, d);
     // spead2's default packet size: a 1500-byte MTU less the IPv4 and UDP headers.
     let max_packet_bytes = m
         .optional(d, "max_packet_bytes", |d, n, p| {
