@@ -203,11 +203,45 @@ impl IqDecoder {
                 r
             }
         };
+        if decoded.is_err() {
+            // A message can fail in a later section, after some samples were written.
+            batch.samples.truncate(first_sample);
+        }
+        self.account(decoded, first_sample, rx_timestamp_ns, &mut batch.packets)
+    }
+
+    /// Reads one packet's headers without decoding its samples (for a GPU to decode them
+    /// where they arrived): `ranges` gets where its stored samples lie in `packet`, and
+    /// `packets` its entry, its samples numbered from `first_sample`. Counted as
+    /// [`IqDecoder::decode`] counts.
+    pub fn locate(
+        &mut self,
+        packet: &[u8],
+        rx_timestamp_ns: u64,
+        first_sample: usize,
+        ranges: &mut super::StoredRanges,
+        packets: &mut Vec<IqPacket>,
+    ) -> Result<(), IqError> {
+        ranges.start_packet(packet);
+        let located = self.decode_into(packet, ranges);
+        if located.is_err() {
+            ranges.ranges.clear();
+        }
+        self.account(located, first_sample, rx_timestamp_ns, packets)
+    }
+
+    /// Counts a packet's outcome and, when it decoded, follows its stream's sequence and
+    /// adds its entry to `packets`.
+    fn account(
+        &mut self,
+        decoded: Result<IqHeader, IqError>,
+        first_sample: usize,
+        rx_timestamp_ns: u64,
+        packets: &mut Vec<IqPacket>,
+    ) -> Result<(), IqError> {
         let header = match decoded {
             Ok(h) => h,
             Err(e) => {
-                // A message can fail in a later section, after some samples were written.
-                batch.samples.truncate(first_sample);
                 match e {
                     IqError::NotIqData(_) => self.counters.packets_not_iq += 1,
                     IqError::Truncated { .. } => self.counters.packets_damaged += 1,
@@ -222,7 +256,7 @@ impl IqDecoder {
         self.follow_sequence(stream, sequence);
         self.counters.packets += 1;
         self.counters.samples += samples as u64;
-        batch.packets.push(IqPacket {
+        packets.push(IqPacket {
             header,
             first_sample,
             samples,
@@ -300,6 +334,43 @@ mod tests {
             },
             precision,
         )
+    }
+
+    /// Located packets give the same entries and counters as decoded ones, and their
+    /// ranges hold exactly the bytes the decoder turns into samples.
+    #[test]
+    fn located_ranges_are_the_decoded_samples_bytes() {
+        let samples: Vec<(i16, i16)> = (0..40).map(|k| (k * 3 - 50, 7 - k)).collect();
+        let packets = [vrt(1, 0, &samples), vrt(1, 1, &samples[..9]), vec![0xf0; 8]];
+        let (mut decoded, mut located) = (decoder(Precision::F32), decoder(Precision::F32));
+        let mut batch = IqBatch::new(Precision::F32);
+        let (mut ranges, mut entries, mut stored) = (
+            crate::protocol::iq::StoredRanges::default(),
+            Vec::new(),
+            Vec::new(),
+        );
+        let mut first = 0;
+        for p in &packets {
+            let a = decoded.decode(p, 5, &mut batch).is_ok();
+            let b = located
+                .locate(p, 5, first, &mut ranges, &mut entries)
+                .is_ok();
+            assert_eq!(a, b);
+            for &(at, len) in &ranges.ranges {
+                stored.extend_from_slice(&p[at..at + len]);
+            }
+            first = entries
+                .last()
+                .map_or(0, |e: &IqPacket| e.first_sample + e.samples);
+        }
+        assert_eq!(entries, batch.packets);
+        assert_eq!(located.counters(), decoded.counters());
+        let mut again = Vec::new();
+        for s in stored.chunks_exact(4) {
+            let (i, q) = SampleFormat::I16Be.sample(s);
+            again.extend_from_slice(&[i, q]);
+        }
+        assert_eq!(batch.samples, IqSamples::F32(again));
     }
 
     #[test]

@@ -75,6 +75,43 @@ impl SampleFormat {
 pub trait IqSink {
     /// Appends one complex sample.
     fn push(&mut self, i: f32, q: f32);
+
+    /// Sees the stored bytes of the whole samples (VITA-49) or PRBs (eCPRI) about to be
+    /// decoded, a sub-slice of the packet; true (the default) decodes them here through
+    /// [`IqSink::push`], false leaves them to be decoded elsewhere (on the GPU).
+    fn stored(&mut self, _bytes: &[u8]) -> bool {
+        true
+    }
+}
+
+/// A sink that decodes nothing: it notes where each run of stored samples lies in the
+/// packet (offset and length), for a GPU kernel to decode them where they arrived.
+#[derive(Debug, Default)]
+pub struct StoredRanges {
+    /// The packet's first byte's address, to turn sub-slices into offsets.
+    packet_start: usize,
+    /// `(offset, length)` of each run, in packet order.
+    pub ranges: Vec<(usize, usize)>,
+}
+
+impl StoredRanges {
+    /// Notes the runs of `packet` from here on (keeping earlier packets' ranges, whose
+    /// offsets are in their own packets: callers take them per packet).
+    pub fn start_packet(&mut self, packet: &[u8]) {
+        self.packet_start = packet.as_ptr() as usize;
+        self.ranges.clear();
+    }
+}
+
+impl IqSink for StoredRanges {
+    fn push(&mut self, _i: f32, _q: f32) {}
+
+    fn stored(&mut self, bytes: &[u8]) -> bool {
+        // The decoders pass sub-slices of the packet given to `start_packet`.
+        let offset = (bytes.as_ptr() as usize).wrapping_sub(self.packet_start);
+        self.ranges.push((offset, bytes.len()));
+        false
+    }
 }
 
 impl IqSink for Vec<f32> {
@@ -175,10 +212,13 @@ pub fn decode_vrt(
         });
     }
     let payload = &packet[at * 4..end * 4];
-    for s in payload.chunks_exact(format.bytes()) {
-        let (i, q) = format.sample(s);
-        out.push(i, q);
-        header.samples += 1;
+    let whole = &payload[..payload.len() / format.bytes() * format.bytes()];
+    header.samples = whole.len() / format.bytes();
+    if !whole.is_empty() && out.stored(whole) {
+        for s in whole.chunks_exact(format.bytes()) {
+            let (i, q) = format.sample(s);
+            out.push(i, q);
+        }
     }
     Ok(header)
 }
@@ -198,7 +238,8 @@ pub enum Compression {
 }
 
 impl Compression {
-    fn prb_bytes(self) -> usize {
+    /// Bytes of one PRB (12 complex samples) stored with this compression.
+    pub fn prb_bytes(self) -> usize {
         match self {
             Self::None => 12 * 4,
             Self::BlockFloatingPoint { iq_width } => 1 + (24 * usize::from(iq_width)).div_ceil(8),
@@ -293,8 +334,10 @@ pub fn decode_ecpri_uplane(
         if need > end {
             return Err(truncated("U-plane section PRBs", need));
         }
-        for prb in message[at..need].chunks_exact(per_prb) {
-            decode_prb(prb, compression, out);
+        if need > at && out.stored(&message[at..need]) {
+            for prb in message[at..need].chunks_exact(per_prb) {
+                decode_prb(prb, compression, out);
+            }
         }
         header.samples += prbs * 12;
         header.sections += 1;
