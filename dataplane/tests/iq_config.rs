@@ -134,6 +134,76 @@ fn bad_blocks_name_their_key() {
     assert!(e.contains("endian"), "an unknown key is named: {e}");
 }
 
+/// `sample_region`: the GPU decodes a burst into one of its buffers, so it must be GPU
+/// memory, fed from pinned receive buffers, and hold a burst's stored and decoded samples
+/// in each of at least three buffers.
+#[test]
+fn sample_regions_are_checked_when_planned() {
+    let with = |rx_kind: &str, samples: &str, protocol: &str| {
+        loopback(protocol).replace(
+            "{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}",
+            &format!(
+                "{{name: rx, kind: {rx_kind}, affinity: 0, num_bufs: 2048, buf_size: 2048}}\n    - {{name: samples, {samples}}}"
+            ),
+        )
+    };
+    // 32 packets of up to 2048 bytes: 512 16-bit samples each, 4096 bytes as f32.
+    let fits = "kind: device, affinity: 0, num_bufs: 3, buf_size: 131072";
+    let (iq, human) = planned(&with(
+        "host_pinned",
+        fits,
+        "vrt: {samples: i16_be, sample_region: samples}",
+    ));
+    assert!(iq.sample_region.is_some());
+    assert!(
+        human.contains("to complex f32 on the GPU into region samples"),
+        "{human}"
+    );
+    let cases = [
+        (
+            "host_pinned",
+            fits,
+            "vrt: {sample_region: nowhere}",
+            "no memory region named `nowhere`",
+        ),
+        (
+            "host_pinned",
+            "kind: host_pinned, affinity: 0, num_bufs: 3, buf_size: 131072",
+            "vrt: {sample_region: samples}",
+            "is host_pinned memory; the GPU decodes into device memory",
+        ),
+        (
+            "host",
+            fits,
+            "vrt: {sample_region: samples}",
+            "must receive into host_pinned memory, not host",
+        ),
+        (
+            "host_pinned",
+            "kind: device, affinity: 0, num_bufs: 3, buf_size: 131071",
+            "vrt: {sample_region: samples}",
+            "a burst of 32 packets of up to 2048 bytes needs 131072",
+        ),
+        (
+            "host_pinned",
+            "kind: device, affinity: 0, num_bufs: 2, buf_size: 131072",
+            "vrt: {sample_region: samples}",
+            "has 2 buffers; it needs 3",
+        ),
+        (
+            "host_pinned",
+            fits,
+            // 1-bit mantissas: 4 bytes a PRB of 12 samples, 96 bytes as f32.
+            "ecpri_uplane: {compression: block_floating_point, iq_width: 1, prbs_when_zero: 273, sample_region: samples}",
+            "needs 1572864",
+        ),
+    ];
+    for (rx_kind, samples, protocol, expected) in cases {
+        let e = errors(&with(rx_kind, samples, protocol));
+        assert!(e.contains(expected), "{expected}: {e}");
+    }
+}
+
 /// A VRT signal data packet with a stream id (type 1), no class id, timestamp or trailer.
 fn vrt(stream: u32, count: u8, samples: &[(i16, i16)]) -> Vec<u8> {
     let words = 2 + samples.len() as u32;

@@ -128,12 +128,99 @@ impl HeldBuffers {
     }
 
     #[cfg(feature = "cuda")]
+    /// Decodes the stored samples at the start of held buffer `from` into held buffer
+    /// `to` with `gpu` (`f32`, or half bits when `half`), and waits. Both must be GPU
+    /// memory, different buffers, and hold what `decode` reads and writes; anything else
+    /// is refused before the kernel starts.
+    pub fn gpu_decode_iq(
+        &mut self,
+        gpu: &mut gpudirect::Gpu,
+        (from, to): (usize, usize),
+        decode: GpuIqDecode,
+        half: bool,
+    ) -> Result<(), String> {
+        if self.kind() != MemoryKind::Device {
+            return Err("GPU decoding reads and writes GPU memory only".into());
+        }
+        let (read, values) = decode.sizes();
+        let written = values.saturating_mul(if half { 2 } else { 4 });
+        let (Some(src), Some(dst)) = (self.address(from), self.address(to)) else {
+            return Err(format!("buffers {from} and {to} are not both held"));
+        };
+        if from == to || read > self.len as u64 || written > self.len as u64 {
+            return Err(format!(
+                "decoding {read} stored bytes of buffer {from} into {written} bytes of buffer {to} does not fit buffers of {} bytes",
+                self.len
+            ));
+        }
+        // SAFETY: both buffers are held device buffers of this owner, distinct, and hold
+        // the bytes the kernel reads and writes (checked above); nothing else writes them,
+        // and the call syncs before returning.
+        let launched = unsafe {
+            match decode {
+                GpuIqDecode::Fixed { storage, samples } => {
+                    gpu.decode_fixed_iq(src, samples, storage, half, dst)
+                }
+                GpuIqDecode::BlockFloatingPoint { prbs, iq_width } => {
+                    gpu.decode_bfp(src, prbs, u32::from(iq_width), half, dst)
+                }
+            }
+        };
+        launched.map_err(|e| e.to_string())?;
+        gpu.sync().map_err(|e| e.to_string())
+    }
+
+    #[cfg(feature = "cuda")]
     fn pinned_source(&self, src: &[u8]) -> bool {
         let (start, len) = (src.as_ptr() as u64, src.len() as u64);
         self.regions.iter().any(|r| {
             let (base, size) = r.extent();
             r.kind() == MemoryKind::HostPinned && start >= base && start + len <= base + size as u64
         })
+    }
+}
+
+/// What [`HeldBuffers::gpu_decode_iq`] decodes: fixed-point complex samples or block
+/// floating point PRBs, stored back to back.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuIqDecode {
+    /// `samples` complex samples stored as `storage`.
+    Fixed {
+        /// How I and Q are stored.
+        storage: gpudirect::SampleStorage,
+        /// Complex samples.
+        samples: u64,
+    },
+    /// `prbs` PRBs of an exponent byte and 24 mantissas of `iq_width` bits.
+    BlockFloatingPoint {
+        /// PRBs.
+        prbs: u32,
+        /// Bits per mantissa (1 to 16).
+        iq_width: u8,
+    },
+}
+
+#[cfg(feature = "cuda")]
+impl GpuIqDecode {
+    /// Stored bytes read and values (I or Q) written.
+    fn sizes(self) -> (u64, u64) {
+        match self {
+            Self::Fixed { storage, samples } => {
+                let per_sample = match storage {
+                    gpudirect::SampleStorage::I8 => 2,
+                    _ => 4,
+                };
+                (
+                    samples.saturating_mul(per_sample),
+                    samples.saturating_mul(2),
+                )
+            }
+            Self::BlockFloatingPoint { prbs, iq_width } => {
+                let per_prb = 1 + (24 * u64::from(iq_width)).div_ceil(8);
+                (u64::from(prbs) * per_prb, u64::from(prbs) * 24)
+            }
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 
 mod backing;
 mod held;
+#[cfg(feature = "cuda")]
+pub use held::GpuIqDecode;
 pub use held::HeldBuffers;
 pub mod pool;
 

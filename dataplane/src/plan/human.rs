@@ -82,7 +82,17 @@ impl Plan {
                     }
                     extra.push(line);
                 }
-                Some(super::ProtocolPlan::Iq(iq)) => extra.push(iq_human(iq)),
+                Some(super::ProtocolPlan::Iq(iq)) => {
+                    let mut line = iq_human(iq);
+                    if let Some(r) = iq.sample_region {
+                        let _ = write!(
+                            line,
+                            " on the GPU into region {}",
+                            self.regions[r.index()].name
+                        );
+                    }
+                    extra.push(line);
+                }
                 Some(super::ProtocolPlan::SpeadSend(sp)) => extra.push(spead_send_human(sp)),
                 None => {}
             }

@@ -298,6 +298,9 @@ pub struct IqPlan {
     /// The queue receives Ethernet frames (raw engines), whose UDP payload is the packet;
     /// else datagrams (sockets), which are.
     pub frames: bool,
+    /// The GPU memory region the samples are decoded into (`sample_region`), one burst a
+    /// buffer; `None`: decoded by the CPU.
+    pub sample_region: Option<RegionId>,
 }
 
 /// An RX queue's SPEAD stream: packets decoded with `flavour`, heaps placed by

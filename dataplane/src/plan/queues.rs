@@ -211,6 +211,7 @@ impl QueueAt<'_> {
                 format: iq.format,
                 precision: iq.precision,
                 frames,
+                sample_region: self.sample_region(iq, segments[0])?,
             }),
         }))
     }
@@ -315,6 +316,53 @@ impl QueueAt<'_> {
         {
             return Err(self.bad(format!(
                 "protocol.spead.chunk_region: `{name}` is GPU memory, which the GPU fills from the packets where they arrived: the queue's region must be host_pinned"
+            )));
+        }
+        Ok(Some(id))
+    }
+
+    /// A radio queue's `sample_region`: GPU memory, one buffer per burst, each holding a
+    /// burst's stored samples (gathered there first) and its decoded ones; the GPU reads
+    /// the samples where they arrived, so the queue receives into pinned memory. Three
+    /// buffers at least: the gathering one, one filling, one the application holds.
+    fn sample_region(
+        &self,
+        iq: &crate::config::IqConfig,
+        segment: RegionId,
+    ) -> Result<Option<RegionId>, PlanError> {
+        let Some(name) = &iq.sample_region else {
+            return Ok(None);
+        };
+        let at = |m: String| self.bad(format!("protocol sample_region: {m}"));
+        let id = region_id(self.regions, name)
+            .ok_or_else(|| at(format!("no memory region named `{name}`")))?;
+        let r = &self.regions[id.index()];
+        if r.kind != MemoryKind::Device {
+            return Err(at(format!(
+                "`{name}` is {} memory; the GPU decodes into device memory (leave sample_region out to decode on the CPU)",
+                r.kind.name()
+            )));
+        }
+        if self.kind_of(segment) != MemoryKind::HostPinned {
+            return Err(at(format!(
+                "the GPU reads the samples where they arrive, so the queue must receive into host_pinned memory, not {}",
+                self.kind_of(segment).name()
+            )));
+        }
+        let packet = self.regions[segment.index()].buf_size as u64;
+        let burst_in = u64::from(self.q.batch_size) * packet;
+        let burst_out = u64::from(self.q.batch_size) * iq_output_bytes(iq, packet);
+        let need = burst_in.max(burst_out);
+        if (r.buf_size as u64) < need {
+            return Err(at(format!(
+                "buffers of `{name}` hold {} bytes; a burst of {} packets of up to {packet} bytes needs {need}",
+                r.buf_size, self.q.batch_size
+            )));
+        }
+        if r.num_bufs < 3 {
+            return Err(at(format!(
+                "`{name}` has {} buffers; it needs 3 (gathering, filling, held by the application)",
+                r.num_bufs
             )));
         }
         Ok(Some(id))
@@ -453,4 +501,18 @@ impl QueueAt<'_> {
             ))),
         }
     }
+}
+
+/// The most decoded bytes one packet of `packet` bytes gives in `iq`'s format.
+fn iq_output_bytes(iq: &crate::config::IqConfig, packet: u64) -> u64 {
+    use crate::protocol::iq::{IqFormat, Precision};
+    let per_value = match iq.precision {
+        Precision::F32 => 4,
+        Precision::F16 => 2,
+    };
+    let samples = match iq.format {
+        IqFormat::Vrt { samples } => packet / samples.bytes() as u64,
+        IqFormat::EcpriUplane { compression, .. } => packet / compression.prb_bytes() as u64 * 12,
+    };
+    samples * 2 * per_value
 }

@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+mod gpu;
 mod handler;
 mod iq;
 mod queues;
@@ -12,7 +13,7 @@ mod stats;
 mod stream;
 
 pub use handler::{Handler, HandlerError, HandlerQueues, HandlerTx};
-pub use iq::IqStream;
+pub use iq::{IqGpuBatch, IqStream};
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
 pub use spead::SpeadStream;
 pub use spead_send::{HeapItem, SpeadSendCounters, SpeadSendError, SpeadSender};
@@ -510,7 +511,13 @@ impl DataPlane {
             return None;
         };
         let rx = self.take_rx_queue(interface, queue)?;
-        Some(IqStream::new(rx, &plan))
+        match IqStream::new(rx, &plan, &self.regions) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!("radio queue {interface}/{queue}: {e}");
+                None
+            }
+        }
     }
 
     /// Takes a TX queue whose configuration has `protocol: {spead: ...}` as a sender of

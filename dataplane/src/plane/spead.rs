@@ -1,6 +1,7 @@
 //! An RX queue whose packets carry SPEAD (`protocol: {spead: ...}`), taken as chunks: the
 //! queue's bursts are decoded and placed where the application polls, on its thread.
 
+use super::gpu::{PlaneGpu, copy_on_gpu, open_gpu};
 use super::queues::{RecvError, RxQueue};
 use crate::config::MemoryKind;
 use crate::memory::{HeldBuffers, RegionId, RegionSet};
@@ -47,41 +48,7 @@ pub struct SpeadStream {
 struct ChunkRegion {
     buffers: HeldBuffers,
     /// GPU memory: the GPU copies each payload from the packet's pinned buffer.
-    gpu: Option<ChunkGpu>,
-}
-
-#[cfg(feature = "cuda")]
-type ChunkGpu = gpudirect::Gpu;
-/// Without CUDA there is no GPU memory to fill.
-#[cfg(not(feature = "cuda"))]
-enum ChunkGpu {}
-
-#[cfg(feature = "cuda")]
-fn chunk_gpu(ordinal: u32) -> Result<ChunkGpu, String> {
-    gpudirect::Gpu::new(ordinal).map_err(|e| e.to_string())
-}
-
-#[cfg(not(feature = "cuda"))]
-fn chunk_gpu(_ordinal: u32) -> Result<ChunkGpu, String> {
-    Err("chunks in GPU memory need the cuda feature".into())
-}
-
-#[cfg(feature = "cuda")]
-fn copy_on_gpu(
-    buffers: &mut HeldBuffers,
-    gpu: &mut ChunkGpu,
-    copies: &[(&[u8], usize, usize)],
-) -> Result<(), String> {
-    buffers.gpu_copy(gpu, copies)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn copy_on_gpu(
-    _buffers: &mut HeldBuffers,
-    gpu: &mut ChunkGpu,
-    _copies: &[(&[u8], usize, usize)],
-) -> Result<(), String> {
-    match *gpu {}
+    gpu: Option<PlaneGpu>,
 }
 
 impl ChunkRegion {
@@ -90,7 +57,7 @@ impl ChunkRegion {
         let chunk_bytes = p.heaps_per_chunk as usize * p.heap_bytes as usize;
         let buffers = HeldBuffers::take_all(regions, id, chunk_bytes)?;
         let gpu = match buffers.kind() {
-            MemoryKind::Device => Some(chunk_gpu(buffers.affinity())?),
+            MemoryKind::Device => Some(open_gpu(buffers.affinity())?),
             _ => None,
         };
         Ok(Self { buffers, gpu })

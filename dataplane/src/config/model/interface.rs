@@ -498,13 +498,16 @@ pub struct UdpEndpoints {
 }
 
 /// `protocol: {vrt: {...}}` or `{ecpri_uplane: {...}}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IqConfig {
     /// The packets' format: `vrt` with `samples`, or `ecpri_uplane` with `compression`,
     /// `iq_width` and `prbs_when_zero`.
     pub format: crate::protocol::iq::IqFormat,
     /// `precision`: `f32` (default) or `f16`.
     pub precision: crate::protocol::iq::Precision,
+    /// `sample_region`: a `device` region whose buffers receive the decoded samples, one
+    /// burst a buffer, decoded by the GPU. Left out: decoded by the CPU into the batch.
+    pub sample_region: Option<String>,
 }
 
 /// `protocol: {spead: {...}}`.

@@ -46,7 +46,8 @@ fn precision(m: &mut MapReader, d: &mut Diagnostics) -> Precision {
     .unwrap_or_default()
 }
 
-/// `vrt: {samples: i8 | i16_be | i16_le, precision}` (16-bit big-endian by default).
+/// `vrt: {samples: i8 | i16_be | i16_le, precision, sample_region}` (16-bit big-endian
+/// by default).
 fn vrt(d: &mut Diagnostics, node: &Node, path: &str) -> Option<IqConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let samples = m
@@ -59,15 +60,17 @@ fn vrt(d: &mut Diagnostics, node: &Node, path: &str) -> Option<IqConfig> {
         })
         .unwrap_or(SampleFormat::I16Be);
     let precision = precision(&mut m, d);
+    let sample_region = m.optional(d, "sample_region", r::name);
     m.finish(d);
     Some(IqConfig {
         format: IqFormat::Vrt { samples },
         precision,
+        sample_region,
     })
 }
 
 /// `ecpri_uplane: {compression: none | block_floating_point, iq_width (block floating
-/// point only), prbs_when_zero, precision}`.
+/// point only), prbs_when_zero, precision, sample_region}`.
 fn ecpri_uplane(d: &mut Diagnostics, node: &Node, path: &str) -> Option<IqConfig> {
     let mut m = MapReader::open(d, node, path)?;
     let bfp = m
@@ -83,6 +86,7 @@ fn ecpri_uplane(d: &mut Diagnostics, node: &Node, path: &str) -> Option<IqConfig
         .required(d, "prbs_when_zero", |d, n, p| r::uint_in(d, n, p, 1, 273))
         .map(|n| n as u16);
     let precision = precision(&mut m, d);
+    let sample_region = m.optional(d, "sample_region", r::name);
     m.finish(d);
     let compression = match (bfp?, iq_width) {
         (true, Some(w)) => Compression::BlockFloatingPoint { iq_width: w as u8 },
@@ -114,6 +118,7 @@ fn ecpri_uplane(d: &mut Diagnostics, node: &Node, path: &str) -> Option<IqConfig
             prbs_when_zero: prbs_when_zero?,
         },
         precision,
+        sample_region,
     })
 }
 
