@@ -139,6 +139,41 @@ pub(crate) enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Send a pcap or pcapng capture on a TX queue: at its original gaps (the queue's
+    /// interface needs `tx.accurate_send: true`), faster or slower with --speed, evenly
+    /// with --pps, or --unpaced; --loops repeats it. Reports the send-time error (how
+    /// late packets went against their times), which bounds the gap error. A socket queue
+    /// sends each frame's UDP payload.
+    Replay {
+        /// YAML configuration.
+        file: PathBuf,
+        /// The capture (pcap or pcapng).
+        capture: PathBuf,
+        /// The TX queue's interface (default: the first with a TX queue).
+        #[arg(long)]
+        interface: Option<String>,
+        /// The TX queue's id.
+        #[arg(long, default_value_t = 0)]
+        queue: u16,
+        /// Speed-up of the capture's gaps (2 sends twice as fast).
+        #[arg(long, conflicts_with_all = ["pps", "unpaced"])]
+        speed: Option<f64>,
+        /// Evenly at this many packets per second instead of the capture's gaps.
+        #[arg(long, conflicts_with = "unpaced")]
+        pps: Option<f64>,
+        /// As fast as the queue takes them (no send times).
+        #[arg(long)]
+        unpaced: bool,
+        /// Times through the capture.
+        #[arg(long, default_value_t = 1)]
+        loops: u32,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// No human report (the exit code, and `--json`, remain).
+        #[arg(long, short)]
+        quiet: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -427,6 +462,7 @@ impl Command {
             Command::Csv { .. } => ("csv", None),
             Command::Hugepages(_) => ("hugepages", None),
             Command::Capture { file, .. } => ("capture", Some(file)),
+            Command::Replay { file, .. } => ("replay", Some(file)),
             Command::Bench(b) => match b {
                 Bench::Raw { file, .. } => ("bench raw", Some(file)),
                 Bench::Fwd { file, .. } => ("bench fwd", Some(file)),

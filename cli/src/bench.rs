@@ -249,7 +249,7 @@ pub(crate) fn bench_with_signals(command: &Command) -> bool {
             | Bench::Spead { .. }
             | Bench::DynamicFlows { .. },
         ) => true,
-        Command::Capture { .. } => true,
+        Command::Capture { .. } | Command::Replay { .. } => true,
         #[cfg(feature = "rdma")]
         Command::Bench(Bench::Rdma { .. }) => true,
         _ => false,

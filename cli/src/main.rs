@@ -22,6 +22,7 @@ mod envelope;
 
 mod logging;
 mod progress;
+mod replay;
 
 mod signals;
 
@@ -86,6 +87,26 @@ fn main() -> ExitCode {
             format,
             (tx, target_gbps),
             seconds,
+            Output { json, quiet },
+            &signals,
+        ),
+        Command::Replay {
+            file,
+            capture,
+            interface,
+            queue,
+            speed,
+            pps,
+            unpaced,
+            loops,
+            json,
+            quiet,
+        } => replay::run(
+            &file,
+            &capture,
+            (interface.as_deref(), queue),
+            replay::pace(speed, pps, unpaced),
+            loops,
             Output { json, quiet },
             &signals,
         ),

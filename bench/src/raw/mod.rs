@@ -19,6 +19,7 @@ mod check;
 mod generate;
 mod inline;
 mod report;
+pub use report::duration_text;
 mod verdict;
 
 use check::*;

@@ -178,7 +178,7 @@ impl RawReport {
 /// Nanoseconds in the unit that fits them, three significant digits (`850 ns`, `3.16 ms`):
 /// latencies span decades, and eight-digit nanosecond counts are hard to read. The exact
 /// values are in the JSON report.
-fn duration_text(ns: u64) -> String {
+pub fn duration_text(ns: u64) -> String {
     let units = [(1e9, "s"), (1e6, "ms"), (1e3, "us")];
     let Some(&(scale, unit)) = units.iter().find(|(scale, _)| ns as f64 >= *scale) else {
         return format!("{ns} ns");

@@ -18,11 +18,17 @@
 //! buffer to the file with one cuFile write (GPUDirect Storage, or cuFile's compatibility
 //! mode where the machine has no GDS driver); the record headers of pcap and pcapng are
 //! written around it from the host. A host sink counts packets in GPU memory as `not_host`.
+//!
+//! [`read_capture`] reads a pcap or pcapng file back, for replay
+//! (`crate::plane::replay`).
 
 #![deny(unsafe_code)]
 
 #[cfg(feature = "cuda")]
 mod gpu;
+mod read;
+
+pub use read::{CapturedFrame, ReadError, read_capture};
 
 use crate::burst::Burst;
 use pcap_file::DataLink;

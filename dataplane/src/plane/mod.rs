@@ -6,6 +6,7 @@ mod gpu;
 mod handler;
 mod iq;
 mod queues;
+pub mod replay;
 mod spead;
 mod spead_send;
 mod start;
@@ -449,6 +450,7 @@ impl DataPlane {
                 refuses_gpu_memory: false,
                 link: None,
                 lateness: None,
+                sends_at_time: false,
             }),
             state: e.state,
             worker_failed: std::sync::OnceLock::new(),

@@ -220,6 +220,8 @@ pub struct TxQueue {
     pub(super) refuses_gpu_memory: bool,
     pub(super) link: Option<Arc<Link>>,
     pub(super) lateness: Option<Arc<crate::worker::SendLateness>>,
+    /// The queue sends no packet before its `timestamp_ns` (`accurate_send`).
+    pub(super) sends_at_time: bool,
 }
 
 impl TxQueue {
@@ -406,6 +408,12 @@ impl TxQueue {
     /// times so far (`None` when the device sends at the times itself).
     pub fn send_lateness(&self) -> Option<crate::worker::LatenessSummary> {
         self.lateness.as_ref().map(|l| l.summary())
+    }
+
+    /// True when the queue sends no packet before its `timestamp_ns` (`accurate_send`,
+    /// by the device or by the worker).
+    pub fn sends_at_time(&self) -> bool {
+        self.sends_at_time
     }
 
     /// Bursts waiting in the ring for the worker.

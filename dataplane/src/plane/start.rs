@@ -427,6 +427,7 @@ impl<'a> QueueBuild<'a> {
                     && !self.regions.iter().all(|r| r.host_accessible()),
                 link: self.engine.link(port, Direction::Tx, q.id),
                 lateness: lateness.clone(),
+                sends_at_time: q.send_at_time,
             },
         );
         let mut task = TxTask::new(self.engine.tx_port(port, q.id, c.clone())?, consumer, c);
