@@ -101,7 +101,8 @@ pub(crate) fn run(
         return ExitCode::FAILURE;
     };
     // What the plane receives meanwhile is taken and counted, so that its RX queues
-    // (a loopback's, a port's) never hold the buffers the replay needs.
+    // (a loopback's, a port's) never hold the buffers the replay needs; a queue with
+    // `capture:` writes it (capture, replay, capture again).
     let receivers = drain_rx_queues(&mut plane, &config);
     let options = ReplayOptions {
         pace,
@@ -162,6 +163,12 @@ fn drain_rx_queues(plane: &mut dataplane::DataPlane, config: &Config) -> Receive
                 }
                 if idle {
                     std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            }
+            // A queue with `capture:` wrote what it took: close its file.
+            for rx in &mut queues {
+                if let Some(Err(e)) = rx.finish_capture() {
+                    eprintln!("error: capture of {} queue {}: {e}", rx.interface, rx.queue.0);
                 }
             }
             received
