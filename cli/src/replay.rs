@@ -168,7 +168,10 @@ fn drain_rx_queues(plane: &mut dataplane::DataPlane, config: &Config) -> Receive
             // A queue with `capture:` wrote what it took: close its file.
             for rx in &mut queues {
                 if let Some(Err(e)) = rx.finish_capture() {
-                    eprintln!("error: capture of {} queue {}: {e}", rx.interface, rx.queue.0);
+                    eprintln!(
+                        "error: capture of {} queue {}: {e}",
+                        rx.interface, rx.queue.0
+                    );
                 }
             }
             received

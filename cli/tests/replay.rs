@@ -129,3 +129,56 @@ fn a_capture_is_replayed_paced_at_a_rate_and_in_loops() {
     assert_eq!(code, 1);
     assert!(stderr.contains("no interface named `eth9`"), "{stderr}");
 }
+
+/// On a socket queue the replay sends each frame's UDP payload as a datagram: a UDP
+/// socket of the test receives every one, in order, byte for byte.
+#[test]
+fn a_socket_queue_replays_the_frames_payloads_as_datagrams() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    listener
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cfg = dir.path().join("socket.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: socket
+    master_core: 0
+    memory_regions:
+    - {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+    interfaces:
+    - name: out
+      address: 127.0.0.1
+      socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
+      tx:
+        accurate_send: true
+        queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 16, memory_regions: [tx]}}]
+"#
+        ),
+    )
+    .unwrap();
+    let capture = dir.path().join("in.pcap");
+    std::fs::write(&capture, pcap(200)).unwrap();
+    let (code, stdout, stderr) = replay(&[
+        cfg.to_str().unwrap(),
+        capture.to_str().unwrap(),
+        "--speed",
+        "4",
+        "--json",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(result(&stdout)["packets"], 200);
+    let mut buf = [0u8; 2048];
+    for i in 0..200u32 {
+        let n = listener.recv(&mut buf).expect("every datagram arrives");
+        let want: Vec<u8> = (0..64 + i % 200).map(|k| (k ^ i) as u8).collect();
+        assert!(buf[..n] == want[..], "datagram {i}");
+    }
+}
