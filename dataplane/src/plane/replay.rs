@@ -214,6 +214,7 @@ pub fn replay(
             return Err(ReplayError::TooLong { index, len, room });
         }
     }
+    let measured_before = tx.send_lateness().map_or(0, |l| l.packets);
     let (offsets, period) = schedule(frames, options.pace);
     let clock = WallClock::new();
     let start = clock.now_ns() + options.lead.as_nanos() as u64;
@@ -263,8 +264,11 @@ pub fn replay(
         while clock.now_ns() < last_due + 2_000_000 && !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let mut drained = Backoff::new(Duration::from_secs(1));
-        while tx.pending() > 0 && !drained.expired() {
+        // A loaded machine may run the worker late: wait (a while) until it has sent, and
+        // measured, every packet of this replay.
+        let measured = |tx: &TxQueue| tx.send_lateness().map_or(u64::MAX, |l| l.packets);
+        let mut drained = Backoff::new(Duration::from_secs(5));
+        while measured(tx) < measured_before + report.packets && !drained.expired() {
             drained.pause();
         }
         report.send_error = tx.send_lateness();
