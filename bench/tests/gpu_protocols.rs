@@ -177,7 +177,7 @@ dataplane:
     master_core: 0
     loopback: "sw"
     memory_regions:
-    - {name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}
+    - {name: tx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}
     - {name: rx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}
     - {name: chunks, kind: device, affinity: 0, num_bufs: 3, buf_size: 24000}
     interfaces:
@@ -410,7 +410,7 @@ dataplane:
     master_core: 0
     loopback: "sw"
     memory_regions:
-    - {{name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
+    - {{name: tx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}}
     - {{name: rx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}}
     - {{name: samples, kind: device, affinity: 0, num_bufs: 4, buf_size: 1048576}}
     interfaces:

@@ -139,13 +139,19 @@ fn bad_blocks_name_their_key() {
 /// in each of at least three buffers.
 #[test]
 fn sample_regions_are_checked_when_planned() {
+    // The loopback hands TX buffers to RX: the packets arrive in both regions.
     let with = |rx_kind: &str, samples: &str, protocol: &str| {
-        loopback(protocol).replace(
-            "{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}",
-            &format!(
-                "{{name: rx, kind: {rx_kind}, affinity: 0, num_bufs: 2048, buf_size: 2048}}\n    - {{name: samples, {samples}}}"
-            ),
-        )
+        loopback(protocol)
+            .replace(
+                "{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}",
+                &format!(
+                    "{{name: rx, kind: {rx_kind}, affinity: 0, num_bufs: 2048, buf_size: 2048}}\n    - {{name: samples, {samples}}}"
+                ),
+            )
+            .replace(
+                "{name: tx, kind: host,",
+                &format!("{{name: tx, kind: {rx_kind},"),
+            )
     };
     // 32 packets of up to 2048 bytes: 512 16-bit samples each, 4096 bytes as f32.
     let fits = "kind: device, affinity: 0, num_bufs: 3, buf_size: 131072";
@@ -176,7 +182,7 @@ fn sample_regions_are_checked_when_planned() {
             "host",
             fits,
             "vrt: {sample_region: samples}",
-            "must receive into host_pinned memory, not host",
+            "must receive into host_pinned memory",
         ),
         (
             "host_pinned",
@@ -198,6 +204,13 @@ fn sample_regions_are_checked_when_planned() {
             "needs 1572864",
         ),
     ];
+    let tx_host = with("host_pinned", fits, "vrt: {sample_region: samples}")
+        .replace("{name: tx, kind: host_pinned,", "{name: tx, kind: host,");
+    assert!(
+        errors(&tx_host).contains("on the loopback, the TX queues' buffers arrive"),
+        "{}",
+        errors(&tx_host)
+    );
     for (rx_kind, samples, protocol, expected) in cases {
         let e = errors(&with(rx_kind, samples, protocol));
         assert!(e.contains(expected), "{expected}: {e}");

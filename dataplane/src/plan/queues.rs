@@ -12,6 +12,19 @@ pub(super) fn queues(
     let mut out = Vec::new();
     for (i, iface) in config.interfaces.iter().enumerate() {
         let gpu_source = gpu_source(regions, capabilities, iface);
+        // Where RX packets arrive besides the RX queue's own region: in the TX queues'
+        // buffers, on an engine that hands them over.
+        let tx_regions: Vec<RegionId> = if capabilities.tx_buffers_reach_rx {
+            iface
+                .tx
+                .iter()
+                .flat_map(|t| &t.queues)
+                .filter_map(|t| t.memory_regions.first())
+                .filter_map(|n| region_id(regions, n))
+                .collect()
+        } else {
+            Vec::new()
+        };
         for (dir, queues) in [
             (Direction::Rx, iface.rx.as_ref().map(|r| &r.queues)),
             (Direction::Tx, iface.tx.as_ref().map(|t| &t.queues)),
@@ -23,6 +36,7 @@ pub(super) fn queues(
                     iface,
                     dir,
                     q,
+                    tx_regions: &tx_regions,
                 };
                 out.push(at.plan(i, qi, gpu_source)?);
             }
@@ -67,6 +81,8 @@ struct QueueAt<'a> {
     iface: &'a InterfaceConfig,
     dir: Direction,
     q: &'a QueueConfig,
+    /// The interface's TX regions when the engine hands TX buffers to RX.
+    tx_regions: &'a [RegionId],
 }
 
 impl QueueAt<'_> {
@@ -309,13 +325,9 @@ impl QueueAt<'_> {
                 "protocol.spead.chunk_region: `{name}` receives the queue's packets; chunks need a region of their own"
             )));
         }
-        if r.kind == MemoryKind::Device
-            && segments
-                .iter()
-                .any(|&s| self.kind_of(s) != MemoryKind::HostPinned)
-        {
+        if r.kind == MemoryKind::Device && !self.arrives_pinned(segments) {
             return Err(self.bad(format!(
-                "protocol.spead.chunk_region: `{name}` is GPU memory, which the GPU fills from the packets where they arrived: the queue's region must be host_pinned"
+                "protocol.spead.chunk_region: `{name}` is GPU memory, which the GPU fills from the packets where they arrived: the queue's region must be host_pinned (on the loopback, the TX queues' too)"
             )));
         }
         Ok(Some(id))
@@ -343,11 +355,10 @@ impl QueueAt<'_> {
                 r.kind.name()
             )));
         }
-        if self.kind_of(segment) != MemoryKind::HostPinned {
-            return Err(at(format!(
-                "the GPU reads the samples where they arrive, so the queue must receive into host_pinned memory, not {}",
-                self.kind_of(segment).name()
-            )));
+        if !self.arrives_pinned(&[segment]) {
+            return Err(at(
+                "the GPU reads the samples where they arrive, so the queue must receive into host_pinned memory (on the loopback, the TX queues' buffers arrive: host_pinned too)".into(),
+            ));
         }
         let packet = self.regions[segment.index()].buf_size as u64;
         let burst_in = u64::from(self.q.batch_size) * packet;
@@ -376,6 +387,15 @@ impl QueueAt<'_> {
             queue: QueueId(self.q.id),
             reason,
         }
+    }
+
+    /// True when an RX queue's packets arrive in pinned memory only: its own regions,
+    /// and the TX queues' where the engine hands those buffers over.
+    fn arrives_pinned(&self, segments: &[RegionId]) -> bool {
+        segments
+            .iter()
+            .chain(self.tx_regions)
+            .all(|&s| self.kind_of(s) == MemoryKind::HostPinned)
     }
 
     fn kind_of(&self, r: RegionId) -> MemoryKind {
