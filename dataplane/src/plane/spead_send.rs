@@ -196,8 +196,12 @@ impl SpeadSender {
         Ok(cnt)
     }
 
-    /// Sends a heap of every item descriptor now (besides when the plan makes them due).
+    /// Sends a heap of every item descriptor now (besides when the plan makes them due);
+    /// nothing when the plan declares none.
     pub fn send_descriptors(&mut self) -> Result<(), SpeadSendError> {
+        if self.descriptors.is_empty() {
+            return Ok(());
+        }
         self.pointers.clear();
         self.payload.clear();
         for d in &self.descriptors {
