@@ -14,6 +14,25 @@ mod gpu_common;
 use gpu_common::{Rng, gpu_alone};
 use gpudirect::{DeviceBuffer, Gpu};
 
+/// Checks a kernel's output bytes against its CPU twin's values, bit for bit: half bits
+/// when `half`, else `f32`.
+fn assert_same_values(got: &[u8], half: bool, (want, want_half): (&[f32], &[u16]), case: &str) {
+    if half {
+        let got: Vec<u16> = got
+            .chunks_exact(2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, want_half, "{case}, half");
+    } else {
+        let got: Vec<u32> = got
+            .chunks_exact(4)
+            .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+            .collect();
+        let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "{case}, f32");
+    }
+}
+
 /// The block floating point kernel against its CPU twin (`dataplane::protocol::iq`):
 /// random PRBs of every mantissa width, every exponent, as `f32` and as half bits.
 #[test]
@@ -53,20 +72,7 @@ fn the_bfp_kernel_matches_the_cpu_decoder_bit_for_bit() {
             gpu.sync().unwrap();
             let mut got = vec![0u8; PRBS * 24 * if half { 2 } else { 4 }];
             out.read(0, &mut got).unwrap();
-            if half {
-                let got: Vec<u16> = got
-                    .chunks_exact(2)
-                    .map(|b| u16::from_ne_bytes([b[0], b[1]]))
-                    .collect();
-                assert_eq!(got, want_half.0, "width {width}, half");
-            } else {
-                let got: Vec<u32> = got
-                    .chunks_exact(4)
-                    .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
-                    .collect();
-                let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
-                assert_eq!(got, want, "width {width}, f32");
-            }
+            assert_same_values(&got, half, (&want, &want_half.0), &format!("width {width}"));
         }
     }
 }
@@ -138,21 +144,8 @@ fn the_fixed_point_kernel_matches_the_vrt_and_ecpri_decoders_bit_for_bit() {
             gpu.sync().unwrap();
             let mut got = vec![0u8; SAMPLES * 2 * if half { 2 } else { 4 }];
             out.read(0, &mut got).unwrap();
-            let case = format!("{format:?}, eCPRI {ecpri}, half {half}");
-            if half {
-                let got: Vec<u16> = got
-                    .chunks_exact(2)
-                    .map(|b| u16::from_ne_bytes([b[0], b[1]]))
-                    .collect();
-                assert_eq!(got, want_half.0, "{case}");
-            } else {
-                let got: Vec<u32> = got
-                    .chunks_exact(4)
-                    .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
-                    .collect();
-                let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
-                assert_eq!(got, want, "{case}");
-            }
+            let case = format!("{format:?}, eCPRI {ecpri}");
+            assert_same_values(&got, half, (&want, &want_half.0), &case);
         }
     }
 }

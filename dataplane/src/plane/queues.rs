@@ -421,6 +421,18 @@ impl TxQueue {
         self.ring.buffer().capacity() - self.ring.slots()
     }
 
+    /// As [`TxQueue::alloc`], waiting up to `timeout` while the pool is empty (the worker
+    /// gives buffers back as it sends), spinning, then yielding, then sleeping.
+    pub fn alloc_within(&self, count: usize, timeout: Duration) -> Result<Burst, TxFailure> {
+        let mut wait = Backoff::new(timeout);
+        loop {
+            match self.alloc(count) {
+                Err(TxFailure::PoolEmpty) if !wait.expired() => wait.pause(),
+                other => return other,
+            }
+        }
+    }
+
     /// As [`TxQueue::send`], waiting up to `timeout` for room in a full ring (spinning,
     /// then yielding, then sleeping in growing steps). Fails at once for every other
     /// reason, with [`TxFailure::Stopped`] once the plane is shut down, so a sender never

@@ -201,6 +201,8 @@ pub fn replay(
         });
     }
     let room = tx.segment_sizes().first().copied().unwrap_or(0);
+    // Each frame's bytes to send, checked once before anything goes out.
+    let mut sendable = Vec::with_capacity(frames.len());
     for (index, f) in frames.iter().enumerate() {
         if f.bytes.len() < f.original_len as usize {
             return Err(ReplayError::Truncated {
@@ -209,10 +211,15 @@ pub fn replay(
                 original: f.original_len,
             });
         }
-        let len = bytes_of(f, index, options.payload_only)?.len();
-        if len > room {
-            return Err(ReplayError::TooLong { index, len, room });
+        let bytes = bytes_of(f, index, options.payload_only)?;
+        if bytes.len() > room {
+            return Err(ReplayError::TooLong {
+                index,
+                len: bytes.len(),
+                room,
+            });
         }
+        sendable.push(bytes);
     }
     let measured_before = tx.send_lateness().map_or(0, |l| l.packets);
     let (offsets, period) = schedule(frames, options.pace);
@@ -222,7 +229,7 @@ pub fn replay(
     let batch = tx.batch_size.max(1);
     'loops: for l in 0..options.loops {
         let base = start + u64::from(l) * period;
-        for (first, group) in frames
+        for (first, group) in sendable
             .chunks(batch)
             .enumerate()
             .map(|(k, g)| (k * batch, g))
@@ -237,9 +244,8 @@ pub fn replay(
             // time, so the wait may last until this group is due, and 10 s more.
             let due = if paced { base + offsets[first] } else { 0 };
             let patience = Duration::from_nanos(due.saturating_sub(clock.now_ns())) + STALL;
-            let mut burst = alloc_waiting(tx, group.len(), patience).map_err(fail)?;
-            for (k, f) in group.iter().enumerate() {
-                let bytes = bytes_of(f, first + k, options.payload_only)?;
+            let mut burst = tx.alloc_within(group.len(), patience).map_err(fail)?;
+            for (k, bytes) in group.iter().enumerate() {
                 burst.buffer_mut(k, 0).expect("a host segment")[..bytes.len()]
                     .copy_from_slice(bytes);
                 burst.set_len(k, 0, bytes.len());
@@ -279,19 +285,3 @@ pub fn replay(
 /// How long the queue may take nothing before the replay fails as stalled (a receiver
 /// that holds every buffer, a link that is down).
 const STALL: Duration = Duration::from_secs(10);
-
-/// A burst of `n`, waiting up to `patience` while the pool is empty (the worker frees
-/// buffers as it sends).
-fn alloc_waiting(
-    tx: &TxQueue,
-    n: usize,
-    patience: Duration,
-) -> Result<crate::burst::Burst, TxFailure> {
-    let mut wait = Backoff::new(patience);
-    loop {
-        match tx.alloc(n) {
-            Err(TxFailure::PoolEmpty) if !wait.expired() => wait.pause(),
-            other => return other,
-        }
-    }
-}

@@ -9,7 +9,7 @@
 //! types from them wherever they come, and data heaps keep one layout, which is what a
 //! chunk receiver places (it counts a descriptor heap as packets without its key).
 
-use super::queues::{Backoff, TxFailure, TxQueue};
+use super::queues::{TxFailure, TxQueue};
 use crate::packet::UdpFrame;
 use crate::plan::SpeadSendPlan;
 use crate::protocol::spead::{self, DESCRIPTOR, HeapPackets, ItemPointer};
@@ -256,7 +256,10 @@ impl SpeadSender {
         };
         while queued < total {
             let n = (total - queued).min(self.tx.batch_size.max(1));
-            let mut burst = alloc_waiting(&self.tx, n).map_err(|r| fail(r, queued))?;
+            let mut burst = self
+                .tx
+                .alloc_within(n, STALL)
+                .map_err(|r| fail(r, queued))?;
             for k in 0..n {
                 packets.next_into(&mut self.packet);
                 let buf = burst
@@ -282,17 +285,5 @@ impl SpeadSender {
         }
         self.next_heap_cnt += 1;
         Ok(heap_cnt)
-    }
-}
-
-/// A burst of `n` packets, waiting (up to [`STALL`]) while the pool is empty: the worker
-/// returns buffers as it sends.
-fn alloc_waiting(tx: &TxQueue, n: usize) -> Result<crate::burst::Burst, TxFailure> {
-    let mut wait = Backoff::new(STALL);
-    loop {
-        match tx.alloc(n) {
-            Err(TxFailure::PoolEmpty) if !wait.expired() => wait.pause(),
-            other => return other,
-        }
     }
 }
