@@ -87,52 +87,25 @@ fn the_block_is_parsed_planned_and_shown() {
 
 #[test]
 fn bad_blocks_name_their_key_and_unreadable_layouts_are_refused() {
-    let e = errors(&loopback("rx", "", "{heaps_per_chunk: 8}"));
-    assert!(
-        e.contains("protocol.spead (line") && e.contains("`heap_bytes`"),
-        "{e}"
-    );
-    let e = errors(&loopback(
-        "rx",
-        "",
-        "{heap_bytes: 64, heaps_per_chunk: 8, flavour: 64-32}",
-    ));
-    assert!(e.contains("protocol.spead.flavour"), "{e}");
-    let e = errors(&loopback(
-        "rx",
-        "",
-        "{heap_bytes: 64, heaps_per_chunk: 8, place_by: timestamp}",
-    ));
-    assert!(e.contains("protocol.spead.place_by"), "{e}");
-    let e = errors(&loopback(
-        "rx",
-        "",
-        "{heap_bytes: 64, heaps_per_chunk: 8, place_by: {item: 0x1600, step: 0}}",
-    ));
-    assert!(e.contains("place_by.step"), "{e}");
-    let e = errors(&loopback(
-        "rx",
-        "",
-        "{heap_bytes: 4294967295, heaps_per_chunk: 1048576}",
-    ));
-    assert!(
-        e.contains("protocol.spead.heaps_per_chunk") && e.contains("over"),
-        "{e}"
-    );
-    let e = errors(&loopback(
-        "rx",
-        "",
-        "{heap_bytes: 64, heaps_per_chunk: 8, window: 3}",
-    ));
-    assert!(e.contains("window"), "an unknown key is named: {e}");
-    let e = errors(&loopback("gpu", "", "{heap_bytes: 64, heaps_per_chunk: 8}"));
-    assert!(e.contains("reads each packet with the CPU"), "{e}");
-    let e = errors(&loopback(
-        "rx",
-        "\n      delivery: handler",
-        "{heap_bytes: 64, heaps_per_chunk: 8}",
-    ));
-    assert!(e.contains("use delivery: ring"), "{e}");
+    // (queue region, extra queue lines, the block, what the error must say)
+    #[rustfmt::skip]
+    let cases: &[(&str, &str, &str, &[&str])] = &[
+        ("rx", "", "{heaps_per_chunk: 8}", &["protocol.spead (line", "`heap_bytes`"]),
+        ("rx", "", "{heap_bytes: 64, heaps_per_chunk: 8, flavour: 64-32}", &["protocol.spead.flavour"]),
+        ("rx", "", "{heap_bytes: 64, heaps_per_chunk: 8, place_by: timestamp}", &["protocol.spead.place_by"]),
+        ("rx", "", "{heap_bytes: 64, heaps_per_chunk: 8, place_by: {item: 0x1600, step: 0}}", &["place_by.step"]),
+        ("rx", "", "{heap_bytes: 4294967295, heaps_per_chunk: 1048576}", &["protocol.spead.heaps_per_chunk", "over"]),
+        // An unknown key is named.
+        ("rx", "", "{heap_bytes: 64, heaps_per_chunk: 8, window: 3}", &["window"]),
+        ("gpu", "", "{heap_bytes: 64, heaps_per_chunk: 8}", &["reads each packet with the CPU"]),
+        ("rx", "\n      delivery: handler", "{heap_bytes: 64, heaps_per_chunk: 8}", &["use delivery: ring"]),
+    ];
+    for (region, extra, block, wanted) in cases {
+        let e = errors(&loopback(region, extra, block));
+        for w in *wanted {
+            assert!(e.contains(w), "{block}: {w:?} not in {e}");
+        }
+    }
 }
 
 #[test]
@@ -152,29 +125,20 @@ fn chunk_regions_are_checked_when_planned() {
         "{}",
         plan.human()
     );
-    let e = errors(&loopback(
-        "rx",
-        "",
-        "{heap_bytes: 64, heaps_per_chunk: 8, chunk_region: nowhere}",
-    ));
-    assert!(e.contains("no memory region named `nowhere`"), "{e}");
-    let e = errors(&loopback_with(&chunks("host", 3, 23999), "rx", "", &spead));
-    assert!(e.contains("hold 23999 bytes, a chunk 24000"), "{e}");
-    let e = errors(&loopback_with(&chunks("host", 2, 24000), "rx", "", &spead));
-    assert!(e.contains("needs at least 3"), "{e}");
-    let e = errors(&loopback(
-        "rx",
-        "",
-        "{heap_bytes: 64, heaps_per_chunk: 8, chunk_region: rx}",
-    ));
-    assert!(e.contains("chunks need a region of their own"), "{e}");
-    let e = errors(&loopback_with(
-        &chunks("device", 3, 24000),
-        "rx",
-        "",
-        &spead,
-    ));
-    assert!(e.contains("must be host_pinned"), "{e}");
+    let small = "{heap_bytes: 64, heaps_per_chunk: 8, chunk_region: CHUNKS}";
+    // (chunk region lines, the block, what the error must say)
+    #[rustfmt::skip]
+    let cases = [
+        (String::new(), small.replace("CHUNKS", "nowhere"), "no memory region named `nowhere`"),
+        (chunks("host", 3, 23999), spead.clone(), "hold 23999 bytes, a chunk 24000"),
+        (chunks("host", 2, 24000), spead.clone(), "needs at least 3"),
+        (String::new(), small.replace("CHUNKS", "rx"), "chunks need a region of their own"),
+        (chunks("device", 3, 24000), spead.clone(), "must be host_pinned"),
+    ];
+    for (regions, block, wanted) in cases {
+        let e = errors(&loopback_with(&regions, "rx", "", &block));
+        assert!(e.contains(wanted), "{block}: {wanted:?} not in {e}");
+    }
 }
 
 /// The same stream with its chunks in a region's buffers: each chunk's bytes are read

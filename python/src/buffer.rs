@@ -7,7 +7,8 @@
 //! subclass of the PyO3 class `_Packet` with exactly those two slots, and one abi3 wheel
 //! serves CPython 3.9 and later.
 
-use crate::{Burst, Packet};
+use crate::Burst;
+use crate::views::Packet;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
