@@ -39,6 +39,10 @@ pub fn results() -> Vec<(&'static str, Value)> {
             "bench-spead",
             result_schema::<crate::spead::SpeadReport>("bench-spead", "bench spead"),
         ),
+        (
+            "plan",
+            result_schema::<dataplane::plan::budget::LossBudget>("plan", "plan"),
+        ),
         // `capture` reports as `bench raw` does.
         (
             "bench-raw",

@@ -59,6 +59,25 @@ pub(crate) enum LogFormat {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
+    /// The loss budget at a load: per RX queue the buffers in flight, the longest stall
+    /// of the application that loses nothing, the counter that would show a loss, the
+    /// memory it takes, and (with --headroom) what to change to absorb that stall.
+    Plan {
+        /// YAML configuration.
+        file: PathBuf,
+        /// The load per queue, in bits per second: `10G`, `2.5Gb/s`, `800M`, `1e9`.
+        #[arg(long, value_parser = parse_rate)]
+        rate: f64,
+        /// Bytes per packet as the queue receives it (a frame, or a datagram's payload).
+        #[arg(long)]
+        packet_size: u32,
+        /// A stall each queue should absorb: `10ms`, `1s`, `250us`.
+        #[arg(long, value_parser = parse_duration_s)]
+        headroom: Option<f64>,
+        /// Print one JSON object instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a configuration file and print a summary or every error.
     Validate {
         /// YAML configuration.
@@ -463,6 +482,7 @@ impl Command {
             Command::Hugepages(_) => ("hugepages", None),
             Command::Capture { file, .. } => ("capture", Some(file)),
             Command::Replay { file, .. } => ("replay", Some(file)),
+            Command::Plan { file, .. } => ("plan", Some(file)),
             Command::Bench(b) => match b {
                 Bench::Raw { file, .. } => ("bench raw", Some(file)),
                 Bench::Fwd { file, .. } => ("bench fwd", Some(file)),
@@ -475,5 +495,51 @@ impl Command {
                 Bench::Ring { .. } => ("bench ring", None),
             },
         }
+    }
+}
+
+/// A rate in bits per second: a number with an optional `k`, `M`, `G` or `T` and an
+/// optional `b/s` or `bps`.
+pub(crate) fn parse_rate(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("b/s")
+        .or_else(|| t.strip_suffix("bps"))
+        .unwrap_or(t)
+        .trim();
+    let (number, scale) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('M') => (&t[..t.len() - 1], 1e6),
+        Some('G') => (&t[..t.len() - 1], 1e9),
+        Some('T') => (&t[..t.len() - 1], 1e12),
+        _ => (t, 1.0),
+    };
+    match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
+        _ => Err(format!(
+            "`{text}` is not a rate: a positive number of bits per second, such as 10G or 800M"
+        )),
+    }
+}
+
+/// A duration in seconds: a number with `s`, `ms`, `us` or `ns`.
+pub(crate) fn parse_duration_s(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = t.strip_suffix("ns") {
+        (n, 1e-9)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t, f64::NAN)
+    };
+    match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && scale.is_finite() => Ok(v * scale),
+        _ => Err(format!(
+            "`{text}` is not a duration: a number with s, ms, us or ns, such as 10ms"
+        )),
     }
 }

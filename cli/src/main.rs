@@ -64,6 +64,13 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Validate { file, plan, json } => validate(&file, plan, json),
+        Command::Plan {
+            file,
+            rate,
+            packet_size,
+            headroom,
+            json,
+        } => loss_budget(&file, rate, packet_size, headroom, json),
         Command::Hugepages(Hugepages::Status) => {
             emit(&dataplane::hugepages::status_text());
             ExitCode::SUCCESS
@@ -383,6 +390,37 @@ fn load(file: &Path) -> Option<Config> {
             None
         }
     }
+}
+
+/// `dataplane plan`: the loss budget of a configuration's plan at a load.
+fn loss_budget(
+    file: &Path,
+    rate: f64,
+    packet_size: u32,
+    headroom: Option<f64>,
+    json: bool,
+) -> ExitCode {
+    let Some(c) = load(file) else {
+        return ExitCode::FAILURE;
+    };
+    let plan = match dataplane::plan::Plan::from_config(&c) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let load = dataplane::plan::budget::Load {
+        bits_per_second: rate,
+        packet_bytes: packet_size,
+    };
+    let budget = plan.loss_budget(load, headroom);
+    if json {
+        emit(&envelope::wrap_report(&budget));
+    } else {
+        emit(&format!("{}\n{}", file.display(), budget.human()));
+    }
+    ExitCode::SUCCESS
 }
 
 fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {

@@ -675,3 +675,51 @@ fn every_command_gives_usage_2_error_1_and_success_0() {
         assert_eq!(status(command), Some(0), "{command:?}");
     }
 }
+
+/// `dataplane plan`: the loss budget in words, per RX queue; a rate or duration it cannot
+/// read is a usage error (status 2) that says what it wants.
+#[test]
+fn plan_prints_each_queues_budget_and_refuses_unreadable_loads() {
+    let run = |args: &[&str]| dataplane().args(args).output().expect("run");
+    let file = cfg("socket_udp_bench.yaml");
+    let out = run(&[
+        "plan",
+        &file,
+        "--rate",
+        "100G",
+        "--packet-size",
+        "8000",
+        "--headroom",
+        "20ms",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "load: 100.000 Gb/s of 8000 B packets = 1562500 packets/s",
+        "server RX queue 0:",
+        "kernel socket receive buffer",
+        "counted as `engine_missed`",
+        "to absorb 20.00 ms:",
+        "ring_packets: ",
+    ] {
+        assert!(text.contains(want), "{want:?} not in {text}");
+    }
+    let bad = run(&["plan", &file, "--rate", "fast", "--packet-size", "64"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("`fast` is not a rate"),
+        "{bad:?}"
+    );
+    let bad = run(&[
+        "plan",
+        &file,
+        "--rate",
+        "1G",
+        "--packet-size",
+        "64",
+        "--headroom",
+        "10",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a duration"));
+}

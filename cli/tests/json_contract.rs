@@ -74,6 +74,26 @@ fn every_json_output_is_an_envelope_its_schemas_describe() {
         "validate.result.schema.json",
     );
     assert_eq!(plan["command"], "validate");
+    let budget = checked(
+        &[
+            "plan",
+            &file,
+            "--rate",
+            "10Gb/s",
+            "--packet-size",
+            "1024",
+            "--headroom",
+            "2ms",
+            "--json",
+        ],
+        "plan.result.schema.json",
+    );
+    assert_eq!(budget["command"], "plan");
+    assert_eq!(budget["result"]["load"]["bits_per_second"], 1e10);
+    assert_eq!(
+        budget["result"]["queues"][0]["beyond"]["then"],
+        "sender_held_back"
+    );
 
     let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doctor/tuned-server");
     let gpu_config = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doctor/connectx_gpu.yaml");

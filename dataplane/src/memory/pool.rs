@@ -28,19 +28,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Most buffers a thread keeps per region (DPDK's `RTE_MEMPOOL_CACHE_MAX_SIZE` is 512).
-pub const MAX_CACHE: usize = 512;
-/// Regions smaller than this many buffers per cache slot get no cache: a few threads
-/// holding cached buffers could otherwise starve the others.
-const BUFFERS_PER_CACHED: usize = 16;
-/// Smallest useful cache; smaller regions go to the shared stack directly.
-const MIN_CACHE: usize = 32;
-
-/// The per-thread cache size for a region of `num_bufs` buffers (0: no cache).
-pub fn cache_size_for(num_bufs: usize) -> usize {
-    let size = (num_bufs / BUFFERS_PER_CACHED).min(MAX_CACHE);
-    if size < MIN_CACHE { 0 } else { size }
-}
+pub use crate::plan::budget::{MAX_CACHE, cache_size_for};
 
 /// Which free buffer the shared list hands out first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

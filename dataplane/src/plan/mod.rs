@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod budget;
 pub mod capabilities;
 pub mod dpdk;
 pub mod gpu;
