@@ -232,3 +232,61 @@ interfaces:
     drop((tx, rx));
     plane.shutdown().unwrap();
 }
+
+/// A DPDK queue's budget, planned without a device: the device's descriptors are the last
+/// layer and a loss shows as `engine_missed`; when the region lent to the device (memif
+/// receives into it) has too few buffers left for them, as `pool_empty`.
+#[test]
+fn dpdk_queues_end_in_the_device_ring_or_the_pool() {
+    let budget = |address: &str, num_bufs: u32| {
+        let text = common::raw_config(&format!(
+            r#"
+memory_regions:
+- {{name: rx, kind: host, affinity: 0, num_bufs: {num_bufs}, buf_size: 2048}}
+interfaces:
+- name: port0
+  address: "{address}"
+  rx:
+    descriptors: 512
+    queues: [{{name: rq, id: 0, cpu_core: 0, batch_size: 32, ring_packets: 1024, memory_regions: [rx]}}]
+"#
+        ));
+        budget_of(
+            &dataplane::config::load_str(&text, "dpdk.yaml")
+                .unwrap()
+                .config,
+        )
+    };
+    let missed = Beyond::Dropped {
+        counter: "engine_missed",
+    };
+    // Frames copied out of DPDK's own mbufs: 32 bursts of 32 and the held one in the
+    // region, then 512 descriptors.
+    let q = budget("net_ring0", 8192);
+    assert_eq!(q.beyond, missed);
+    assert_eq!(q.packets, (33 * 32 + 512, 33 * 32 + 512), "{q:?}");
+    // A region too small for the ring (800 less a 50-buffer thread cache) limits it.
+    let q = budget("net_ring0", 800);
+    assert_eq!(
+        (q.layers[0].packets_max, &q.beyond),
+        (750, &missed),
+        "{q:?}"
+    );
+    // Lent to memif: the descriptors hold region buffers too.
+    let memif = "net_memif0,role=server,socket=/tmp/dataplane-budget.sock,socket-abstract=no";
+    let q = budget(memif, 8192);
+    assert_eq!((q.packets.0, &q.beyond), (33 * 32 + 512, &missed), "{q:?}");
+    let q = budget(memif, 1600);
+    assert_eq!(
+        q.beyond,
+        Beyond::Dropped {
+            counter: "pool_empty"
+        },
+        "{q:?}"
+    );
+    assert_eq!(
+        q.packets.0,
+        1600 - 100,
+        "every free buffer, and no more: {q:?}"
+    );
+}

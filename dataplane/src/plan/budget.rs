@@ -365,18 +365,13 @@ impl LossBudget {
                     s,
                     "  {}: {} packets",
                     l.name,
-                    if l.packets_min == l.packets_max {
-                        l.packets_min.to_string()
-                    } else {
-                        format!("{} to {}", l.packets_min, l.packets_max)
-                    }
+                    range_words(l.packets_min, l.packets_max)
                 );
             }
             let _ = writeln!(
                 s,
-                "  in flight: {} to {} packets, {} of memory",
-                q.packets.0,
-                q.packets.1,
+                "  in flight: {} packets, {} of memory",
+                range_words(q.packets.0, q.packets.1),
                 bytes_words(q.memory_bytes)
             );
             match &q.beyond {
@@ -408,6 +403,15 @@ impl LossBudget {
             }
         }
         s
+    }
+}
+
+/// `a`, or `a to b`.
+fn range_words(a: u64, b: u64) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a} to {b}")
     }
 }
 
