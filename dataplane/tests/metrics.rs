@@ -335,6 +335,17 @@ fn silent_and_stalled_clients_neither_block_scrapes_nor_shutdown() {
     let mut answer = String::new();
     post.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+    // `POST /trigger` fires transient buffers; this plane has none.
+    let mut post = TcpStream::connect(addr).unwrap();
+    post.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(post, "POST /trigger HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    post.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 404") && answer.contains("capture.transient"),
+        "{answer}"
+    );
     // Shutdown ends with the stalled clients still connected (a bound, not a speed
     // measurement: a hang would fail here rather than time the test out).
     let (done_tx, done_rx) = std::sync::mpsc::channel();

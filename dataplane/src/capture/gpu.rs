@@ -232,6 +232,7 @@ impl GpuSink {
             not_host: 0,
             copy_failed: self.copy_failed,
             write_failed: 0,
+            transient: None,
         }
     }
 

@@ -27,8 +27,10 @@
 #[cfg(feature = "cuda")]
 mod gpu;
 mod read;
+mod transient;
 
 pub use read::{CapturedFrame, ReadError, read_capture};
+pub use transient::{TransientConfig, TransientStats, TransientTrigger, TriggerMatch};
 
 use crate::burst::Burst;
 use pcap_file::DataLink;
@@ -125,6 +127,7 @@ pub fn capture_bench_rx(
                 path: file.display().to_string(),
                 format: format.name().to_owned(),
                 queue_mb: 256,
+                transient: None,
             });
         }
     }
@@ -173,6 +176,9 @@ pub struct CaptureStats {
     /// Packets lost because writing failed (an I/O error, a full disk): the batch being
     /// written and every one after it. The sink's `finish` returns the error.
     pub write_failed: u64,
+    /// A transient buffer's triggers and windows (`capture.transient`); its packets are
+    /// counted in `written_packets` as its windows are written.
+    pub transient: Option<TransientStats>,
 }
 
 /// The sink could not be created or the writer failed.
@@ -342,6 +348,8 @@ pub struct CaptureSink {
     /// Set for a sink of packets in GPU memory: it does all the work.
     #[cfg(feature = "cuda")]
     gpu: Option<gpu::GpuSink>,
+    /// Set for a transient buffer: it does all the work.
+    transient: Option<transient::TransientSink>,
 }
 
 /// Nanoseconds since the Unix epoch now, on the process's clock.
@@ -378,6 +386,30 @@ impl CaptureSink {
             not_host: 0,
             #[cfg(feature = "cuda")]
             gpu: None,
+            transient: None,
+        })
+    }
+
+    /// A transient buffer (see [`TransientConfig`]): writes a window file each time
+    /// `trigger` fires or a packet matches `cfg.trigger_on`.
+    pub fn create_transient(
+        cfg: &TransientConfig,
+        trigger: Arc<TransientTrigger>,
+    ) -> Result<Self, CaptureError> {
+        let sink = transient::TransientSink::create(cfg, trigger)?;
+        Ok(Self {
+            path: cfg.path.clone(),
+            format: cfg.format,
+            queue: None,
+            filling: Batch::default(),
+            shared: Arc::new(Shared::default()),
+            writer: None,
+            submitted: 0,
+            writer_full: 0,
+            not_host: 0,
+            #[cfg(feature = "cuda")]
+            gpu: None,
+            transient: Some(sink),
         })
     }
 
@@ -397,6 +429,7 @@ impl CaptureSink {
             writer_full: 0,
             not_host: 0,
             gpu: Some(gpu),
+            transient: None,
         })
     }
 
@@ -405,6 +438,11 @@ impl CaptureSink {
         #[cfg(feature = "cuda")]
         if let Some(g) = &mut self.gpu {
             g.submit(burst);
+            return;
+        }
+        if let Some(t) = &mut self.transient {
+            self.submitted += burst.len() as u64;
+            self.not_host += t.submit(burst, now_ns());
             return;
         }
         let fallback = std::cell::OnceCell::new();
@@ -469,14 +507,19 @@ impl CaptureSink {
         if let Some(g) = &self.gpu {
             return g.stats();
         }
+        let transient = self.transient.as_ref().map(|t| t.stats());
         CaptureStats {
             submitted: self.submitted,
-            written_packets: self.shared.written_packets.load(Ordering::Relaxed),
+            written_packets: transient.map_or_else(
+                || self.shared.written_packets.load(Ordering::Relaxed),
+                |t| t.written_packets,
+            ),
             written_bytes: self.shared.written_bytes.load(Ordering::Relaxed),
             writer_full: self.writer_full,
             not_host: self.not_host,
             copy_failed: 0,
             write_failed: self.write_failed(),
+            transient,
         }
     }
 
@@ -498,6 +541,10 @@ impl CaptureSink {
     }
 
     fn close(&mut self) -> Result<(), CaptureError> {
+        if let Some(t) = &mut self.transient {
+            t.close();
+            return Ok(());
+        }
         #[cfg(feature = "cuda")]
         if let Some(g) = &mut self.gpu {
             return g.close();

@@ -68,6 +68,8 @@ pub struct Sources {
     pub regions: Arc<RegionSet>,
     /// Per worker: its core and control block (activity counters).
     pub workers: Vec<(u32, Arc<WorkerControl>)>,
+    /// The RX queues' transient buffers, fired by `POST /trigger`.
+    pub transient_triggers: Vec<Arc<crate::capture::TransientTrigger>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -492,8 +494,34 @@ fn answer(head: &[u8], sources: &Arc<Sources>) -> Vec<u8> {
     let line = String::from_utf8_lossy(line);
     let mut words = line.split(' ');
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    if method == "POST" && path == "/trigger" {
+        // Fires every transient buffer; a buffer with a window open counts it as merged,
+        // so requests cannot make more than one file per window each.
+        if sources.transient_triggers.is_empty() {
+            return response(
+                404,
+                "text/plain",
+                "no RX queue has a transient buffer (capture.transient)\n",
+            );
+        }
+        for t in &sources.transient_triggers {
+            t.fire();
+        }
+        return response(
+            200,
+            "text/plain",
+            &format!(
+                "fired {} transient buffer(s)\n",
+                sources.transient_triggers.len()
+            ),
+        );
+    }
     if method != "GET" {
-        return response(405, "text/plain", "only GET is served\n");
+        return response(
+            405,
+            "text/plain",
+            "only GET /metrics and POST /trigger are served\n",
+        );
     }
     if path == "/metrics" || path.starts_with("/metrics?") {
         // OpenMetrics for a client that asks for it (Prometheus does), else the classic

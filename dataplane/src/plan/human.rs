@@ -112,7 +112,19 @@ impl Plan {
             if q.send_at_time {
                 extra.push("send at each packet's time (software)".into());
             }
-            if let Some(c) = &q.capture {
+            if let Some(c) = &q.capture
+                && let Some(t) = &c.transient
+            {
+                extra.push(format!(
+                    "transient buffer of {} MiB: {} ms before to {} ms after each trigger{} to {}_N ({})",
+                    t.keep_mb,
+                    t.before_ms,
+                    t.after_ms,
+                    if t.trigger_on.is_some() { " (and matching packets)" } else { "" },
+                    c.path,
+                    c.format
+                ));
+            } else if let Some(c) = &q.capture {
                 extra.push(format!("captured to {} ({})", c.path, c.format));
             }
             if let Some(r) = q.staging {

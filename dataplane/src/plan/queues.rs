@@ -114,6 +114,20 @@ impl QueueAt<'_> {
             ));
         }
         let protocol = self.protocol(&segments, stage.is_some())?;
+        if self
+            .q
+            .capture
+            .as_ref()
+            .is_some_and(|c| c.transient.is_some())
+            && segments
+                .iter()
+                .any(|&r| self.kind_of(r) == MemoryKind::Device)
+        {
+            return Err(self.bad(
+                "capture.transient keeps packets in host memory: the queue's regions must be of kind host, huge or host_pinned"
+                    .into(),
+            ));
+        }
         let host_memory_only =
             dir == Direction::Tx && staging::cpu_copies(config, iface).is_some() && stage.is_none();
         let tx_flows = match (dir, iface.tx.as_ref()) {

@@ -140,6 +140,7 @@ fn open_capture(
     queue: QueueId,
     c: &crate::config::CaptureSpec,
     gpu: Option<u32>,
+    transient: Option<Arc<crate::capture::TransientTrigger>>,
 ) -> Result<crate::capture::CaptureSink, StartError> {
     let format = crate::capture::CaptureFormat::from_name(&c.format)
         .expect("validated by the configuration parser");
@@ -150,6 +151,32 @@ fn open_capture(
         queue,
         source,
     };
+    if let (Some(t), Some(trigger)) = (&c.transient, transient) {
+        let tcfg = crate::capture::TransientConfig {
+            path: c.path.clone().into(),
+            format,
+            keep_bytes: t.keep_mb as usize * (1 << 20),
+            before_ns: t.before_ms * 1_000_000,
+            after_ns: t.after_ms * 1_000_000,
+            trigger_on: t
+                .trigger_on
+                .as_ref()
+                .map(|(offset, bytes)| crate::capture::TriggerMatch {
+                    offset: *offset,
+                    bytes: bytes.clone(),
+                }),
+        };
+        let sink = crate::capture::CaptureSink::create_transient(&tcfg, trigger).map_err(failed)?;
+        tracing::info!(
+            "interface `{interface}`: RX queue {queue} keeps its last {} MiB in memory and writes {} ms before to {} ms after each trigger to {}_N ({})",
+            t.keep_mb,
+            t.before_ms,
+            t.after_ms,
+            c.path,
+            c.format
+        );
+        return Ok(sink);
+    }
     #[cfg(feature = "cuda")]
     if let Some(ordinal) = gpu {
         let sink = crate::capture::CaptureSink::create_gpu(&cfg, ordinal).map_err(failed)?;
@@ -218,6 +245,8 @@ struct WorkerHandle {
 /// assert_eq!(rx.recv(Duration::from_secs(1)).err(), Some(RecvError::Stopped));
 /// ```
 pub struct DataPlane {
+    /// The triggers of the RX queues' transient buffers.
+    transient_triggers: Vec<Arc<crate::capture::TransientTrigger>>,
     config: Config,
     engine: Arc<dyn Engine>,
     steering: Vec<Arc<InterfaceSteering>>,
@@ -436,6 +465,7 @@ impl DataPlane {
                 stage_health: None,
                 link: None,
                 capture: None,
+                transient_trigger: None,
             }),
             tx: Mutex::new(TxQueue {
                 ring: tx_producer,
@@ -571,6 +601,15 @@ impl DataPlane {
         snapshot(&self.counters)
     }
 
+    /// Fires every RX queue's transient buffer (`capture.transient`) now; returns how many
+    /// there are. Each opens its window the next time its queue is polled.
+    pub fn trigger_transients(&self) -> usize {
+        for t in &self.transient_triggers {
+            t.fire();
+        }
+        self.transient_triggers.len()
+    }
+
     /// Makes the stats thread print a progress line per second on stderr for a run of
     /// `total_seconds` (0 stops printing).
     pub fn show_progress(&self, total_seconds: u64) {
@@ -671,6 +710,7 @@ impl DataPlane {
                 .iter()
                 .map(|w| (w.core, w.control.clone()))
                 .collect(),
+            transient_triggers: self.transient_triggers.clone(),
         }
     }
 

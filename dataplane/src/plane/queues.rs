@@ -21,6 +21,8 @@ pub struct RxQueue {
     pub(super) stage_health: Option<Arc<WorkerHealth>>,
     pub(super) link: Option<Arc<Link>>,
     pub(super) capture: Option<crate::capture::CaptureSink>,
+    /// Fires the queue's transient buffer (`capture.transient`).
+    pub(super) transient_trigger: Option<Arc<crate::capture::TransientTrigger>>,
 }
 
 impl RxQueue {
@@ -126,6 +128,12 @@ impl RxQueue {
     /// a server answers); `None` for queues without one.
     pub fn link(&self) -> Option<LinkStatus> {
         self.link.as_ref().map(|l| l.status())
+    }
+
+    /// The trigger of the queue's transient buffer (`capture.transient`), if it has one:
+    /// fire it from any thread; the window opens the next time the queue is polled.
+    pub fn transient_trigger(&self) -> Option<Arc<crate::capture::TransientTrigger>> {
+        self.transient_trigger.clone()
     }
 
     /// The counters of the queue's capture sink (`capture`), if it has one.

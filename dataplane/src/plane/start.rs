@@ -83,7 +83,12 @@ impl DataPlane {
             slot_counters,
             ..
         } = queues;
+        let transient_triggers = rx_queues
+            .values()
+            .filter_map(|q| q.transient_trigger.clone())
+            .collect();
         let mut plane = Self {
+            transient_triggers,
             config: config.clone(),
             engine,
             steering,
@@ -288,6 +293,11 @@ impl<'a> QueueBuild<'a> {
         let port = PortIndex(q.interface as u16);
         let worker_health = self.health.entry(q.core).or_default().clone();
         let timeout = (q.timeout_us > 0).then(|| Duration::from_micros(q.timeout_us));
+        let transient = q
+            .capture
+            .as_ref()
+            .and_then(|c| c.transient.as_ref())
+            .map(|_| Arc::new(crate::capture::TransientTrigger::default()));
         self.rx_queues.insert(
             (q.interface, q.id),
             RxQueue {
@@ -301,6 +311,7 @@ impl<'a> QueueBuild<'a> {
                     .stage_core
                     .map(|core| self.health.entry(core).or_default().clone()),
                 link: self.engine.link(port, Direction::Rx, q.id),
+                transient_trigger: transient.clone(),
                 capture: match &q.capture {
                     None => None,
                     Some(c) => {
@@ -310,7 +321,7 @@ impl<'a> QueueBuild<'a> {
                             .map(|&r| self.regions.get(r))
                             .find(|r| !r.host_accessible())
                             .map(|r| r.affinity());
-                        Some(open_capture(&q.interface_name, q.id, c, gpu)?)
+                        Some(open_capture(&q.interface_name, q.id, c, gpu, transient)?)
                     }
                 },
             },

@@ -563,4 +563,21 @@ pub struct CaptureSpec {
     /// `queue_mb`: MiB of packet data that may wait for the writer (default 256); more is
     /// dropped and counted as `writer_full`.
     pub queue_mb: u32,
+    /// `transient`: keep the last packets in memory and write only the windows around
+    /// triggers, each to its own file.
+    pub transient: Option<TransientSpec>,
+}
+
+/// `capture.transient`: a triggered transient buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransientSpec {
+    /// `keep_mb`: MiB of packets (as the file frames them) kept in memory (default 256).
+    pub keep_mb: u32,
+    /// `before_ms`: the window starts this long before the trigger.
+    pub before_ms: u64,
+    /// `after_ms`: and ends this long after it.
+    pub after_ms: u64,
+    /// `trigger_on: {offset, bytes}`: a packet with these bytes (hex) at this offset fires
+    /// the trigger.
+    pub trigger_on: Option<(usize, Vec<u8>)>,
 }

@@ -571,11 +571,68 @@ pub(super) fn capture_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Opti
     let queue_mb = m
         .optional(d, "queue_mb", |d, n, p| r::uint_in(d, n, p, 4, 1 << 20))
         .unwrap_or(256) as u32;
+    let transient = m.optional(d, "transient", transient_spec);
+    if let (Some(_), "raw_per_packet") = (&transient, format.as_str()) {
+        d.error(
+            Kind::NotSupported,
+            &format!("{path}.format"),
+            Some(node.location),
+            "not supported: format raw_per_packet with transient (pcap, pcapng or raw)",
+        );
+    }
     m.finish(d);
     Some(CaptureSpec {
         path: file?,
         format,
         queue_mb,
+        transient,
+    })
+}
+
+/// `capture.transient: {keep_mb, before_ms, after_ms, trigger_on: {offset, bytes}}`.
+fn transient_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TransientSpec> {
+    let mut m = MapReader::open(d, node, path)?;
+    let keep_mb = m
+        .optional(d, "keep_mb", |d, n, p| r::uint_in(d, n, p, 1, 1 << 20))
+        .unwrap_or(256) as u32;
+    let before_ms = m.required(d, "before_ms", |d, n, p| r::uint_in(d, n, p, 0, 86_400_000));
+    let after_ms = m.required(d, "after_ms", |d, n, p| r::uint_in(d, n, p, 0, 86_400_000));
+    let trigger_on = m.optional(d, "trigger_on", |d, n, p| {
+        let mut t = MapReader::open(d, n, p)?;
+        let offset = t.required(d, "offset", |d, n, p| r::uint_in(d, n, p, 0, 65_535));
+        let bytes = t.required(d, "bytes", |d, n, p| {
+            let text = r::string(d, n, p)?;
+            let digits: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+            // Hex digits only (ASCII, so slicing by byte is safe), in pairs.
+            let parsed = (digits.len().is_multiple_of(2)
+                && !digits.is_empty()
+                && digits.chars().all(|c| c.is_ascii_hexdigit()))
+            .then(|| {
+                (0..digits.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).ok())
+                    .collect::<Option<Vec<u8>>>()
+            })
+            .flatten();
+            if parsed.is_none() {
+                d.error(
+                    Kind::Invalid,
+                    p,
+                    Some(n.location),
+                    format!("`{text}` is not bytes in hex (such as \"de ad be ef\")"),
+                );
+            }
+            parsed
+        });
+        t.finish(d);
+        Some((offset? as usize, bytes?))
+    });
+    m.finish(d);
+    Some(TransientSpec {
+        keep_mb,
+        before_ms: before_ms?,
+        after_ms: after_ms?,
+        trigger_on,
     })
 }
 
