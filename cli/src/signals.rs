@@ -47,6 +47,7 @@ impl Signals {
         if s.int.load(Ordering::SeqCst) || term.load(Ordering::SeqCst) {
             s.any.store(true, Ordering::SeqCst);
         }
+        fire_transients_on_sigusr1();
         s
     }
 
@@ -70,5 +71,27 @@ impl Signals {
         } else {
             143
         }
+    }
+}
+
+/// SIGUSR1 fires every transient buffer (`capture.transient`) of the running plane, from a
+/// thread of its own (a signal handler may not take the registry's lock).
+fn fire_transients_on_sigusr1() {
+    use signal_hook::consts::SIGUSR1;
+    match signal_hook::iterator::Signals::new([SIGUSR1]) {
+        Ok(mut signals) => {
+            let spawned = std::thread::Builder::new()
+                .name("dp-sigusr1".into())
+                .spawn(move || {
+                    for _ in signals.forever() {
+                        let n = dataplane::capture::fire_all_transients();
+                        eprintln!("SIGUSR1: fired {n} transient buffer(s)");
+                    }
+                });
+            if let Err(e) = spawned {
+                eprintln!("warning: cannot handle SIGUSR1: {e}");
+            }
+        }
+        Err(e) => eprintln!("warning: cannot handle SIGUSR1: {e}"),
     }
 }

@@ -27,6 +27,10 @@ Exit status:
   130  interrupted by SIGINT, 143 by SIGTERM (whatever the verdict)
   141  stdout closed early
 
+Signals:
+  SIGUSR1  fires every RX queue's transient buffer (capture.transient): the window around
+           now is written to its next file; the run goes on
+
 Environment:
   DATAPLANE_LOG        log filter overriding the configuration's log_level (tracing syntax,
                        e.g. debug or dataplane::engine=trace)

@@ -30,7 +30,9 @@ mod read;
 mod transient;
 
 pub use read::{CapturedFrame, ReadError, read_capture};
-pub use transient::{TransientConfig, TransientStats, TransientTrigger, TriggerMatch};
+pub use transient::{
+    TransientConfig, TransientStats, TransientTrigger, TriggerMatch, fire_all_transients,
+};
 
 use crate::burst::Burst;
 use pcap_file::DataLink;

@@ -57,7 +57,33 @@ pub struct TransientTrigger {
     at_ns: AtomicU64,
 }
 
+/// Every trigger made by [`TransientTrigger::registered`] in this process, held weakly.
+static REGISTERED: std::sync::Mutex<Vec<std::sync::Weak<TransientTrigger>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Fires every live transient buffer of every plane in this process now (what the
+/// command line does on SIGUSR1); returns how many.
+pub fn fire_all_transients() -> usize {
+    let mut list = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|w| w.strong_count() > 0);
+    let at = super::now_ns();
+    list.iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .map(|t| t.fire_at(at))
+        .count()
+}
+
 impl TransientTrigger {
+    /// A trigger that [`fire_all_transients`] also fires.
+    pub fn registered() -> Arc<Self> {
+        let t = Arc::new(Self::default());
+        REGISTERED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&t));
+        t
+    }
+
     /// Fires at `at_ns` (nanoseconds since the epoch, the clock of the packets' receive
     /// timestamps); the sink opens the window the next time the queue is polled.
     pub fn fire_at(&self, at_ns: u64) {

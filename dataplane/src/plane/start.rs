@@ -297,7 +297,7 @@ impl<'a> QueueBuild<'a> {
             .capture
             .as_ref()
             .and_then(|c| c.transient.as_ref())
-            .map(|_| Arc::new(crate::capture::TransientTrigger::default()));
+            .map(|_| crate::capture::TransientTrigger::registered());
         self.rx_queues.insert(
             (q.interface, q.id),
             RxQueue {
