@@ -54,7 +54,7 @@ interfaces:
       memory_regions: [rx]
       capture:
         path: "{}"
-        transient: {{keep_mb: 128, before_ms: {WINDOW_MS}, after_ms: {WINDOW_MS}, trigger_on: {{offset: 0, bytes: "ff ee dd cc"}}}}
+        transient: {{keep_mb: 128, keep_ms: 50, before_ms: {WINDOW_MS}, after_ms: {WINDOW_MS}, trigger_on: {{offset: 0, bytes: "ff ee dd cc"}}}}
 "#,
         path.display()
     ));
@@ -240,6 +240,11 @@ interfaces:
         "host",
     ));
     assert!(e.contains("not bytes in hex"), "{e}");
+    let e = errors(&queue(
+        "{path: w.pcap, transient: {keep_ms: 5, before_ms: 10, after_ms: 1}}",
+        "host",
+    ));
+    assert!(e.contains("keep_ms 5 is shorter than before_ms 10"), "{e}");
     let e = errors(&queue(
         "{path: w.pcap, transient: {before_ms: 1, after_ms: 1, window: 3}}",
         "host",

@@ -43,6 +43,8 @@ pub struct TransientConfig {
     pub format: CaptureFormat,
     /// Bytes of framed packets kept (at least one chunk, 1 MiB).
     pub keep_bytes: usize,
+    /// Also drop chunks whose packets are all older than this (0: keep by bytes alone).
+    pub keep_ns: u64,
     /// The window starts this long before the trigger.
     pub before_ns: u64,
     /// And ends this long after it.
@@ -281,7 +283,11 @@ impl TransientSink {
         }
         self.history_bytes += chunk.data.len();
         self.history.push_back(chunk);
-        while self.history_bytes > self.cfg.keep_bytes && self.history.len() > 1 {
+        let newest = self.history.back().map_or(0, |c| c.last_ts());
+        while self.history.len() > 1
+            && (self.history_bytes > self.cfg.keep_bytes
+                || (self.cfg.keep_ns > 0 && self.history[0].last_ts() + self.cfg.keep_ns < newest))
+        {
             let old = self.history.pop_front().expect("not empty");
             self.history_bytes -= old.data.len();
         }

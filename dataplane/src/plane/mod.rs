@@ -156,6 +156,7 @@ fn open_capture(
             path: c.path.clone().into(),
             format,
             keep_bytes: t.keep_mb as usize * (1 << 20),
+            keep_ns: t.keep_ms * 1_000_000,
             before_ns: t.before_ms * 1_000_000,
             after_ns: t.after_ms * 1_000_000,
             trigger_on: t

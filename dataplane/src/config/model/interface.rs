@@ -571,8 +571,11 @@ pub struct CaptureSpec {
 /// `capture.transient`: a triggered transient buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransientSpec {
-    /// `keep_mb`: MiB of packets (as the file frames them) kept in memory (default 256).
+    /// `keep_mb`: MiB of packets (as the file frames them) kept in memory at most
+    /// (default 256).
     pub keep_mb: u32,
+    /// `keep_ms`: also forget packets older than this (0, the default: `keep_mb` alone).
+    pub keep_ms: u64,
     /// `before_ms`: the window starts this long before the trigger.
     pub before_ms: u64,
     /// `after_ms`: and ends this long after it.

@@ -595,6 +595,9 @@ fn transient_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Transi
     let keep_mb = m
         .optional(d, "keep_mb", |d, n, p| r::uint_in(d, n, p, 1, 1 << 20))
         .unwrap_or(256) as u32;
+    let keep_ms = m
+        .optional(d, "keep_ms", |d, n, p| r::uint_in(d, n, p, 0, 86_400_000))
+        .unwrap_or(0);
     let before_ms = m.required(d, "before_ms", |d, n, p| r::uint_in(d, n, p, 0, 86_400_000));
     let after_ms = m.required(d, "after_ms", |d, n, p| r::uint_in(d, n, p, 0, 86_400_000));
     let trigger_on = m.optional(d, "trigger_on", |d, n, p| {
@@ -627,9 +630,20 @@ fn transient_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Transi
         t.finish(d);
         Some((offset? as usize, bytes?))
     });
+    if let (Some(b), true) = (before_ms, keep_ms > 0)
+        && keep_ms < b
+    {
+        d.error(
+            Kind::Invalid,
+            &format!("{path}.keep_ms"),
+            Some(node.location),
+            format!("keep_ms {keep_ms} is shorter than before_ms {b}: the window before a trigger would be cut"),
+        );
+    }
     m.finish(d);
     Some(TransientSpec {
         keep_mb,
+        keep_ms,
         before_ms: before_ms?,
         after_ms: after_ms?,
         trigger_on,
