@@ -209,47 +209,28 @@ interfaces:
 "#
         ))
     };
-    let errors = |text: &str| match dataplane::config::load_str(text, "t.yaml") {
-        Ok(_) => panic!("expected an error:\n{text}"),
-        Err(e) => e.to_string(),
-    };
-    let e = errors(&queue("{path: w.pcap, transient: {before_ms: 1}}", "host"));
-    assert!(
-        e.contains("capture.transient") && e.contains("after_ms"),
-        "{e}"
-    );
-    let e = errors(&queue(
-        "{path: w, format: raw_per_packet, transient: {before_ms: 1, after_ms: 1}}",
-        "host",
-    ));
-    assert!(
-        e.contains("not supported: format raw_per_packet with transient"),
-        "{e}"
-    );
-    let e = errors(&queue(
-        "{path: w.pcap, transient: {before_ms: 1, after_ms: 1, trigger_on: {offset: 0, bytes: xyz}}}",
-        "host",
-    ));
-    assert!(
-        e.contains("trigger_on.bytes") && e.contains("not bytes in hex"),
-        "{e}"
-    );
-    // Not hex, and not ASCII: refused, never cut inside a character.
-    let e = errors(&queue(
-        "{path: w.pcap, transient: {before_ms: 1, after_ms: 1, trigger_on: {offset: 0, bytes: a\u{e9}b}}}",
-        "host",
-    ));
-    assert!(e.contains("not bytes in hex"), "{e}");
-    let e = errors(&queue(
-        "{path: w.pcap, transient: {keep_ms: 5, before_ms: 10, after_ms: 1}}",
-        "host",
-    ));
-    assert!(e.contains("keep_ms 5 is shorter than before_ms 10"), "{e}");
-    let e = errors(&queue(
-        "{path: w.pcap, transient: {before_ms: 1, after_ms: 1, window: 3}}",
-        "host",
-    ));
-    assert!(e.contains("window"), "an unknown key is named: {e}");
+    // (the capture block, what the error must say); `plan_error` loads and plans.
+    #[rustfmt::skip]
+    let cases: &[(&str, &[&str])] = &[
+        ("{path: w.pcap, transient: {before_ms: 1}}", &["capture.transient", "after_ms"]),
+        ("{path: w, format: raw_per_packet, transient: {before_ms: 1, after_ms: 1}}",
+            &["not supported: format raw_per_packet with transient"]),
+        ("{path: w.pcap, transient: {before_ms: 1, after_ms: 1, trigger_on: {offset: 0, bytes: xyz}}}",
+            &["trigger_on.bytes", "not bytes in hex"]),
+        // Not hex, and not ASCII: refused, never cut inside a character.
+        ("{path: w.pcap, transient: {before_ms: 1, after_ms: 1, trigger_on: {offset: 0, bytes: a\u{e9}b}}}",
+            &["not bytes in hex"]),
+        ("{path: w.pcap, transient: {keep_ms: 5, before_ms: 10, after_ms: 1}}",
+            &["keep_ms 5 is shorter than before_ms 10"]),
+        // An unknown key is named.
+        ("{path: w.pcap, transient: {before_ms: 1, after_ms: 1, window: 3}}", &["window"]),
+    ];
+    for (capture, wanted) in cases {
+        let e = common::plan_error(&queue(capture, "host"));
+        for w in *wanted {
+            assert!(e.contains(w), "{capture}: {w:?} not in {e}");
+        }
+    }
     let e = common::plan_error(&queue(
         "{path: w.pcap, transient: {before_ms: 1, after_ms: 1}}",
         "device",

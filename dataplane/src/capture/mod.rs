@@ -398,10 +398,25 @@ impl CaptureSink {
         cfg: &TransientConfig,
         trigger: Arc<TransientTrigger>,
     ) -> Result<Self, CaptureError> {
-        let sink = transient::TransientSink::create(cfg, trigger)?;
-        Ok(Self {
-            path: cfg.path.clone(),
-            format: cfg.format,
+        let mut sink = Self::delegating(&cfg.path, cfg.format);
+        sink.transient = Some(transient::TransientSink::create(cfg, trigger)?);
+        Ok(sink)
+    }
+
+    /// A sink for packets in the memory of GPU `ordinal`, written through cuFile (see the
+    /// module documentation). Fails here when the GPU, its memory or cuFile is not there.
+    #[cfg(feature = "cuda")]
+    pub fn create_gpu(cfg: &CaptureConfig, ordinal: u32) -> Result<Self, CaptureError> {
+        let mut sink = Self::delegating(&cfg.path, cfg.format);
+        sink.gpu = Some(gpu::GpuSink::create(cfg, ordinal)?);
+        Ok(sink)
+    }
+
+    /// A sink without a writer of its own, for a GPU sink or a transient buffer to fill in.
+    fn delegating(path: &Path, format: CaptureFormat) -> Self {
+        Self {
+            path: path.to_owned(),
+            format,
             queue: None,
             filling: Batch::default(),
             shared: Arc::new(Shared::default()),
@@ -411,28 +426,8 @@ impl CaptureSink {
             not_host: 0,
             #[cfg(feature = "cuda")]
             gpu: None,
-            transient: Some(sink),
-        })
-    }
-
-    /// A sink for packets in the memory of GPU `ordinal`, written through cuFile (see the
-    /// module documentation). Fails here when the GPU, its memory or cuFile is not there.
-    #[cfg(feature = "cuda")]
-    pub fn create_gpu(cfg: &CaptureConfig, ordinal: u32) -> Result<Self, CaptureError> {
-        let gpu = gpu::GpuSink::create(cfg, ordinal)?;
-        Ok(Self {
-            path: cfg.path.clone(),
-            format: cfg.format,
-            queue: None,
-            filling: Batch::default(),
-            shared: Arc::new(Shared::default()),
-            writer: None,
-            submitted: 0,
-            writer_full: 0,
-            not_host: 0,
-            gpu: Some(gpu),
             transient: None,
-        })
+        }
     }
 
     /// Copies `burst`'s packets for the writer (never waits for it).
