@@ -79,10 +79,10 @@ impl TransientTrigger {
     /// A trigger that [`fire_all_transients`] also fires.
     pub fn registered() -> Arc<Self> {
         let t = Arc::new(Self::default());
-        REGISTERED
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::downgrade(&t));
+        let mut list = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+        // Planes come and go in a long-lived process: forget the triggers of ended ones.
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(&t));
         t
     }
 
