@@ -223,11 +223,12 @@ dataplane:
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         assert!(Instant::now() < deadline, "{:?}", stream.counters());
-        // Send a few bursts at a time, taking chunks in between, so that the three
-        // chunk memories suffice (each chunk is given back once checked).
-        for _ in 0..2 {
+        // Send fewer packets a pass than a chunk holds (20), taking every finished chunk
+        // in between, so that the three chunk memories suffice (each chunk is given back
+        // once checked).
+        {
             if next < frames.len() {
-                let group = &frames[next..(next + 16).min(frames.len())];
+                let group = &frames[next..(next + 8).min(frames.len())];
                 if let Ok(mut b) = tx.alloc(group.len()) {
                     for (k, f) in group.iter().enumerate() {
                         b.buffer_mut(k, 0).unwrap()[..f.len()].copy_from_slice(f);
@@ -239,7 +240,7 @@ dataplane:
                 }
             }
         }
-        if let Some(c) = stream.recv(Duration::from_millis(20)).unwrap() {
+        while let Some(c) = stream.recv(Duration::from_millis(20)).unwrap() {
             assert!(
                 stream.chunk_bytes(&c).is_none(),
                 "GPU memory is not for the CPU"
@@ -256,7 +257,8 @@ dataplane:
                 }
             }
             stream.recycle(c);
-        } else if stream.stopped() {
+        }
+        if stream.stopped() {
             break;
         }
     }
@@ -407,9 +409,11 @@ dataplane:
         let cfg = dataplane::config::load_str(&text, "iq-gpu.yaml")
             .unwrap_or_else(|e| panic!("{e}\n{text}"))
             .config;
+        eprintln!("radio: starting the plane");
         let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
         let mut tx = plane.take_tx_queue("radio", 0).unwrap();
         let mut stream = plane.take_iq_stream("radio", 0).expect("a radio queue");
+        eprintln!("radio: started");
         assert!(
             stream.recv(Duration::ZERO).is_err(),
             "a GPU queue is read with recv_gpu"
@@ -422,6 +426,7 @@ dataplane:
             }
             tx.send_within(b, Duration::from_secs(5)).expect("queued");
         }
+        eprintln!("radio: sent {}", packets.len());
         let (mut got, mut entries) = (Vec::new(), Vec::new());
         let deadline = Instant::now() + Duration::from_secs(60);
         while {
@@ -432,6 +437,7 @@ dataplane:
             let Some(batch) = stream.recv_gpu(Duration::from_millis(20)).unwrap() else {
                 continue;
             };
+            eprintln!("radio: batch of {} packets", batch.packets.len());
             let mut bytes = vec![0u8; batch.bytes()];
             // SAFETY: the batch's buffer is live device memory of the sample region,
             // holding `bytes()` decoded bytes until it is recycled.
