@@ -358,6 +358,9 @@ impl LossBudget {
             self.load.packet_bytes,
             self.packets_per_second
         );
+        if self.queues.is_empty() {
+            s += "no RX packet queues to budget (a connection engine posts its receives per connection, and an RC sender waits while none is posted)\n";
+        }
         for q in &self.queues {
             let _ = writeln!(s, "{} RX queue {}:", q.interface, q.queue);
             for l in &q.layers {
