@@ -112,12 +112,7 @@ pub fn capture_bench_rx(
         let file = if single {
             path.to_owned()
         } else {
-            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-            let ext = path
-                .extension()
-                .map(|e| format!(".{}", e.to_string_lossy()))
-                .unwrap_or_default();
-            path.with_file_name(format!("{stem}_{name}_q{id}{ext}"))
+            with_suffix(path, &format!("_{name}_q{id}"))
         };
         for q in c.interfaces[i]
             .rx
@@ -134,6 +129,16 @@ pub fn capture_bench_rx(
         }
     }
     c
+}
+
+/// `path` with `suffix` added before its extension (`w.pcap`, `_2`: `w_2.pcap`).
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}{suffix}{ext}"))
 }
 
 /// Where and how a sink writes.
@@ -439,7 +444,7 @@ impl CaptureSink {
         }
         if let Some(t) = &mut self.transient {
             self.submitted += burst.len() as u64;
-            self.not_host += t.submit(burst, now_ns());
+            self.not_host += t.submit(burst);
             return;
         }
         let fallback = std::cell::OnceCell::new();

@@ -215,13 +215,7 @@ impl TransientSink {
 
     /// The file of window `n`: `_n` before the path's extension.
     fn file(&self, n: u64) -> PathBuf {
-        let p = &self.cfg.path;
-        let stem = p.file_stem().unwrap_or_default().to_string_lossy();
-        let name = match p.extension() {
-            Some(e) => format!("{stem}_{n}.{}", e.to_string_lossy()),
-            None => format!("{stem}_{n}"),
-        };
-        p.with_file_name(name)
+        super::with_suffix(&self.cfg.path, &format!("_{n}"))
     }
 
     fn send(&self, job: Job) {
@@ -233,7 +227,9 @@ impl TransientSink {
 
     /// Takes a burst: its packets into the history (host memory only; the caller counts
     /// the rest), opening and closing windows as triggers and timestamps say.
-    pub(crate) fn submit(&mut self, burst: &Burst, fallback_ts: u64) -> u64 {
+    pub(crate) fn submit(&mut self, burst: &Burst) -> u64 {
+        // The clock is read only for a burst with packets the engine did not stamp.
+        let fallback = std::cell::OnceCell::new();
         if let Some(at) = self.trigger.take() {
             self.fire(at);
         }
@@ -245,7 +241,7 @@ impl TransientSink {
                 continue;
             }
             let ts = match p.timestamp_ns {
-                0 => fallback_ts,
+                0 => *fallback.get_or_init(super::now_ns),
                 t => t,
             };
             if self.window.as_ref().is_some_and(|w| ts > w.end_ns) {
