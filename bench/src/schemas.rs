@@ -43,6 +43,10 @@ pub fn results() -> Vec<(&'static str, Value)> {
             "plan",
             result_schema::<dataplane::plan::budget::LossBudget>("plan", "plan"),
         ),
+        (
+            "diff",
+            result_schema::<dataplane::plan::change::PlanChange>("diff", "diff"),
+        ),
         // `capture` reports as `bench raw` does.
         (
             "bench-raw",

@@ -78,6 +78,18 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare a configuration with the one a plane runs: which queues a live change
+    /// (`DataPlane::change`) keeps, removes or touches, which rules switch, or what needs a
+    /// restart (then exit status 3).
+    Diff {
+        /// The configuration the plane runs.
+        running: PathBuf,
+        /// The new configuration.
+        file: PathBuf,
+        /// Print one JSON object instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a configuration file and print a summary or every error.
     Validate {
         /// YAML configuration.
@@ -483,6 +495,7 @@ impl Command {
             Command::Capture { file, .. } => ("capture", Some(file)),
             Command::Replay { file, .. } => ("replay", Some(file)),
             Command::Plan { file, .. } => ("plan", Some(file)),
+            Command::Diff { file, .. } => ("diff", Some(file)),
             Command::Bench(b) => match b {
                 Bench::Raw { file, .. } => ("bench raw", Some(file)),
                 Bench::Fwd { file, .. } => ("bench fwd", Some(file)),

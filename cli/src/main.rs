@@ -64,6 +64,11 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Validate { file, plan, json } => validate(&file, plan, json),
+        Command::Diff {
+            running,
+            file,
+            json,
+        } => diff(&running, &file, json),
         Command::Plan {
             file,
             rate,
@@ -421,6 +426,39 @@ fn loss_budget(
         emit(&format!("{}\n{}", file.display(), budget.human()));
     }
     ExitCode::SUCCESS
+}
+
+/// `dataplane diff RUNNING NEW`: what a live change would do.
+fn diff(running: &Path, file: &Path, json: bool) -> ExitCode {
+    let planned = |path: &Path| {
+        let c = dataplane::plan::staging::with_staging_regions(&load(path)?);
+        match dataplane::plan::Plan::from_staged(&c) {
+            Ok(p) => Some((c, p)),
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                None
+            }
+        }
+    };
+    let (Some(old), Some(new)) = (planned(running), planned(file)) else {
+        return ExitCode::FAILURE;
+    };
+    let change = dataplane::plan::change::PlanChange::between((&old.0, &old.1), (&new.0, &new.1));
+    if json {
+        emit(&envelope::wrap_report(&change));
+    } else {
+        emit(&format!(
+            "{} -> {}\n{}",
+            running.display(),
+            file.display(),
+            change.human()
+        ));
+    }
+    if change.is_live() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(status::FAILED)
+    }
 }
 
 fn validate(file: &Path, with_plan: bool, json: bool) -> ExitCode {

@@ -9,7 +9,8 @@ pub(crate) const SUCCESS: u8 = 0;
 pub(crate) const ERROR: u8 = 1;
 // 2, usage: an unknown command, flag or value; clap exits with it before any command runs.
 /// The verdict failed: a bench that lost, corrupted or reordered packets, or whose
-/// peer failed; `doctor` with a blocking finding.
+/// peer failed; `doctor` with a blocking finding; `diff` with a change that needs a
+/// restart.
 pub(crate) const FAILED: u8 = 3;
 /// Inconclusive: the run ended with packets still in flight, so it cannot say.
 pub(crate) const INCONCLUSIVE: u8 = 4;
@@ -22,7 +23,8 @@ Exit status:
   0    success (a bench: lossless; doctor: nothing blocking)
   1    error: the command could not run (configuration, resources, I/O)
   2    usage: unknown command, flag or value
-  3    failed verdict: a bench not lossless or its peer failed; doctor: a blocking finding
+  3    failed verdict: a bench not lossless or its peer failed; doctor: a blocking finding;
+       diff: the change needs a restart
   4    inconclusive: packets still in flight when the run ended
   130  interrupted by SIGINT, 143 by SIGTERM (whatever the verdict)
   141  stdout closed early

@@ -679,6 +679,61 @@ fn every_command_gives_usage_2_error_1_and_success_0() {
 /// `dataplane plan`: the loss budget in words, per RX queue; a rate or duration it cannot
 /// read is a usage error (status 2) that says what it wants.
 #[test]
+fn diff_says_what_a_live_change_keeps_and_what_needs_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = cfg("loopback_steering.yaml");
+    let text = std::fs::read_to_string(&running).unwrap();
+    // q1 goes; port 6000 moves to q0.
+    let live = text
+        .lines()
+        .filter(|l| !l.contains("name: q1"))
+        .map(|l| {
+            l.replace(
+                "queue, id: 1}, match: {udp_dst: 6000}",
+                "queue, id: 0}, match: {udp_dst: 6000}",
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let resized = live.replace("num_bufs: 4096", "num_bufs: 2048");
+    let (live_file, resized_file) = (
+        dir.path().join("live.yaml"),
+        dir.path().join("resized.yaml"),
+    );
+    std::fs::write(&live_file, &live).unwrap();
+    std::fs::write(&resized_file, &resized).unwrap();
+    let run = |new: &std::path::Path| {
+        dataplane()
+            .args(["diff", &running, new.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = run(&live_file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for want in [
+        "loop0 rx queue 0: kept, loses nothing",
+        "loop0 rx queue 1: removed",
+        "rules of loop0: changed control; also queues",
+        "live: a running plane makes this change",
+    ] {
+        assert!(stdout.contains(want), "{want:?} not in {stdout}");
+    }
+    let out = run(&resized_file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        stdout.contains("not live, needs a restart:\n  memory_regions `bufs`: changed"),
+        "{stdout}"
+    );
+    let same = run(std::path::Path::new(&running));
+    assert!(
+        same.status.success() && String::from_utf8_lossy(&same.stdout).contains("nothing changes"),
+        "{same:?}"
+    );
+}
+
+#[test]
 fn plan_prints_each_queues_budget_and_refuses_unreadable_loads() {
     let run = |args: &[&str]| dataplane().args(args).output().expect("run");
     let file = cfg("socket_udp_bench.yaml");

@@ -89,6 +89,17 @@ fn every_json_output_is_an_envelope_its_schemas_describe() {
         "plan.result.schema.json",
     );
     assert_eq!(budget["command"], "plan");
+    let diff = checked(
+        &["diff", &file, &config("sw_loopback_4q.yaml"), "--json"],
+        "diff.result.schema.json",
+    );
+    assert_eq!(diff["command"], "diff");
+    assert!(
+        diff["result"]["not_live"]
+            .as_array()
+            .is_some_and(|n| !n.is_empty()),
+        "queues added: not live: {diff}"
+    );
     assert_eq!(budget["result"]["load"]["bits_per_second"], 1e10);
     assert_eq!(
         budget["result"]["queues"][0]["beyond"]["then"],

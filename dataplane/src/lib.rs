@@ -85,6 +85,7 @@ pub mod book {
 pub use burst::{Burst, Frames, FramesMut, Packet, Segment};
 pub use memory::pool::flush_thread_caches;
 pub use plane::{
-    DataPlane, HeapItem, IqGpuBatch, IqStream, RecvError, RxQueue, SendError, SpeadSendCounters,
-    SpeadSendError, SpeadSender, SpeadStream, StartError, Stream, TxFailure, TxQueue,
+    ChangeError, ChangeReport, DataPlane, HeapItem, IqGpuBatch, IqStream, RecvError, RxQueue,
+    SendError, SpeadSendCounters, SpeadSendError, SpeadSender, SpeadStream, StartError, Stream,
+    TxFailure, TxQueue,
 };

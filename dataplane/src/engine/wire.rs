@@ -340,6 +340,22 @@ impl WireEnd {
     }
 }
 
+impl Drop for Ingress {
+    /// A removed TX queue's ingress sends nothing more: it holds back no receiver's
+    /// acknowledgement and no rule change waits for it.
+    fn drop(&mut self) {
+        self.ack.store(u64::MAX, Ordering::Release);
+        self.steering.forget(&self.ack);
+    }
+}
+
+impl Drop for WireReceiver {
+    /// A removed RX queue: rule changes no longer wait for it.
+    fn drop(&mut self) {
+        self.steering.forget(&self.ack);
+    }
+}
+
 /// The receiving end of one RX queue: pulls the pieces steered to it.
 pub struct WireReceiver {
     wires: Vec<WireEnd>,

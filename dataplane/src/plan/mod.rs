@@ -10,6 +10,7 @@
 
 pub mod budget;
 pub mod capabilities;
+pub mod change;
 pub mod dpdk;
 pub mod gpu;
 pub mod loopback;

@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+mod change;
 mod gpu;
 mod handler;
 mod iq;
@@ -13,6 +14,7 @@ mod start;
 mod stats;
 mod stream;
 
+pub use change::{ChangeError, ChangeReport, RemovedQueue};
 pub use handler::{Handler, HandlerError, HandlerQueues, HandlerTx};
 pub use iq::{IqGpuBatch, IqStream};
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
@@ -266,7 +268,12 @@ pub struct DataPlane {
     plan: Plan,
     /// Per connection slot (interface index, slot): its RX and TX counters.
     slot_counters: BTreeMap<(usize, usize), (Arc<QueueCounters>, Arc<QueueCounters>)>,
+    /// Each packet queue's retirement ([`DataPlane::change`] removes queues with it).
+    retirements: BTreeMap<QueueKey, Arc<crate::worker::Retirement>>,
 }
+
+/// A packet queue: interface index, true for TX, queue id.
+type QueueKey = (usize, bool, QueueId);
 
 #[derive(Clone)]
 struct QueueLabel {

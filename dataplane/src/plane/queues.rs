@@ -64,11 +64,13 @@ impl RxQueue {
 
     /// True once the plane stopped the worker that delivers into the ring (the stage
     /// worker with `stage_core`), so every burst it delivered is there.
+    /// Also once a change removed the queue and its task handed over what it held.
     pub(super) fn deliverer_stopped(&self) -> bool {
         self.stage_health
             .as_ref()
             .unwrap_or(&self.health)
             .is_stopped()
+            || self.ring.is_abandoned()
     }
 
     #[inline]
@@ -169,9 +171,9 @@ pub enum TxFailure {
     /// error carries the burst back, and stays small for it.)
     #[error(transparent)]
     WorkerFailed(Box<WorkerFailed>),
-    /// The data plane was shut down (or dropped); nothing sent on this queue goes
-    /// anywhere.
-    #[error("the data plane was shut down")]
+    /// The data plane was shut down (or dropped), or a change removed the queue; nothing
+    /// sent on this queue goes anywhere.
+    #[error("the data plane was shut down, or a change removed the queue")]
     Stopped,
     /// The burst has a segment in GPU memory, and this queue's engine reads bytes with
     /// the CPU (forwarding, or a queue without a stage out of GPU memory).
@@ -337,7 +339,8 @@ impl TxQueue {
                 reason: TxFailure::WorkerFailed(Box::new(f.clone())),
             });
         }
-        if self.health.is_stopped() {
+        // Stopped also once a change removed the queue (its task is gone).
+        if self.health.is_stopped() || self.ring.is_abandoned() {
             return Err(SendError {
                 burst,
                 reason: TxFailure::Stopped,
@@ -508,8 +511,9 @@ pub enum RecvError {
     /// The queue's worker died (after the bursts it delivered came out).
     #[error(transparent)]
     WorkerFailed(WorkerFailed),
-    /// The data plane was shut down and every burst it delivered came out.
-    #[error("the data plane was shut down")]
+    /// The data plane was shut down, or a change removed the queue, and every burst it
+    /// delivered came out.
+    #[error("the data plane was shut down, or a change removed the queue")]
     Stopped,
     /// A protocol stream could not place what it received (a SPEAD stream whose GPU copy
     /// into its chunks failed); the stream cannot go on.

@@ -12,7 +12,7 @@ use crate::memory::RegionSet;
 use crate::plan::{EthSrc, Plan, QueuePlan};
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
-use crate::worker::{RxTask, Task, TxTask, WorkerHealth};
+use crate::worker::{Retirement, RxTask, Task, TxTask, WorkerHealth};
 use crate::{affinity, burst::Burst};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -81,6 +81,7 @@ impl DataPlane {
             rx_queues,
             tx_queues,
             slot_counters,
+            retirements,
             ..
         } = queues;
         let transient_triggers = rx_queues
@@ -103,6 +104,7 @@ impl DataPlane {
             regions: regions.clone(),
             plan,
             slot_counters,
+            retirements,
         };
         for c in plane.plan.cores.clone() {
             let mut core_tasks: Vec<Task> = c
@@ -245,6 +247,8 @@ struct QueueBuild<'a> {
     tx_queues: BTreeMap<(usize, QueueId), TxQueue>,
     /// Connection slots' (RX, TX) counters, kept across their connections.
     slot_counters: BTreeMap<(usize, usize), (Arc<QueueCounters>, Arc<QueueCounters>)>,
+    /// Each queue's retirement, for removing it while the plane runs.
+    retirements: BTreeMap<super::QueueKey, Arc<Retirement>>,
 }
 
 impl<'a> QueueBuild<'a> {
@@ -259,6 +263,7 @@ impl<'a> QueueBuild<'a> {
             rx_queues: BTreeMap::new(),
             tx_queues: BTreeMap::new(),
             slot_counters: BTreeMap::new(),
+            retirements: BTreeMap::new(),
         }
     }
 
@@ -280,6 +285,14 @@ impl<'a> QueueBuild<'a> {
         };
         self.tasks.push(Some(task));
         Ok(())
+    }
+
+    /// Queue `q`'s retirement, kept for [`DataPlane::change`].
+    fn retirement(&mut self, q: &QueuePlan) -> Arc<Retirement> {
+        let r = Arc::new(Retirement::default());
+        self.retirements
+            .insert((q.interface, q.direction == Direction::Tx, q.id), r.clone());
+        r
     }
 
     /// An RX queue: the application end reads the ring the worker's task fills.
@@ -336,7 +349,8 @@ impl<'a> QueueBuild<'a> {
             timeout,
             self.engine.capabilities().rx_overflow,
             c,
-        );
+        )
+        .with_retirement(self.retirement(q));
         if q.timestamps && self.engine.stamps_rx(port) {
             tracing::info!(
                 "interface `{}`: RX queue {} carries the {} engine's receive timestamps ({})",
@@ -441,7 +455,8 @@ impl<'a> QueueBuild<'a> {
                 sends_at_time: q.send_at_time,
             },
         );
-        let mut task = TxTask::new(self.engine.tx_port(port, q.id, c.clone())?, consumer, c);
+        let mut task = TxTask::new(self.engine.tx_port(port, q.id, c.clone())?, consumer, c)
+            .with_retirement(self.retirement(q));
         if let Some(l) = lateness {
             tracing::info!(
                 "interface `{}`: TX queue {} sends each packet at its time (accurate_send), in software by its worker (the engine or device has no send-on-timestamp)",
@@ -612,7 +627,7 @@ fn check_cores(plan: &Plan) -> Result<(), StartError> {
 
 /// `config` with every region that names its GPU by UUID (`affinity: GPU-…`) given that
 /// GPU's ordinal; an unknown UUID fails with the GPUs present.
-fn resolve_gpu_uuids(
+pub(super) fn resolve_gpu_uuids(
     config: &crate::config::Config,
 ) -> Result<std::borrow::Cow<'_, crate::config::Config>, crate::memory::MemoryError> {
     if config.memory_regions.iter().all(|m| m.gpu_uuid.is_none()) {

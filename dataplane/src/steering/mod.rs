@@ -161,6 +161,15 @@ impl InterfaceSteering {
         ack
     }
 
+    /// Stops waiting for `ack`: its ingress point or RX queue is gone (a queue removed
+    /// from a running plane), so rule changes no longer wait for it.
+    pub fn forget(&self, ack: &EpochAck) {
+        self.acks
+            .lock()
+            .expect("acks lock")
+            .retain(|a| !Arc::ptr_eq(a, ack));
+    }
+
     /// Marks the rules as programmed into the device (rte_flow): run-time changes are
     /// created and destroyed there through `device`, and the software rules stay in step
     /// (they give flow ids from headers where the device cannot mark packets).
@@ -275,6 +284,51 @@ impl InterfaceSteering {
             }
             c.dynamic.remove(pos);
             c.rx.flows.retain(|f| f.id != flow_id);
+            self.publish(&mut c)
+        };
+        self.wait_adopted(epoch)
+    }
+
+    /// Replaces the interface's rules with `rx`'s (its flows, flow isolation, exception
+    /// queue and queues for RSS), keeping flows added at run time after them, in one step:
+    /// every packet is classified under the old rules or the new ones, never lost between
+    /// them. Returns once every worker uses the new rules. Only for rules in software;
+    /// rules on the device are changed flow by flow ([`Self::add_flow`]).
+    pub fn replace_rules(&self, rx: &RxConfig) -> Result<(), FlowError> {
+        let epoch = {
+            let mut c = self.control.lock().expect("steering control lock");
+            if self.device.get().is_some() {
+                return Err(FlowError::Invalid(format!(
+                    "interface `{}`: its rules are on the device (rte_flow); change them flow by flow",
+                    self.interface
+                )));
+            }
+            let mut candidate = rx.clone();
+            for &(id, _) in &c.dynamic {
+                let Some(added) = c.rx.flows.iter().find(|f| f.id == id) else {
+                    continue;
+                };
+                if let Some(f) = candidate
+                    .flows
+                    .iter()
+                    .find(|f| f.id == id || f.name == added.name)
+                {
+                    return Err(FlowError::Invalid(format!(
+                        "flow `{}` (id {}) collides with flow `{}` (id {id}), added at run time: remove that one first",
+                        f.name, f.id, added.name
+                    )));
+                }
+                candidate.flows.push(added.clone());
+            }
+            let mut d = Diagnostics::default();
+            validate::flow_rules(&mut d, "rx", &self.interface, &candidate, self.software);
+            if d.has_errors() {
+                return Err(FlowError::Invalid(
+                    d.into_error(&format!("new rules of `{}`", self.interface))
+                        .to_string(),
+                ));
+            }
+            c.rx = candidate;
             self.publish(&mut c)
         };
         self.wait_adopted(epoch)

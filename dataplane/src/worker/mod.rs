@@ -190,6 +190,36 @@ impl WorkerControl {
     }
 }
 
+/// The removal of one queue from a running plane ([`crate::DataPlane::change`]): the plane
+/// asks, the queue's task finishes what it holds on its worker's next housekeeping pass
+/// and says it is done. Read only there, never per packet.
+#[derive(Debug, Default)]
+pub struct Retirement {
+    asked: AtomicBool,
+    done: AtomicBool,
+}
+
+impl Retirement {
+    /// Asks the task to finish and leave its worker.
+    pub fn ask(&self) {
+        self.asked.store(true, Ordering::Release);
+    }
+
+    /// True once asked.
+    pub fn asked(&self) -> bool {
+        self.asked.load(Ordering::Acquire)
+    }
+
+    /// True once the task left its worker, having delivered (RX) or sent (TX) what it held.
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    fn finished(&self) {
+        self.done.store(true, Ordering::Release);
+    }
+}
+
 /// A worker that stopped by panicking: its name and the panic's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("worker `{worker}` failed: {message}")]
@@ -357,7 +387,7 @@ impl Task {
     fn retire(&mut self) -> bool {
         match self {
             Task::Rx(rx) => rx.retire(),
-            Task::Tx(tx) => tx.port.closed(),
+            Task::Tx(tx) => tx.retire(),
             Task::Stage(st) => st.retire(),
             Task::Job(_) => false,
         }

@@ -21,6 +21,8 @@ pub struct RxTask {
     /// Hands bursts to a stage task, which hears of the port going idle by an empty burst
     /// (see [`StageTask`]); true once a burst went since the last such mark.
     pub(super) idle_mark_due: Option<bool>,
+    /// Set when the plane removes the queue while it runs.
+    pub(super) retirement: Option<Arc<Retirement>>,
 }
 
 /// The delivering end of an RX queue: an optional stage, then the ring the application
@@ -213,7 +215,14 @@ impl RxTask {
             out: Delivery::new(ring, overflow, counters, (port_id, queue_id), None),
             clock: None,
             idle_mark_due: None,
+            retirement: None,
         }
+    }
+
+    /// Lets the plane remove the queue while it runs (see [`Retirement`]).
+    pub(crate) fn with_retirement(mut self, retirement: Arc<Retirement>) -> Self {
+        self.retirement = Some(retirement);
+        self
     }
 
     /// Stages every burst into the queue's layout before delivering it.
@@ -313,8 +322,23 @@ impl RxTask {
     /// When the port closed (a connection ended): delivers what is still assembled and
     /// says whether the task is done, i.e. nothing is held any more, or the application
     /// dropped its end (what is held then goes back to the pools with the task).
+    /// Also when the plane removes the queue: its rules no longer steer anything here by
+    /// then, so the port is drained first (a bounded number of polls per housekeeping
+    /// pass, so the worker's other queues wait no longer than for a few bursts).
     pub(super) fn retire(&mut self) -> bool {
-        if !self.port.closed() {
+        let removed = self.retirement.as_ref().is_some_and(|r| r.asked());
+        if removed {
+            let clock = PassClock::live();
+            for _ in 0..RETIRE_POLLS {
+                clock.next_pass();
+                if !self.poll(true, &clock) {
+                    break;
+                }
+            }
+            if self.out.ready.is_some() && !self.out.ring.is_abandoned() {
+                return false;
+            }
+        } else if !self.port.closed() {
             return false;
         }
         if let Some(b) = self.out.ready.take() {
@@ -325,9 +349,16 @@ impl RxTask {
         {
             self.out.deliver(b);
         }
-        self.out.settle(false)
+        let done = self.out.settle(false);
+        if done && let Some(r) = &self.retirement {
+            r.finished();
+        }
+        done
     }
 }
+
+/// Polls a removed RX queue's task makes per housekeeping pass to drain its port.
+pub(super) const RETIRE_POLLS: usize = 64;
 
 /// Bursts a [`StageTask`] takes from its RX task in one pass.
 pub const STAGE_BURSTS_PER_POLL: usize = 32;

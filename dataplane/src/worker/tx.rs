@@ -80,6 +80,8 @@ pub struct TxTask {
     /// Packets of a burst whose send time has not come yet (they go before anything
     /// newer).
     pub(super) held_back: Option<Burst>,
+    /// Set when the plane removes the queue while it runs.
+    pub(super) retirement: Option<Arc<super::Retirement>>,
 }
 
 /// How late packets with a send time went out (the worker's decision time against the
@@ -142,7 +144,41 @@ impl TxTask {
             unstaged: None,
             send_at: None,
             held_back: None,
+            retirement: None,
         }
+    }
+
+    /// Lets the plane remove the queue while it runs (see [`super::Retirement`]).
+    pub(crate) fn with_retirement(mut self, retirement: Arc<super::Retirement>) -> Self {
+        self.retirement = Some(retirement);
+        self
+    }
+
+    /// True once the port closed, or once the plane removed the queue and everything
+    /// queued on it went out (a bounded number of polls per housekeeping pass; the
+    /// application end sees `Stopped` once the task is gone).
+    pub(super) fn retire(&mut self) -> bool {
+        if self.port.closed() {
+            return true;
+        }
+        let Some(r) = self.retirement.clone().filter(|r| r.asked()) else {
+            return false;
+        };
+        for _ in 0..super::rx::RETIRE_POLLS {
+            if !self.poll() {
+                break;
+            }
+        }
+        let holds = self.in_flight.is_some()
+            || self.untransformed.is_some()
+            || self.unstaged.is_some()
+            || self.held_back.is_some()
+            || !self.ring.is_empty();
+        if holds {
+            return false;
+        }
+        r.finished();
+        true
     }
 
     /// Sends no packet before its `timestamp_ns` (`accurate_send`), recording how late

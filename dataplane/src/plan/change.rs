@@ -1,0 +1,523 @@
+//! What changes between the plan a data plane runs and a new one, and which of it the
+//! running plane can carry out without stopping ([`crate::DataPlane::change`]). Pure: read
+//! from the two plans and their configurations alone.
+//!
+//! Carried out live: flow rules changed in software (flows added, removed or changed, flow
+//! isolation, the exception queue; one atomic switch per interface), and queues removed
+//! on the software loopback. Everything else a change may hold is named in
+//! [`PlanChange::not_live`] with the reason, and nothing is changed: queues added or
+//! reconfigured, regions added, removed or resized, interfaces or plane-wide settings.
+
+use super::{Plan, QueuePlan};
+use crate::config::{Config, Direction, EngineKind, InterfaceConfig, RxConfig};
+use crate::descriptor::QueueId;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+/// The difference between two plans.
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct PlanChange {
+    /// Every queue of either plan, with what happens to it.
+    pub queues: Vec<QueueChange>,
+    /// Interfaces whose rules change.
+    pub rules: Vec<RulesChange>,
+    /// What the running plane cannot do without a restart; empty when the change can be
+    /// made live.
+    pub not_live: Vec<NotLive>,
+}
+
+/// One queue and what the change does to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct QueueChange {
+    /// Interface name.
+    pub interface: String,
+    /// Interface index (the same in both plans when the change is live).
+    #[serde(skip)]
+    pub port: usize,
+    /// `rx` or `tx`.
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub direction: Direction,
+    /// Queue id.
+    #[cfg_attr(feature = "schemars", schemars(with = "u16"))]
+    pub id: QueueId,
+    /// What happens to it.
+    pub fate: QueueFate,
+}
+
+/// What a change does to one queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum QueueFate {
+    /// Unchanged: it keeps running and loses nothing.
+    Kept,
+    /// Only in the new plan.
+    Added,
+    /// Only in the running plan.
+    Removed,
+    /// In both, with these planned fields different.
+    Changed(Vec<String>),
+}
+
+/// An interface whose flow rules change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct RulesChange {
+    /// Interface name.
+    pub interface: String,
+    /// Interface index.
+    #[serde(skip)]
+    pub port: usize,
+    /// Flows only in the new rules, by name.
+    pub added: Vec<String>,
+    /// Flows only in the running rules.
+    pub removed: Vec<String>,
+    /// Flows in both (by id) with a different rule.
+    pub changed: Vec<String>,
+    /// Other keys of the rules that change (`flow_isolation`, `exception_queue`,
+    /// `flex_items`, the queues RSS spreads over).
+    pub other: Vec<String>,
+}
+
+/// Something the running plane cannot change without a restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct NotLive {
+    /// The configuration key.
+    pub key: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl std::fmt::Display for NotLive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.reason)
+    }
+}
+
+/// `Debug` text without source positions: two configurations that say the same thing in
+/// different places of their files compare equal.
+fn text<T: Debug>(value: &T) -> String {
+    let s = format!("{value:?}");
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s.as_str();
+    while let Some(at) = rest.find("location: Location {") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        rest = rest.find('}').map_or("", |end| &rest[end + 1..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+fn same<T: Debug>(a: &T, b: &T) -> bool {
+    text(a) == text(b)
+}
+
+impl PlanChange {
+    /// The change from `old` (running) to `new`, each a staged configuration with its
+    /// plan ([`super::staging::with_staging_regions`], [`Plan::from_staged`]).
+    pub fn between(old: (&Config, &Plan), new: (&Config, &Plan)) -> Self {
+        let mut change = PlanChange::default();
+        change.plane_keys(old.0, new.0);
+        change.regions(old.1, new.1);
+        let same_interfaces = change.interfaces(old.0, new.0);
+        change.queues(old.1, new.1);
+        if same_interfaces {
+            change.rules(old, new);
+        }
+        change.live_queues(old.1);
+        change
+    }
+
+    /// True when the running plane can make the whole change.
+    pub fn is_live(&self) -> bool {
+        self.not_live.is_empty()
+    }
+
+    /// True when the change does nothing.
+    pub fn is_empty(&self) -> bool {
+        self.not_live.is_empty()
+            && self.rules.is_empty()
+            && self.queues.iter().all(|q| q.fate == QueueFate::Kept)
+    }
+
+    /// The change for people: each queue's fate, each interface's rule changes, and
+    /// whether the running plane can make it.
+    pub fn human(&self) -> String {
+        let mut out = String::new();
+        for q in &self.queues {
+            let fate = match &q.fate {
+                QueueFate::Kept => "kept, loses nothing".to_owned(),
+                QueueFate::Added => "added".to_owned(),
+                QueueFate::Removed => "removed (hands over what it holds, then stops)".to_owned(),
+                QueueFate::Changed(keys) => format!("changed: {}", keys.join(", ")),
+            };
+            out += &format!(
+                "  {} {} queue {}: {fate}\n",
+                q.interface,
+                q.direction.name(),
+                q.id
+            );
+        }
+        for r in &self.rules {
+            let mut parts = Vec::new();
+            for (what, names) in [
+                ("added", &r.added),
+                ("removed", &r.removed),
+                ("changed", &r.changed),
+                ("also", &r.other),
+            ] {
+                if !names.is_empty() {
+                    parts.push(format!("{what} {}", names.join(", ")));
+                }
+            }
+            out += &format!(
+                "  rules of {}: {} (one switch: each packet meets the old rules or the new)\n",
+                r.interface,
+                parts.join("; ")
+            );
+        }
+        if self.is_empty() {
+            out += "nothing changes\n";
+        } else if self.is_live() {
+            out +=
+                "live: a running plane makes this change while traffic flows (DataPlane::change)\n";
+        } else {
+            out += "not live, needs a restart:\n";
+            for n in &self.not_live {
+                out += &format!("  {n}\n");
+            }
+        }
+        out
+    }
+
+    fn refuse(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+        self.not_live.push(NotLive {
+            key: key.into(),
+            reason: reason.into(),
+        });
+    }
+
+    /// Plane-wide settings: fixed while the plane runs.
+    fn plane_keys(&mut self, old: &Config, new: &Config) {
+        let fixed = "set when the plane starts";
+        if old.engine != new.engine || old.stream_type != new.stream_type {
+            self.refuse("engine", "the engine is chosen when the plane starts");
+        }
+        for (key, differs) in [
+            ("master_core", old.master_core != new.master_core),
+            (
+                "log_level",
+                old.log_level != new.log_level || old.debug != new.debug,
+            ),
+            ("gpu_stage", !same(&old.gpu_stage, &new.gpu_stage)),
+            ("metrics", !same(&old.metrics, &new.metrics)),
+            ("bench", !same(&old.bench, &new.bench)),
+        ] {
+            if differs {
+                self.refuse(key, fixed);
+            }
+        }
+    }
+
+    /// Regions are allocated at start, so every region stays as it is.
+    fn regions(&mut self, old: &Plan, new: &Plan) {
+        let reason = "regions are allocated when the plane starts; adding, removing or resizing one needs a restart";
+        for r in &new.regions {
+            match old.regions.iter().find(|o| o.name == r.name) {
+                None => self.refuse(
+                    format!("memory_regions `{}`", r.name),
+                    format!("added: {reason}"),
+                ),
+                Some(o) if o != r => self.refuse(
+                    format!("memory_regions `{}`", r.name),
+                    format!("changed: {reason}"),
+                ),
+                Some(_) => {}
+            }
+        }
+        for o in &old.regions {
+            if !new.regions.iter().any(|r| r.name == o.name) {
+                self.refuse(
+                    format!("memory_regions `{}`", o.name),
+                    format!("removed: {reason}"),
+                );
+            }
+        }
+        let names = |p: &Plan| p.regions.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        if self
+            .not_live
+            .iter()
+            .all(|n| !n.key.starts_with("memory_regions"))
+            && names(old) != names(new)
+        {
+            self.refuse("memory_regions", format!("reordered: {reason}"));
+        }
+    }
+
+    /// Interfaces stay the same ones, in the same order, with the same settings outside
+    /// their queues and RX rules. False when they do not.
+    fn interfaces(&mut self, old: &Config, new: &Config) -> bool {
+        let names = |c: &Config| {
+            c.interfaces
+                .iter()
+                .map(|i| i.name.clone())
+                .collect::<Vec<_>>()
+        };
+        if names(old) != names(new) {
+            self.refuse(
+                "interfaces",
+                format!(
+                    "the interfaces are opened when the plane starts: {:?} would become {:?}",
+                    names(old),
+                    names(new)
+                ),
+            );
+            return false;
+        }
+        for (o, n) in old.interfaces.iter().zip(&new.interfaces) {
+            for key in interface_keys_changed(o, n) {
+                self.refuse(
+                    format!("interfaces `{}`: {key}", n.name),
+                    "set when the interface opens",
+                );
+            }
+        }
+        true
+    }
+
+    /// Every queue of either plan by (interface, direction, id).
+    fn queues(&mut self, old: &Plan, new: &Plan) {
+        let key = |q: &QueuePlan| (q.interface_name.clone(), q.direction == Direction::Tx, q.id);
+        let before: BTreeMap<_, &QueuePlan> = old.queues.iter().map(|q| (key(q), q)).collect();
+        let after: BTreeMap<_, &QueuePlan> = new.queues.iter().map(|q| (key(q), q)).collect();
+        for (k, q) in &before {
+            let fate = match after.get(k) {
+                None => QueueFate::Removed,
+                Some(n) => match fields_changed(q, n) {
+                    keys if keys.is_empty() => QueueFate::Kept,
+                    keys => QueueFate::Changed(keys),
+                },
+            };
+            self.queues.push(QueueChange {
+                interface: q.interface_name.clone(),
+                port: q.interface,
+                direction: q.direction,
+                id: q.id,
+                fate,
+            });
+        }
+        for (k, q) in &after {
+            if !before.contains_key(k) {
+                self.queues.push(QueueChange {
+                    interface: q.interface_name.clone(),
+                    port: q.interface,
+                    direction: q.direction,
+                    id: q.id,
+                    fate: QueueFate::Added,
+                });
+            }
+        }
+    }
+
+    /// What of the queue changes the running plane can do.
+    fn live_queues(&mut self, old: &Plan) {
+        let mut refusals = Vec::new();
+        for q in &self.queues {
+            let key = format!(
+                "interfaces `{}` {} queue {}",
+                q.interface,
+                q.direction.name(),
+                q.id
+            );
+            match &q.fate {
+                QueueFate::Kept => {}
+                QueueFate::Added => refusals.push((key, "added: an interface's queues are set up when it opens (the next stage of live changes)".to_owned())),
+                QueueFate::Changed(keys) => refusals.push((key, format!("changed ({}): a queue is set up when its interface opens; remove it in one change and add it back with a restart", keys.join(", ")))),
+                QueueFate::Removed => {
+                    if let Some(why) = removal_blocked(old, q) {
+                        refusals.push((key, format!("removed: {why}")));
+                    }
+                }
+            }
+        }
+        for (key, reason) in refusals {
+            self.refuse(key, reason);
+        }
+    }
+
+    /// The RX rules of each interface (the interfaces are the same ones).
+    fn rules(&mut self, old: (&Config, &Plan), new: (&Config, &Plan)) {
+        let empty = RxConfig::empty();
+        for (port, (o, n)) in old.0.interfaces.iter().zip(&new.0.interfaces).enumerate() {
+            let (a, b) = (
+                o.rx.as_ref().unwrap_or(&empty),
+                n.rx.as_ref().unwrap_or(&empty),
+            );
+            let r = rules_changed(&n.name, port, a, b);
+            if r == (RulesChange {
+                interface: n.name.clone(),
+                port,
+                ..Default::default()
+            }) {
+                continue;
+            }
+            if old.1.capabilities.hardware_steering {
+                self.refuse(
+                    format!("interfaces `{}`: rx.flows", n.name),
+                    "the rules are on the device (rte_flow): change them flow by flow (DataPlane::add_flow, remove_flow)",
+                );
+            }
+            self.rules.push(r);
+        }
+    }
+}
+
+/// Why the running plane cannot remove queue `q`, if it cannot.
+fn removal_blocked(old: &Plan, q: &QueueChange) -> Option<String> {
+    let planned = old
+        .queues
+        .iter()
+        .find(|p| p.interface == q.port && p.direction == q.direction && p.id == q.id)?;
+    if planned.delivery == crate::config::Delivery::Handler {
+        return Some(
+            "a handler queue: its worker's handler was made for the queues it serves".into(),
+        );
+    }
+    match old.engine {
+        EngineKind::Loopback => None,
+        EngineKind::Socket => Some("the kernel spreads an interface's datagrams over its sockets, so a queue's socket cannot stop being read without losing what the kernel sends it".into()),
+        EngineKind::Dpdk | EngineKind::Ibverbs => Some("the device keeps spreading packets over the queues its port started with".into()),
+        EngineKind::Rdma => Some("RDMA queues are connection slots".into()),
+    }
+}
+
+/// Interface settings outside the queues and the RX rules that differ.
+fn interface_keys_changed(o: &InterfaceConfig, n: &InterfaceConfig) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    let empty_rx = RxConfig::empty();
+    let (orx, nrx) = (
+        o.rx.as_ref().unwrap_or(&empty_rx),
+        n.rx.as_ref().unwrap_or(&empty_rx),
+    );
+    for (key, differs) in [
+        ("address", o.address != n.address),
+        ("socket_config", !same(&o.socket, &n.socket)),
+        ("roce_config", !same(&o.roce, &n.roce)),
+        ("fault_injection", !same(&o.faults, &n.faults)),
+        ("multicast_groups", !same(&o.multicast, &n.multicast)),
+        ("rx.reorder_configs", !same(&orx.reorder, &nrx.reorder)),
+        (
+            "rx.dynamic_flow_capacity",
+            orx.dynamic_flow_capacity != nrx.dynamic_flow_capacity,
+        ),
+        ("rx.hardware_timestamps", orx.timestamps != nrx.timestamps),
+        ("rx.descriptors", orx.descriptors != nrx.descriptors),
+        (
+            "tx.accurate_send",
+            o.tx.as_ref().map(|t| t.accurate_send) != n.tx.as_ref().map(|t| t.accurate_send),
+        ),
+        (
+            "tx.descriptors",
+            o.tx.as_ref().and_then(|t| t.descriptors) != n.tx.as_ref().and_then(|t| t.descriptors),
+        ),
+        (
+            "tx.flows",
+            !same(
+                &o.tx.as_ref().map(|t| &t.flows),
+                &n.tx.as_ref().map(|t| &t.flows),
+            ),
+        ),
+    ] {
+        if differs {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+/// Planned fields of a queue that differ, by their configuration keys (its key path is
+/// where it stands in the file, not part of what it is).
+fn fields_changed(o: &QueuePlan, n: &QueuePlan) -> Vec<String> {
+    [
+        (
+            "memory_regions",
+            o.segments != n.segments || o.staging != n.staging,
+        ),
+        ("cpu_core", o.core != n.core),
+        ("batch_size", o.batch != n.batch),
+        ("ring_packets", o.ring_bursts != n.ring_bursts),
+        ("timeout_us", o.timeout_us != n.timeout_us),
+        (
+            "layout",
+            o.stage != n.stage || o.host_memory_only != n.host_memory_only,
+        ),
+        (
+            "stage_core",
+            o.stage_core != n.stage_core || o.copy_cores != n.copy_cores,
+        ),
+        ("reorder", !same(&o.reorders, &n.reorders)),
+        ("offloads", o.eth_src != n.eth_src),
+        (
+            "tx.flows",
+            !same(&o.tx_flows, &n.tx_flows) || o.transform_region != n.transform_region,
+        ),
+        ("rate_limit", o.pacing_mbps != n.pacing_mbps),
+        (
+            "timestamps",
+            o.timestamps != n.timestamps || o.send_at_time != n.send_at_time,
+        ),
+        ("capture", !same(&o.capture, &n.capture)),
+        ("delivery", o.delivery != n.delivery),
+        ("protocol", o.protocol != n.protocol),
+    ]
+    .into_iter()
+    .filter(|(_, differs)| *differs)
+    .map(|(key, _)| key.to_owned())
+    .collect()
+}
+
+/// How `b`'s rules differ from `a`'s.
+fn rules_changed(interface: &str, port: usize, a: &RxConfig, b: &RxConfig) -> RulesChange {
+    let mut r = RulesChange {
+        interface: interface.to_owned(),
+        port,
+        ..Default::default()
+    };
+    for f in &b.flows {
+        match a.flows.iter().find(|o| o.id == f.id) {
+            None => r.added.push(f.name.clone()),
+            Some(o) if !same(o, f) => r.changed.push(f.name.clone()),
+            Some(_) => {}
+        }
+    }
+    for o in &a.flows {
+        if !b.flows.iter().any(|f| f.id == o.id) {
+            r.removed.push(o.name.clone());
+        }
+    }
+    let order = |c: &RxConfig| c.flows.iter().map(|f| f.id).collect::<Vec<_>>();
+    if r.added.is_empty() && r.removed.is_empty() && order(a) != order(b) {
+        r.other.push("flow order".into());
+    }
+    let ids = |c: &RxConfig| {
+        let mut v: Vec<u16> = c.queues.iter().map(|q| q.id).collect();
+        v.sort_unstable();
+        v
+    };
+    for (key, differs) in [
+        ("flow_isolation", a.flow_isolation != b.flow_isolation),
+        ("exception_queue", a.exception_queue != b.exception_queue),
+        ("flex_items", !same(&a.flex_items, &b.flex_items)),
+        ("queues", ids(a) != ids(b)),
+    ] {
+        if differs {
+            r.other.push(key.into());
+        }
+    }
+    r
+}

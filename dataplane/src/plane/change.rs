@@ -1,0 +1,193 @@
+//! Changing a running data plane to a new configuration ([`DataPlane::change`]): planned
+//! like a start, compared with the running plan ([`PlanChange`]), then carried out while
+//! traffic flows, or refused whole.
+
+use super::{DataPlane, StartError};
+use crate::config::{Config, Direction, RxConfig};
+use crate::plan::change::{NotLive, PlanChange, QueueFate};
+use crate::plan::{Plan, PlanError};
+use crate::steering::FlowError;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long a change waits for removed queues to hand over what they hold.
+const RETIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The new configuration cannot be planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Its GPU regions could not be resolved.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// Parts of the change need a restart; nothing was changed.
+    #[error("not a live change, nothing was changed:\n  {}", .0.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("\n  "))]
+    NotLive(Vec<NotLive>),
+    /// An interface's new rules were refused or not adopted in time. Interfaces listed
+    /// before it in the change already use their new rules; no queue was removed.
+    #[error("interface `{interface}`: {source}")]
+    Rules {
+        /// The interface.
+        interface: String,
+        /// Why.
+        source: FlowError,
+    },
+}
+
+/// What a change did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ChangeReport {
+    /// The change, as planned.
+    pub change: PlanChange,
+    /// The queues removed, with their final counts.
+    pub removed: Vec<RemovedQueue>,
+    /// Worker cores stopped because none of their queues is left.
+    pub stopped_cores: Vec<u32>,
+    /// How long the change took, in seconds.
+    pub seconds: f64,
+}
+
+/// A queue a change removed.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RemovedQueue {
+    /// Interface name.
+    pub interface: String,
+    /// RX or TX.
+    pub direction: Direction,
+    /// Queue id.
+    pub id: u16,
+    /// Packets it moved in all (delivered to the ring for RX, sent for TX).
+    pub packets: u64,
+    /// Packets it dropped in all, by any cause.
+    pub dropped: u64,
+    /// False when it still held packets when the change returned (its worker keeps
+    /// handing them over, then drops the queue).
+    pub drained: bool,
+}
+
+impl DataPlane {
+    /// Changes the running plane to `new` while traffic flows, or changes nothing.
+    ///
+    /// Done live (see [`crate::plan::change`]): flow rules in software (flows added,
+    /// removed or changed, flow isolation, the exception queue; one switch per interface,
+    /// so every packet is steered by the old rules or the new ones), and queues removed on
+    /// the software loopback (after the new rules no longer steer to them, each hands over
+    /// what it holds; its application end then reports `Stopped`). Queues the change does
+    /// not touch keep running and lose nothing. Anything else, such as a queue added or
+    /// changed, or a region resized, is refused with [`ChangeError::NotLive`] naming each
+    /// key and why, before anything is changed.
+    pub fn change(&mut self, new: &Config) -> Result<ChangeReport, ChangeError> {
+        let started = Instant::now();
+        let new = super::start::resolve_gpu_uuids(new)
+            .map_err(StartError::from)?
+            .into_owned();
+        let new = crate::plan::staging::with_staging_regions(&new);
+        let plan = Plan::from_staged(&new)?;
+        let change = PlanChange::between((&self.config, &self.plan), (&new, &plan));
+        if !change.is_live() {
+            return Err(ChangeError::NotLive(change.not_live));
+        }
+        let empty = RxConfig::empty();
+        for r in &change.rules {
+            let rx = new.interfaces[r.port].rx.as_ref().unwrap_or(&empty);
+            self.steering[r.port]
+                .replace_rules(rx)
+                .map_err(|source| ChangeError::Rules {
+                    interface: r.interface.clone(),
+                    source,
+                })?;
+        }
+        let removed = self.remove_queues(&change);
+        let stopped_cores = self.stop_idle_workers(&plan, &removed);
+        self.config = new;
+        self.plan = plan;
+        Ok(ChangeReport {
+            change,
+            removed,
+            stopped_cores,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Asks each removed queue's task to finish (its rules already steer nothing to it)
+    /// and waits, bounded, until each handed over what it held.
+    fn remove_queues(&mut self, change: &PlanChange) -> Vec<RemovedQueue> {
+        let gone: Vec<_> = change
+            .queues
+            .iter()
+            .filter(|q| q.fate == QueueFate::Removed)
+            .map(|q| (q, (q.port, q.direction == Direction::Tx, q.id)))
+            .collect();
+        for (_, key) in &gone {
+            // An application end never taken goes with it.
+            match key.1 {
+                false => drop(
+                    self.rx_queues
+                        .get_mut()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&(key.0, key.2)),
+                ),
+                true => drop(
+                    self.tx_queues
+                        .get_mut()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&(key.0, key.2)),
+                ),
+            }
+            if let Some(r) = self.retirements.get(key) {
+                r.ask();
+            }
+        }
+        let deadline = Instant::now() + RETIRE_TIMEOUT;
+        while Instant::now() < deadline
+            && !gone
+                .iter()
+                .all(|(_, k)| self.retirements.get(k).is_none_or(|r| r.is_done()))
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        gone.into_iter()
+            .map(|(q, key)| {
+                let counters = self
+                    .counters
+                    .iter()
+                    .find(|(l, _)| {
+                        l.interface == q.interface && l.direction == q.direction && l.queue == q.id
+                    })
+                    .map(|(_, c)| c.snapshot());
+                let drained = self.retirements.remove(&key).is_none_or(|r| r.is_done());
+                RemovedQueue {
+                    interface: q.interface.clone(),
+                    direction: q.direction,
+                    id: q.id.0,
+                    packets: counters.as_ref().map_or(0, |c| c.0),
+                    dropped: counters.as_ref().map_or(0, |c| c.2.total()),
+                    drained,
+                }
+            })
+            .collect()
+    }
+
+    /// Stops and joins the workers of cores the new plan no longer uses, once every queue
+    /// they served was removed and drained.
+    fn stop_idle_workers(&mut self, plan: &Plan, removed: &[RemovedQueue]) -> Vec<u32> {
+        if removed.iter().any(|r| !r.drained) {
+            return Vec::new();
+        }
+        let mut stopped = Vec::new();
+        for w in &mut self.workers {
+            if plan.cores.iter().any(|c| c.core == w.core) || w.thread.is_none() {
+                continue;
+            }
+            w.control.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+            w.health.stop();
+            stopped.push(w.core);
+        }
+        stopped
+    }
+}

@@ -1,0 +1,393 @@
+//! Changing a running plane (`DataPlane::change`) under traffic on the software loopback:
+//! the queues the change does not touch lose nothing and keep their order, a flow moved
+//! to another queue loses nothing between the two, a removed queue hands over all it
+//! held; and a change the running plane cannot make is refused whole, naming each key.
+
+#[macro_use]
+mod common;
+
+use dataplane::config::{self, Config};
+use dataplane::packet::UdpFrame;
+use dataplane::{ChangeError, DataPlane, RecvError};
+use std::collections::BTreeMap;
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One TX queue, three RX queues steered by UDP destination port; `FLOWS` and `QUEUE2`
+/// are replaced per configuration.
+const BASE: &str = config_yaml!(
+    raw,
+    0,
+    loopback,
+    r#"    memory_regions:
+    - {name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}
+    interfaces:
+    - name: loop0
+      address: loopback
+      tx:
+        queues:
+        - {name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}
+      rx:
+        flow_isolation: true
+        queues:
+        - {name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}
+        - {name: q1, id: 1, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}
+QUEUE2
+        flows:
+FLOWS
+"#
+);
+
+const QUEUE2: &str = "        - {name: q2, id: 2, cpu_core: 1, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}";
+
+/// Ports 5000 to q0, 5001 to q1, 5002 to q2; 5003 and 5004 match nothing.
+const BEFORE: &str = r#"        - {name: f0, id: 1, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
+        - {name: f1, id: 2, action: {type: queue, id: 1}, match: {udp_dst: 5001}}
+        - {name: f2, id: 3, action: {type: queue, id: 2}, match: {udp_dst: 5002}}"#;
+
+/// q2 and its flow go; f1 widens to 5001-5003 (so 5002 moves to q1); f3 takes 5004 to q0.
+const AFTER: &str = r#"        - {name: f0, id: 1, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
+        - {name: f1, id: 2, action: {type: queue, id: 1}, match: {udp_dst: "5001-5003"}}
+        - {name: f3, id: 4, action: {type: queue, id: 0}, match: {udp_dst: 5004}}"#;
+
+const PORTS: [u16; 5] = [5000, 5001, 5002, 5003, 5004];
+
+fn config(queue2: bool, flows: &str) -> Config {
+    let queue2 = if queue2 {
+        format!("{QUEUE2}\n")
+    } else {
+        String::new()
+    };
+    let text = BASE.replace("QUEUE2\n", &queue2).replace("FLOWS", flows);
+    config::load_with(&text, "change.yaml", &|core| core < 2)
+        .expect("loads")
+        .config
+}
+
+/// What a receiver saw per destination port: the sequence numbers, in arrival order.
+type Seen = BTreeMap<u16, Vec<u64>>;
+
+fn receive(mut rx: dataplane::RxQueue, done: Arc<AtomicBool>) -> Seen {
+    let mut seen = Seen::new();
+    loop {
+        match rx.recv(Duration::from_millis(20)) {
+            Ok(Some(b)) => {
+                for i in 0..b.len() {
+                    let v = dataplane::packet::parse(b.data(i, 0).unwrap()).unwrap();
+                    let port = v.udp_ports.unwrap().1;
+                    let seq = u64::from_le_bytes(v.payload[..8].try_into().unwrap());
+                    seen.entry(port).or_default().push(seq);
+                }
+            }
+            Ok(None) if done.load(Ordering::Acquire) => return seen,
+            Ok(None) => {}
+            Err(RecvError::Stopped) => return seen,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn a_change_under_traffic_loses_nothing_on_the_queues_it_keeps() {
+    let mut plane = DataPlane::start(&config(true, BEFORE)).expect("starts");
+    let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let receivers: Vec<_> = (0..3)
+        .map(|q| {
+            let rx = plane.take_rx_queue("loop0", q).unwrap();
+            let done = done.clone();
+            std::thread::spawn(move || receive(rx, done))
+        })
+        .collect();
+    // The sender cycles over the five ports, each with its own sequence.
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (sent, stop) = (sent.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut next = [0u64; PORTS.len()];
+            while !stop.load(Ordering::Acquire) {
+                let Ok(mut b) = tx.alloc(25) else {
+                    std::thread::sleep(Duration::from_micros(100));
+                    continue;
+                };
+                for k in 0..25 {
+                    let p = k % PORTS.len();
+                    let udp = UdpFrame::new(
+                        SocketAddrV4::new([10, 0, 0, 1].into(), 7000),
+                        SocketAddrV4::new([10, 0, 0, 2].into(), PORTS[p]),
+                    );
+                    let len = udp
+                        .write(&next[p].to_le_bytes(), b.buffer_mut(k, 0).unwrap())
+                        .unwrap();
+                    b.set_len(k, 0, len);
+                    next[p] += 1;
+                }
+                while let Err(back) = tx.send(b) {
+                    b = back.burst;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                sent.fetch_add(25, Ordering::Release);
+            }
+            next
+        })
+    };
+    let wait_for = |n: u64| {
+        while sent.load(Ordering::Acquire) < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    wait_for(50_000);
+    let report = plane.change(&config(false, AFTER)).expect("a live change");
+    let at_change = sent.load(Ordering::Acquire);
+    wait_for(at_change + 50_000);
+    stop.store(true, Ordering::Release);
+    let next = sender.join().unwrap();
+    plane.flush();
+    std::thread::sleep(Duration::from_millis(300));
+    let counters = plane.snapshot();
+    done.store(true, Ordering::Release);
+    let seen: Vec<Seen> = receivers.into_iter().map(|r| r.join().unwrap()).collect();
+    plane.shutdown().unwrap();
+
+    eprintln!("report: {report:?}");
+    let rules = &report.change.rules[0];
+    assert_eq!(
+        (&rules.added, &rules.removed, &rules.changed),
+        (
+            &vec!["f3".to_owned()],
+            &vec!["f2".to_owned()],
+            &vec!["f1".to_owned()]
+        )
+    );
+    assert_eq!(report.removed.len(), 1, "{:?}", report.removed);
+    let q2 = &report.removed[0];
+    assert!(q2.id == 2 && q2.drained && q2.dropped == 0, "{q2:?}");
+    assert_eq!(report.stopped_cores, [1], "q2's core serves nothing else");
+
+    let all =
+        |port: u16| (0..next[PORTS.iter().position(|&p| p == port).unwrap()]).collect::<Vec<u64>>();
+    // Untouched: every packet of 5000 on q0 and of 5001 on q1, in order.
+    assert_eq!(seen[0][&5000], all(5000), "q0 lost or reordered port 5000");
+    assert_eq!(seen[1][&5001], all(5001), "q1 lost or reordered port 5001");
+    // Moved: 5002 went to q2 until the change, then to q1, none lost or repeated.
+    let (on_q2, on_q1) = (&seen[2][&5002], &seen[1][&5002]);
+    assert!(
+        !on_q2.is_empty() && !on_q1.is_empty(),
+        "{} on q2, {} on q1",
+        on_q2.len(),
+        on_q1.len()
+    );
+    let joined: Vec<u64> = on_q2.iter().chain(on_q1).copied().collect();
+    assert_eq!(joined, all(5002), "port 5002 across the move");
+    assert_eq!(on_q2.len() as u64, q2.packets, "q2's count");
+    // New: 5003 and 5004 arrive in order from some point on; before it they had no flow.
+    let mut no_flow = 0;
+    for (port, q) in [(5003u16, 1usize), (5004, 0)] {
+        let got = seen[q].get(&port).cloned().unwrap_or_default();
+        let total = all(port).len() as u64;
+        assert!(!got.is_empty(), "nothing on port {port} after the change");
+        let first = got[0];
+        assert_eq!(
+            got,
+            (first..total).collect::<Vec<_>>(),
+            "port {port} after the change"
+        );
+        no_flow += first;
+    }
+    let drops: u64 = counters.queues.iter().map(|q| q.drops.no_flow).sum();
+    assert_eq!(
+        drops, no_flow,
+        "packets without a flow are counted, each one"
+    );
+    let other: u64 = counters
+        .queues
+        .iter()
+        .map(|q| q.drops.total() - q.drops.no_flow)
+        .sum();
+    assert_eq!(other, 0, "no drop of any other cause: {counters:?}");
+}
+
+#[test]
+fn a_change_the_running_plane_cannot_make_is_refused_whole() {
+    let mut plane = DataPlane::start(&config(true, BEFORE)).expect("starts");
+    let before = plane.config().interfaces[0]
+        .rx
+        .as_ref()
+        .unwrap()
+        .flows
+        .len();
+    // A new queue, a resized region and a new rule together: refused, naming each.
+    let mut new = config(
+        true,
+        AFTER.replace("id: 2, action", "id: 9, action").as_str(),
+    );
+    new.memory_regions[0].num_bufs = 4096;
+    let text = BASE
+        .replace(
+            "QUEUE2\n",
+            &format!("{QUEUE2}\n{}\n", QUEUE2.replace("q2, id: 2", "q3, id: 3")),
+        )
+        .replace("FLOWS", AFTER);
+    let added = config::load_with(&text, "change.yaml", &|core| core < 2)
+        .unwrap()
+        .config;
+    for (cfg, needles) in [
+        (
+            &new,
+            &[
+                "memory_regions `bufs`",
+                "changed: regions are allocated when the plane starts",
+            ][..],
+        ),
+        (
+            &added,
+            &[
+                "interfaces `loop0` rx queue 3",
+                "added: an interface's queues are set up when it opens",
+            ][..],
+        ),
+    ] {
+        match plane.change(cfg) {
+            Err(ChangeError::NotLive(why)) => {
+                let text = why
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                for n in needles {
+                    assert!(text.contains(n), "`{n}` missing in:\n{text}");
+                }
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // Nothing changed: the old rules still steer.
+    assert_eq!(plane.steering_epoch("loop0"), Some(1));
+    assert_eq!(
+        plane.config().interfaces[0]
+            .rx
+            .as_ref()
+            .unwrap()
+            .flows
+            .len(),
+        before
+    );
+    // The same configuration is an empty change.
+    let report = plane.change(&config(true, BEFORE)).expect("nothing to do");
+    assert!(
+        report.change.is_empty() && report.removed.is_empty(),
+        "{report:?}"
+    );
+    plane.shutdown().unwrap();
+}
+
+#[test]
+fn removing_a_socket_queue_is_refused_with_the_reason() {
+    let yaml = |queues: &str| {
+        format!(
+            r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: socket
+    master_core: 0
+    memory_regions:
+    - {{name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+    interfaces:
+    - name: s0
+      address: 127.0.0.1
+      socket_config: {{mode: server, local_addr: "udp://127.0.0.1:5621"}}
+      rx:
+        queues:
+{queues}"#
+        )
+    };
+    let q = |id: u16| {
+        format!(
+            "        - {{name: q{id}, id: {id}, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}\n"
+        )
+    };
+    let load = |t: &str| config::load_with(t, "s.yaml", &|c| c < 2).unwrap().config;
+    let two = load(&yaml(&format!("{}{}", q(0), q(1))));
+    let one = load(&yaml(&q(0)));
+    let plan = |c: &Config| dataplane::plan::Plan::from_config(c).unwrap();
+    let change =
+        dataplane::plan::change::PlanChange::between((&two, &plan(&two)), (&one, &plan(&one)));
+    let why: Vec<String> = change.not_live.iter().map(|n| n.to_string()).collect();
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(
+        why[0].starts_with("interfaces `s0` rx queue 1: removed: the kernel spreads"),
+        "{why:?}"
+    );
+}
+
+#[test]
+fn a_removed_tx_queue_stops_its_sender_and_later_rule_changes_still_take() {
+    let text = |tx1: bool, flows: &str| {
+        let tx1 = if tx1 {
+            "    - {name: t1, id: 1, cpu_core: 1, batch_size: 32, memory_regions: [bufs]}\n"
+        } else {
+            ""
+        };
+        common::loopback_config(&format!(
+            r#"memory_regions:
+- {{name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}}
+interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues:
+    - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
+{tx1}  rx:
+    flow_isolation: true
+    queues:
+    - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
+    flows:
+    - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
+{flows}"#
+        ))
+    };
+    let load = |t: String| config::load_with(&t, "tx.yaml", &|c| c < 2).unwrap().config;
+    let mut plane = DataPlane::start(&load(text(true, ""))).expect("starts");
+    let mut t1 = plane.take_tx_queue("loop0", 1).unwrap();
+    let report = plane.change(&load(text(false, ""))).expect("removes t1");
+    assert!(
+        report.removed[0].drained && report.change.rules.is_empty(),
+        "{report:?}"
+    );
+    let b = t1.alloc(1).expect("its buffers are the plane's");
+    match t1.send(b) {
+        Err(e) => assert!(matches!(e.reason, dataplane::TxFailure::Stopped), "{e}"),
+        Ok(()) => panic!("a removed queue took a burst"),
+    }
+    // The removed queue's wire no longer holds back the adoption of new rules.
+    let report = plane
+        .change(&load(text(
+            false,
+            "    - {name: f1, id: 2, action: {type: queue, id: 0}, match: {udp_dst: 5001}}\n",
+        )))
+        .expect("a rule change after the removal");
+    assert_eq!(report.change.rules[0].added, ["f1"]);
+    let mut t0 = plane.take_tx_queue("loop0", 0).unwrap();
+    let mut q0 = plane.take_rx_queue("loop0", 0).unwrap();
+    let datagram = |port: u16| {
+        let udp = UdpFrame::new(
+            SocketAddrV4::new([10, 0, 0, 1].into(), 7000),
+            SocketAddrV4::new([10, 0, 0, 2].into(), port),
+        );
+        let mut f = vec![0u8; udp.header_len() + 8];
+        udp.write(&[7; 8], &mut f).unwrap();
+        f
+    };
+    common::send_frames(&mut t0, &[datagram(5001)]);
+    let b = q0
+        .recv(Duration::from_secs(5))
+        .unwrap()
+        .expect("port 5001 now has a flow");
+    assert_eq!(b.packets()[0].flow_id, 2);
+    drop(b);
+    plane.shutdown().unwrap();
+}
