@@ -438,10 +438,16 @@ impl SeriesPoint {
         let (rx0, rx_b0) = last.total(Direction::Rx);
         let (tx_mpps, tx_gbps) = rate(tx.saturating_sub(tx0), tx_b.saturating_sub(tx_b0));
         let (rx_mpps, rx_gbps) = rate(rx.saturating_sub(rx0), rx_b.saturating_sub(rx_b0));
+        // Matched by name: a live change adds and removes queues between two snapshots.
         let queues = now
             .queues
             .iter()
-            .zip(&last.queues)
+            .filter_map(|q| {
+                let q0 = last.queues.iter().find(|q0| {
+                    (q0.queue, q0.direction, &q0.interface) == (q.queue, q.direction, &q.interface)
+                })?;
+                Some((q, q0))
+            })
             .map(|(q, q0)| {
                 let (mpps, gbps) = rate(
                     q.packets.saturating_sub(q0.packets),

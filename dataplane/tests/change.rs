@@ -219,7 +219,8 @@ fn a_change_the_running_plane_cannot_make_is_refused_whole() {
         .unwrap()
         .flows
         .len();
-    // A new queue, a resized region and a new rule together: refused, naming each.
+    // A resized region, a queue's new batch size and a new rule together: refused,
+    // naming each.
     let mut new = config(
         true,
         AFTER.replace("id: 2, action", "id: 9, action").as_str(),
@@ -228,25 +229,21 @@ fn a_change_the_running_plane_cannot_make_is_refused_whole() {
     let text = BASE
         .replace(
             "QUEUE2\n",
-            &format!("{QUEUE2}\n{}\n", QUEUE2.replace("q2, id: 2", "q3, id: 3")),
+            &format!("{}\n", QUEUE2.replace("batch_size: 32", "batch_size: 16")),
         )
         .replace("FLOWS", AFTER);
-    let added = config::load_with(&text, "change.yaml", &|core| core < 2)
+    let rebatched = config::load_with(&text, "change.yaml", &|core| core < 2)
         .unwrap()
         .config;
     for (cfg, needles) in [
         (
             &new,
-            &[
-                "memory_regions `bufs`",
-                "changed: regions are allocated when the plane starts",
-            ][..],
+            &["memory_regions `bufs`: changed: regions are allocated when the plane starts"][..],
         ),
         (
-            &added,
+            &rebatched,
             &[
-                "interfaces `loop0` rx queue 3",
-                "added: an interface's queues are set up when it opens",
+                "interfaces `loop0` rx queue 2: changed (batch_size): a running queue keeps its settings",
             ][..],
         ),
     ] {
@@ -389,5 +386,214 @@ interfaces:
         .expect("port 5001 now has a flow");
     assert_eq!(b.packets()[0].flow_id, 2);
     drop(b);
+    plane.shutdown().unwrap();
+}
+
+/// A sender on `tx` of `(source port, destination port, sequence)` frames, `batch` per
+/// burst, until `stop`; returns how many it sent per destination port.
+fn frame(source: u16, port: u16, seq: u64) -> Vec<u8> {
+    let udp = UdpFrame::new(
+        SocketAddrV4::new([10, 0, 0, 1].into(), source),
+        SocketAddrV4::new([10, 0, 0, 2].into(), port),
+    );
+    let mut f = vec![0u8; udp.header_len() + 8];
+    udp.write(&seq.to_le_bytes(), &mut f).unwrap();
+    f
+}
+
+fn two_queue_config(added: bool) -> Config {
+    let text = {
+        let (q1, t1, target) = if added {
+            (
+                "    - {name: q1, id: 1, cpu_core: 1, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}\n",
+                "    - {name: t1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}\n",
+                1,
+            )
+        } else {
+            ("", "", 0)
+        };
+        common::loopback_config(&format!(
+            r#"memory_regions:
+- {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
+interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues:
+    - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
+{t1}  rx:
+    flow_isolation: true
+    queues:
+    - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
+{q1}    flows:
+    - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
+    - {{name: f1, id: 2, action: {{type: queue, id: {target}}}, match: {{udp_dst: 5001}}}}
+"#
+        ))
+    };
+    config::load_with(&text, "add.yaml", &|c| c < 2)
+        .unwrap()
+        .config
+}
+
+#[test]
+fn queues_added_under_traffic_take_over_and_the_kept_ones_lose_nothing() {
+    let mut plane = DataPlane::start(&two_queue_config(false)).expect("starts");
+    let mut t0 = plane.take_tx_queue("loop0", 0).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let q0 = {
+        let (rx, done) = (plane.take_rx_queue("loop0", 0).unwrap(), done.clone());
+        std::thread::spawn(move || receive(rx, done))
+    };
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (sent, stop) = (sent.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut next = [0u64; 2];
+            while !stop.load(Ordering::Acquire) {
+                let frames: Vec<Vec<u8>> = (0..32)
+                    .map(|k| {
+                        next[k % 2] += 1;
+                        frame(7000, 5000 + (k % 2) as u16, next[k % 2] - 1)
+                    })
+                    .collect();
+                common::send_frames(&mut t0, &frames);
+                sent.fetch_add(32, Ordering::Release);
+            }
+            next
+        })
+    };
+    let wait_for = |n: u64| {
+        while sent.load(Ordering::Acquire) < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    wait_for(30_000);
+    let report = plane
+        .change(&two_queue_config(true))
+        .expect("a live change");
+    eprintln!("report: {report:?}");
+    assert_eq!(report.added.queues, 2);
+    assert_eq!(report.added.started_cores, [1], "q1's core had no worker");
+    assert_eq!(report.change.rules[0].changed, ["f1"]);
+    let q1 = {
+        let (rx, done) = (plane.take_rx_queue("loop0", 1).unwrap(), done.clone());
+        std::thread::spawn(move || receive(rx, done))
+    };
+    // The added TX queue sends too, from another source port, to q0's flow.
+    let mut t1 = plane.take_tx_queue("loop0", 1).unwrap();
+    let from_t1: Vec<Vec<u8>> = (0..2000)
+        .map(|k| frame(7001, 5000, 1_000_000 + k))
+        .collect();
+    common::send_frames(&mut t1, &from_t1);
+    let at_change = sent.load(Ordering::Acquire);
+    wait_for(at_change + 30_000);
+    stop.store(true, Ordering::Release);
+    let next = sender.join().unwrap();
+    plane.flush();
+    std::thread::sleep(Duration::from_millis(300));
+    let counters = plane.snapshot();
+    done.store(true, Ordering::Release);
+    let (on_q0, on_q1) = (q0.join().unwrap(), q1.join().unwrap());
+    plane.shutdown().unwrap();
+
+    // 5000 on q0: t0's sequence complete and in order, t1's after it began.
+    let (t0_5000, t1_5000): (Vec<u64>, Vec<u64>) =
+        on_q0[&5000].iter().partition(|&&s| s < 1_000_000);
+    assert_eq!(
+        t0_5000,
+        (0..next[0]).collect::<Vec<_>>(),
+        "q0 lost or reordered t0's 5000"
+    );
+    assert_eq!(
+        t1_5000,
+        (1_000_000..1_002_000).collect::<Vec<_>>(),
+        "t1's frames on q0"
+    );
+    // 5001 moved from q0 to the added q1: nothing lost or repeated across the move.
+    let (before, after) = (&on_q0[&5001], &on_q1[&5001]);
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "{} then {}",
+        before.len(),
+        after.len()
+    );
+    let joined: Vec<u64> = before.iter().chain(after).copied().collect();
+    assert_eq!(
+        joined,
+        (0..next[1]).collect::<Vec<_>>(),
+        "port 5001 across the move"
+    );
+    let drops: u64 = counters.queues.iter().map(|q| q.drops.total()).sum();
+    assert_eq!(drops, 0, "{counters:?}");
+    let rx1 = counters
+        .queues
+        .iter()
+        .find(|q| q.direction == "rx" && q.queue == 1)
+        .expect("the added queue's counters are in the snapshot");
+    assert_eq!(rx1.packets, after.len() as u64);
+}
+
+#[test]
+fn a_queue_removed_can_be_added_back_in_the_next_change() {
+    let with_metrics = |added: bool| {
+        let mut c = two_queue_config(added);
+        c.metrics = Some(dataplane::config::MetricsConfig {
+            listen: Some("127.0.0.1:0".into()),
+            ..Default::default()
+        });
+        c
+    };
+    let mut plane = DataPlane::start(&with_metrics(true)).expect("starts");
+    let removed = plane
+        .change(&with_metrics(false))
+        .expect("removes q1 and t1");
+    assert_eq!(removed.removed.len(), 2, "{removed:?}");
+    let added = plane.change(&with_metrics(true)).expect("adds them back");
+    assert_eq!(added.added.queues, 2, "{added:?}");
+    let mut t1 = plane.take_tx_queue("loop0", 1).expect("the new t1");
+    let mut q1 = plane.take_rx_queue("loop0", 1).expect("the new q1");
+    let frames: Vec<Vec<u8>> = (0..100).map(|k| frame(7001, 5001, k)).collect();
+    common::send_frames(&mut t1, &frames);
+    let mut got = Vec::new();
+    while got.len() < 100 {
+        let b = q1
+            .recv(Duration::from_secs(5))
+            .unwrap()
+            .expect("frames on q1");
+        for i in 0..b.len() {
+            let v = dataplane::packet::parse(b.data(i, 0).unwrap()).unwrap();
+            got.push(u64::from_le_bytes(v.payload[..8].try_into().unwrap()));
+        }
+    }
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+    // The metrics endpoint serves the queues the change added, with their counts.
+    let scrape = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(plane.metrics_address().unwrap()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    for want in [
+        r#"direction="rx",queue="1",core="1""#,
+        r#"direction="tx",queue="1",core="0""#,
+    ] {
+        let series = scrape
+            .lines()
+            .filter(|l| {
+                l.starts_with("dataplane_queue_packets_total{")
+                    && l.contains(want)
+                    && l.ends_with(" 100")
+            })
+            .count();
+        assert_eq!(
+            series, 1,
+            "{want}: one series, the new queue's, at 100 packets:\n{scrape}"
+        );
+    }
     plane.shutdown().unwrap();
 }

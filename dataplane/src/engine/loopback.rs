@@ -19,7 +19,7 @@ use crate::plan::loopback::LoopbackPlan;
 use crate::stats::QueueCounters;
 use crate::steering::InterfaceSteering;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 struct LoopbackInterface {
     /// The wires of the port this interface names: shared by every interface with the
@@ -32,6 +32,8 @@ struct LoopbackInterface {
     tx_ids: Vec<QueueId>,
     /// Ingress index of this interface's first TX queue on the shared grid.
     first_ingress: usize,
+    /// TX queues added while the engine runs, with their ingress index.
+    added_tx: Mutex<Vec<(QueueId, usize)>>,
 }
 
 /// The software loopback engine.
@@ -79,6 +81,7 @@ impl LoopbackEngine {
                 faults: iface.faults.clone(),
                 tx_ids: iface.tx_queues.iter().map(|&(id, _)| id).collect(),
                 first_ingress: iface.first_ingress,
+                added_tx: Mutex::new(Vec::new()),
             });
         }
         Ok(Self {
@@ -118,22 +121,31 @@ impl Engine for LoopbackEngine {
         counters: Arc<QueueCounters>,
     ) -> Result<Box<dyn TxPort>, EngineError> {
         let iface = self.interface(port)?;
-        let tx = iface
-            .tx_ids
+        // Added queues first: one added again after its removal has a new ingress point.
+        let added = iface
+            .added_tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .position(|&id| id == queue)
-            .ok_or(EngineError::no_queue(port, Direction::Tx, queue))?;
+            .rev()
+            .find(|(id, _)| *id == queue)
+            .map(|&(_, ingress)| ingress);
+        let first = || {
+            let tx = iface.tx_ids.iter().position(|&id| id == queue)?;
+            Some(iface.first_ingress + tx)
+        };
+        let ingress =
+            added
+                .or_else(first)
+                .ok_or(EngineError::no_queue(port, Direction::Tx, queue))?;
         let faults = iface
             .faults
             .clone()
             .map(|f| FaultInjector::new(f, self.regions.clone(), port, queue, counters.clone()));
         Ok(Box::new(LoopbackTx {
-            ingress: iface.grid.ingress(
-                iface.first_ingress + tx,
-                &self.regions,
-                iface.rx_port,
-                counters,
-            ),
+            ingress: iface
+                .grid
+                .ingress(ingress, &self.regions, iface.rx_port, counters),
             faults,
             stalled: None,
         }))
@@ -141,6 +153,40 @@ impl Engine for LoopbackEngine {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::LOOPBACK
+    }
+
+    /// An RX queue gets a wire from every TX queue of its port; a TX queue becomes a new
+    /// ingress point of its port's wires. Both join at a burst boundary.
+    fn open_queue(
+        &self,
+        port: PortIndex,
+        direction: Direction,
+        queue: QueueId,
+    ) -> Result<(), EngineError> {
+        let iface = self.interface(port)?;
+        let refused = |reason: String| EngineError::Queue {
+            interface: format!("port {port}"),
+            direction,
+            queue,
+            reason,
+        };
+        match direction {
+            Direction::Rx if iface.rx_port != port => Err(refused(
+                "this interface's port feeds another interface's RX queues".into(),
+            )),
+            Direction::Rx => iface.grid.add_rx_queue(queue).map_err(refused),
+            // The plan makes sure no running queue has the id (one removed earlier gets
+            // a new ingress point).
+            Direction::Tx => {
+                let ingress = iface.grid.add_ingress();
+                iface
+                    .added_tx
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((queue, ingress));
+                Ok(())
+            }
+        }
     }
 
     fn steering(&self) -> String {

@@ -87,6 +87,23 @@ pub trait Engine: Send + Sync {
     /// Where flow steering happens: "software", or "rte_flow" when the device's flow
     /// tables do it (a mix lists each interface).
     fn steering(&self) -> String;
+    /// Sets up queue `queue` of interface `port` while the engine runs (a live change,
+    /// [`crate::DataPlane::change`]); `rx_port` or `tx_port` then give it. Engines whose
+    /// queues are fixed once they start refuse.
+    fn open_queue(
+        &self,
+        port: PortIndex,
+        _direction: Direction,
+        _queue: QueueId,
+    ) -> Result<(), EngineError> {
+        Err(EngineError::Interface {
+            interface: format!("port {port}"),
+            reason: format!(
+                "the {} engine sets its queues up when it starts",
+                self.name()
+            ),
+        })
+    }
 
     /// Called on each worker thread after pinning and before its first poll, and again
     /// (with `false`) before it exits; engines register per-thread state here.

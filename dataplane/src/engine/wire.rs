@@ -23,8 +23,8 @@ use crate::stats::{DropReason, QueueCounters};
 use crate::steering::{Classifier, EpochAck, InterfaceSteering, Verdict, VerdictMemo};
 use crossbeam_queue::ArrayQueue;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Pieces in flight per (RX queue, ingress) wire.
 const WIRE_BURSTS: usize = 32;
@@ -40,12 +40,30 @@ type Wire = Arc<ArrayQueue<Burst>>;
 /// The wires of one interface: one per (RX queue, ingress point).
 pub struct WireGrid {
     steering: Arc<InterfaceSteering>,
-    /// RX queue ids, lowest first.
+    shared: Arc<GridShared>,
+}
+
+/// What the grid's ingress points and receivers read their wires from: the layout, and a
+/// version that grows with it (RX queues and ingress points added while the plane runs),
+/// read once per burst so that each picks up new wires at a burst boundary.
+struct GridShared {
+    layout: Mutex<Layout>,
+    version: AtomicU64,
+}
+
+struct Layout {
+    /// RX queue ids: the first ones lowest first, added ones after them.
     rx_ids: Vec<QueueId>,
     /// `wires[rx][ingress]`.
     wires: Vec<Vec<Wire>>,
     /// Acknowledgement slot of each ingress point.
     ingress_acks: Vec<EpochAck>,
+}
+
+impl GridShared {
+    fn layout(&self) -> std::sync::MutexGuard<'_, Layout> {
+        self.layout.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl WireGrid {
@@ -57,19 +75,62 @@ impl WireGrid {
     ) -> Self {
         let mut rx_ids = rx_ids.to_vec();
         rx_ids.sort_unstable();
-        Self {
+        let layout = Layout {
             wires: rx_ids
                 .iter()
-                .map(|_| {
-                    (0..ingress_points)
-                        .map(|_| Arc::new(ArrayQueue::new(WIRE_BURSTS)))
-                        .collect()
-                })
+                .map(|_| (0..ingress_points).map(|_| new_wire()).collect())
                 .collect(),
             ingress_acks: (0..ingress_points).map(|_| steering.register()).collect(),
-            steering: steering.clone(),
             rx_ids,
+        };
+        Self {
+            steering: steering.clone(),
+            shared: Arc::new(GridShared {
+                layout: Mutex::new(layout),
+                version: AtomicU64::new(0),
+            }),
         }
+    }
+
+    /// Adds RX queue `queue` to the running grid: a wire from every ingress point, which
+    /// each takes at its next burst. The rules steer to it only once they name it. The
+    /// caller (the plan) makes sure no running queue has the id: a removed queue's wires
+    /// are reused.
+    pub fn add_rx_queue(&self, queue: QueueId) -> Result<(), String> {
+        let mut l = self.shared.layout();
+        if l.rx_ids.contains(&queue) {
+            // A queue removed earlier: its wires are empty, and the new receiver takes
+            // them over.
+            return Ok(());
+        }
+        if queue.index() >= MAX_QUEUE_IDS {
+            return Err(format!(
+                "RX queue {queue}: ids go up to {}",
+                MAX_QUEUE_IDS - 1
+            ));
+        }
+        let ingress_points = l.ingress_acks.len();
+        l.rx_ids.push(queue);
+        l.wires
+            .push((0..ingress_points).map(|_| new_wire()).collect());
+        self.shared.version.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Adds an ingress point to the running grid (a TX queue of the software loopback):
+    /// a wire to every RX queue, which each takes at its next empty burst. Returns its
+    /// index for [`WireGrid::ingress`].
+    pub fn add_ingress(&self) -> usize {
+        let mut l = self.shared.layout();
+        for row in &mut l.wires {
+            row.push(new_wire());
+        }
+        let ack = self.steering.register();
+        // It starts with the rules in force, so no change waits for its first burst.
+        ack.store(self.steering.epoch(), Ordering::Release);
+        l.ingress_acks.push(ack);
+        self.shared.version.fetch_add(1, Ordering::Release);
+        l.ingress_acks.len() - 1
     }
 
     /// The sending end of ingress point `index`; dropped frames are counted on `counters`.
@@ -80,47 +141,54 @@ impl WireGrid {
         port: PortIndex,
         counters: Arc<QueueCounters>,
     ) -> Ingress {
-        let mut index_of = [NO_QUEUE; MAX_QUEUE_IDS];
-        for (i, &id) in self.rx_ids.iter().enumerate() {
-            index_of[id.index()] = i as u8;
-        }
-        Ingress {
+        let mut ingress = Ingress {
             regions: regions.clone(),
             port,
             steering: self.steering.clone(),
-            wires: self.wires.iter().map(|w| w[index].clone()).collect(),
-            rx_ids: self.rx_ids.clone(),
-            index_of,
-            ack: self.ingress_acks[index].clone(),
+            grid: self.shared.clone(),
+            version: u64::MAX,
+            index,
+            wires: Vec::new(),
+            rx_ids: Vec::new(),
+            index_of: [NO_QUEUE; MAX_QUEUE_IDS],
+            ack: self.shared.layout().ingress_acks[index].clone(),
             acked: 0,
             counters,
-            pieces: Vec::with_capacity(self.rx_ids.len()),
+            pieces: Vec::new(),
             routes: Vec::new(),
             memo: VerdictMemo::default(),
             #[cfg(feature = "cuda")]
             heads: Default::default(),
-        }
+        };
+        ingress.follow_layout();
+        ingress
     }
 
     /// The receiving end for RX queue `queue`, or `None` if the interface has no such queue.
     pub fn receiver(&self, queue: QueueId) -> Option<WireReceiver> {
-        let rx = self.rx_ids.iter().position(|&id| id == queue)?;
-        Some(WireReceiver {
-            wires: self.wires[rx]
-                .iter()
-                .zip(&self.ingress_acks)
-                .map(|(w, a)| WireEnd {
-                    wire: w.clone(),
-                    ingress_ack: a.clone(),
-                    pending: None,
-                })
-                .collect(),
+        let row = self
+            .shared
+            .layout()
+            .rx_ids
+            .iter()
+            .position(|&id| id == queue)?;
+        let mut receiver = WireReceiver {
+            grid: self.shared.clone(),
+            version: u64::MAX,
+            row,
+            wires: Vec::new(),
             next: 0,
             steering: self.steering.clone(),
             ack: self.steering.register(),
             boundary: false,
-        })
+        };
+        receiver.follow_layout();
+        Some(receiver)
     }
+}
+
+fn new_wire() -> Wire {
+    Arc::new(ArrayQueue::new(WIRE_BURSTS))
 }
 
 /// Where frames enter an interface: classifies them and feeds the RX queues' wires.
@@ -128,6 +196,11 @@ pub struct Ingress {
     regions: Arc<RegionSet>,
     port: PortIndex,
     steering: Arc<InterfaceSteering>,
+    grid: Arc<GridShared>,
+    /// The grid's layout version its wires are from.
+    version: u64,
+    /// Its index among the grid's ingress points.
+    index: usize,
     /// This ingress point's wire to each RX queue, by RX index.
     wires: Vec<Wire>,
     rx_ids: Vec<QueueId>,
@@ -150,6 +223,24 @@ pub struct Ingress {
 }
 
 impl Ingress {
+    /// Takes the grid's wires again when RX queues were added (one load per burst).
+    #[inline]
+    fn follow_layout(&mut self) {
+        let version = self.grid.version.load(Ordering::Acquire);
+        if version == self.version {
+            return;
+        }
+        let l = self.grid.layout();
+        self.wires = l.wires.iter().map(|row| row[self.index].clone()).collect();
+        self.rx_ids = l.rx_ids.clone();
+        self.index_of = [NO_QUEUE; MAX_QUEUE_IDS];
+        for (i, &id) in self.rx_ids.iter().enumerate() {
+            self.index_of[id.index()] = i as u8;
+        }
+        self.pieces = Vec::with_capacity(self.rx_ids.len());
+        self.version = version;
+    }
+
     /// True when every wire can take one more piece. This ingress is the only producer on
     /// its wires, so the answer stays true until it pushes.
     pub fn has_room(&self) -> bool {
@@ -242,6 +333,9 @@ impl Ingress {
             return Some(burst);
         }
         let rules = self.steering.rules();
+        // After the rules: rules that name an added RX queue were published after its
+        // wires, so this sees them.
+        self.follow_layout();
         let epoch = rules.epoch();
         let whole = rules
             .trivial_queue()
@@ -358,6 +452,11 @@ impl Drop for WireReceiver {
 
 /// The receiving end of one RX queue: pulls the pieces steered to it.
 pub struct WireReceiver {
+    grid: Arc<GridShared>,
+    /// The grid's layout version its wires are from.
+    version: u64,
+    /// Its row in the grid.
+    row: usize,
     wires: Vec<WireEnd>,
     next: usize,
     steering: Arc<InterfaceSteering>,
@@ -366,6 +465,27 @@ pub struct WireReceiver {
 }
 
 impl WireReceiver {
+    /// Takes the wires of ingress points added since (one load per new burst).
+    fn follow_layout(&mut self) {
+        let version = self.grid.version.load(Ordering::Acquire);
+        if version == self.version {
+            return;
+        }
+        let l = self.grid.layout();
+        let known = self.wires.len();
+        self.wires.extend(
+            l.wires[self.row][known..]
+                .iter()
+                .zip(&l.ingress_acks[known..])
+                .map(|(w, a)| WireEnd {
+                    wire: w.clone(),
+                    ingress_ack: a.clone(),
+                    pending: None,
+                }),
+        );
+        self.version = version;
+    }
+
     /// Called with nothing held back: everything received so far has been delivered, so
     /// the acknowledged epoch may rise to the oldest epoch still waiting on any wire.
     fn update_ack(&mut self) {
@@ -388,6 +508,7 @@ impl WireReceiver {
     /// Moves up to `max` steered packets into `into`; returns how many.
     pub fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
         if into.is_empty() {
+            self.follow_layout();
             self.update_ack();
         }
         let mut moved = 0;

@@ -72,6 +72,10 @@ pub struct Sources {
     pub transient_triggers: Vec<Arc<crate::capture::TransientTrigger>>,
 }
 
+/// What the endpoint and the OTLP exporter read, replaced whole when a live change adds
+/// queues or workers ([`crate::DataPlane::change`]).
+pub type SharedSources = Arc<arc_swap::ArcSwap<Sources>>;
+
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sources")
@@ -399,7 +403,7 @@ impl MetricsServer {
     /// Listens on `address` (port 0: any free port) and serves `GET /metrics`. A bare port
     /// (`9464` or `:9464`) listens on 127.0.0.1; a non-loopback address is served with a
     /// warning, since the counters then reach anyone who can connect.
-    pub fn start(address: &str, sources: Sources) -> Result<Self, MetricsError> {
+    pub fn start(address: &str, sources: SharedSources) -> Result<Self, MetricsError> {
         let err = |reason: String| MetricsError {
             address: address.to_owned(),
             reason,
@@ -418,7 +422,6 @@ impl MetricsServer {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let sources = Arc::new(sources);
         let thread = std::thread::Builder::new()
             .name("dp-metrics".into())
             .spawn(move || serve(&listener, &sources, &flag))
@@ -561,7 +564,7 @@ fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
 
 /// The endpoint's thread: accepts up to [`MAX_CLIENTS`] connections, moves each on when
 /// its socket is ready, drops those past [`CLIENT_DEADLINE`], and ends when `stop` is set.
-fn serve(listener: &TcpListener, sources: &Arc<Sources>, stop: &AtomicBool) {
+fn serve(listener: &TcpListener, sources: &SharedSources, stop: &AtomicBool) {
     let mut clients: Vec<Client> = Vec::new();
     let tick = rustix::event::Timespec {
         tv_sec: 0,
@@ -588,8 +591,9 @@ fn serve(listener: &TcpListener, sources: &Arc<Sources>, stop: &AtomicBool) {
             }
         }
         let now = Instant::now();
+        let current = sources.load_full();
         clients
-            .retain_mut(|c| now.duration_since(c.since) < CLIENT_DEADLINE && c.progress(sources));
+            .retain_mut(|c| now.duration_since(c.since) < CLIENT_DEADLINE && c.progress(&current));
         // Wait for the listener (while there is room) or a client to be ready.
         let mut fds: Vec<PollFd> = clients
             .iter()

@@ -12,7 +12,7 @@
 //! only (a collector on the host or a sidecar); an unreachable collector costs a warning,
 //! never the data path.
 
-use super::{MetricsError, Sources};
+use super::MetricsError;
 use crate::config::OtlpEndpoint;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
@@ -52,7 +52,7 @@ impl OtlpExporter {
     pub fn start(
         target: &OtlpEndpoint,
         interval: Duration,
-        sources: Sources,
+        sources: super::SharedSources,
     ) -> Result<Self, MetricsError> {
         let endpoint = target.to_string();
         let err = |reason: String| MetricsError {
@@ -62,7 +62,6 @@ impl OtlpExporter {
         let target = target.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let sources = Arc::new(sources);
         let start_ns = unix_ns(SystemTime::now());
         let thread = std::thread::Builder::new()
             .name("dp-otlp".into())
@@ -96,7 +95,7 @@ fn unix_ns(t: SystemTime) -> u64 {
 fn push_loop(
     target: &OtlpEndpoint,
     interval: Duration,
-    sources: &Arc<Sources>,
+    sources: &super::SharedSources,
     start_ns: u64,
     stop: &AtomicBool,
 ) {
@@ -108,7 +107,7 @@ fn push_loop(
         }
         let last = stop.load(Ordering::Relaxed);
         let body = request(
-            &super::render(sources.clone()),
+            &super::render(sources.load_full()),
             start_ns,
             unix_ns(SystemTime::now()),
         )

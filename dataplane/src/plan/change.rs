@@ -3,10 +3,12 @@
 //! from the two plans and their configurations alone.
 //!
 //! Carried out live: flow rules changed in software (flows added, removed or changed, flow
-//! isolation, the exception queue; one atomic switch per interface), and queues removed
-//! on the software loopback. Everything else a change may hold is named in
-//! [`PlanChange::not_live`] with the reason, and nothing is changed: queues added or
-//! reconfigured, regions added, removed or resized, interfaces or plane-wide settings.
+//! isolation, the exception queue; one atomic switch per interface), and queues added or
+//! removed on the software loopback (in the existing regions, on running or new worker
+//! cores). Everything else a change may hold is named in [`PlanChange::not_live`] with
+//! the reason, and nothing is changed: a queue's settings, regions added, removed or
+//! resized, interfaces, plane-wide settings, and queues of engines whose devices or
+//! kernels fix them while they run (sockets, DPDK, RDMA) or on handler cores.
 
 use super::{Plan, QueuePlan};
 use crate::config::{Config, Direction, EngineKind, InterfaceConfig, RxConfig};
@@ -129,7 +131,7 @@ impl PlanChange {
         if same_interfaces {
             change.rules(old, new);
         }
-        change.live_queues(old.1);
+        change.live_queues(old.1, new.1);
         change
     }
 
@@ -325,7 +327,7 @@ impl PlanChange {
     }
 
     /// What of the queue changes the running plane can do.
-    fn live_queues(&mut self, old: &Plan) {
+    fn live_queues(&mut self, old: &Plan, new: &Plan) {
         let mut refusals = Vec::new();
         for q in &self.queues {
             let key = format!(
@@ -336,10 +338,14 @@ impl PlanChange {
             );
             match &q.fate {
                 QueueFate::Kept => {}
-                QueueFate::Added => refusals.push((key, "added: an interface's queues are set up when it opens (the next stage of live changes)".to_owned())),
-                QueueFate::Changed(keys) => refusals.push((key, format!("changed ({}): a queue is set up when its interface opens; remove it in one change and add it back with a restart", keys.join(", ")))),
+                QueueFate::Added => {
+                    if let Some(why) = queue_fixed(new, q) {
+                        refusals.push((key, format!("added: {why}")));
+                    }
+                }
+                QueueFate::Changed(keys) => refusals.push((key, format!("changed ({}): a running queue keeps its settings; remove it in one change and add it back in the next", keys.join(", ")))),
                 QueueFate::Removed => {
-                    if let Some(why) = removal_blocked(old, q) {
+                    if let Some(why) = queue_fixed(old, q) {
                         refusals.push((key, format!("removed: {why}")));
                     }
                 }
@@ -377,21 +383,26 @@ impl PlanChange {
     }
 }
 
-/// Why the running plane cannot remove queue `q`, if it cannot.
-fn removal_blocked(old: &Plan, q: &QueueChange) -> Option<String> {
-    let planned = old
+/// Why the running plane cannot add or remove queue `q` (planned in `plan`), if it
+/// cannot.
+fn queue_fixed(plan: &Plan, q: &QueueChange) -> Option<String> {
+    let planned = plan
         .queues
         .iter()
         .find(|p| p.interface == q.port && p.direction == q.direction && p.id == q.id)?;
-    if planned.delivery == crate::config::Delivery::Handler {
+    let on_handler_core = plan
+        .cores
+        .iter()
+        .any(|c| c.handler && c.core == planned.core);
+    if planned.delivery == crate::config::Delivery::Handler || on_handler_core {
         return Some(
-            "a handler queue: its worker's handler was made for the queues it serves".into(),
+            "on a handler core: its worker's handler was made for the queues it serves".into(),
         );
     }
-    match old.engine {
+    match plan.engine {
         EngineKind::Loopback => None,
-        EngineKind::Socket => Some("the kernel spreads an interface's datagrams over its sockets, so a queue's socket cannot stop being read without losing what the kernel sends it".into()),
-        EngineKind::Dpdk | EngineKind::Ibverbs => Some("the device keeps spreading packets over the queues its port started with".into()),
+        EngineKind::Socket => Some("the kernel spreads an interface's datagrams over its sockets (SO_REUSEPORT): a socket joining or leaving moves flows between them, and one no longer read loses what the kernel sends it".into()),
+        EngineKind::Dpdk | EngineKind::Ibverbs => Some("the device spreads packets over the queues its port started with; their number is fixed while the port runs".into()),
         EngineKind::Rdma => Some("RDMA queues are connection slots".into()),
     }
 }
@@ -450,7 +461,11 @@ fn fields_changed(o: &QueuePlan, n: &QueuePlan) -> Vec<String> {
         ),
         ("cpu_core", o.core != n.core),
         ("batch_size", o.batch != n.batch),
-        ("ring_packets", o.ring_bursts != n.ring_bursts),
+        // Its bursts follow from the batch size when that changed.
+        (
+            "ring_packets",
+            o.ring_bursts != n.ring_bursts && o.batch == n.batch,
+        ),
         ("timeout_us", o.timeout_us != n.timeout_us),
         (
             "layout",

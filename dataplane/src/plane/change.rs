@@ -41,12 +41,23 @@ pub enum ChangeError {
 pub struct ChangeReport {
     /// The change, as planned.
     pub change: PlanChange,
+    /// Worker cores started for added queues (the others joined running workers).
+    pub added: AddedQueues,
     /// The queues removed, with their final counts.
     pub removed: Vec<RemovedQueue>,
     /// Worker cores stopped because none of their queues is left.
     pub stopped_cores: Vec<u32>,
     /// How long the change took, in seconds.
     pub seconds: f64,
+}
+
+/// What adding queues started.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct AddedQueues {
+    /// Queues added.
+    pub queues: usize,
+    /// Worker cores started for them.
+    pub started_cores: Vec<u32>,
 }
 
 /// A queue a change removed.
@@ -70,14 +81,17 @@ pub struct RemovedQueue {
 impl DataPlane {
     /// Changes the running plane to `new` while traffic flows, or changes nothing.
     ///
-    /// Done live (see [`crate::plan::change`]): flow rules in software (flows added,
-    /// removed or changed, flow isolation, the exception queue; one switch per interface,
-    /// so every packet is steered by the old rules or the new ones), and queues removed on
-    /// the software loopback (after the new rules no longer steer to them, each hands over
-    /// what it holds; its application end then reports `Stopped`). Queues the change does
-    /// not touch keep running and lose nothing. Anything else, such as a queue added or
-    /// changed, or a region resized, is refused with [`ChangeError::NotLive`] naming each
-    /// key and why, before anything is changed.
+    /// Done live (see [`crate::plan::change`]), in this order: queues added on the
+    /// software loopback (set up in the engine, their tasks handed to their cores'
+    /// workers or to new ones; take their application ends with `take_rx_queue` and
+    /// `take_tx_queue` afterwards); flow rules in software (flows added, removed or
+    /// changed, flow isolation, the exception queue, the queues RSS spreads over; one
+    /// switch per interface, so every packet is steered by the old rules or the new ones);
+    /// queues removed on the software loopback (the new rules no longer steer to them, so
+    /// each hands over what it holds; its application end then reports `Stopped`).
+    /// Queues the change does not touch keep running and lose nothing. Anything else,
+    /// such as a queue's settings or a region resized, is refused with
+    /// [`ChangeError::NotLive`] naming each key and why, before anything is changed.
     pub fn change(&mut self, new: &Config) -> Result<ChangeReport, ChangeError> {
         let started = Instant::now();
         let new = super::start::resolve_gpu_uuids(new)
@@ -89,6 +103,8 @@ impl DataPlane {
         if !change.is_live() {
             return Err(ChangeError::NotLive(change.not_live));
         }
+        super::start::check_cores(&plan)?;
+        let added = self.add_queues(&change, &plan)?;
         let empty = RxConfig::empty();
         for r in &change.rules {
             let rx = new.interfaces[r.port].rx.as_ref().unwrap_or(&empty);
@@ -103,11 +119,107 @@ impl DataPlane {
         let stopped_cores = self.stop_idle_workers(&plan, &removed);
         self.config = new;
         self.plan = plan;
+        if let Some(sources) = &self.sources {
+            sources.store(std::sync::Arc::new(self.metrics_sources()));
+        }
         Ok(ChangeReport {
             change,
+            added,
             removed,
             stopped_cores,
             seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Sets up each added queue in the running engine and hands its task to its core's
+    /// worker (a new worker for a core not running yet). Their application ends are then
+    /// taken as at start; the new rules, switched after this, steer to them.
+    fn add_queues(&mut self, change: &PlanChange, plan: &Plan) -> Result<AddedQueues, ChangeError> {
+        let planned: Vec<&crate::plan::QueuePlan> = change
+            .queues
+            .iter()
+            .filter(|q| q.fate == QueueFate::Added)
+            .filter_map(|q| {
+                plan.queues
+                    .iter()
+                    .find(|p| p.interface == q.port && p.direction == q.direction && p.id == q.id)
+            })
+            .collect();
+        if planned.is_empty() {
+            return Ok(AddedQueues::default());
+        }
+        let engine = self.engine.clone();
+        let regions = self.regions.clone();
+        let mut build = super::start::QueueBuild::new(&engine, &regions);
+        for w in &self.workers {
+            if w.thread.is_some() {
+                build.health.insert(w.core, w.health.clone());
+            }
+        }
+        for q in &planned {
+            engine
+                .open_queue(
+                    crate::descriptor::PortIndex(q.interface as u16),
+                    q.direction,
+                    q.id,
+                )
+                .map_err(StartError::from)?;
+            build.add(q)?;
+        }
+        let super::start::QueueBuild {
+            mut tasks,
+            mut health,
+            counters,
+            mut stage_tasks,
+            rx_queues,
+            tx_queues,
+            retirements,
+            ..
+        } = build;
+        // Each task to its core: a running worker takes it at its next housekeeping pass.
+        let mut new_cores: std::collections::BTreeMap<u32, Vec<crate::worker::Task>> =
+            Default::default();
+        for (i, q) in planned.iter().enumerate() {
+            let placed = [(q.core, tasks[i].take())]
+                .into_iter()
+                .chain(q.stage_core.map(|c| (c, stage_tasks.remove(&i))));
+            for (core, task) in placed {
+                let Some(task) = task else { continue };
+                match self
+                    .workers
+                    .iter()
+                    .find(|w| w.core == core && w.thread.is_some())
+                {
+                    Some(w) => w.control.attach(vec![task]),
+                    None => new_cores.entry(core).or_default().push(task),
+                }
+            }
+        }
+        let started_cores: Vec<u32> = new_cores.keys().copied().collect();
+        for (core, tasks) in new_cores {
+            let h = health.remove(&core).unwrap_or_default();
+            self.spawn_worker(core, tasks, h)?;
+        }
+        self.transient_triggers.extend(
+            rx_queues
+                .values()
+                .filter_map(|q| q.transient_trigger.clone()),
+        );
+        self.rx_queues
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(rx_queues);
+        self.tx_queues
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(tx_queues);
+        self.retirements.extend(retirements);
+        let mut all = Vec::clone(&self.counters.load());
+        all.extend(counters);
+        self.counters.store(std::sync::Arc::new(all));
+        Ok(AddedQueues {
+            queues: planned.len(),
+            started_cores,
         })
     }
 
@@ -148,10 +260,12 @@ impl DataPlane {
         {
             std::thread::sleep(Duration::from_micros(200));
         }
-        gone.into_iter()
+        let report: Vec<RemovedQueue> = gone
+            .into_iter()
             .map(|(q, key)| {
                 let counters = self
                     .counters
+                    .load()
                     .iter()
                     .find(|(l, _)| {
                         l.interface == q.interface && l.direction == q.direction && l.queue == q.id
@@ -167,7 +281,24 @@ impl DataPlane {
                     drained,
                 }
             })
-            .collect()
+            .collect();
+        // A drained queue's counters leave the list (its series ends in the metrics; a
+        // queue added back with its id gets new ones).
+        let left: Vec<_> = self
+            .counters
+            .load()
+            .iter()
+            .filter(|(l, _)| {
+                !report.iter().any(|r| {
+                    r.drained
+                        && (r.interface.as_str(), r.direction, r.id)
+                            == (l.interface.as_str(), l.direction, l.queue.0)
+                })
+            })
+            .cloned()
+            .collect();
+        self.counters.store(std::sync::Arc::new(left));
+        report
     }
 
     /// Stops and joins the workers of cores the new plan no longer uses, once every queue

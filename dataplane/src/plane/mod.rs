@@ -14,7 +14,7 @@ mod start;
 mod stats;
 mod stream;
 
-pub use change::{ChangeError, ChangeReport, RemovedQueue};
+pub use change::{AddedQueues, ChangeError, ChangeReport, RemovedQueue};
 pub use handler::{Handler, HandlerError, HandlerQueues, HandlerTx};
 pub use iq::{IqGpuBatch, IqStream};
 pub use queues::{RecvError, RxQueue, SendError, TxFailure, TxQueue};
@@ -254,9 +254,11 @@ pub struct DataPlane {
     engine: Arc<dyn Engine>,
     steering: Vec<Arc<InterfaceSteering>>,
     workers: Vec<WorkerHandle>,
-    counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
+    counters: CounterList,
     stats: Option<StatsThread>,
     metrics: Option<crate::metrics::MetricsServer>,
+    /// What the metrics endpoint and the OTLP exporter read (with `metrics`).
+    sources: Option<crate::metrics::SharedSources>,
     /// Pushes the metrics over OTLP (`metrics.otlp_endpoint`).
     #[cfg(feature = "otlp")]
     otlp: Option<crate::metrics::OtlpExporter>,
@@ -271,6 +273,9 @@ pub struct DataPlane {
     /// Each packet queue's retirement ([`DataPlane::change`] removes queues with it).
     retirements: BTreeMap<QueueKey, Arc<crate::worker::Retirement>>,
 }
+
+/// Every queue's counters, in the order queues were made (a live change appends).
+type CounterList = Arc<arc_swap::ArcSwap<Vec<(QueueLabel, Arc<QueueCounters>)>>>;
 
 /// A packet queue: interface index, true for TX, queue id.
 type QueueKey = (usize, bool, QueueId);
@@ -606,7 +611,7 @@ impl DataPlane {
 
     /// Current counters of every queue.
     pub fn snapshot(&self) -> Snapshot {
-        snapshot(&self.counters)
+        snapshot(&self.counters.load())
     }
 
     /// Fires every RX queue's transient buffer (`capture.transient`) now; returns how many
@@ -698,6 +703,7 @@ impl DataPlane {
             engine: self.engine.clone(),
             queues: self
                 .counters
+                .load()
                 .iter()
                 .map(|(l, c)| {
                     let port =

@@ -94,9 +94,10 @@ impl DataPlane {
             engine,
             steering,
             workers: Vec::new(),
-            counters: Arc::new(counters),
+            counters: Arc::new(arc_swap::ArcSwap::from_pointee(counters)),
             stats: None,
             metrics: None,
+            sources: None,
             #[cfg(feature = "otlp")]
             otlp: None,
             rx_queues: Mutex::new(rx_queues),
@@ -123,10 +124,18 @@ impl DataPlane {
             config.master_core,
             plane.counters.clone(),
         )?);
-        if let Some(listen) = config.metrics.as_ref().and_then(|m| m.listen.as_deref()) {
+        if config.metrics.is_some() {
+            plane.sources = Some(Arc::new(arc_swap::ArcSwap::from_pointee(
+                plane.metrics_sources(),
+            )));
+        }
+        if let (Some(listen), Some(sources)) = (
+            config.metrics.as_ref().and_then(|m| m.listen.as_deref()),
+            &plane.sources,
+        ) {
             plane.metrics = Some(crate::metrics::MetricsServer::start(
                 listen,
-                plane.metrics_sources(),
+                sources.clone(),
             )?);
         }
         if let Some(m) = &config.metrics
@@ -134,10 +143,11 @@ impl DataPlane {
         {
             #[cfg(feature = "otlp")]
             {
+                let sources = plane.sources.clone().expect("made above with `metrics`");
                 plane.otlp = Some(crate::metrics::OtlpExporter::start(
                     endpoint,
                     std::time::Duration::from_millis(m.otlp_interval_ms),
-                    plane.metrics_sources(),
+                    sources,
                 )?);
             }
             #[cfg(not(feature = "otlp"))]
@@ -233,26 +243,26 @@ fn steering(config: &Config, plan: &Plan) -> Vec<Arc<InterfaceSteering>> {
 
 /// The queues' application ends, worker tasks and counters, built queue by queue before
 /// any worker starts.
-struct QueueBuild<'a> {
-    engine: &'a Arc<dyn Engine>,
-    regions: &'a Arc<RegionSet>,
+pub(super) struct QueueBuild<'a> {
+    pub(super) engine: &'a Arc<dyn Engine>,
+    pub(super) regions: &'a Arc<RegionSet>,
     /// Worker tasks by queue index (taken as the workers start).
-    tasks: Vec<Option<Task>>,
+    pub(super) tasks: Vec<Option<Task>>,
     /// Each worker core's health, shared with the queue handles it serves.
-    health: BTreeMap<u32, Arc<WorkerHealth>>,
-    counters: Vec<(QueueLabel, Arc<QueueCounters>)>,
+    pub(super) health: BTreeMap<u32, Arc<WorkerHealth>>,
+    pub(super) counters: Vec<(QueueLabel, Arc<QueueCounters>)>,
     /// Stage tasks of queues with a `stage_core`, by queue index.
-    stage_tasks: BTreeMap<usize, Task>,
-    rx_queues: BTreeMap<(usize, QueueId), RxQueue>,
-    tx_queues: BTreeMap<(usize, QueueId), TxQueue>,
+    pub(super) stage_tasks: BTreeMap<usize, Task>,
+    pub(super) rx_queues: BTreeMap<(usize, QueueId), RxQueue>,
+    pub(super) tx_queues: BTreeMap<(usize, QueueId), TxQueue>,
     /// Connection slots' (RX, TX) counters, kept across their connections.
-    slot_counters: BTreeMap<(usize, usize), (Arc<QueueCounters>, Arc<QueueCounters>)>,
+    pub(super) slot_counters: BTreeMap<(usize, usize), (Arc<QueueCounters>, Arc<QueueCounters>)>,
     /// Each queue's retirement, for removing it while the plane runs.
-    retirements: BTreeMap<super::QueueKey, Arc<Retirement>>,
+    pub(super) retirements: BTreeMap<super::QueueKey, Arc<Retirement>>,
 }
 
 impl<'a> QueueBuild<'a> {
-    fn new(engine: &'a Arc<dyn Engine>, regions: &'a Arc<RegionSet>) -> Self {
+    pub(super) fn new(engine: &'a Arc<dyn Engine>, regions: &'a Arc<RegionSet>) -> Self {
         Self {
             engine,
             regions,
@@ -268,7 +278,7 @@ impl<'a> QueueBuild<'a> {
     }
 
     /// Builds queue `q`: its counters, its ring, its application end and its task.
-    fn add(&mut self, q: &QueuePlan) -> Result<(), StartError> {
+    pub(super) fn add(&mut self, q: &QueuePlan) -> Result<(), StartError> {
         let c = Arc::new(QueueCounters::default());
         self.counters.push((
             QueueLabel {
@@ -595,7 +605,7 @@ fn prepare_hugepages(plan: &Plan) -> Result<(), StartError> {
     Ok(())
 }
 
-fn check_cores(plan: &Plan) -> Result<(), StartError> {
+pub(super) fn check_cores(plan: &Plan) -> Result<(), StartError> {
     let missing = |key: String, core: u32| StartError::MissingCore {
         key,
         core,

@@ -81,10 +81,7 @@ pub(super) struct StatsThread {
 }
 
 impl StatsThread {
-    pub(super) fn spawn(
-        core: u32,
-        counters: Arc<Vec<(QueueLabel, Arc<QueueCounters>)>>,
-    ) -> Result<Self, StartError> {
+    pub(super) fn spawn(core: u32, counters: super::CounterList) -> Result<Self, StartError> {
         let control = Arc::new(StatsControl::default());
         let ctl = control.clone();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -123,9 +120,9 @@ impl StatsThread {
     }
 }
 
-fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)]) {
+fn stats_loop(ctl: &StatsControl, counters: &super::CounterList) {
     let started = Instant::now();
-    let mut last = snapshot(counters);
+    let mut last = snapshot(&counters.load());
     let mut last_at = Instant::now();
     let mut next = last_at + Duration::from_secs(1);
     while !ctl.stop.load(Ordering::Relaxed) {
@@ -135,7 +132,7 @@ fn stats_loop(ctl: &StatsControl, counters: &[(QueueLabel, Arc<QueueCounters>)])
             continue;
         }
         next += Duration::from_secs(1);
-        let now = snapshot(counters);
+        let now = snapshot(&counters.load());
         let dt = last_at.elapsed().as_secs_f64().max(1e-9);
         last_at = Instant::now();
         if let Some(r) = ctl
