@@ -221,7 +221,14 @@ impl PlanChange {
             ("bench", !same(&old.bench, &new.bench)),
         ] {
             if differs {
-                self.refuse(key, fixed);
+                self.refuse(
+                    key,
+                    if key == "bench" {
+                        "read by a bench when it starts; a running plane has nothing to apply it to"
+                    } else {
+                        fixed
+                    },
+                );
             }
         }
     }
