@@ -176,6 +176,44 @@ impl DataPlane {
         self.with(|p| p.remove_flow(h).map_err(err))
     }
 
+    /// Changes the running plane to configuration `yaml` while traffic flows, or changes
+    /// nothing and raises `Error` naming each key that needs a restart (the Rust
+    /// `DataPlane::change`). Returns `{"added": queues added, "removed": [(interface,
+    /// "rx" or "tx", queue, packets, dropped, drained)], "rules": [interfaces whose rules
+    /// switched], "seconds": s}`; take added queues with `rx_queue` and `tx_queue`.
+    #[pyo3(signature = (yaml, name = "change.yaml"))]
+    fn change<'py>(&self, py: Python<'py>, yaml: &str, name: &str) -> PyResult<Bound<'py, PyDict>> {
+        let config = dataplane::config::load_str(yaml, name).map_err(err)?.config;
+        // Without the GIL: removed queues hand over to their readers meanwhile.
+        let report = self.with(|p| py.detach(|| p.change(&config)).map_err(err))?;
+        let d = PyDict::new(py);
+        d.set_item("added", report.added.queues)?;
+        let removed: Vec<_> = report
+            .removed
+            .iter()
+            .map(|r| {
+                (
+                    r.interface.clone(),
+                    r.direction.name(),
+                    r.id,
+                    r.packets,
+                    r.dropped,
+                    r.drained,
+                )
+            })
+            .collect();
+        d.set_item("removed", removed)?;
+        let rules: Vec<_> = report
+            .change
+            .rules
+            .iter()
+            .map(|r| r.interface.clone())
+            .collect();
+        d.set_item("rules", rules)?;
+        d.set_item("seconds", report.seconds)?;
+        Ok(d)
+    }
+
     /// Counters: totals (`rx_packets`, `rx_bytes`, `tx_packets`, `tx_bytes`, `drops` by
     /// reason) and `queues`, one dict per queue.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -82,6 +82,27 @@ def test_round_trip_every_byte_and_steering():
         assert stats["drops"]["no_flow"] == 0
 
 
+def test_a_running_plane_changes_its_queues_and_rules():
+    # q1 goes and port 6000 moves to q0; then q1 comes back with it.
+    one_queue = "\n".join(
+        line.replace("queue, id: 1}", "queue, id: 0}") for line in CONFIG.splitlines() if "name: q1" not in line
+    )
+    with dataplane.DataPlane(CONFIG, "test.yaml") as plane:
+        tx, q0 = plane.tx_queue("loop0", 0), plane.rx_queue("loop0", 0)
+        report = plane.change(one_queue)
+        assert report["added"] == 0 and report["rules"] == ["loop0"]
+        assert [r[:3] for r in report["removed"]] == [("loop0", "rx", 1)] and report["removed"][0][5]
+        send(tx, [udp_frame(6000, np.arange(20, dtype=np.uint8))])
+        (data, flow), = receive(q0, 1)
+        assert flow == 20 and np.array_equal(data[42:], np.arange(20, dtype=np.uint8))
+        assert plane.change(CONFIG)["added"] == 1
+        send(tx, [udp_frame(6000, np.arange(30, dtype=np.uint8))])
+        (data, flow), = receive(plane.rx_queue("loop0", 1), 1)
+        assert flow == 20 and len(data) == 72
+        with pytest.raises(dataplane.Error, match="memory_regions `bufs`: changed"):
+            plane.change(CONFIG.replace("num_bufs: 4096", "num_bufs: 2048"))
+
+
 def test_views_are_zero_copy_and_block_sending():
     with dataplane.DataPlane(CONFIG) as plane:
         tx = plane.tx_queue("loop0", 0)

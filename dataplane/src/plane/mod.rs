@@ -479,6 +479,7 @@ impl DataPlane {
                 link: None,
                 capture: None,
                 transient_trigger: None,
+                retirement: None,
             }),
             tx: Mutex::new(TxQueue {
                 ring: tx_producer,
@@ -494,6 +495,7 @@ impl DataPlane {
                 link: None,
                 lateness: None,
                 sends_at_time: false,
+                retirement: None,
             }),
             state: e.state,
             worker_failed: std::sync::OnceLock::new(),
@@ -719,9 +721,11 @@ impl DataPlane {
                 })
                 .collect(),
             regions: self.regions.clone(),
+            // Workers a live change stopped are left out.
             workers: self
                 .workers
                 .iter()
+                .filter(|w| w.thread.is_some())
                 .map(|w| (w.core, w.control.clone()))
                 .collect(),
             transient_triggers: self.transient_triggers.clone(),

@@ -23,6 +23,8 @@ pub struct RxQueue {
     pub(super) capture: Option<crate::capture::CaptureSink>,
     /// Fires the queue's transient buffer (`capture.transient`).
     pub(super) transient_trigger: Option<Arc<crate::capture::TransientTrigger>>,
+    /// Set once a live change removed the queue and its task handed over all it held.
+    pub(super) retirement: Option<Arc<crate::worker::Retirement>>,
 }
 
 impl RxQueue {
@@ -70,7 +72,7 @@ impl RxQueue {
             .as_ref()
             .unwrap_or(&self.health)
             .is_stopped()
-            || self.ring.is_abandoned()
+            || self.retirement.as_ref().is_some_and(|r| r.is_done())
     }
 
     #[inline]
@@ -232,6 +234,8 @@ pub struct TxQueue {
     pub(super) lateness: Option<Arc<crate::worker::SendLateness>>,
     /// The queue sends no packet before its `timestamp_ns` (`accurate_send`).
     pub(super) sends_at_time: bool,
+    /// Set once a live change removed the queue and its task sent all it held.
+    pub(super) retirement: Option<Arc<crate::worker::Retirement>>,
 }
 
 impl TxQueue {
@@ -340,7 +344,7 @@ impl TxQueue {
             });
         }
         // Stopped also once a change removed the queue (its task is gone).
-        if self.health.is_stopped() || self.ring.is_abandoned() {
+        if self.health.is_stopped() || self.retirement.as_ref().is_some_and(|r| r.is_done()) {
             return Err(SendError {
                 burst,
                 reason: TxFailure::Stopped,

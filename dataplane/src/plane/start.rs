@@ -321,6 +321,7 @@ impl<'a> QueueBuild<'a> {
             .as_ref()
             .and_then(|c| c.transient.as_ref())
             .map(|_| crate::capture::TransientTrigger::registered());
+        let retirement = self.retirement(q);
         self.rx_queues.insert(
             (q.interface, q.id),
             RxQueue {
@@ -335,6 +336,7 @@ impl<'a> QueueBuild<'a> {
                     .map(|core| self.health.entry(core).or_default().clone()),
                 link: self.engine.link(port, Direction::Rx, q.id),
                 transient_trigger: transient.clone(),
+                retirement: Some(retirement.clone()),
                 capture: match &q.capture {
                     None => None,
                     Some(c) => {
@@ -360,7 +362,7 @@ impl<'a> QueueBuild<'a> {
             self.engine.capabilities().rx_overflow,
             c,
         )
-        .with_retirement(self.retirement(q));
+        .with_retirement(retirement);
         if q.timestamps && self.engine.stamps_rx(port) {
             tracing::info!(
                 "interface `{}`: RX queue {} carries the {} engine's receive timestamps ({})",
@@ -436,6 +438,7 @@ impl<'a> QueueBuild<'a> {
     ) -> Result<Task, StartError> {
         let port = PortIndex(q.interface as u16);
         let worker_health = self.health.entry(q.core).or_default().clone();
+        let retirement = self.retirement(q);
         let by_device = q.send_at_time && self.engine.sends_at_time(port);
         if by_device {
             tracing::info!(
@@ -463,10 +466,11 @@ impl<'a> QueueBuild<'a> {
                 link: self.engine.link(port, Direction::Tx, q.id),
                 lateness: lateness.clone(),
                 sends_at_time: q.send_at_time,
+                retirement: Some(retirement.clone()),
             },
         );
         let mut task = TxTask::new(self.engine.tx_port(port, q.id, c.clone())?, consumer, c)
-            .with_retirement(self.retirement(q));
+            .with_retirement(retirement);
         if let Some(l) = lateness {
             tracing::info!(
                 "interface `{}`: TX queue {} sends each packet at its time (accurate_send), in software by its worker (the engine or device has no send-on-timestamp)",
