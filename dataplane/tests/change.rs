@@ -597,3 +597,58 @@ fn a_queue_removed_can_be_added_back_in_the_next_change() {
     }
     plane.shutdown().unwrap();
 }
+
+#[test]
+fn a_socket_interfaces_rules_switch_while_it_runs() {
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let from = peer.local_addr().unwrap().port();
+    let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let at = free.local_addr().unwrap().port();
+    drop(free);
+    let text = |queue: u16| {
+        format!(
+            r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: socket
+    master_core: 0
+    memory_regions:
+    - {{name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+    interfaces:
+    - name: s0
+      address: 127.0.0.1
+      socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{at}"}}
+      rx:
+        flow_isolation: true
+        queues:
+        - {{name: q0, id: 0, cpu_core: 0, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}}
+        - {{name: q1, id: 1, cpu_core: 0, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}}
+        flows:
+        - {{name: peer, id: 7, action: {{type: queue, id: {queue}}}, match: {{udp_src: {from}}}}}
+"#
+        )
+    };
+    let load = |t: String| config::load_with(&t, "s.yaml", &|c| c < 2).unwrap().config;
+    let mut plane = DataPlane::start(&load(text(0))).expect("starts");
+    let mut rx = [
+        plane.take_rx_queue("s0", 0).unwrap(),
+        plane.take_rx_queue("s0", 1).unwrap(),
+    ];
+    let mut arrives_on = |queue: usize, payload: &[u8]| {
+        peer.send_to(payload, ("127.0.0.1", at)).unwrap();
+        let b = rx[queue]
+            .recv(Duration::from_secs(5))
+            .unwrap()
+            .unwrap_or_else(|| panic!("nothing on q{queue}"));
+        assert_eq!(
+            (b.data(0, 0).unwrap(), b.packets()[0].flow_id),
+            (payload, 7)
+        );
+    };
+    arrives_on(0, b"before");
+    let report = plane.change(&load(text(1))).expect("rules switch live");
+    assert_eq!(report.change.rules[0].changed, ["peer"]);
+    arrives_on(1, b"after");
+    plane.shutdown().unwrap();
+}
