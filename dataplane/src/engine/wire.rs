@@ -45,7 +45,9 @@ pub struct WireGrid {
 
 /// What the grid's ingress points and receivers read their wires from: the layout, and a
 /// version that grows with it (RX queues and ingress points added while the plane runs),
-/// read once per burst so that each picks up new wires at a burst boundary.
+/// read once per burst so that each picks up new wires at a burst boundary. On cache lines
+/// of its own: read on every burst, written only when the grid grows.
+#[repr(align(128))]
 struct GridShared {
     layout: Mutex<Layout>,
     version: AtomicU64,

@@ -192,8 +192,11 @@ impl WorkerControl {
 
 /// The removal of one queue from a running plane ([`crate::DataPlane::change`]): the plane
 /// asks, the queue's task finishes what it holds on its worker's next housekeeping pass
-/// and says it is done. Read only there, never per packet.
+/// and says it is done. Read at housekeeping, and by the queue's application end on each
+/// send, so it gets cache lines of its own (a neighbouring allocation written per burst
+/// would make each read a miss).
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub struct Retirement {
     asked: AtomicBool,
     done: AtomicBool,
