@@ -283,33 +283,13 @@ fn a_change_the_running_plane_cannot_make_is_refused_whole() {
 
 #[test]
 fn removing_a_socket_queue_is_refused_with_the_reason() {
-    let yaml = |queues: &str| {
-        format!(
-            r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 0
-    memory_regions:
-    - {{name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
-    interfaces:
-    - name: s0
-      address: 127.0.0.1
-      socket_config: {{mode: server, local_addr: "udp://127.0.0.1:5621"}}
-      rx:
-        queues:
-{queues}"#
-        )
-    };
     let q = |id: u16| {
         format!(
-            "        - {{name: q{id}, id: {id}, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}\n"
+            "    - {{name: q{id}, id: {id}, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}\n"
         )
     };
-    let load = |t: &str| config::load_with(t, "s.yaml", &|c| c < 2).unwrap().config;
-    let two = load(&yaml(&format!("{}{}", q(0), q(1))));
-    let one = load(&yaml(&q(0)));
+    let two = udp_server(5621, &format!("  queues:\n{}{}", q(0), q(1)));
+    let one = udp_server(5621, &format!("  queues:\n{}", q(0)));
     let plan = |c: &Config| dataplane::plan::Plan::from_config(c).unwrap();
     let change =
         dataplane::plan::change::PlanChange::between((&two, &plan(&two)), (&one, &plan(&one)));
@@ -605,32 +585,21 @@ fn a_socket_interfaces_rules_switch_while_it_runs() {
     let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let at = free.local_addr().unwrap().port();
     drop(free);
-    let text = |queue: u16| {
-        format!(
-            r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: socket
-    master_core: 0
-    memory_regions:
-    - {{name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
-    interfaces:
-    - name: s0
-      address: 127.0.0.1
-      socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{at}"}}
-      rx:
-        flow_isolation: true
-        queues:
-        - {{name: q0, id: 0, cpu_core: 0, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}}
-        - {{name: q1, id: 1, cpu_core: 0, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}}
-        flows:
-        - {{name: peer, id: 7, action: {{type: queue, id: {queue}}}, match: {{udp_src: {from}}}}}
+    let rules = |queue: u16| {
+        udp_server(
+            at,
+            &format!(
+                r#"  flow_isolation: true
+  queues:
+    - {{name: q0, id: 0, cpu_core: 0, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}}
+    - {{name: q1, id: 1, cpu_core: 0, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}}
+  flows:
+    - {{name: peer, id: 7, action: {{type: queue, id: {queue}}}, match: {{udp_src: {from}}}}}
 "#
+            ),
         )
     };
-    let load = |t: String| config::load_with(&t, "s.yaml", &|c| c < 2).unwrap().config;
-    let mut plane = DataPlane::start(&load(text(0))).expect("starts");
+    let mut plane = DataPlane::start(&rules(0)).expect("starts");
     let mut rx = [
         plane.take_rx_queue("s0", 0).unwrap(),
         plane.take_rx_queue("s0", 1).unwrap(),
@@ -647,8 +616,27 @@ dataplane:
         );
     };
     arrives_on(0, b"before");
-    let report = plane.change(&load(text(1))).expect("rules switch live");
+    let report = plane.change(&rules(1)).expect("rules switch live");
     assert_eq!(report.change.rules[0].changed, ["peer"]);
     arrives_on(1, b"after");
     plane.shutdown().unwrap();
+}
+
+/// A UDP server interface `s0` on 127.0.0.1:`port` whose `rx` section is `rx` (its lines
+/// from column 0, as they stand under `rx:`).
+fn udp_server(port: u16, rx: &str) -> Config {
+    let rx: String = rx.lines().map(|l| format!("    {l}\n")).collect();
+    let text = common::socket_config(&format!(
+        r#"memory_regions:
+- {{name: bufs, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+interfaces:
+- name: s0
+  address: 127.0.0.1
+  socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
+  rx:
+{rx}"#
+    ));
+    config::load_with(&text, "s.yaml", &|c| c < 2)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"))
+        .config
 }
