@@ -303,34 +303,11 @@ fn removing_a_socket_queue_is_refused_with_the_reason() {
 
 #[test]
 fn a_removed_tx_queue_stops_its_sender_and_later_rule_changes_still_take() {
-    let text = |tx1: bool, flows: &str| {
-        let tx1 = if tx1 {
-            "    - {name: t1, id: 1, cpu_core: 1, batch_size: 32, memory_regions: [bufs]}\n"
-        } else {
-            ""
-        };
-        common::loopback_config(&format!(
-            r#"memory_regions:
-- {{name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}}
-interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    queues:
-    - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
-{tx1}  rx:
-    flow_isolation: true
-    queues:
-    - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
-    flows:
-    - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
-{flows}"#
-        ))
-    };
-    let load = |t: String| config::load_with(&t, "tx.yaml", &|c| c < 2).unwrap().config;
-    let mut plane = DataPlane::start(&load(text(true, ""))).expect("starts");
+    let mut plane = DataPlane::start(&loop_config(true, false, "")).expect("starts");
     let mut t1 = plane.take_tx_queue("loop0", 1).unwrap();
-    let report = plane.change(&load(text(false, ""))).expect("removes t1");
+    let report = plane
+        .change(&loop_config(false, false, ""))
+        .expect("removes t1");
     assert!(
         report.removed[0].drained && report.change.rules.is_empty(),
         "{report:?}"
@@ -342,10 +319,7 @@ interfaces:
     }
     // The removed queue's wire no longer holds back the adoption of new rules.
     let report = plane
-        .change(&load(text(
-            false,
-            "    - {name: f1, id: 2, action: {type: queue, id: 0}, match: {udp_dst: 5001}}\n",
-        )))
+        .change(&two_queue_config(false))
         .expect("a rule change after the removal");
     assert_eq!(report.change.rules[0].added, ["f1"]);
     let mut t0 = plane.take_tx_queue("loop0", 0).unwrap();
@@ -381,19 +355,21 @@ fn frame(source: u16, port: u16, seq: u64) -> Vec<u8> {
     f
 }
 
-fn two_queue_config(added: bool) -> Config {
-    let text = {
-        let (q1, t1, target) = if added {
-            (
-                "    - {name: q1, id: 1, cpu_core: 1, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}\n",
-                "    - {name: t1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}\n",
-                1,
-            )
-        } else {
-            ("", "", 0)
-        };
-        common::loopback_config(&format!(
-            r#"memory_regions:
+/// One loopback interface: TX queue t0, RX queue q0 with flow f0 (port 5000), and, when
+/// asked, TX queue t1 and RX queue q1; `flows` are more flows after f0.
+fn loop_config(t1: bool, q1: bool, flows: &str) -> Config {
+    let t1 = if t1 {
+        "    - {name: t1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}\n"
+    } else {
+        ""
+    };
+    let q1 = if q1 {
+        "    - {name: q1, id: 1, cpu_core: 1, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}\n"
+    } else {
+        ""
+    };
+    let text = common::loopback_config(&format!(
+        r#"memory_regions:
 - {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
 interfaces:
 - name: loop0
@@ -407,13 +383,24 @@ interfaces:
     - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
 {q1}    flows:
     - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
-    - {{name: f1, id: 2, action: {{type: queue, id: {target}}}, match: {{udp_dst: 5001}}}}
-"#
-        ))
-    };
-    config::load_with(&text, "add.yaml", &|c| c < 2)
-        .unwrap()
+{flows}"#
+    ));
+    config::load_with(&text, "loop.yaml", &|c| c < 2)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"))
         .config
+}
+
+/// [`loop_config`] with port 5001 to q0 (`added`: false), or with t1 and q1 and port 5001
+/// to q1.
+fn two_queue_config(added: bool) -> Config {
+    let target = u16::from(added);
+    loop_config(
+        added,
+        added,
+        &format!(
+            "    - {{name: f1, id: 2, action: {{type: queue, id: {target}}}, match: {{udp_dst: 5001}}}}\n"
+        ),
+    )
 }
 
 #[test]
