@@ -92,7 +92,7 @@ fn receive(mut rx: dataplane::RxQueue, done: Arc<AtomicBool>) -> Seen {
 #[test]
 fn a_change_under_traffic_loses_nothing_on_the_queues_it_keeps() {
     let mut plane = DataPlane::start(&config(true, BEFORE)).expect("starts");
-    let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
+    let tx = plane.take_tx_queue("loop0", 0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let receivers: Vec<_> = (0..3)
         .map(|q| {
@@ -102,49 +102,11 @@ fn a_change_under_traffic_loses_nothing_on_the_queues_it_keeps() {
         })
         .collect();
     // The sender cycles over the five ports, each with its own sequence.
-    let sent = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (sent, stop) = (sent.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut next = [0u64; PORTS.len()];
-            while !stop.load(Ordering::Acquire) {
-                let Ok(mut b) = tx.alloc(25) else {
-                    std::thread::sleep(Duration::from_micros(100));
-                    continue;
-                };
-                for k in 0..25 {
-                    let p = k % PORTS.len();
-                    let udp = UdpFrame::new(
-                        SocketAddrV4::new([10, 0, 0, 1].into(), 7000),
-                        SocketAddrV4::new([10, 0, 0, 2].into(), PORTS[p]),
-                    );
-                    let len = udp
-                        .write(&next[p].to_le_bytes(), b.buffer_mut(k, 0).unwrap())
-                        .unwrap();
-                    b.set_len(k, 0, len);
-                    next[p] += 1;
-                }
-                while let Err(back) = tx.send(b) {
-                    b = back.burst;
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-                sent.fetch_add(25, Ordering::Release);
-            }
-            next
-        })
-    };
-    let wait_for = |n: u64| {
-        while sent.load(Ordering::Acquire) < n {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    };
-    wait_for(50_000);
+    let traffic = Traffic::start(tx, &PORTS);
+    traffic.wait_for(50_000);
     let report = plane.change(&config(false, AFTER)).expect("a live change");
-    let at_change = sent.load(Ordering::Acquire);
-    wait_for(at_change + 50_000);
-    stop.store(true, Ordering::Release);
-    let next = sender.join().unwrap();
+    traffic.wait_for(traffic.sent() + 50_000);
+    let next = traffic.finish();
     plane.flush();
     std::thread::sleep(Duration::from_millis(300));
     let counters = plane.snapshot();
@@ -324,16 +286,7 @@ fn a_removed_tx_queue_stops_its_sender_and_later_rule_changes_still_take() {
     assert_eq!(report.change.rules[0].added, ["f1"]);
     let mut t0 = plane.take_tx_queue("loop0", 0).unwrap();
     let mut q0 = plane.take_rx_queue("loop0", 0).unwrap();
-    let datagram = |port: u16| {
-        let udp = UdpFrame::new(
-            SocketAddrV4::new([10, 0, 0, 1].into(), 7000),
-            SocketAddrV4::new([10, 0, 0, 2].into(), port),
-        );
-        let mut f = vec![0u8; udp.header_len() + 8];
-        udp.write(&[7; 8], &mut f).unwrap();
-        f
-    };
-    common::send_frames(&mut t0, &[datagram(5001)]);
+    common::send_frames(&mut t0, &[frame(7000, 5001, 7)]);
     let b = q0
         .recv(Duration::from_secs(5))
         .unwrap()
@@ -406,37 +359,14 @@ fn two_queue_config(added: bool) -> Config {
 #[test]
 fn queues_added_under_traffic_take_over_and_the_kept_ones_lose_nothing() {
     let mut plane = DataPlane::start(&two_queue_config(false)).expect("starts");
-    let mut t0 = plane.take_tx_queue("loop0", 0).unwrap();
+    let t0 = plane.take_tx_queue("loop0", 0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let q0 = {
         let (rx, done) = (plane.take_rx_queue("loop0", 0).unwrap(), done.clone());
         std::thread::spawn(move || receive(rx, done))
     };
-    let sent = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (sent, stop) = (sent.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut next = [0u64; 2];
-            while !stop.load(Ordering::Acquire) {
-                let frames: Vec<Vec<u8>> = (0..32)
-                    .map(|k| {
-                        next[k % 2] += 1;
-                        frame(7000, 5000 + (k % 2) as u16, next[k % 2] - 1)
-                    })
-                    .collect();
-                common::send_frames(&mut t0, &frames);
-                sent.fetch_add(32, Ordering::Release);
-            }
-            next
-        })
-    };
-    let wait_for = |n: u64| {
-        while sent.load(Ordering::Acquire) < n {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    };
-    wait_for(30_000);
+    let traffic = Traffic::start(t0, &[5000, 5001]);
+    traffic.wait_for(30_000);
     let report = plane
         .change(&two_queue_config(true))
         .expect("a live change");
@@ -454,10 +384,8 @@ fn queues_added_under_traffic_take_over_and_the_kept_ones_lose_nothing() {
         .map(|k| frame(7001, 5000, 1_000_000 + k))
         .collect();
     common::send_frames(&mut t1, &from_t1);
-    let at_change = sent.load(Ordering::Acquire);
-    wait_for(at_change + 30_000);
-    stop.store(true, Ordering::Release);
-    let next = sender.join().unwrap();
+    traffic.wait_for(traffic.sent() + 30_000);
+    let next = traffic.finish();
     plane.flush();
     std::thread::sleep(Duration::from_millis(300));
     let counters = plane.snapshot();
@@ -626,4 +554,54 @@ interfaces:
     config::load_with(&text, "s.yaml", &|c| c < 2)
         .unwrap_or_else(|e| panic!("{e}\n{text}"))
         .config
+}
+
+/// A sender on a TX queue: frames from source port 7000 cycling over `ports`, each port
+/// with its own sequence, until finished.
+struct Traffic {
+    sent: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u64>>,
+}
+
+impl Traffic {
+    fn start(mut tx: dataplane::TxQueue, ports: &'static [u16]) -> Self {
+        let sent = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (sent, stop) = (sent.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut next = vec![0u64; ports.len()];
+                while !stop.load(Ordering::Acquire) {
+                    let frames: Vec<Vec<u8>> = (0..ports.len() * 5)
+                        .map(|k| {
+                            let p = k % ports.len();
+                            next[p] += 1;
+                            frame(7000, ports[p], next[p] - 1)
+                        })
+                        .collect();
+                    common::send_frames(&mut tx, &frames);
+                    sent.fetch_add(frames.len() as u64, Ordering::Release);
+                }
+                next
+            })
+        };
+        Self { sent, stop, thread }
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Acquire)
+    }
+
+    fn wait_for(&self, n: u64) {
+        while self.sent() < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stops it; how many frames went to each port.
+    fn finish(self) -> Vec<u64> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().unwrap()
+    }
 }
