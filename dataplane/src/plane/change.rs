@@ -4,8 +4,8 @@
 
 use super::{DataPlane, StartError};
 use crate::config::{Config, Direction, RxConfig};
+use crate::plan::Plan;
 use crate::plan::change::{NotLive, PlanChange, QueueFate};
-use crate::plan::{Plan, PlanError};
 use crate::steering::FlowError;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -16,10 +16,9 @@ const RETIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why a change was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeError {
-    /// The new configuration cannot be planned.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// Its GPU regions could not be resolved.
+    /// The new configuration cannot be planned on this machine (nothing was changed), or
+    /// an added queue could not be set up (the queues added before it stay; no rule
+    /// switched, no queue was removed).
     #[error(transparent)]
     Start(#[from] StartError),
     /// Parts of the change need a restart; nothing was changed.
@@ -94,11 +93,7 @@ impl DataPlane {
     /// [`ChangeError::NotLive`] naming each key and why, before anything is changed.
     pub fn change(&mut self, new: &Config) -> Result<ChangeReport, ChangeError> {
         let started = Instant::now();
-        let new = super::start::resolve_gpu_uuids(new)
-            .map_err(StartError::from)?
-            .into_owned();
-        let new = crate::plan::staging::with_staging_regions(&new);
-        let plan = Plan::from_staged(&new)?;
+        let (new, plan) = super::start::plan_for_this_machine(new)?;
         let change = PlanChange::between((&self.config, &self.plan), (&new, &plan));
         if !change.is_live() {
             return Err(ChangeError::NotLive(change.not_live));

@@ -43,17 +43,8 @@ impl DataPlane {
         config: &Config,
         make: Option<&mut MakeHandler<'_>>,
     ) -> Result<Self, StartError> {
-        // Regions that name their GPU by UUID get its ordinal.
-        let config = &resolve_gpu_uuids(config)?;
-        // Engines that move bytes with the CPU get host staging regions for queues laid
-        // out in GPU memory (or split); a no-op for the others. The plane keeps this
-        // configuration, so region ids mean the same in it and in the plan.
-        let config = &crate::plan::staging::with_staging_regions(config);
-        let plan = Plan::from_staged(config)?;
-        plan.check_integrated_gpus(&|r| {
-            crate::sysinfo::gpu_is_integrated(r.affinity, r.gpu_uuid.as_deref())
-        })?;
-        Self::execute(config, plan, make)
+        let (config, plan) = plan_for_this_machine(config)?;
+        Self::execute(&config, plan, make)
     }
 
     /// Carries out `plan` (made from `config`), with handlers from `make`.
@@ -641,7 +632,22 @@ pub(super) fn check_cores(plan: &Plan) -> Result<(), StartError> {
 
 /// `config` with every region that names its GPU by UUID (`affinity: GPU-…`) given that
 /// GPU's ordinal; an unknown UUID fails with the GPUs present.
-pub(super) fn resolve_gpu_uuids(
+/// The configuration the plane keeps and its plan, as a start (and a live change) makes
+/// them: regions that name their GPU by UUID get its ordinal; engines that move bytes
+/// with the CPU get host staging regions for queues laid out in GPU memory (or split), so
+/// region ids mean the same in the kept configuration and in the plan; GPU memory a NIC
+/// would reach on an integrated GPU is refused.
+pub(super) fn plan_for_this_machine(config: &Config) -> Result<(Config, Plan), StartError> {
+    let resolved = resolve_gpu_uuids(config)?;
+    let config = crate::plan::staging::with_staging_regions(&resolved);
+    let plan = Plan::from_staged(&config)?;
+    plan.check_integrated_gpus(&|r| {
+        crate::sysinfo::gpu_is_integrated(r.affinity, r.gpu_uuid.as_deref())
+    })?;
+    Ok((config, plan))
+}
+
+fn resolve_gpu_uuids(
     config: &crate::config::Config,
 ) -> Result<std::borrow::Cow<'_, crate::config::Config>, crate::memory::MemoryError> {
     if config.memory_regions.iter().all(|m| m.gpu_uuid.is_none()) {
