@@ -88,16 +88,15 @@ fn run_pair(zero_copy: bool, inline: bool, frames: Frames) {
         .output()
         .unwrap();
     let rx = rx.wait_with_output().unwrap();
-    assert!(
-        tx.status.success(),
-        "TX: {}",
-        String::from_utf8_lossy(&tx.stderr)
-    );
-    assert!(
-        rx.status.success(),
-        "RX: {}",
-        String::from_utf8_lossy(&rx.stderr)
-    );
+    for (side, out) in [("TX", &tx), ("RX", &rx)] {
+        assert!(
+            out.status.success(),
+            "{side} ({}): {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     let (t, r) = (common::last_json(&tx.stdout), common::last_json(&rx.stdout));
     let sent = t["tx_packets"].as_u64().unwrap();
     assert!(sent > 1000, "{t}");
