@@ -13,28 +13,12 @@ use dataplane::protocol::iq::{
 use std::time::{Duration, Instant};
 
 fn loopback(protocol: &str) -> String {
-    common::loopback_config(&format!(
-        r#"
-memory_regions:
-- {{name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-- {{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-interfaces:
-- name: radio
-  address: loopback
-  tx:
-    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
-  rx:
-    queues:
-    - name: rq
-      id: 0
-      cpu_core: 0
-      batch_size: 32
-      timeout_us: 100
-      memory_regions: [rx]
-      protocol:
-        {protocol}
-"#
-    ))
+    common::LoopPair {
+        interface: "radio",
+        rx_queue: &format!("timeout_us: 100\nmemory_regions: [rx]\nprotocol:\n  {protocol}"),
+        ..Default::default()
+    }
+    .text()
 }
 
 fn planned(text: &str) -> (dataplane::plan::IqPlan, String) {

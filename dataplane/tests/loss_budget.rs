@@ -188,23 +188,13 @@ fn udp_a_stall_within_the_budget_loses_nothing_and_past_it_loses_on_the_named_co
 
 #[test]
 fn loopback_a_stall_holds_the_sender_back_and_loses_nothing() {
-    let text = common::loopback_config(
-        r#"
-memory_regions:
-- {name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
-- {name: rx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}
-interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [tx]}]
-  rx:
-    queues: [{name: rq, id: 0, cpu_core: 0, batch_size: 8, ring_packets: 64, memory_regions: [rx]}]
-"#,
-    );
-    let cfg = dataplane::config::load_str(&text, "budget-loop.yaml")
-        .unwrap()
-        .config;
+    let cfg = common::LoopPair {
+        bufs: (1024, 1024),
+        batch: 8,
+        rx_queue: "ring_packets: 64\nmemory_regions: [rx]",
+        ..Default::default()
+    }
+    .config();
     let q = budget_of(&cfg);
     assert!(matches!(q.beyond, Beyond::SenderHeldBack { .. }), "{q:?}");
     assert!(q.to_reach_headroom.is_empty(), "nothing to change: {q:?}");

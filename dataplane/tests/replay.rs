@@ -57,30 +57,19 @@ fn write_pcap(path: &std::path::Path, frames: &[CapturedFrame]) {
 }
 
 fn loopback(accurate_send: bool, capture: &std::path::Path) -> dataplane::config::Config {
-    let text = common::loopback_config(&format!(
-        r#"
-memory_regions:
-- {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 1536}}
-- {{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 1536}}
-interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    accurate_send: {accurate_send}
-    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
-  rx:
-    hardware_timestamps: true
-    queues:
-    - name: rq
-      id: 0
-      cpu_core: 0
-      batch_size: 32
-      timeout_us: 50
-      memory_regions: [rx]
-      capture: {{path: "{}", format: pcap}}
-"#,
+    let rx_queue = format!(
+        "timeout_us: 50\nmemory_regions: [rx]\ncapture: {{path: \"{}\", format: pcap}}",
         capture.display()
-    ));
+    );
+    let text = common::LoopPair {
+        bufs: (1024, 2048),
+        buf_size: 1536,
+        tx: &format!("accurate_send: {accurate_send}"),
+        rx: "hardware_timestamps: true",
+        rx_queue: &rx_queue,
+        ..Default::default()
+    }
+    .text();
     dataplane::config::load_str(&text, "replay.yaml")
         .unwrap()
         .config

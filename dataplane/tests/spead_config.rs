@@ -17,33 +17,20 @@ fn loopback(rx_region: &str, rx_extra: &str, spead: &str) -> String {
 
 /// As [`loopback`], with `regions` (lines of `memory_regions`) added.
 fn loopback_with(regions: &str, rx_region: &str, rx_extra: &str, spead: &str) -> String {
-    common::loopback_config(&format!(
-        r#"
-memory_regions:
-- {{name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-- {{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-{regions}{gpu}interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
-  rx:
-    queues:
-    - name: rq
-      id: 0
-      cpu_core: 0
-      batch_size: 32
-      timeout_us: 100
-      memory_regions: [{rx_region}]{rx_extra}
-      protocol:
-        spead: {spead}
-"#,
-        gpu = if rx_region == "gpu" {
-            "- {name: gpu, kind: device, affinity: 0, num_bufs: 64, buf_size: 2048}\n"
-        } else {
-            ""
-        }
-    ))
+    let gpu = if rx_region == "gpu" {
+        "- {name: gpu, kind: device, affinity: 0, num_bufs: 64, buf_size: 2048}\n"
+    } else {
+        ""
+    };
+    common::LoopPair {
+        regions: &format!("{regions}{gpu}"),
+        rx_queue: &format!(
+            "timeout_us: 100\nmemory_regions: [{rx_region}]\n{}\nprotocol:\n  spead: {spead}",
+            rx_extra.trim()
+        ),
+        ..Default::default()
+    }
+    .text()
 }
 
 use common::plan_error as errors;

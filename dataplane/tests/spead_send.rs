@@ -25,36 +25,26 @@ const ITEMS: &str = r#"
 /// The loopback with a TX queue of `protocol` (its lines) and a SPEAD RX queue that
 /// places heaps by timestamp.
 fn loopback(tx_extra: &str, protocol: &str) -> String {
-    common::loopback_config(&format!(
-        r#"
-memory_regions:
-- {{name: tx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-- {{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    queues:
-    - name: tq
-      id: 0
-      cpu_core: 0
-      batch_size: 32
-      memory_regions: [tx]{tx_extra}
-      protocol:
-{protocol}
-  rx:
-    queues:
-    - name: rq
-      id: 0
-      cpu_core: 0
-      batch_size: 32
-      timeout_us: 100
-      memory_regions: [rx]
-      protocol:
-        spead: {{heap_bytes: {HEAP_BYTES}, heaps_per_chunk: 4, max_chunks: 2,
-                place_by: {{item: {TIMESTAMP:#x}, step: {STEP}}}}}
-"#
-    ))
+    // Both are written at the queue's keys' indent (6): moved to column 0 for LoopPair.
+    let at_column_0 = |t: &str| {
+        t.lines()
+            .map(|l| l.strip_prefix("      ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let rx_queue = format!(
+        "timeout_us: 100\nmemory_regions: [rx]\nprotocol:\n  spead: {{heap_bytes: {HEAP_BYTES}, heaps_per_chunk: 4, max_chunks: 2,\n          place_by: {{item: {TIMESTAMP:#x}, step: {STEP}}}}}"
+    );
+    common::LoopPair {
+        tx_queue: &format!(
+            "{}\nprotocol:\n{}",
+            at_column_0(tx_extra.trim_start_matches('\n')),
+            at_column_0(protocol)
+        ),
+        rx_queue: &rx_queue,
+        ..Default::default()
+    }
+    .text()
 }
 
 /// The usual sending block: 64-48, 1472-byte packets, descriptors every 4 heaps.

@@ -32,35 +32,23 @@ fn seq_of(f: &[u8]) -> u64 {
 fn each_trigger_writes_its_window_whole_while_ingest_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("window.pcap");
-    let text = common::loopback_config(&format!(
-        r#"
-metrics: {{listen: "127.0.0.1:0"}}
-memory_regions:
-- {{name: tx, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}}
-- {{name: rx, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}}
-interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
-  rx:
-    hardware_timestamps: true
-    queues:
-    - name: rq
-      id: 0
-      cpu_core: 0
-      batch_size: 32
-      timeout_us: 100
-      memory_regions: [rx]
-      capture:
-        path: "{}"
-        transient: {{keep_mb: 128, keep_ms: 50, before_ms: {WINDOW_MS}, after_ms: {WINDOW_MS}, trigger_on: {{offset: 0, bytes: "ff ee dd cc"}}}}
-"#,
+    let capture = format!(
+        r#"timeout_us: 100
+memory_regions: [rx]
+capture:
+  path: "{}"
+  transient: {{keep_mb: 128, keep_ms: 50, before_ms: {WINDOW_MS}, after_ms: {WINDOW_MS}, trigger_on: {{offset: 0, bytes: "ff ee dd cc"}}}}"#,
         path.display()
-    ));
-    let cfg = dataplane::config::load_str(&text, "transient.yaml")
-        .unwrap_or_else(|e| panic!("{e}"))
-        .config;
+    );
+    let cfg = common::LoopPair {
+        bufs: (4096, 4096),
+        buf_size: 256,
+        top: r#"metrics: {listen: "127.0.0.1:0"}"#,
+        rx: "hardware_timestamps: true",
+        rx_queue: &capture,
+        ..Default::default()
+    }
+    .config();
     let plan = dataplane::plan::Plan::from_config(&cfg).unwrap();
     assert!(
         plan.human()

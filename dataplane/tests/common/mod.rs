@@ -69,6 +69,100 @@ fn config_with_header(stream_type: &str, extra: &[&str], body: &str) -> String {
     text
 }
 
+/// The software loopback most tests run on: one interface with a TX queue `tq` and an RX
+/// queue `rq` (both id 0, on core 0), each in a host region of its own (`tx`, `rx`).
+/// The fields add to it; each is YAML written from column 0, indented here to where it
+/// goes. [`LoopPair::text`] gives the configuration ([`loopback_config`]),
+/// [`LoopPair::config`] loads it.
+#[derive(Clone, Copy)]
+pub struct LoopPair<'a> {
+    /// The interface's name.
+    pub interface: &'a str,
+    /// `num_bufs` of the TX and RX regions.
+    pub bufs: (u32, u32),
+    /// `buf_size` of both regions.
+    pub buf_size: u32,
+    /// Both queues' `batch_size`.
+    pub batch: u32,
+    /// `cfg` keys before `memory_regions`.
+    pub top: &'a str,
+    /// More `memory_regions` entries.
+    pub regions: &'a str,
+    /// Keys of `tx` before its queues.
+    pub tx: &'a str,
+    /// More keys of the TX queue.
+    pub tx_queue: &'a str,
+    /// Keys of `rx` before its queues.
+    pub rx: &'a str,
+    /// The RX queue's keys after `batch_size` (its region and timeout by default).
+    pub rx_queue: &'a str,
+}
+
+impl Default for LoopPair<'_> {
+    fn default() -> Self {
+        LoopPair {
+            interface: "loop0",
+            bufs: (2048, 2048),
+            buf_size: 2048,
+            batch: 32,
+            top: "",
+            regions: "",
+            tx: "",
+            tx_queue: "",
+            rx: "",
+            rx_queue: "timeout_us: 100\nmemory_regions: [rx]",
+        }
+    }
+}
+
+impl LoopPair<'_> {
+    /// The configuration's text.
+    pub fn text(&self) -> String {
+        let LoopPair {
+            interface,
+            bufs: (tx_bufs, rx_bufs),
+            buf_size,
+            batch,
+            ..
+        } = *self;
+        let mut body = indented(self.top, 0);
+        body.push_str(&format!(
+            "memory_regions:\n\
+             - {{name: tx, kind: host, affinity: 0, num_bufs: {tx_bufs}, buf_size: {buf_size}}}\n\
+             - {{name: rx, kind: host, affinity: 0, num_bufs: {rx_bufs}, buf_size: {buf_size}}}\n"
+        ));
+        body.push_str(&indented(self.regions, 0));
+        body.push_str(&format!(
+            "interfaces:\n- name: {interface}\n  address: loopback\n  tx:\n"
+        ));
+        body.push_str(&indented(self.tx, 4));
+        body.push_str(&format!(
+            "    queues:\n    - name: tq\n      id: 0\n      cpu_core: 0\n      batch_size: {batch}\n      memory_regions: [tx]\n"
+        ));
+        body.push_str(&indented(self.tx_queue, 6));
+        body.push_str("  rx:\n");
+        body.push_str(&indented(self.rx, 4));
+        body.push_str(&format!(
+            "    queues:\n    - name: rq\n      id: 0\n      cpu_core: 0\n      batch_size: {batch}\n"
+        ));
+        body.push_str(&indented(self.rx_queue, 6));
+        loopback_config(&body)
+    }
+
+    /// The configuration, loaded (panics with the text on an error).
+    pub fn config(&self) -> dataplane::config::Config {
+        let text = self.text();
+        dataplane::config::load_str(&text, "loop-pair.yaml")
+            .unwrap_or_else(|e| panic!("{e}\n{text}"))
+            .config
+    }
+}
+
+/// `text`'s lines, each with `by` spaces in front and a line end.
+pub fn indented(text: &str, by: usize) -> String {
+    text.lines().map(|l| format!("{:by$}{l}\n", "")).collect()
+}
+
 /// The `--json` report: the result in the envelope on the last line of a `dataplane`
 /// run's stdout (the envelope's own fields checked; `cli/tests/json_contract.rs` checks
 /// them against the schema files).
