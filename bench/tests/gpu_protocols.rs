@@ -162,34 +162,15 @@ fn spead_chunks_land_in_gpu_memory_byte_for_byte() {
         return;
     };
     const HEAP: usize = 6000;
-    let text = r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {name: tx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}
-    - {name: rx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}
-    - {name: chunks, kind: device, affinity: 0, num_bufs: 3, buf_size: 24000}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues: [{name: tq, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [tx]}]
-      rx:
-        queues:
-        - name: rq
-          id: 0
-          cpu_core: 1
-          batch_size: 32
-          timeout_us: 100
-          memory_regions: [rx]
-          protocol:
-            spead: {heap_bytes: 6000, heaps_per_chunk: 4, max_chunks: 2, chunk_region: chunks}
-"#;
-    let cfg = dataplane::config::load_str(text, "spead-gpu.yaml")
+    let text = common::LoopPair {
+        kind: "host_pinned",
+        core: 1,
+        regions: "- {name: chunks, kind: device, affinity: 0, num_bufs: 3, buf_size: 24000}",
+        rx_queue: "timeout_us: 100\nmemory_regions: [rx]\nprotocol:\n  spead: {heap_bytes: 6000, heaps_per_chunk: 4, max_chunks: 2, chunk_region: chunks}",
+        ..Default::default()
+    }
+    .text();
+    let cfg = dataplane::config::load_str(&text, "spead-gpu.yaml")
         .unwrap()
         .config;
     let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
@@ -377,35 +358,15 @@ fn radio_queues_decoded_on_the_gpu_match_the_cpu_bit_for_bit() {
         "10.0.0.2:7001".parse::<SocketAddrV4>().unwrap(),
     );
     for ((protocol, format, precision, packets), (cpu, want)) in cases.into_iter().zip(twins) {
-        let text = format!(
-            r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {{name: tx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-    - {{name: rx, kind: host_pinned, affinity: 0, num_bufs: 2048, buf_size: 2048}}
-    - {{name: samples, kind: device, affinity: 0, num_bufs: 4, buf_size: 1048576}}
-    interfaces:
-    - name: radio
-      address: loopback
-      tx:
-        queues: [{{name: tq, id: 0, cpu_core: 1, batch_size: 32, memory_regions: [tx]}}]
-      rx:
-        queues:
-        - name: rq
-          id: 0
-          cpu_core: 1
-          batch_size: 32
-          timeout_us: 100
-          memory_regions: [rx]
-          protocol:
-            {protocol}
-"#
-        );
+        let text = common::LoopPair {
+            interface: "radio",
+            kind: "host_pinned",
+            core: 1,
+            regions: "- {name: samples, kind: device, affinity: 0, num_bufs: 4, buf_size: 1048576}",
+            rx_queue: &format!("timeout_us: 100\nmemory_regions: [rx]\nprotocol:\n  {protocol}"),
+            ..Default::default()
+        }
+        .text();
         let cfg = dataplane::config::load_str(&text, "iq-gpu.yaml")
             .unwrap_or_else(|e| panic!("{e}\n{text}"))
             .config;

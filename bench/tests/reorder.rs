@@ -18,39 +18,33 @@ const PPB: u32 = 32;
 const PAYLOAD: usize = 200;
 const HEADER: usize = 42;
 
-const CFG: &str = config_yaml!(
-    raw,
-    0,
-    loopback,
-    r#"    memory_regions:
-    - {name: tx, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
-    - {name: rx, kind: host, affinity: 0, num_bufs: 4096, buf_size: 256}
-    - {name: batches, kind: host, affinity: 0, num_bufs: 16, buf_size: 8192}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        queues:
-        - {name: tq, id: 0, cpu_core: 1, batch_size: 64, memory_regions: [tx]}
-      rx:
-        flow_isolation: true
-        queues:
-        - {name: rq, id: 0, cpu_core: 1, batch_size: 64, timeout_us: 3000000, memory_regions: [rx]}
-        flows:
-        - {name: samples, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
-        - {name: other, id: 8, action: {type: queue, id: 0}, match: {udp_dst: 6000}}
-        reorder_configs:
-        - name: by_seq
-          reorder_type: cpu
-          memory_region: batches
-          payload_byte_offset: 42
-          flow_ids: [7]
-          method:
-            seq_packets_per_batch:
-              sequence_number: {bit_offset: 336, bit_width: 16}
-              packets_per_batch: 32
-"#
-);
+/// The loopback with a reorder of flow 7 into batches of 32 by a 16-bit sequence number.
+fn reorder_config() -> Config {
+    common::LoopPair {
+        bufs: (4096, 4096),
+        buf_size: 256,
+        batch: 64,
+        core: 1,
+        regions: "- {name: batches, kind: host, affinity: 0, num_bufs: 16, buf_size: 8192}",
+        rx: "flow_isolation: true",
+        rx_queue: "timeout_us: 3000000\nmemory_regions: [rx]",
+        rx_after: r#"flows:
+- {name: samples, id: 7, action: {type: queue, id: 0}, match: {udp_dst: 5000}}
+- {name: other, id: 8, action: {type: queue, id: 0}, match: {udp_dst: 6000}}
+reorder_configs:
+- name: by_seq
+  reorder_type: cpu
+  memory_region: batches
+  payload_byte_offset: 42
+  flow_ids: [7]
+  method:
+    seq_packets_per_batch:
+      sequence_number: {bit_offset: 336, bit_width: 16}
+      packets_per_batch: 32"#,
+        ..Default::default()
+    }
+    .config()
+}
 
 /// A UDP frame to `port` whose payload starts with `seq` (big-endian 16 bits) followed by
 /// bytes derived from it.
@@ -76,9 +70,7 @@ fn shuffled(n: u32) -> Vec<u32> {
 
 #[test]
 fn shuffled_arrivals_come_out_in_sequence_with_timeouts_and_passthrough() {
-    let cfg = config::load_with(CFG, "reorder.yaml", &|c| c < 2)
-        .expect("config")
-        .config;
+    let cfg = reorder_config();
     let mut plane = DataPlane::start(&cfg).expect("start");
     let mut tx = plane.take_tx_queue("loop0", 0).unwrap();
     let mut rx = plane.take_rx_queue("loop0", 0).unwrap();

@@ -3,6 +3,9 @@
 //! count and (when paced) its send-time error; a queue without `accurate_send` and a
 //! file that is not a capture are refused with exit status 1 and a message that says why.
 
+#[path = "../../bench/tests/common/mod.rs"]
+mod common;
+
 use std::process::Command;
 
 /// A pcap (microsecond timestamps, Ethernet) of `n` UDP frames 100 us apart.
@@ -32,27 +35,14 @@ fn pcap(n: u32) -> Vec<u8> {
 }
 
 fn config(accurate_send: bool) -> String {
-    format!(
-        r#"
-dataplane:
-  cfg:
-    version: 1
-    stream_type: raw
-    master_core: 0
-    loopback: "sw"
-    memory_regions:
-    - {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 1536}}
-    - {{name: rx, kind: host, affinity: 0, num_bufs: 2048, buf_size: 1536}}
-    interfaces:
-    - name: loop0
-      address: loopback
-      tx:
-        accurate_send: {accurate_send}
-        queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
-      rx:
-        queues: [{{name: rq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [rx]}}]
-"#
-    )
+    common::LoopPair {
+        bufs: (1024, 2048),
+        buf_size: 1536,
+        tx: &format!("accurate_send: {accurate_send}"),
+        rx_queue: "memory_regions: [rx]",
+        ..Default::default()
+    }
+    .text()
 }
 
 /// `dataplane replay ARGS`: exit status, stdout, stderr.

@@ -70,7 +70,8 @@ fn config_with_header(stream_type: &str, extra: &[&str], body: &str) -> String {
 }
 
 /// The software loopback most tests run on: one interface with a TX queue `tq` and an RX
-/// queue `rq` (both id 0, on core 0), each in a host region of its own (`tx`, `rx`).
+/// queue `rq` (both id 0, on core 0 by default), each in a region of its own (`tx`,
+/// `rx`; host memory by default).
 /// The fields add to it; each is YAML written from column 0, indented here to where it
 /// goes. [`LoopPair::text`] gives the configuration ([`loopback_config`]),
 /// [`LoopPair::config`] loads it.
@@ -78,12 +79,16 @@ fn config_with_header(stream_type: &str, extra: &[&str], body: &str) -> String {
 pub struct LoopPair<'a> {
     /// The interface's name.
     pub interface: &'a str,
+    /// The TX and RX regions' `kind`.
+    pub kind: &'a str,
     /// `num_bufs` of the TX and RX regions.
     pub bufs: (u32, u32),
     /// `buf_size` of both regions.
     pub buf_size: u32,
     /// Both queues' `batch_size`.
     pub batch: u32,
+    /// Both queues' `cpu_core`.
+    pub core: u32,
     /// `cfg` keys before `memory_regions`.
     pub top: &'a str,
     /// More `memory_regions` entries.
@@ -96,21 +101,26 @@ pub struct LoopPair<'a> {
     pub rx: &'a str,
     /// The RX queue's keys after `batch_size` (its region and timeout by default).
     pub rx_queue: &'a str,
+    /// Keys of `rx` after its queues.
+    pub rx_after: &'a str,
 }
 
 impl Default for LoopPair<'_> {
     fn default() -> Self {
         LoopPair {
             interface: "loop0",
+            kind: "host",
             bufs: (2048, 2048),
             buf_size: 2048,
             batch: 32,
+            core: 0,
             top: "",
             regions: "",
             tx: "",
             tx_queue: "",
             rx: "",
             rx_queue: "timeout_us: 100\nmemory_regions: [rx]",
+            rx_after: "",
         }
     }
 }
@@ -120,16 +130,18 @@ impl LoopPair<'_> {
     pub fn text(&self) -> String {
         let LoopPair {
             interface,
+            kind,
             bufs: (tx_bufs, rx_bufs),
             buf_size,
             batch,
+            core,
             ..
         } = *self;
         let mut body = indented(self.top, 0);
         body.push_str(&format!(
             "memory_regions:\n\
-             - {{name: tx, kind: host, affinity: 0, num_bufs: {tx_bufs}, buf_size: {buf_size}}}\n\
-             - {{name: rx, kind: host, affinity: 0, num_bufs: {rx_bufs}, buf_size: {buf_size}}}\n"
+             - {{name: tx, kind: {kind}, affinity: 0, num_bufs: {tx_bufs}, buf_size: {buf_size}}}\n\
+             - {{name: rx, kind: {kind}, affinity: 0, num_bufs: {rx_bufs}, buf_size: {buf_size}}}\n"
         ));
         body.push_str(&indented(self.regions, 0));
         body.push_str(&format!(
@@ -137,15 +149,16 @@ impl LoopPair<'_> {
         ));
         body.push_str(&indented(self.tx, 4));
         body.push_str(&format!(
-            "    queues:\n    - name: tq\n      id: 0\n      cpu_core: 0\n      batch_size: {batch}\n      memory_regions: [tx]\n"
+            "    queues:\n    - name: tq\n      id: 0\n      cpu_core: {core}\n      batch_size: {batch}\n      memory_regions: [tx]\n"
         ));
         body.push_str(&indented(self.tx_queue, 6));
         body.push_str("  rx:\n");
         body.push_str(&indented(self.rx, 4));
         body.push_str(&format!(
-            "    queues:\n    - name: rq\n      id: 0\n      cpu_core: 0\n      batch_size: {batch}\n"
+            "    queues:\n    - name: rq\n      id: 0\n      cpu_core: {core}\n      batch_size: {batch}\n"
         ));
         body.push_str(&indented(self.rx_queue, 6));
+        body.push_str(&indented(self.rx_after, 4));
         loopback_config(&body)
     }
 
