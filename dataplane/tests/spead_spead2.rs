@@ -38,6 +38,32 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
+/// A UDP client of the socket engine sending to `127.0.0.1:port` from one TX queue `tq`
+/// of interface `spead_out`, with `queue` (YAML from column 0) added to the queue.
+fn spead_out(port: u16, queue: &str) -> dataplane::config::Config {
+    let text = common::socket_config(&format!(
+        r#"
+memory_regions:
+- {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
+interfaces:
+- name: spead_out
+  address: 127.0.0.1
+  socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
+  tx:
+    queues:
+    - name: tq
+      id: 0
+      cpu_core: 0
+      batch_size: 32
+      memory_regions: [tx]
+{}"#,
+        common::indented(queue, 6)
+    ));
+    dataplane::config::load_str(&text, "spead-out.yaml")
+        .unwrap_or_else(|e| panic!("{e}\n{text}"))
+        .config
+}
+
 #[test]
 fn spead2s_sender_to_our_chunks_every_byte_and_the_left_out_heap_counted() {
     let Some(python) = spead2_python() else {
@@ -133,21 +159,7 @@ os._exit(0)
     let (mut receiver, mut out) =
         common::spead::spawn_when_ready(Command::new(&python).args(["-c", &script]));
 
-    let cfg = common::socket_config(&format!(
-        r#"
-memory_regions:
-- {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
-interfaces:
-- name: spead_out
-  address: 127.0.0.1
-  socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
-  tx:
-    queues: [{{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx]}}]
-"#
-    ));
-    let cfg = dataplane::config::load_str(&cfg, "spead-out.yaml")
-        .unwrap()
-        .config;
+    let cfg = spead_out(port, "");
     let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
     let mut tx = plane.take_tx_queue("spead_out", 0).unwrap();
     // Losses injected here: heap 5 loses its third packet, heap 9 every packet.
@@ -281,33 +293,18 @@ os._exit(0)
     let (mut receiver, mut out) =
         common::spead::spawn_when_ready(Command::new(&python).args(["-c", &script]));
 
-    let cfg = common::socket_config(&format!(
-        r#"
-memory_regions:
-- {{name: tx, kind: host, affinity: 0, num_bufs: 1024, buf_size: 2048}}
-interfaces:
-- name: spead_out
-  address: 127.0.0.1
-  socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
-  tx:
-    queues:
-    - name: tq
-      id: 0
-      cpu_core: 0
-      batch_size: 32
-      memory_regions: [tx]
-      pacing_mbps: 100
-      protocol:
-        spead:
-          descriptors_every: 8
-          items:
-          - {{id: {TIMESTAMP:#x}, name: timestamp, description: "first sample", format: [[u, 48]]}}
-          - {{id: {DATA:#x}, name: data, description: "samples", shape: [{words}], dtype: "<u2"}}
-"#
-    ));
-    let cfg = dataplane::config::load_str(&cfg, "spead-declared.yaml")
-        .unwrap()
-        .config;
+    let cfg = spead_out(
+        port,
+        &format!(
+            r#"pacing_mbps: 100
+protocol:
+  spead:
+    descriptors_every: 8
+    items:
+    - {{id: {TIMESTAMP:#x}, name: timestamp, description: "first sample", format: [[u, 48]]}}
+    - {{id: {DATA:#x}, name: data, description: "samples", shape: [{words}], dtype: "<u2"}}"#
+        ),
+    );
     let mut plane = dataplane::DataPlane::start(&cfg).expect("start");
     let mut sender = plane.take_spead_sender("spead_out", 0).unwrap();
     for h in 0..HEAPS {
