@@ -258,9 +258,176 @@ fn removing_a_socket_queue_is_refused_with_the_reason() {
     let why: Vec<String> = change.not_live.iter().map(|n| n.to_string()).collect();
     assert_eq!(why.len(), 1, "{why:?}");
     assert!(
-        why[0].starts_with("interfaces `s0` rx queue 1: removed: the kernel spreads"),
+        why[0].starts_with("interfaces `s0` rx queue 1: removed: an RX queue of a UDP interface reads a socket of its SO_REUSEPORT group"),
         "{why:?}"
     );
+}
+
+/// A UDP server gets an RX queue (no socket of its own: a rule moves a peer's flow to it)
+/// and a TX queue while two peers send: the kept queue gets every datagram of the peer it
+/// keeps, in order; the moved flow arrives whole, its first part on the old queue and the
+/// rest on the new one; the added TX queue answers. The peers send at most 256 datagrams
+/// ahead of what the queues received, so the kernel drops nothing.
+#[test]
+fn a_udp_server_takes_queues_added_under_traffic() {
+    const EACH: u64 = 20_000;
+    let peers = [0, 1].map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+    let from = peers.each_ref().map(|p| p.local_addr().unwrap().port());
+    let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let at = free.local_addr().unwrap().port();
+    drop(free);
+    // With q1 (flow b moved to it) and with t0.
+    let server = |with_q1: bool, with_t0: bool| {
+        let (q1, b_to) = match with_q1 {
+            true => (
+                "    - {name: q1, id: 1, cpu_core: 1, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}\n",
+                1,
+            ),
+            false => ("", 0),
+        };
+        let tx = match with_t0 {
+            true => {
+                "  tx:\n    queues:\n    - {name: t0, id: 0, cpu_core: 0, batch_size: 8, memory_regions: [bufs]}\n"
+            }
+            false => "",
+        };
+        let rx = format!(
+            r#"  flow_isolation: true
+  queues:
+    - {{name: q0, id: 0, cpu_core: 0, batch_size: 8, timeout_us: 50, memory_regions: [bufs]}}
+{q1}  flows:
+    - {{name: a, id: 1, action: {{type: queue, id: 0}}, match: {{udp_src: {}}}}}
+    - {{name: b, id: 2, action: {{type: queue, id: {b_to}}}, match: {{udp_src: {}}}}}"#,
+            from[0], from[1]
+        );
+        udp_server_with(at, &rx, tx)
+    };
+    let mut plane = DataPlane::start(&server(false, false)).expect("starts");
+    let received = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let take = |queue: dataplane::RxQueue| {
+        let (received, done) = (received.clone(), done.clone());
+        std::thread::spawn(move || receive_datagrams(queue, &received, &done))
+    };
+    let q0 = take(plane.take_rx_queue("s0", 0).unwrap());
+    let sent = Arc::new(AtomicU64::new(0));
+    let senders: Vec<_> = peers
+        .each_ref()
+        .map(|p| p.try_clone().unwrap())
+        .into_iter()
+        .enumerate()
+        .map(|(peer, socket)| {
+            let (sent, received) = (sent.clone(), received.clone());
+            std::thread::spawn(move || {
+                for seq in 0..EACH {
+                    while sent.load(Ordering::Acquire) > received.load(Ordering::Acquire) + 256 {
+                        std::thread::yield_now();
+                    }
+                    let mut d = vec![peer as u8];
+                    d.extend_from_slice(&seq.to_le_bytes());
+                    socket.send_to(&d, ("127.0.0.1", at)).unwrap();
+                    sent.fetch_add(1, Ordering::AcqRel);
+                }
+            })
+        })
+        .collect();
+    while sent.load(Ordering::Acquire) < EACH / 2 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let report = plane
+        .change(&server(true, true))
+        .expect("adds q1 and t0 live");
+    assert_eq!(report.added.queues, 2, "{report:?}");
+    assert!(
+        report
+            .change
+            .human()
+            .contains("s0 rx queue 1: added (no socket of its own"),
+        "{}",
+        report.change.human()
+    );
+    let q1 = take(plane.take_rx_queue("s0", 1).unwrap());
+    for s in senders {
+        s.join().unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while received.load(Ordering::Acquire) < 2 * EACH && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The added TX queue answers the peer the server heard from last.
+    let now = received.load(Ordering::Acquire);
+    peers[0].send_to(b"last", ("127.0.0.1", at)).unwrap();
+    while received.load(Ordering::Acquire) == now && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut t0 = plane.take_tx_queue("s0", 0).expect("the added TX queue");
+    common::send_frames(&mut t0, &[b"answer".to_vec()]);
+    peers[0]
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let (n, _) = peers[0].recv_from(&mut buf).expect("the answer");
+    assert_eq!(&buf[..n], b"answer");
+    // A TX queue goes as it came; an RX queue of the interface stays until a restart.
+    let report = plane.change(&server(true, false)).expect("removes t0 live");
+    assert!(report.removed[0].drained, "{report:?}");
+    let b = t0.alloc(1).expect("its buffers are the plane's");
+    assert!(t0.send(b).is_err(), "a removed TX queue takes nothing");
+    match plane.change(&server(false, false)) {
+        Err(ChangeError::NotLive(not_live)) => assert!(
+            not_live[0].key == "interfaces `s0` rx queue 1",
+            "{not_live:?}"
+        ),
+        other => panic!("removing q1 must be refused: {other:?}"),
+    }
+    done.store(true, Ordering::Release);
+    let (q0, q1) = (q0.join().unwrap(), q1.join().unwrap());
+    let all: Vec<u64> = (0..EACH).collect();
+    assert_eq!(
+        q0.get(&0),
+        Some(&all),
+        "the kept flow, whole and in order on q0"
+    );
+    assert!(!q1.contains_key(&0), "the kept flow stays on q0");
+    let moved_before = q0.get(&1).cloned().unwrap_or_default();
+    let moved_after = q1.get(&1).cloned().unwrap_or_default();
+    assert!(
+        !moved_after.is_empty(),
+        "the moved flow reaches q1 after the change"
+    );
+    assert_eq!(
+        [moved_before, moved_after].concat(),
+        all,
+        "the moved flow, whole: its first part on q0, the rest on q1"
+    );
+    plane.shutdown().unwrap();
+}
+
+/// Datagrams `[peer, seq (8 bytes LE)]` per peer in arrival order, until `done`.
+fn receive_datagrams(
+    mut rx: dataplane::RxQueue,
+    received: &AtomicU64,
+    done: &AtomicBool,
+) -> BTreeMap<u8, Vec<u64>> {
+    let mut seen: BTreeMap<u8, Vec<u64>> = BTreeMap::new();
+    loop {
+        match rx.recv(Duration::from_millis(20)) {
+            Ok(Some(b)) => {
+                for i in 0..b.len() {
+                    let d = b.data(i, 0).unwrap();
+                    if d.len() == 9 {
+                        let seq = u64::from_le_bytes(d[1..9].try_into().unwrap());
+                        seen.entry(d[0]).or_default().push(seq);
+                    }
+                }
+                received.fetch_add(b.len() as u64, Ordering::AcqRel);
+            }
+            Ok(None) if done.load(Ordering::Acquire) => return seen,
+            Ok(None) => {}
+            Err(RecvError::Stopped) => return seen,
+            Err(e) => panic!("{e}"),
+        }
+    }
 }
 
 #[test]
@@ -540,6 +707,11 @@ fn a_socket_interfaces_rules_switch_while_it_runs() {
 /// A UDP server interface `s0` on 127.0.0.1:`port` whose `rx` section is `rx` (its lines
 /// from column 0, as they stand under `rx:`).
 fn udp_server(port: u16, rx: &str) -> Config {
+    udp_server_with(port, rx, "")
+}
+
+/// [`udp_server`] with `more` (the interface's other keys, at its keys' indent) after `rx`.
+fn udp_server_with(port: u16, rx: &str, more: &str) -> Config {
     let rx: String = rx.lines().map(|l| format!("    {l}\n")).collect();
     let text = common::socket_config(&format!(
         r#"memory_regions:
@@ -549,7 +721,7 @@ interfaces:
   address: 127.0.0.1
   socket_config: {{mode: server, local_addr: "udp://127.0.0.1:{port}"}}
   rx:
-{rx}"#
+{rx}{more}"#
     ));
     config::load_with(&text, "s.yaml", &|c| c < 2)
         .unwrap_or_else(|e| panic!("{e}\n{text}"))

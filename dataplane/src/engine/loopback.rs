@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 
 use super::fault::FaultInjector;
-use super::wire::{Ingress, WireGrid, WireReceiver};
+use super::wire::{Ingress, WireGrid, WireRxPort};
 use super::{Capabilities, Engine, EngineError, RxPort, TxPort};
 use crate::burst::Burst;
 use crate::config::Direction;
@@ -111,7 +111,7 @@ impl Engine for LoopbackEngine {
             .then(|| iface.grid.receiver(queue))
             .flatten()
             .ok_or(EngineError::no_queue(port, Direction::Rx, queue))?;
-        Ok(Box::new(LoopbackRx(receiver)))
+        Ok(Box::new(WireRxPort(receiver)))
     }
 
     fn tx_port(
@@ -164,12 +164,7 @@ impl Engine for LoopbackEngine {
         queue: QueueId,
     ) -> Result<(), EngineError> {
         let iface = self.interface(port)?;
-        let refused = |reason: String| EngineError::Queue {
-            interface: format!("port {port}"),
-            direction,
-            queue,
-            reason,
-        };
+        let refused = |reason| EngineError::queue_not_opened(port, direction, queue, reason);
         match direction {
             Direction::Rx if iface.rx_port != port => Err(refused(
                 "this interface's port feeds another interface's RX queues".into(),
@@ -250,18 +245,5 @@ impl TxPort for LoopbackTx {
             self.stalled = self.ingress.steer(held);
         }
         self.ingress.idle();
-    }
-}
-
-/// An RX queue: the receiving end of its wires.
-struct LoopbackRx(WireReceiver);
-
-impl RxPort for LoopbackRx {
-    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
-        self.0.receive(into, max)
-    }
-
-    fn take_boundary(&mut self) -> bool {
-        self.0.take_boundary()
     }
 }

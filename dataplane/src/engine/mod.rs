@@ -572,6 +572,22 @@ impl EngineError {
             queue,
         }
     }
+
+    /// Queue `queue` of interface `port` cannot be set up while the engine runs, for
+    /// `reason` ([`Engine::open_queue`]).
+    pub(crate) fn queue_not_opened(
+        port: PortIndex,
+        direction: Direction,
+        queue: QueueId,
+        reason: String,
+    ) -> Self {
+        EngineError::Queue {
+            interface: format!("port {port}"),
+            direction,
+            queue,
+            reason,
+        }
+    }
 }
 
 /// Entry `port` of an engine's per-interface table (interfaces by configuration index).

@@ -452,6 +452,21 @@ impl Drop for WireReceiver {
     }
 }
 
+/// An RX queue that only takes what the wires bring it: every RX queue of the software
+/// loopback, and an RX queue added to a running UDP interface (it has no socket of its
+/// own; the rules steer to it what the interface's sockets receive).
+pub struct WireRxPort(pub WireReceiver);
+
+impl super::RxPort for WireRxPort {
+    fn receive(&mut self, into: &mut Burst, max: usize) -> usize {
+        self.0.receive(into, max)
+    }
+
+    fn take_boundary(&mut self) -> bool {
+        self.0.take_boundary()
+    }
+}
+
 /// The receiving end of one RX queue: pulls the pieces steered to it.
 pub struct WireReceiver {
     grid: Arc<GridShared>,

@@ -3,15 +3,19 @@
 //! from the two plans and their configurations alone.
 //!
 //! Carried out live: flow rules changed in software (flows added, removed or changed, flow
-//! isolation, the exception queue; one atomic switch per interface), and queues added or
-//! removed on the software loopback (in the existing regions, on running or new worker
-//! cores). Everything else a change may hold is named in [`PlanChange::not_live`] with
-//! the reason, and nothing is changed: a queue's settings, regions added, removed or
-//! resized, interfaces, plane-wide settings, and queues of engines whose devices or
-//! kernels fix them while they run (sockets, DPDK, RDMA) or on handler cores.
+//! isolation, the exception queue; one atomic switch per interface), queues added or
+//! removed on the software loopback, and on UDP interfaces TX queues added or removed and
+//! RX queues added (without a socket of their own: the rules steer to them what the
+//! interface's sockets receive), all in the existing regions, on running or new worker
+//! cores. Everything else a change may hold is named in [`PlanChange::not_live`] with the
+//! reason, and nothing is changed: a queue's settings, regions added, removed or resized,
+//! interfaces, plane-wide settings, a UDP interface's RX queues removed (each reads a
+//! socket of its SO_REUSEPORT group), and queues of engines whose devices or kernels fix
+//! them while they run (TCP, DPDK, RDMA) or on handler cores.
 
-use super::{Plan, QueuePlan};
-use crate::config::{Config, Direction, EngineKind, InterfaceConfig, RxConfig};
+use super::socket::SocketInterfacePlan;
+use super::{EnginePlan, Plan, QueuePlan};
+use crate::config::{Config, Direction, EngineKind, InterfaceConfig, RxConfig, Transport};
 use crate::descriptor::QueueId;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -47,6 +51,10 @@ pub struct QueueChange {
     pub id: QueueId,
     /// What happens to it.
     pub fate: QueueFate,
+    /// How an added queue runs until the next restart, where that differs from a start
+    /// (a UDP RX queue without a socket of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What a change does to one queue.
@@ -102,7 +110,7 @@ impl std::fmt::Display for NotLive {
 
 /// `Debug` text without source positions: two configurations that say the same thing in
 /// different places of their files compare equal.
-fn text<T: Debug>(value: &T) -> String {
+fn text<T: Debug + ?Sized>(value: &T) -> String {
     let s = format!("{value:?}");
     let mut out = String::with_capacity(s.len());
     let mut rest = s.as_str();
@@ -115,7 +123,7 @@ fn text<T: Debug>(value: &T) -> String {
     out
 }
 
-fn same<T: Debug>(a: &T, b: &T) -> bool {
+fn same<T: Debug + ?Sized>(a: &T, b: &T) -> bool {
     text(a) == text(b)
 }
 
@@ -152,11 +160,9 @@ impl PlanChange {
     pub fn human(&self) -> String {
         let mut out = String::new();
         for q in &self.queues {
-            let fate = match &q.fate {
-                QueueFate::Kept => "kept, loses nothing".to_owned(),
-                QueueFate::Added => "added".to_owned(),
-                QueueFate::Removed => "removed (hands over what it holds, then stops)".to_owned(),
-                QueueFate::Changed(keys) => format!("changed: {}", keys.join(", ")),
+            let fate = match (&q.fate, &q.note) {
+                (QueueFate::Added, Some(note)) => format!("added ({note})"),
+                (fate, _) => fate_text(fate),
             };
             out += &format!(
                 "  {} {} queue {}: {fate}\n",
@@ -318,6 +324,7 @@ impl PlanChange {
                 direction: q.direction,
                 id: q.id,
                 fate,
+                note: None,
             });
         }
         for (k, q) in &after {
@@ -328,6 +335,7 @@ impl PlanChange {
                     direction: q.direction,
                     id: q.id,
                     fate: QueueFate::Added,
+                    note: None,
                 });
             }
         }
@@ -336,7 +344,10 @@ impl PlanChange {
     /// What of the queue changes the running plane can do.
     fn live_queues(&mut self, old: &Plan, new: &Plan) {
         let mut refusals = Vec::new();
-        for q in &self.queues {
+        for q in &mut self.queues {
+            if q.fate == QueueFate::Added {
+                q.note = added_note(new, q);
+            }
             let key = format!(
                 "interfaces `{}` {} queue {}",
                 q.interface,
@@ -390,6 +401,32 @@ impl PlanChange {
     }
 }
 
+/// A queue's fate for people.
+fn fate_text(fate: &QueueFate) -> String {
+    match fate {
+        QueueFate::Kept => "kept, loses nothing".to_owned(),
+        QueueFate::Added => "added".to_owned(),
+        QueueFate::Removed => "removed (hands over what it holds, then stops)".to_owned(),
+        QueueFate::Changed(keys) => format!("changed: {}", keys.join(", ")),
+    }
+}
+
+/// The socket plan of the interface of queue `q`, when `plan` runs kernel sockets.
+fn socket_interface<'p>(plan: &'p Plan, q: &QueueChange) -> Option<&'p SocketInterfacePlan> {
+    match &plan.engine_plan {
+        EnginePlan::Socket(interfaces) => interfaces.iter().find(|i| i.name == q.interface),
+        _ => None,
+    }
+}
+
+/// How added queue `q` runs until a restart, where a start would run it otherwise.
+fn added_note(plan: &Plan, q: &QueueChange) -> Option<String> {
+    let iface = socket_interface(plan, q)?;
+    (iface.transport == Transport::Udp && q.direction == Direction::Rx).then(|| {
+        "no socket of its own until a restart: it receives what the rules steer to it from the interface's sockets".to_owned()
+    })
+}
+
 /// Why the running plane cannot add or remove queue `q` (planned in `plan`), if it
 /// cannot.
 fn queue_fixed(plan: &Plan, q: &QueueChange) -> Option<String> {
@@ -408,7 +445,14 @@ fn queue_fixed(plan: &Plan, q: &QueueChange) -> Option<String> {
     }
     match plan.engine {
         EngineKind::Loopback => None,
-        EngineKind::Socket => Some("the kernel spreads an interface's datagrams over its sockets (SO_REUSEPORT): a socket joining or leaving moves flows between them, and one no longer read loses what the kernel sends it".into()),
+        EngineKind::Socket => {
+            let iface = socket_interface(plan, q)?;
+            match (iface.transport, q.direction, &q.fate) {
+                (Transport::Udp, Direction::Tx, _) | (Transport::Udp, Direction::Rx, QueueFate::Added) => None,
+                (Transport::Udp, Direction::Rx, _) => Some("an RX queue of a UDP interface reads a socket of its SO_REUSEPORT group; the kernel keeps sending that socket its share of the flows until a restart".into()),
+                _ => Some("a TCP interface's queues are its connections, made when it starts".into()),
+            }
+        }
         EngineKind::Dpdk | EngineKind::Ibverbs => Some("the device spreads packets over the queues its port started with; their number is fixed while the port runs".into()),
         EngineKind::Rdma => Some("RDMA queues are connection slots".into()),
     }
@@ -435,9 +479,12 @@ fn interface_keys_changed(o: &InterfaceConfig, n: &InterfaceConfig) -> Vec<&'sta
         ),
         ("rx.hardware_timestamps", orx.timestamps != nrx.timestamps),
         ("rx.descriptors", orx.descriptors != nrx.descriptors),
+        // A missing `tx` section is one with every key at its default (a change may add
+        // the first TX queue).
         (
             "tx.accurate_send",
-            o.tx.as_ref().map(|t| t.accurate_send) != n.tx.as_ref().map(|t| t.accurate_send),
+            o.tx.as_ref().is_some_and(|t| t.accurate_send)
+                != n.tx.as_ref().is_some_and(|t| t.accurate_send),
         ),
         (
             "tx.descriptors",
@@ -446,8 +493,8 @@ fn interface_keys_changed(o: &InterfaceConfig, n: &InterfaceConfig) -> Vec<&'sta
         (
             "tx.flows",
             !same(
-                &o.tx.as_ref().map(|t| &t.flows),
-                &n.tx.as_ref().map(|t| &t.flows),
+                o.tx.as_ref().map_or(&[][..], |t| &t.flows[..]),
+                n.tx.as_ref().map_or(&[][..], |t| &t.flows[..]),
             ),
         ),
     ] {

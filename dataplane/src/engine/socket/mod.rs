@@ -240,6 +240,23 @@ impl Engine for SocketEngine {
         }
     }
 
+    /// UDP: RX queues added without a socket of their own (the rules steer to them), TX
+    /// queues on the existing sockets. TCP's queues are connections: refused.
+    fn open_queue(
+        &self,
+        port: PortIndex,
+        direction: Direction,
+        queue: QueueId,
+    ) -> Result<(), EngineError> {
+        let refused = |reason| EngineError::queue_not_opened(port, direction, queue, reason);
+        match self.interface(port)? {
+            Interface::Udp(u) => u.open_queue(direction, queue).map_err(refused),
+            Interface::Tcp(_) => Err(refused(
+                "a TCP interface's queues are its connections, made when it starts".into(),
+            )),
+        }
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::SOCKET
     }

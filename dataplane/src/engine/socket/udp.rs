@@ -10,7 +10,7 @@ use crate::burst::Burst;
 use crate::config::{Direction, PeerFilter, SocketMode};
 use crate::descriptor::PortIndex;
 use crate::descriptor::QueueId;
-use crate::engine::wire::{Ingress, WireGrid, WireReceiver};
+use crate::engine::wire::{Ingress, WireGrid, WireReceiver, WireRxPort};
 use crate::engine::{EngineError, Link, RxPort, TxPort};
 use crate::memory::RegionSet;
 use crate::stats::{DropReason, QueueCounters, WarnLimiter};
@@ -60,6 +60,16 @@ pub(super) struct UdpInterface {
     ingresses: Mutex<Vec<Option<Ingress>>>,
     /// Who may send to the interface.
     peers: PeerFilter,
+    /// Queues added while the interface runs (a live change): RX queues without a socket
+    /// of their own, TX queues on the existing lanes.
+    added: Mutex<AddedQueues>,
+}
+
+/// The queues a live change added to a UDP interface, in the order they came.
+#[derive(Default)]
+struct AddedQueues {
+    rx: Vec<QueueId>,
+    tx: Vec<QueueId>,
 }
 
 impl UdpInterface {
@@ -186,7 +196,46 @@ impl UdpInterface {
             regions: regions.clone(),
             ingresses: Mutex::new(ingresses),
             peers: s.peers.clone(),
+            added: Mutex::new(AddedQueues::default()),
         })
+    }
+
+    /// Sets up queue `queue` while the interface runs. An RX queue gets no socket: a
+    /// socket joining the SO_REUSEPORT group would take flows from the running queues'
+    /// sockets, so it receives what the rules steer to it from the sockets there are. A TX
+    /// queue sends on an existing lane's socket, in turn after the lanes' own TX queues.
+    pub(super) fn open_queue(&self, direction: Direction, queue: QueueId) -> Result<(), String> {
+        let mut added = self.added.lock().unwrap_or_else(|e| e.into_inner());
+        match direction {
+            Direction::Rx => {
+                if self.rx.iter().any(|q| q.id == queue) {
+                    return Err("the queue reads a socket of the interface's SO_REUSEPORT group, which stays until a restart".into());
+                }
+                self.grid.add_rx_queue(queue)?;
+                if !added.rx.contains(&queue) {
+                    added.rx.push(queue);
+                }
+            }
+            Direction::Tx => {
+                if !self.tx.iter().any(|q| q.id == queue) && !added.tx.contains(&queue) {
+                    added.tx.push(queue);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The lane an added TX queue sends on.
+    fn added_tx_lane(&self, queue: QueueId) -> Option<usize> {
+        let added = self.added.lock().unwrap_or_else(|e| e.into_inner());
+        let k = added.tx.iter().position(|&q| q == queue)?;
+        Some((self.tx.len() + k) % self.lanes.len().max(1))
+    }
+
+    /// True when `queue` is an RX queue added while the interface runs.
+    fn added_rx(&self, queue: QueueId) -> bool {
+        let added = self.added.lock().unwrap_or_else(|e| e.into_inner());
+        added.rx.contains(&queue)
     }
 
     pub(super) fn rx_port(
@@ -194,7 +243,13 @@ impl UdpInterface {
         queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Option<Box<dyn RxPort>> {
-        let (k, q) = lane_of(&self.rx, queue, self.lanes.len())?;
+        let Some((k, q)) = lane_of(&self.rx, queue, self.lanes.len()) else {
+            return self
+                .added_rx(queue)
+                .then(|| self.grid.receiver(queue))
+                .flatten()
+                .map(|r| Box::new(WireRxPort(r)) as Box<dyn RxPort>);
+        };
         let lane = &self.lanes[k];
         let ingress = {
             let mut taken = self.ingresses.lock().unwrap_or_else(|e| e.into_inner());
@@ -250,7 +305,9 @@ impl UdpInterface {
         queue: QueueId,
         counters: Arc<QueueCounters>,
     ) -> Option<Box<dyn TxPort>> {
-        let (k, _) = lane_of(&self.tx, queue, self.lanes.len())?;
+        let k = lane_of(&self.tx, queue, self.lanes.len())
+            .map(|(k, _)| k)
+            .or_else(|| self.added_tx_lane(queue))?;
         let lane = &self.lanes[k];
         let to = match (self.mode, self.remote) {
             (SocketMode::Client, _) => Destination::Connected,
@@ -274,7 +331,12 @@ impl UdpInterface {
     }
 
     pub(super) fn link(&self, direction: Direction, queue: QueueId) -> Option<Arc<Link>> {
-        let k = lane_in(&self.rx, &self.tx, direction, queue, self.lanes.len())?;
+        // An added RX queue has no lane, so no peer of its own.
+        let k = lane_in(&self.rx, &self.tx, direction, queue, self.lanes.len()).or_else(|| {
+            (direction == Direction::Tx)
+                .then(|| self.added_tx_lane(queue))
+                .flatten()
+        })?;
         Some(self.lanes[k].link.clone())
     }
 }
