@@ -105,6 +105,13 @@ pub trait Engine: Send + Sync {
         })
     }
 
+    /// True when queue `queue` of interface `port`, which the plan alone would keep until
+    /// a restart, can be removed from the running engine: one [`Engine::open_queue`]
+    /// added without a resource of its own (a UDP RX queue without a socket).
+    fn closes_live(&self, _port: PortIndex, _direction: Direction, _queue: QueueId) -> bool {
+        false
+    }
+
     /// Called on each worker thread after pinning and before its first poll, and again
     /// (with `false`) before it exits; engines register per-thread state here.
     fn worker_thread(&self, _starting: bool) {}

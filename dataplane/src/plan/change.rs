@@ -57,6 +57,18 @@ pub struct QueueChange {
     pub note: Option<String>,
 }
 
+impl QueueChange {
+    /// The queue as [`NotLive::key`] names it.
+    fn key(&self) -> String {
+        format!(
+            "interfaces `{}` {} queue {}",
+            self.interface,
+            self.direction.name(),
+            self.id
+        )
+    }
+}
+
 /// What a change does to one queue.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -201,6 +213,20 @@ impl PlanChange {
             }
         }
         out
+    }
+
+    /// Takes back the refusal of each removed queue for which `closes` says the running
+    /// engine can close it after all: one the plan alone cannot tell apart, such as an RX
+    /// queue added to a UDP interface while it ran (no socket of its own), which looks
+    /// like one that reads a socket.
+    pub fn allow_removals(&mut self, closes: impl Fn(&QueueChange) -> bool) {
+        let allowed: Vec<String> = self
+            .queues
+            .iter()
+            .filter(|q| q.fate == QueueFate::Removed && closes(q))
+            .map(QueueChange::key)
+            .collect();
+        self.not_live.retain(|n| !allowed.contains(&n.key));
     }
 
     fn refuse(&mut self, key: impl Into<String>, reason: impl Into<String>) {
@@ -348,12 +374,7 @@ impl PlanChange {
             if q.fate == QueueFate::Added {
                 q.note = added_note(new, q);
             }
-            let key = format!(
-                "interfaces `{}` {} queue {}",
-                q.interface,
-                q.direction.name(),
-                q.id
-            );
+            let key = q.key();
             match &q.fate {
                 QueueFate::Kept => {}
                 QueueFate::Added => {
@@ -449,7 +470,7 @@ fn queue_fixed(plan: &Plan, q: &QueueChange) -> Option<String> {
             let iface = socket_interface(plan, q)?;
             match (iface.transport, q.direction, &q.fate) {
                 (Transport::Udp, Direction::Tx, _) | (Transport::Udp, Direction::Rx, QueueFate::Added) => None,
-                (Transport::Udp, Direction::Rx, _) => Some("an RX queue of a UDP interface reads a socket of its SO_REUSEPORT group; the kernel keeps sending that socket its share of the flows until a restart".into()),
+                (Transport::Udp, Direction::Rx, _) => Some("an RX queue of a UDP interface reads a socket of its SO_REUSEPORT group; the kernel keeps sending that socket its share of the flows until a restart (a running plane removes one it added live, which has no socket)".into()),
                 _ => Some("a TCP interface's queues are its connections, made when it starts".into()),
             }
         }

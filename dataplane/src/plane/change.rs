@@ -94,7 +94,14 @@ impl DataPlane {
     pub fn change(&mut self, new: &Config) -> Result<ChangeReport, ChangeError> {
         let started = Instant::now();
         let (new, plan) = super::start::plan_for_this_machine(new)?;
-        let change = PlanChange::between((&self.config, &self.plan), (&new, &plan));
+        let mut change = PlanChange::between((&self.config, &self.plan), (&new, &plan));
+        change.allow_removals(|q| {
+            self.engine.closes_live(
+                crate::descriptor::PortIndex(q.port as u16),
+                q.direction,
+                q.id,
+            )
+        });
         if !change.is_live() {
             return Err(ChangeError::NotLive(change.not_live));
         }

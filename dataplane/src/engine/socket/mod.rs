@@ -240,6 +240,14 @@ impl Engine for SocketEngine {
         }
     }
 
+    /// An RX queue added to a UDP interface while it ran reads no socket.
+    fn closes_live(&self, port: PortIndex, direction: Direction, queue: QueueId) -> bool {
+        match self.interfaces.get(port.index()) {
+            Some(Interface::Udp(u)) => direction == Direction::Rx && u.added_rx(queue),
+            _ => false,
+        }
+    }
+
     /// UDP: RX queues added without a socket of their own (the rules steer to them), TX
     /// queues on the existing sockets. TCP's queues are connections: refused.
     fn open_queue(

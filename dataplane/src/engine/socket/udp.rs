@@ -233,7 +233,7 @@ impl UdpInterface {
     }
 
     /// True when `queue` is an RX queue added while the interface runs.
-    fn added_rx(&self, queue: QueueId) -> bool {
+    pub(super) fn added_rx(&self, queue: QueueId) -> bool {
         let added = self.added.lock().unwrap_or_else(|e| e.into_inner());
         added.rx.contains(&queue)
     }
