@@ -181,8 +181,8 @@ fn a_change_the_running_plane_cannot_make_is_refused_whole() {
         .unwrap()
         .flows
         .len();
-    // A resized region, a queue's new batch size and a new rule together: refused,
-    // naming each.
+    // A region resized under the queues that keep running, a queue's new batch size
+    // and a new rule together: refused, naming each.
     let mut new = config(
         true,
         AFTER.replace("id: 2, action", "id: 9, action").as_str(),
@@ -200,7 +200,10 @@ fn a_change_the_running_plane_cannot_make_is_refused_whole() {
     for (cfg, needles) in [
         (
             &new,
-            &["memory_regions `bufs`: changed: regions are allocated when the plane starts"][..],
+            &[
+                "interfaces `loop0` rx queue 0: changed (memory_regions): a running queue keeps its settings",
+                "interfaces `loop0` tx queue 0: changed (memory_regions)",
+            ][..],
         ),
         (
             &rebatched,
@@ -666,6 +669,178 @@ fn a_queue_removed_can_be_added_back_in_the_next_change() {
         );
     }
     plane.shutdown().unwrap();
+}
+
+/// Loopback interface `loop0`: t0 and q0 (flow f0, port 5000) in region `bufs`, with
+/// `more_regions` and `more_tx` (TX queues) added.
+fn region_config(more_regions: &str, more_tx: &str) -> Config {
+    let text = common::loopback_config(&format!(
+        r#"memory_regions:
+- {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
+{more_regions}interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues:
+    - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
+{more_tx}  rx:
+    flow_isolation: true
+    queues:
+    - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
+    flows:
+    - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
+"#
+    ));
+    config::load_with(&text, "regions.yaml", &|c| c < 2)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"))
+        .config
+}
+
+/// Frames from `queue` to port 5000, `source` as their source port, sequences from `first`.
+fn send_from(queue: &mut dataplane::TxQueue, source: u16, first: u64, count: u64) {
+    let frames: Vec<Vec<u8>> = (first..first + count)
+        .map(|k| frame(source, 5000, k))
+        .collect();
+    common::send_frames(queue, &frames);
+}
+
+#[test]
+fn regions_are_added_resized_and_removed_under_traffic() {
+    let side = |bufs: u32| {
+        format!("- {{name: side, kind: host, affinity: 0, num_bufs: {bufs}, buf_size: 256}}\n")
+    };
+    let tx = |name: &str, id: u16, region: &str| {
+        format!(
+            "    - {{name: {name}, id: {id}, cpu_core: 0, batch_size: 32, memory_regions: [{region}]}}\n"
+        )
+    };
+    let extra = "- {name: extra, kind: host, affinity: 0, num_bufs: 128, buf_size: 256}\n";
+    let mut plane =
+        DataPlane::start(&region_config(&side(64), &tx("t1", 1, "side"))).expect("starts");
+    let t0 = plane.take_tx_queue("loop0", 0).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let q0 = {
+        let (rx, done) = (plane.take_rx_queue("loop0", 0).unwrap(), done.clone());
+        std::thread::spawn(move || receive(rx, done))
+    };
+    let traffic = Traffic::start(t0, &[5000]);
+    traffic.wait_for(20_000);
+
+    // Resizing `side` while t1 keeps it is refused: a running queue keeps its region.
+    let t1_kept = region_config(&side(512), &tx("t1", 1, "side"));
+    match plane.change(&t1_kept) {
+        Err(ChangeError::NotLive(why)) => assert!(
+            why.iter().any(|n| n.key == "interfaces `loop0` tx queue 1"
+                && n.reason.starts_with("changed (memory_regions)")),
+            "{why:?}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // In one change: t1 removed, `side` grown from 64 to 512 buffers, `extra` added, and
+    // t2 on the new `side`, t3 on `extra`.
+    let grown = region_config(
+        &format!("{}{extra}", side(512)),
+        &format!("{}{}", tx("t2", 2, "side"), tx("t3", 3, "extra")),
+    );
+    let report = plane.change(&grown).expect("a live change");
+    eprintln!("report: {report:?}\n{}", report.change.human());
+    let fates: Vec<(String, dataplane::plan::change::QueueFate)> = report
+        .change
+        .regions
+        .iter()
+        .map(|r| (r.name.clone(), r.fate.clone()))
+        .collect();
+    use dataplane::plan::change::QueueFate;
+    assert_eq!(
+        fates,
+        [
+            (
+                "side".to_owned(),
+                QueueFate::Changed(vec!["num_bufs".into()])
+            ),
+            ("extra".to_owned(), QueueFate::Added),
+        ]
+    );
+    assert_eq!(
+        (report.added.queues, report.removed.len()),
+        (2, 1),
+        "{report:?}"
+    );
+    // Region ids never move: the old `side` stays at 1, retired; the new ones follow.
+    let names: Vec<(&str, usize, bool)> = plane
+        .plan()
+        .regions
+        .iter()
+        .map(|r| (r.name.as_str(), r.num_bufs, r.retired))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("bufs", 8192, false),
+            ("side", 64, true),
+            ("side", 512, false),
+            ("extra", 128, false)
+        ]
+    );
+    assert_eq!(plane.regions().len(), 4);
+    let mut t2 = plane.take_tx_queue("loop0", 2).expect("t2");
+    let mut t3 = plane.take_tx_queue("loop0", 3).expect("t3");
+    // t2's buffers come from the grown region: 300 at once, more than the old 64.
+    let held = t2.alloc(300).expect("300 buffers of the new `side`");
+    match t2.alloc(513) {
+        Err(dataplane::TxFailure::TooLarge { most, .. }) => assert_eq!(most, 512),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    drop(held);
+    send_from(&mut t2, 7002, 2_000_000, 1000);
+    send_from(&mut t3, 7003, 3_000_000, 1000);
+    traffic.wait_for(traffic.sent() + 20_000);
+
+    // The next change removes t3 and `extra`: the region is retired, its memory kept.
+    let shrunk = region_config(&side(512), &tx("t2", 2, "side"));
+    let report = plane.change(&shrunk).expect("removes t3 and `extra`");
+    assert_eq!(
+        report.change.regions,
+        [dataplane::plan::change::RegionChange {
+            name: "extra".into(),
+            fate: QueueFate::Removed
+        }]
+    );
+    assert!(plane.plan().regions[3].retired && !plane.plan().regions[2].retired);
+    send_from(&mut t2, 7002, 2_001_000, 1000);
+    traffic.wait_for(traffic.sent() + 20_000);
+    let next = traffic.finish();
+    plane.flush();
+    std::thread::sleep(Duration::from_millis(300));
+    let counters = plane.snapshot();
+    done.store(true, Ordering::Release);
+    let on_q0 = q0.join().unwrap();
+    drop((t2, t3));
+    plane.shutdown().unwrap();
+
+    // q0 kept running through three changes: t0's flow whole and in order; t2's and
+    // t3's frames, from the new regions, all there.
+    let mut by_source: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for &s in &on_q0[&5000] {
+        by_source.entry(s / 1_000_000).or_default().push(s);
+    }
+    assert_eq!(
+        by_source[&0],
+        (0..next[0]).collect::<Vec<_>>(),
+        "t0 through q0"
+    );
+    assert_eq!(
+        by_source[&2],
+        (2_000_000..2_002_000).collect::<Vec<_>>(),
+        "t2"
+    );
+    assert_eq!(
+        by_source[&3],
+        (3_000_000..3_001_000).collect::<Vec<_>>(),
+        "t3"
+    );
+    let drops: u64 = counters.queues.iter().map(|q| q.drops.total()).sum();
+    assert_eq!(drops, 0, "{counters:?}");
 }
 
 #[test]

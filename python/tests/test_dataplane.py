@@ -99,7 +99,7 @@ def test_a_running_plane_changes_its_queues_and_rules():
         send(tx, [udp_frame(6000, np.arange(30, dtype=np.uint8))])
         (data, flow), = receive(plane.rx_queue("loop0", 1), 1)
         assert flow == 20 and len(data) == 72
-        with pytest.raises(dataplane.Error, match="memory_regions `bufs`: changed"):
+        with pytest.raises(dataplane.Error, match=r"queue 0: changed \(memory_regions\)"):
             plane.change(CONFIG.replace("num_bufs: 4096", "num_bufs: 2048"))
 
 

@@ -16,6 +16,7 @@ use crate::plan::RegionPlan;
 use backing::{Backing, cuda_backing, map_huge, map_pages};
 use crossbeam_queue::ArrayQueue;
 use pool::{BufferPool, PoolOrder};
+use std::sync::{Mutex, OnceLock};
 
 /// Why a region's buffers could not be lent to an engine's pool.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,6 +94,16 @@ pub enum MemoryError {
         /// Bytes each.
         buf_size: usize,
     },
+    /// Every slot of the running set is taken ([`RegionSet::append`]).
+    #[error(
+        "memory region {name}: the running plane has room for {capacity} regions in all (those it started with, {LIVE_REGION_SLOTS} more, and those a change replaced), and every one is taken; a restart frees the replaced ones"
+    )]
+    NoSlot {
+        /// Region name.
+        name: String,
+        /// Slots of the set.
+        capacity: usize,
+    },
 }
 
 /// Where the buffers of a region lent to an engine go when a burst is done with them.
@@ -155,6 +166,7 @@ impl Region {
                 lent: false,
                 not_lent_because: None,
                 hugepage_bytes: 0,
+                retired: false,
             },
             index,
         )
@@ -368,10 +380,21 @@ impl Region {
     }
 }
 
+/// Regions a running set takes on top of those it starts with ([`RegionSet::append`]).
+pub const LIVE_REGION_SLOTS: usize = 32;
+
 /// All regions of a data plane, indexed by [`RegionId`]. Bursts hold an `Arc` of it, so
 /// memory is released only after the last buffer came back.
+///
+/// The set only grows: a live change appends a region it adds or resizes in the next free
+/// slot, and a region it replaces or removes keeps its slot, and its memory, until the set
+/// is dropped (a burst may still hold its buffers, and region ids stay stable). Reading a
+/// slot costs what indexing a vector does, plus one acquire load.
 pub struct RegionSet {
-    regions: Vec<Region>,
+    /// Set in order from the first; the set ones are the regions.
+    slots: Box<[OnceLock<Region>]>,
+    /// Held while a region is appended.
+    appending: Mutex<()>,
     /// Emptied packet-descriptor vectors of dropped bursts, reused by new bursts so that the
     /// packet path does not call the allocator (bursts are often built on one thread and
     /// dropped on another, the costliest case for malloc).
@@ -438,11 +461,52 @@ impl RegionSet {
             .enumerate()
             .map(|(i, r)| Region::allocate_planned(r, i))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            regions,
+        Ok(Self::of(regions))
+    }
+
+    /// A set of `regions` with room for [`LIVE_REGION_SLOTS`] more.
+    fn of(regions: Vec<Region>) -> Self {
+        let capacity = regions.len() + LIVE_REGION_SLOTS;
+        let slots: Box<[OnceLock<Region>]> = regions
+            .into_iter()
+            .map(OnceLock::from)
+            .chain(std::iter::repeat_with(OnceLock::new))
+            .take(capacity)
+            .collect();
+        Self {
+            slots,
+            appending: Mutex::new(()),
             spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
             spare_large: ArrayQueue::new(SPARE_LARGE_VECS),
-        })
+        }
+    }
+
+    /// Regions in the set, replaced ones included (the next region's id).
+    pub fn len(&self) -> usize {
+        self.slots.iter().take_while(|s| s.get().is_some()).count()
+    }
+
+    /// True when the set holds no region.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Allocates the region `plan` describes in the next free slot, which must be `id`
+    /// (the slot the plan gave it), while the set is in use: bursts and queues holding
+    /// the set reach it by `id` from then on.
+    pub fn append(&self, plan: &RegionPlan, id: RegionId) -> Result<(), MemoryError> {
+        let _one = self.appending.lock().unwrap_or_else(|e| e.into_inner());
+        let next = self.len();
+        if id.index() != next || next == self.slots.len() {
+            return Err(MemoryError::NoSlot {
+                name: plan.name.clone(),
+                capacity: self.slots.len(),
+            });
+        }
+        let region = Region::allocate_planned(plan, next)?;
+        // Nobody else sets this slot: appends hold the lock, and it was empty.
+        let _ = self.slots[next].set(region);
+        Ok(())
     }
 
     /// As [`RegionSet::allocate`], with `headroom[i]` bytes in front of each buffer of
@@ -456,11 +520,7 @@ impl RegionSet {
             .enumerate()
             .map(|(i, c)| Region::allocate_at(c, i, headroom.get(i).copied().unwrap_or(0)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            regions,
-            spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
-            spare_large: ArrayQueue::new(SPARE_LARGE_VECS),
-        })
+        Ok(Self::of(regions))
     }
 
     /// As [`RegionSet::allocate`] with every pool handing buffers out in FIFO order, as
@@ -469,7 +529,7 @@ impl RegionSet {
     #[cfg(test)]
     pub(crate) fn allocate_fifo(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
         let mut set = Self::allocate(cfgs)?;
-        for r in &mut set.regions {
+        for r in set.slots.iter_mut().filter_map(OnceLock::get_mut) {
             r.pool = BufferPool::ordered(&r.name, r.num_bufs, PoolOrder::Fifo);
         }
         Ok(set)
@@ -518,25 +578,40 @@ impl RegionSet {
     /// Region by id.
     #[inline]
     pub fn get(&self, id: RegionId) -> &Region {
-        &self.regions[id.index()]
+        match self.try_get(id) {
+            Some(r) => r,
+            None => panic!("region {} is not in this set", id.index()),
+        }
     }
 
     /// Region `id`, or `None` when the set has no such region.
+    #[inline]
     pub fn try_get(&self, id: RegionId) -> Option<&Region> {
-        self.regions.get(id.index())
+        self.slots.get(id.index())?.get()
     }
 
-    /// Region id by name.
+    /// Region id by name: the newest of that name (a change that resized a region
+    /// appended the new one).
     pub fn id_of(&self, name: &str) -> Option<RegionId> {
-        self.regions
-            .iter()
-            .position(|r| r.name == name)
+        let n = self.len();
+        (0..n)
+            .rev()
+            .find(|&i| self.get(RegionId(i as u16)).name == name)
             .map(|i| RegionId(i as u16))
     }
 
-    /// All regions.
+    /// All regions, replaced ones included, by id.
     pub fn iter(&self) -> impl Iterator<Item = &Region> {
-        self.regions.iter()
+        self.slots.iter().map_while(OnceLock::get)
+    }
+
+    /// The newest region of each name (a region a change resized is left out; one it
+    /// removed stays, as its memory does).
+    pub fn newest(&self) -> impl Iterator<Item = &Region> {
+        let all: Vec<&Region> = self.iter().collect();
+        (0..all.len())
+            .filter(move |&i| all[i + 1..].iter().all(|later| later.name != all[i].name))
+            .map(|i| self.get(RegionId(i as u16)))
     }
 }
 

@@ -267,7 +267,7 @@ impl Sources {
             "dataplane_pool_buffers",
             "Buffers of a memory region",
             self.regions
-                .iter()
+                .newest()
                 .map(|r| (region_labels(r), ConstGauge::new(r.num_bufs() as i64))),
         )?;
         family(
@@ -275,7 +275,7 @@ impl Sources {
             "dataplane_pool_buffers_free",
             "Free buffers of a memory region (its pool's occupancy is the rest)",
             self.regions
-                .iter()
+                .newest()
                 .map(|r| (region_labels(r), ConstGauge::new(r.available() as i64))),
         )?;
         Ok(())

@@ -6,10 +6,12 @@
 //! isolation, the exception queue; one atomic switch per interface), queues added or
 //! removed on the software loopback, and on UDP interfaces TX queues added or removed and
 //! RX queues added (without a socket of their own: the rules steer to them what the
-//! interface's sockets receive), all in the existing regions, on running or new worker
-//! cores. Everything else a change may hold is named in [`PlanChange::not_live`] with the
-//! reason, and nothing is changed: a queue's settings, regions added, removed or resized,
-//! interfaces, plane-wide settings, a UDP interface's RX queues removed (each reads a
+//! interface's sockets receive), on running or new worker cores; on those engines,
+//! regions added, resized (a new region in a new slot: a queue that keeps running keeps
+//! the region it has, so a resized region's queues are removed first) or removed, their
+//! ids kept stable ([`Plan::in_slots_of`]). Everything else a change may hold is named in
+//! [`PlanChange::not_live`] with the reason, and nothing is changed: a queue's settings,
+//! regions on the other engines, interfaces, plane-wide settings, a UDP interface's RX queues removed (each reads a
 //! socket of its SO_REUSEPORT group), and queues of engines whose devices or kernels fix
 //! them while they run (TCP, DPDK, RDMA) or on handler cores.
 
@@ -27,6 +29,10 @@ use std::fmt::Debug;
 pub struct PlanChange {
     /// Every queue of either plan, with what happens to it.
     pub queues: Vec<QueueChange>,
+    /// Regions added, removed or changed (a changed region is a new one; the running
+    /// one keeps its memory until the plane stops).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<RegionChange>,
     /// Interfaces whose rules change.
     pub rules: Vec<RulesChange>,
     /// What the running plane cannot do without a restart; empty when the change can be
@@ -67,6 +73,16 @@ impl QueueChange {
             self.id
         )
     }
+}
+
+/// A region the change adds, removes or changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct RegionChange {
+    /// Region name.
+    pub name: String,
+    /// Added, removed, or changed with its planned fields that differ.
+    pub fate: QueueFate,
 }
 
 /// What a change does to one queue.
@@ -141,11 +157,14 @@ fn same<T: Debug + ?Sized>(a: &T, b: &T) -> bool {
 
 impl PlanChange {
     /// The change from `old` (running) to `new`, each a staged configuration with its
-    /// plan ([`super::staging::with_staging_regions`], [`Plan::from_staged`]).
+    /// plan ([`super::staging::with_staging_regions`], [`Plan::from_staged`]), `new`'s
+    /// in its own region ids (compared in the running plan's: [`Plan::in_slots_of`]).
     pub fn between(old: (&Config, &Plan), new: (&Config, &Plan)) -> Self {
         let mut change = PlanChange::default();
         change.plane_keys(old.0, new.0);
-        change.regions(old.1, new.1);
+        let slotted = new.1.clone().in_slots_of(old.1);
+        change.regions(old.1, new.1, &slotted);
+        let new = (new.0, &slotted);
         let same_interfaces = change.interfaces(old.0, new.0);
         change.queues(old.1, new.1);
         if same_interfaces {
@@ -164,6 +183,7 @@ impl PlanChange {
     pub fn is_empty(&self) -> bool {
         self.not_live.is_empty()
             && self.rules.is_empty()
+            && self.regions.is_empty()
             && self.queues.iter().all(|q| q.fate == QueueFate::Kept)
     }
 
@@ -182,6 +202,20 @@ impl PlanChange {
                 q.direction.name(),
                 q.id
             );
+        }
+        for r in &self.regions {
+            let fate = match &r.fate {
+                QueueFate::Added => "added (allocated while the plane runs)".to_owned(),
+                QueueFate::Removed => {
+                    "removed (no queue uses it; its memory stays until the plane stops)".to_owned()
+                }
+                QueueFate::Changed(keys) => format!(
+                    "changed: {} (a new region for the queues added with it; the old one's memory stays until the plane stops)",
+                    keys.join(", ")
+                ),
+                QueueFate::Kept => continue,
+            };
+            out += &format!("  memory region {}: {fate}\n", r.name);
         }
         for r in &self.rules {
             let mut parts = Vec::new();
@@ -265,37 +299,61 @@ impl PlanChange {
         }
     }
 
-    /// Regions are allocated at start, so every region stays as it is.
-    fn regions(&mut self, old: &Plan, new: &Plan) {
-        let reason = "regions are allocated when the plane starts; adding, removing or resizing one needs a restart";
-        for r in &new.regions {
-            match old.regions.iter().find(|o| o.name == r.name) {
-                None => self.refuse(
-                    format!("memory_regions `{}`", r.name),
-                    format!("added: {reason}"),
-                ),
-                Some(o) if o != r => self.refuse(
-                    format!("memory_regions `{}`", r.name),
-                    format!("changed: {reason}"),
-                ),
-                Some(_) => {}
+    /// Regions added, removed or changed, in the running plan's ids (`slotted`). The
+    /// loopback and the sockets take them live; the other engines' devices took the
+    /// regions at start (DPDK's mbuf pools, RDMA's memory registrations).
+    fn regions(&mut self, old: &Plan, planned: &Plan, slotted: &Plan) {
+        let live = |p: &Plan| {
+            p.regions
+                .iter()
+                .filter(|r| !r.retired)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let (before, after) = (live(old), live(slotted));
+        for r in &after {
+            let fate = match before.iter().find(|o| o.name == r.name) {
+                None => QueueFate::Added,
+                Some(o) if o != r => QueueFate::Changed(region_fields_changed(o, r)),
+                Some(_) => continue,
+            };
+            self.regions.push(RegionChange {
+                name: r.name.clone(),
+                fate,
+            });
+        }
+        for o in &before {
+            if !after.iter().any(|r| r.name == o.name) {
+                self.regions.push(RegionChange {
+                    name: o.name.clone(),
+                    fate: QueueFate::Removed,
+                });
             }
         }
-        for o in &old.regions {
-            if !new.regions.iter().any(|r| r.name == o.name) {
-                self.refuse(
-                    format!("memory_regions `{}`", o.name),
-                    format!("removed: {reason}"),
-                );
-            }
+        if matches!(old.engine, EngineKind::Loopback | EngineKind::Socket) {
+            return;
         }
-        let names = |p: &Plan| p.regions.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
-        if self
-            .not_live
+        let reason = "the engine's device took the regions when the plane started (DPDK's mbuf pools, RDMA's memory registrations); adding, removing, resizing or reordering one needs a restart";
+        let refusals: Vec<(String, String)> = self
+            .regions
             .iter()
-            .all(|n| !n.key.starts_with("memory_regions"))
-            && names(old) != names(new)
-        {
+            .map(|r| {
+                let what = match &r.fate {
+                    QueueFate::Added => "added".to_owned(),
+                    QueueFate::Removed => "removed".to_owned(),
+                    fate => fate_text(fate),
+                };
+                (
+                    format!("memory_regions `{}`", r.name),
+                    format!("{what}: {reason}"),
+                )
+            })
+            .collect();
+        let none_refused = refusals.is_empty();
+        for (key, why) in refusals {
+            self.refuse(key, why);
+        }
+        if none_refused && planned.renumbers_regions(old) {
             self.refuse("memory_regions", format!("reordered: {reason}"));
         }
     }
@@ -524,6 +582,31 @@ fn interface_keys_changed(o: &InterfaceConfig, n: &InterfaceConfig) -> Vec<&'sta
         }
     }
     keys
+}
+
+/// Planned fields of a region that differ, by their configuration keys (the stride and
+/// headroom follow from them).
+fn region_fields_changed(o: &super::RegionPlan, n: &super::RegionPlan) -> Vec<String> {
+    [
+        ("kind", o.kind != n.kind),
+        (
+            "affinity",
+            o.affinity != n.affinity || o.gpu_uuid != n.gpu_uuid,
+        ),
+        ("num_bufs", o.num_bufs != n.num_bufs),
+        ("buf_size", o.buf_size != n.buf_size),
+        (
+            "zero_copy",
+            o.lent != n.lent
+                || o.not_lent_because != n.not_lent_because
+                || o.headroom != n.headroom
+                || o.stride != n.stride,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, differs)| *differs)
+    .map(|(key, _)| key.to_owned())
+    .collect()
 }
 
 /// Planned fields of a queue that differ, by their configuration keys (its key path is

@@ -44,7 +44,7 @@ impl Plan {
             };
             let _ = writeln!(
                 s,
-                "  [{i}] {}: {} node {}, {} x {} B (headroom {}, stride {}), {lent}{}",
+                "  [{i}] {}: {} node {}, {} x {} B (headroom {}, stride {}), {lent}{}{}",
                 r.name,
                 r.kind.name(),
                 r.affinity,
@@ -56,6 +56,11 @@ impl Plan {
                     format!(", {} huge-page bytes", r.hugepage_bytes)
                 } else {
                     String::new()
+                },
+                if r.retired {
+                    " (retired by a live change: no queue uses it; freed when the plane stops)"
+                } else {
+                    ""
                 }
             );
         }

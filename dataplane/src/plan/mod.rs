@@ -21,6 +21,7 @@ pub mod staging;
 mod human;
 pub use human::choice_name;
 mod queues;
+mod slots;
 
 use queues::queues;
 
@@ -142,6 +143,10 @@ pub struct RegionPlan {
     pub not_lent_because: Option<String>,
     /// Bytes mapped from huge pages (0 for other kinds), before rounding to whole pages.
     pub hugepage_bytes: u64,
+    /// A live change replaced or removed it: no queue uses it, and its memory stays until
+    /// the plane stops ([`Plan::in_slots_of`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retired: bool,
 }
 
 /// How an RX worker brings bursts into the queue's layout when the engine cannot.
@@ -460,6 +465,7 @@ impl Plan {
                     } else {
                         0
                     },
+                    retired: false,
                 }
             })
             .collect();

@@ -80,8 +80,10 @@ pub struct RemovedQueue {
 impl DataPlane {
     /// Changes the running plane to `new` while traffic flows, or changes nothing.
     ///
-    /// Done live (see [`crate::plan::change`]), in this order: queues added on the
-    /// software loopback (set up in the engine, their tasks handed to their cores'
+    /// Done live (see [`crate::plan::change`]), in this order: regions added or resized
+    /// (allocated in new slots of the running [`crate::memory::RegionSet`]; a replaced
+    /// one keeps its memory until the plane stops); queues added on the software
+    /// loopback and UDP interfaces (set up in the engine, their tasks handed to their cores'
     /// workers or to new ones; take their application ends with `take_rx_queue` and
     /// `take_tx_queue` afterwards); flow rules in software (flows added, removed or
     /// changed, flow isolation, the exception queue, the queues RSS spreads over; one
@@ -89,7 +91,7 @@ impl DataPlane {
     /// queues removed on the software loopback (the new rules no longer steer to them, so
     /// each hands over what it holds; its application end then reports `Stopped`).
     /// Queues the change does not touch keep running and lose nothing. Anything else,
-    /// such as a queue's settings or a region resized, is refused with
+    /// such as a queue's settings or the region of a queue that keeps running, is refused with
     /// [`ChangeError::NotLive`] naming each key and why, before anything is changed.
     pub fn change(&mut self, new: &Config) -> Result<ChangeReport, ChangeError> {
         let started = Instant::now();
@@ -105,7 +107,9 @@ impl DataPlane {
         if !change.is_live() {
             return Err(ChangeError::NotLive(change.not_live));
         }
+        let plan = plan.in_slots_of(&self.plan);
         super::start::check_cores(&plan)?;
+        self.add_regions(&plan)?;
         let added = self.add_queues(&change, &plan)?;
         let empty = RxConfig::empty();
         for r in &change.rules {
@@ -131,6 +135,33 @@ impl DataPlane {
             stopped_cores,
             seconds: started.elapsed().as_secs_f64(),
         })
+    }
+
+    /// Allocates the regions the change adds or resizes, each in the slot the plan gave
+    /// it. One that fails stops the change; those allocated before it stay, unused,
+    /// until the plane stops.
+    fn add_regions(&mut self, plan: &Plan) -> Result<(), ChangeError> {
+        let added: Vec<_> = plan
+            .regions_beyond(&self.plan)
+            .map(|(id, r)| (id, r.clone()))
+            .collect();
+        for (id, r) in added {
+            self.regions.append(&r, id).map_err(StartError::from)?;
+            // Retired until the change is done: a change that fails after this leaves the
+            // running plan naming every slot of the set.
+            self.plan.regions.push(crate::plan::RegionPlan {
+                retired: true,
+                ..r.clone()
+            });
+            tracing::info!(
+                "memory region `{}`: {} buffers of {} bytes allocated while the plane runs (region {})",
+                r.name,
+                r.num_bufs,
+                r.buf_size,
+                id.index()
+            );
+        }
+        Ok(())
     }
 
     /// Sets up each added queue in the running engine and hands its task to its core's
