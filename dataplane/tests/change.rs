@@ -266,6 +266,65 @@ fn removing_a_socket_queue_is_refused_with_the_reason() {
     );
 }
 
+/// Regions listed in another order keep their ids on the loopback (the new plan is
+/// renumbered into the running one's), so nothing changes; on DPDK, whose mbuf pools took
+/// the regions at start, the reordering needs a restart, as a resized region does.
+#[test]
+fn reordered_regions_keep_their_ids_and_dpdk_refuses_region_changes() {
+    let plan = |c: &Config| dataplane::plan::Plan::from_config(c).unwrap();
+    let load = |text: &str| {
+        config::load_with(text, "regions.yaml", &|c| c < 4)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"))
+            .config
+    };
+    let side = "- {name: side, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}\n";
+    let running = region_config(side, "");
+    let text = common::loopback_config(&format!(
+        r#"memory_regions:
+{side}- {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
+interfaces:
+- name: loop0
+  address: loopback
+  tx:
+    queues:
+    - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
+  rx:
+    flow_isolation: true
+    queues:
+    - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
+    flows:
+    - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
+"#
+    ));
+    let reordered = load(&text);
+    let (old, new) = (plan(&running), plan(&reordered));
+    assert_eq!(new.regions[0].name, "side", "planned in the file's order");
+    let change = dataplane::plan::change::PlanChange::between((&running, &old), (&reordered, &new));
+    assert!(change.is_empty(), "{}", change.human());
+    let slotted = new.in_slots_of(&old);
+    assert_eq!(slotted.queues, old.queues, "the same region ids as running");
+
+    let dpdk = load(&std::fs::read_to_string(common::config_path("dpdk_ring.yaml")).unwrap());
+    let swapped_text = std::fs::read_to_string(common::config_path("dpdk_ring.yaml"))
+        .unwrap()
+        .replace(
+            "num_bufs: 16384\n      buf_size: 2048",
+            "num_bufs: 8192\n      buf_size: 2048",
+        );
+    let resized = load(&swapped_text);
+    let change = dataplane::plan::change::PlanChange::between(
+        (&dpdk, &plan(&dpdk)),
+        (&resized, &plan(&resized)),
+    );
+    let why: Vec<String> = change.not_live.iter().map(|n| n.to_string()).collect();
+    assert!(
+        why.iter().any(|w| w.starts_with(
+            "memory_regions `rx_buffers`: changed: num_bufs: the engine's device took the regions"
+        )),
+        "{why:?}"
+    );
+}
+
 /// A UDP server gets an RX queue (no socket of its own: a rule moves a peer's flow to it)
 /// and a TX queue while two peers send: the kept queue gets every datagram of the peer it
 /// keeps, in order; the moved flow arrives whole, its first part on the old queue and the
