@@ -3,7 +3,10 @@
 # from trixie-backports:
 #   1. the DPDK bindings and engine built for x86_64 against DPDK 24.11, and the DPDK
 #      tests run there;
-#   2. the workspace cross-built for aarch64-unknown-linux-gnu with the `dpdk` feature;
+#   2. the workspace cross-built for aarch64-unknown-linux-gnu with the `dpdk` feature:
+#      every crate's library and binary, as the unit-test executables that hold them, and
+#      the integration tests step 3 runs (not the other integration tests: none of them
+#      runs on aarch64, and their link steps were half of the build);
 #   3. the unit tests and the software-loopback integration tests of that build run under
 #      qemu-aarch64.
 # Every step prints its time; a failure names its step. Needs root.
@@ -63,7 +66,9 @@ cross_env=(
   CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64
 )
-cross_build="cargo build --release --workspace --target aarch64-unknown-linux-gnu --features dataplane-cli/dpdk --tests --bins"
+# The integration tests the qemu step runs (package test targets; unit tests: all).
+cross_integration_tests="loopback steering reorder soundness embedding metrics"
+cross_build="cargo test --no-run --release --workspace --target aarch64-unknown-linux-gnu --features dataplane-cli/dpdk --lib --bins $(printf -- '--test %s ' $cross_integration_tests)"
 step() { # step NAME COMMAND...: runs it, timed; stops with the step's name on failure
   local name=$1 start
   shift
@@ -75,12 +80,13 @@ step() { # step NAME COMMAND...: runs it, timed; stops with the step's name on f
   fi
   echo "test-aarch64: ok: $name ($(( $(date +%s) - start )) s)"
 }
-# list_cross_tests: writes "KIND NAME PACKAGE_DIR EXECUTABLE" for every test executable of
-# the cross build to $cross_tests (cargo only reports, the build is current).
+# cross_build_listing: runs the cross build (again: cargo only reports when it is
+# current) and writes "KIND NAME PACKAGE_DIR EXECUTABLE" for every test executable it made
+# to $cross_tests; compiler messages go to stderr as usual.
 cross_tests=
-list_cross_tests() {
+cross_build_listing() {
   cross_tests=$(mktemp)
-  in_root env "${cross_env[@]}" sh -c "cd /src && $cross_build --message-format=json" |
+  in_root env "${cross_env[@]}" sh -c "cd /src && $cross_build --message-format=json-render-diagnostics" |
     python3 -c 'import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -116,16 +122,17 @@ for s in $steps; do
     cross)
       prepare cross || { echo "test-aarch64: SKIPPED $s: no cross root (see the trixie-root line above)"; continue; }
       echo "test-aarch64: $(in_root rustc --version), DPDK $(in_root env PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig pkg-config --modversion libdpdk) for aarch64"
-      step "aarch64 cross build (workspace, dpdk feature)" in_root env "${cross_env[@]}" sh -c "cd /src && $cross_build"
+      step "aarch64 cross build (workspace, dpdk feature)" cross_build_listing
       ;;
     qemu)
       prepare cross || { echo "test-aarch64: SKIPPED $s: no cross root (see the trixie-root line above)"; continue; }
       # The test executables the cross step built (same packages, features and profile, so
       # cargo rebuilds nothing), run under qemu-aarch64 from their package's folder as
       # `cargo test` would.
-      step "aarch64 test executables (cross step's build)" list_cross_tests
+      [ -s "$cross_tests" ] || step "aarch64 test executables (cross step's build)" cross_build_listing
       step "aarch64 unit tests under qemu-aarch64" run_cross_tests lib dataplane_ring gpudirect dataplane
-      step "aarch64 software-loopback tests under qemu-aarch64" run_cross_tests test loopback steering reorder soundness embedding metrics
+      # shellcheck disable=SC2086 # a list of names
+      step "aarch64 software-loopback tests under qemu-aarch64" run_cross_tests test $cross_integration_tests
       ;;
     *) echo "test-aarch64: unknown step $s (dpdk2411, cross, qemu)" >&2; exit 2 ;;
   esac

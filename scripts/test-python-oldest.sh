@@ -4,7 +4,7 @@
 # maturin and the machine's own Rust toolchain (mounted read-only), its tests run under 3.9;
 # then the same wheel file is installed into `make python-test`'s venv (this machine's
 # CPython) and the tests run again. Needs root. The root is kept under $DATAPLANE_CACHE
-# (default /var/cache/dataplane) and reused while complete.
+# (default /var/cache/dataplane) and reused while complete; ROOT_ONLY=1 makes it and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -29,6 +29,8 @@ if [ ! -e "$stamp" ]; then
     || { tail -20 "$cache/debootstrap-bullseye.log" >&2; fail "debootstrap (log: $cache/debootstrap-bullseye.log)"; }
   touch "$stamp"
 fi
+# ROOT_ONLY=1: only the root (scripts/test.sh makes it in the background).
+[ "${ROOT_ONLY:-}" = 1 ] && { say "root ready: $root"; exit 0; }
 
 # The machine's Rust toolchain: rustup's builds need only glibc 2.17, so they run in the root.
 toolchain=$(dirname "$(dirname "$(rustup which cargo)")") || fail "finding the Rust toolchain"

@@ -41,6 +41,38 @@ run_step() { # run_step NAME: runs that step, timed; stops with its name on fail
   fi
 }
 
+# The Debian roots of the aarch64 and python steps (debootstrap, apt: mostly waiting on the
+# mirror and the disk) are made in the background from the start, while the first steps
+# compile; those steps wait for them (the lock) and print what it did. A root that could
+# not be made there is made, or reported, by its step as before.
+cache=${DATAPLANE_CACHE:-/var/cache/dataplane}
+prefetch_log=
+start_prefetch() {
+  case " $steps " in *" aarch64 "* | *" python "*) ;; *) return 0 ;; esac
+  [ "$(id -u)" -eq 0 ] || return 0
+  mkdir -p "$cache"
+  prefetch_log=$(mktemp)
+  # Locked here, before the job starts, so a step cannot miss it; the job keeps the lock
+  # (the same open file) until it ends.
+  exec 9>"$cache/roots.lock"
+  flock 9
+  (
+    case " $steps " in *" aarch64 "*) scripts/trixie-root.sh amd64 || true; scripts/trixie-root.sh cross || true ;; esac
+    case " $steps " in *" python "*) ROOT_ONLY=1 scripts/test-python-oldest.sh || true ;; esac
+  ) >"$prefetch_log" 2>&1 &
+  prefetch_pid=$!
+  exec 9>&-
+  # A run that stops early still waits for it: no debootstrap left behind.
+  trap 'wait "$prefetch_pid" 2>/dev/null || true' EXIT
+}
+wait_for_prefetch() {
+  [ -n "$prefetch_log" ] || return 0
+  flock "$cache/roots.lock" true
+  [ -e "$prefetch_log.shown" ] && return 0
+  echo "make test: the roots made in the background:"
+  sed 's/^/  /' "$prefetch_log"
+  touch "$prefetch_log.shown"
+}
 step_fmt() { $CARGO fmt --all -- --check; }
 # shellcheck disable=SC2086 # FEATURES is a list of words
 step_clippy() { $CARGO clippy --workspace --all-targets $FEATURES -- -D warnings; }
@@ -93,6 +125,7 @@ step_gpu_kernels() {
 # with DPDK and RDMA built here. `make python-test` builds
 # a wheel here instead; the same tests run on this one.
 step_python() {
+  wait_for_prefetch
   ./scripts/test-python-oldest.sh
   target/pyenv/bin/python examples/python/bench_raw.py configs/sw_loopback.yaml --seconds 1
   # The type stubs the wheel ships (python/dataplane.pyi) against the module itself.
@@ -116,7 +149,10 @@ step_tapflow_vm() { ./scripts/tapflow-vm.sh; }
 step_pci_vm() { ./scripts/pci-vm.sh; }
 step_rdma_vm() { ./scripts/rdma-vm-tests.sh; }
 # aarch64 cross build and emulated tests, DPDK 24.11 build and tests (Debian 13 roots).
-step_aarch64() { ./scripts/test-aarch64.sh; }
+step_aarch64() {
+  wait_for_prefetch
+  ./scripts/test-aarch64.sh
+}
 # The aarch64 Python wheel, cross-built and tested under qemu-aarch64.
 step_python_aarch64() { ./scripts/test-python-aarch64.sh; }
 step_container() { ./scripts/container-check.sh; }
@@ -124,5 +160,6 @@ step_container() { ./scripts/container-check.sh; }
 for s in $steps; do
   case " $all $optional " in *" $s "*) ;; *) echo "make test: unknown step $s (steps: $all; by name: $optional)" >&2; exit 2 ;; esac
 done
+start_prefetch
 for s in $steps; do run_step "$s"; done
 summary

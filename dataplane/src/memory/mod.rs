@@ -389,10 +389,14 @@ pub const LIVE_REGION_SLOTS: usize = 32;
 /// The set only grows: a live change appends a region it adds or resizes in the next free
 /// slot, and a region it replaces or removes keeps its slot, and its memory, until the set
 /// is dropped (a burst may still hold its buffers, and region ids stay stable). Reading a
-/// slot costs what indexing a vector does, plus one acquire load.
+/// region the set started with costs what indexing a vector does (the packet path's
+/// measured rate did not change); an appended one, an out-of-line call and an acquire
+/// load.
 pub struct RegionSet {
-    /// Set in order from the first; the set ones are the regions.
-    slots: Box<[OnceLock<Region>]>,
+    /// The regions it started with: ids `0..started.len()`.
+    started: Box<[Region]>,
+    /// Appended regions, set in order from the first: ids from `started.len()` on.
+    added: Box<[OnceLock<Region>]>,
     /// Held while a region is appended.
     appending: Mutex<()>,
     /// Emptied packet-descriptor vectors of dropped bursts, reused by new bursts so that the
@@ -466,15 +470,11 @@ impl RegionSet {
 
     /// A set of `regions` with room for [`LIVE_REGION_SLOTS`] more.
     fn of(regions: Vec<Region>) -> Self {
-        let capacity = regions.len() + LIVE_REGION_SLOTS;
-        let slots: Box<[OnceLock<Region>]> = regions
-            .into_iter()
-            .map(OnceLock::from)
-            .chain(std::iter::repeat_with(OnceLock::new))
-            .take(capacity)
-            .collect();
         Self {
-            slots,
+            started: regions.into_boxed_slice(),
+            added: std::iter::repeat_with(OnceLock::new)
+                .take(LIVE_REGION_SLOTS)
+                .collect(),
             appending: Mutex::new(()),
             spare_descriptors: ArrayQueue::new(SPARE_DESCRIPTOR_VECS),
             spare_large: ArrayQueue::new(SPARE_LARGE_VECS),
@@ -483,7 +483,7 @@ impl RegionSet {
 
     /// Regions in the set, replaced ones included (the next region's id).
     pub fn len(&self) -> usize {
-        self.slots.iter().take_while(|s| s.get().is_some()).count()
+        self.started.len() + self.added.iter().take_while(|s| s.get().is_some()).count()
     }
 
     /// True when the set holds no region.
@@ -497,15 +497,16 @@ impl RegionSet {
     pub fn append(&self, plan: &RegionPlan, id: RegionId) -> Result<(), MemoryError> {
         let _one = self.appending.lock().unwrap_or_else(|e| e.into_inner());
         let next = self.len();
-        if id.index() != next || next == self.slots.len() {
+        let capacity = self.started.len() + self.added.len();
+        if id.index() != next || next == capacity {
             return Err(MemoryError::NoSlot {
                 name: plan.name.clone(),
-                capacity: self.slots.len(),
+                capacity,
             });
         }
         let region = Region::allocate_planned(plan, next)?;
         // Nobody else sets this slot: appends hold the lock, and it was empty.
-        let _ = self.slots[next].set(region);
+        let _ = self.added[next - self.started.len()].set(region);
         Ok(())
     }
 
@@ -529,7 +530,7 @@ impl RegionSet {
     #[cfg(test)]
     pub(crate) fn allocate_fifo(cfgs: &[MemoryRegionConfig]) -> Result<Self, MemoryError> {
         let mut set = Self::allocate(cfgs)?;
-        for r in set.slots.iter_mut().filter_map(OnceLock::get_mut) {
+        for r in set.started.iter_mut() {
             r.pool = BufferPool::ordered(&r.name, r.num_bufs, PoolOrder::Fifo);
         }
         Ok(set)
@@ -578,6 +579,16 @@ impl RegionSet {
     /// Region by id.
     #[inline]
     pub fn get(&self, id: RegionId) -> &Region {
+        match self.started.get(id.index()) {
+            Some(r) => r,
+            None => self.added_region(id),
+        }
+    }
+
+    /// Region `id`, appended while the set was in use; panics when there is none.
+    #[cold]
+    #[inline(never)]
+    fn added_region(&self, id: RegionId) -> &Region {
         match self.try_get(id) {
             Some(r) => r,
             None => panic!("region {} is not in this set", id.index()),
@@ -587,7 +598,10 @@ impl RegionSet {
     /// Region `id`, or `None` when the set has no such region.
     #[inline]
     pub fn try_get(&self, id: RegionId) -> Option<&Region> {
-        self.slots.get(id.index())?.get()
+        match self.started.get(id.index()) {
+            Some(r) => Some(r),
+            None => self.added.get(id.index() - self.started.len())?.get(),
+        }
     }
 
     /// Region id by name: the newest of that name (a change that resized a region
@@ -602,7 +616,9 @@ impl RegionSet {
 
     /// All regions, replaced ones included, by id.
     pub fn iter(&self) -> impl Iterator<Item = &Region> {
-        self.slots.iter().map_while(OnceLock::get)
+        self.started
+            .iter()
+            .chain(self.added.iter().map_while(OnceLock::get))
     }
 
     /// The newest region of each name (a region a change resized is left out; one it
@@ -658,6 +674,44 @@ mod tests {
             shared - 1,
             "then from the shared ones"
         );
+    }
+
+    #[test]
+    fn a_set_takes_regions_in_its_next_slots_until_full() {
+        let set = RegionSet::allocate(&[cfg(MemoryKind::Host, 8, 64)]).unwrap();
+        let plan = |bufs| crate::plan::RegionPlan {
+            name: "r".into(),
+            kind: MemoryKind::Host,
+            affinity: 0,
+            gpu_uuid: None,
+            num_bufs: bufs,
+            buf_size: 64,
+            headroom: 0,
+            stride: 64,
+            lent: false,
+            not_lent_because: None,
+            hugepage_bytes: 0,
+            retired: false,
+        };
+        assert!(matches!(
+            set.append(&plan(16), RegionId(2)),
+            Err(MemoryError::NoSlot { .. })
+        ));
+        set.append(&plan(16), RegionId(1)).unwrap();
+        assert_eq!(set.len(), 2);
+        assert_eq!(set.get(RegionId(1)).num_bufs(), 16);
+        assert_eq!(set.id_of("r"), Some(RegionId(1)), "the newest of the name");
+        assert_eq!(set.newest().map(|r| r.num_bufs()).collect::<Vec<_>>(), [16]);
+        for i in 2..=LIVE_REGION_SLOTS {
+            set.append(&plan(4), RegionId(i as u16)).unwrap();
+        }
+        assert_eq!(set.iter().count(), 1 + LIVE_REGION_SLOTS);
+        let full = set.append(&plan(4), RegionId(1 + LIVE_REGION_SLOTS as u16));
+        assert!(
+            matches!(full, Err(MemoryError::NoSlot { capacity, .. }) if capacity == 1 + LIVE_REGION_SLOTS),
+            "{full:?}"
+        );
+        assert!(set.try_get(RegionId(40)).is_none());
     }
 
     #[test]
