@@ -180,7 +180,8 @@ impl DataPlane {
     /// nothing and raises `Error` naming each key that needs a restart (the Rust
     /// `DataPlane::change`). Returns `{"added": queues added, "removed": [(interface,
     /// "rx" or "tx", queue, packets, dropped, drained)], "rules": [interfaces whose rules
-    /// switched], "seconds": s}`; take added queues with `rx_queue` and `tx_queue`.
+    /// switched], "regions": [(region, "added", "removed" or "changed: KEYS")], "seconds":
+    /// s}`; take added queues with `rx_queue` and `tx_queue`.
     #[pyo3(signature = (yaml, name = "change.yaml"))]
     fn change<'py>(&self, py: Python<'py>, yaml: &str, name: &str) -> PyResult<Bound<'py, PyDict>> {
         let config = dataplane::config::load_str(yaml, name).map_err(err)?.config;
@@ -210,6 +211,22 @@ impl DataPlane {
             .map(|r| r.interface.clone())
             .collect();
         d.set_item("rules", rules)?;
+        let regions: Vec<_> = report
+            .change
+            .regions
+            .iter()
+            .map(|r| {
+                use dataplane::plan::change::QueueFate;
+                let fate = match &r.fate {
+                    QueueFate::Added => "added".to_owned(),
+                    QueueFate::Removed => "removed".to_owned(),
+                    QueueFate::Kept => "kept".to_owned(),
+                    QueueFate::Changed(keys) => format!("changed: {}", keys.join(", ")),
+                };
+                (r.name.clone(), fate)
+            })
+            .collect();
+        d.set_item("regions", regions)?;
         d.set_item("seconds", report.seconds)?;
         Ok(d)
     }

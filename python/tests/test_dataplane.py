@@ -103,6 +103,29 @@ def test_a_running_plane_changes_its_queues_and_rules():
             plane.change(CONFIG.replace("num_bufs: 4096", "num_bufs: 2048"))
 
 
+def test_a_running_plane_takes_a_new_region_and_a_queue_in_it():
+    # Region `side` and TX queue 1 in it, added live; a frame from it reaches q0.
+    region = "    - {name: bufs, kind: host, affinity: 0, num_bufs: 4096, buf_size: 2048}\n"
+    queue = "queues: [{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}]"
+    assert region in CONFIG and queue in CONFIG
+    grown = CONFIG.replace(
+        region, region + "    - {name: side, kind: host, affinity: 0, num_bufs: 700, buf_size: 2048}\n"
+    ).replace(
+        queue,
+        queue[:-1] + ", {name: t1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [side]}]",
+    )
+    with dataplane.DataPlane(CONFIG, "test.yaml") as plane:
+        q0 = plane.rx_queue("loop0", 0)
+        report = plane.change(grown)
+        assert report["added"] == 1 and report["regions"] == [("side", "added")]
+        t1 = plane.tx_queue("loop0", 1)
+        held = t1.alloc(700)  # the whole new region
+        del held
+        send(t1, [udp_frame(5000, np.arange(16, dtype=np.uint8))])
+        (data, flow), = receive(q0, 1)
+        assert flow == 10 and np.array_equal(data[42:], np.arange(16, dtype=np.uint8))
+
+
 def test_views_are_zero_copy_and_block_sending():
     with dataplane.DataPlane(CONFIG) as plane:
         tx = plane.tx_queue("loop0", 0)
