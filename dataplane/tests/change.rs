@@ -268,7 +268,7 @@ fn removing_a_socket_queue_is_refused_with_the_reason() {
 
 /// Regions listed in another order keep their ids on the loopback (the new plan is
 /// renumbered into the running one's), so nothing changes; on DPDK, whose mbuf pools took
-/// the regions at start, the reordering needs a restart, as a resized region does.
+/// the regions at start, a resized region needs a restart.
 #[test]
 fn reordered_regions_keep_their_ids_and_dpdk_refuses_region_changes() {
     let plan = |c: &Config| dataplane::plan::Plan::from_config(c).unwrap();
@@ -279,24 +279,10 @@ fn reordered_regions_keep_their_ids_and_dpdk_refuses_region_changes() {
     };
     let side = "- {name: side, kind: host, affinity: 0, num_bufs: 64, buf_size: 256}\n";
     let running = region_config(side, "");
-    let text = common::loopback_config(&format!(
-        r#"memory_regions:
-{side}- {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
-interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    queues:
-    - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
-  rx:
-    flow_isolation: true
-    queues:
-    - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
-    flows:
-    - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
-"#
-    ));
-    let reordered = load(&text);
+    let reordered = load_loop(&LoopParts {
+        regions_before: side,
+        ..LoopParts::default()
+    });
     let (old, new) = (plan(&running), plan(&reordered));
     assert_eq!(new.regions[0].name, "side", "planned in the file's order");
     let change = dataplane::plan::change::PlanChange::between((&running, &old), (&reordered, &new));
@@ -558,22 +544,48 @@ fn loop_config(t1: bool, q1: bool, flows: &str) -> Config {
     } else {
         ""
     };
+    load_loop(&LoopParts {
+        tx: t1,
+        rx: q1,
+        flows,
+        ..LoopParts::default()
+    })
+}
+
+/// What a loopback interface `loop0` has besides region `bufs`, TX queue t0, RX queue q0
+/// and flow f0 (port 5000 to q0): YAML lines spliced in.
+#[derive(Default)]
+struct LoopParts<'a> {
+    /// Regions listed before `bufs`.
+    regions_before: &'a str,
+    /// Regions listed after `bufs`.
+    regions_after: &'a str,
+    /// TX queues after t0.
+    tx: &'a str,
+    /// RX queues after q0.
+    rx: &'a str,
+    /// Flows after f0.
+    flows: &'a str,
+}
+
+fn load_loop(p: &LoopParts) -> Config {
     let text = common::loopback_config(&format!(
         r#"memory_regions:
-- {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
-interfaces:
+{}- {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
+{}interfaces:
 - name: loop0
   address: loopback
   tx:
     queues:
     - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
-{t1}  rx:
+{}  rx:
     flow_isolation: true
     queues:
     - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
-{q1}    flows:
+{}    flows:
     - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
-{flows}"#
+{}"#,
+        p.regions_before, p.regions_after, p.tx, p.rx, p.flows
     ));
     config::load_with(&text, "loop.yaml", &|c| c < 2)
         .unwrap_or_else(|e| panic!("{e}\n{text}"))
@@ -733,26 +745,11 @@ fn a_queue_removed_can_be_added_back_in_the_next_change() {
 /// Loopback interface `loop0`: t0 and q0 (flow f0, port 5000) in region `bufs`, with
 /// `more_regions` and `more_tx` (TX queues) added.
 fn region_config(more_regions: &str, more_tx: &str) -> Config {
-    let text = common::loopback_config(&format!(
-        r#"memory_regions:
-- {{name: bufs, kind: host, affinity: 0, num_bufs: 8192, buf_size: 256}}
-{more_regions}interfaces:
-- name: loop0
-  address: loopback
-  tx:
-    queues:
-    - {{name: t0, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [bufs]}}
-{more_tx}  rx:
-    flow_isolation: true
-    queues:
-    - {{name: q0, id: 0, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [bufs]}}
-    flows:
-    - {{name: f0, id: 1, action: {{type: queue, id: 0}}, match: {{udp_dst: 5000}}}}
-"#
-    ));
-    config::load_with(&text, "regions.yaml", &|c| c < 2)
-        .unwrap_or_else(|e| panic!("{e}\n{text}"))
-        .config
+    load_loop(&LoopParts {
+        regions_after: more_regions,
+        tx: more_tx,
+        ..LoopParts::default()
+    })
 }
 
 /// Frames from `queue` to port 5000, `source` as their source port, sequences from `first`.
