@@ -63,7 +63,7 @@ start_prefetch() {
   prefetch_pid=$!
   exec 9>&-
   # A run that stops early still waits for it: no debootstrap left behind.
-  trap 'wait "$prefetch_pid" 2>/dev/null || true' EXIT
+  trap 'wait "$prefetch_pid" 2>/dev/null || true; rm -f "$prefetch_log" "$prefetch_log.shown"' EXIT
 }
 wait_for_prefetch() {
   [ -n "$prefetch_log" ] || return 0

@@ -106,11 +106,7 @@ fn a_change_under_traffic_loses_nothing_on_the_queues_it_keeps() {
     traffic.wait_for(50_000);
     let report = plane.change(&config(false, AFTER)).expect("a live change");
     traffic.wait_for(traffic.sent() + 50_000);
-    let next = traffic.finish();
-    plane.flush();
-    std::thread::sleep(Duration::from_millis(300));
-    let counters = plane.snapshot();
-    done.store(true, Ordering::Release);
+    let (next, counters) = traffic.finish_on(&plane, &done);
     let seen: Vec<Seen> = receivers.into_iter().map(|r| r.join().unwrap()).collect();
     plane.shutdown().unwrap();
 
@@ -634,11 +630,7 @@ fn queues_added_under_traffic_take_over_and_the_kept_ones_lose_nothing() {
         .collect();
     common::send_frames(&mut t1, &from_t1);
     traffic.wait_for(traffic.sent() + 30_000);
-    let next = traffic.finish();
-    plane.flush();
-    std::thread::sleep(Duration::from_millis(300));
-    let counters = plane.snapshot();
-    done.store(true, Ordering::Release);
+    let (next, counters) = traffic.finish_on(&plane, &done);
     let (on_q0, on_q1) = (q0.join().unwrap(), q1.join().unwrap());
     plane.shutdown().unwrap();
 
@@ -865,11 +857,7 @@ fn regions_are_added_resized_and_removed_under_traffic() {
     assert!(plane.plan().regions[3].retired && !plane.plan().regions[2].retired);
     send_from(&mut t2, 7002, 2_001_000, 1000);
     traffic.wait_for(traffic.sent() + 20_000);
-    let next = traffic.finish();
-    plane.flush();
-    std::thread::sleep(Duration::from_millis(300));
-    let counters = plane.snapshot();
-    done.store(true, Ordering::Release);
+    let (next, counters) = traffic.finish_on(&plane, &done);
     let on_q0 = q0.join().unwrap();
     drop((t2, t3));
     plane.shutdown().unwrap();
@@ -1008,6 +996,22 @@ impl Traffic {
         while self.sent() < n {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Stops it, lets `plane` hand over what it holds, takes its counters and tells the
+    /// receivers (`done`) to stop once their queues are empty; how many frames went to
+    /// each port, and the counters.
+    fn finish_on(
+        self,
+        plane: &DataPlane,
+        done: &AtomicBool,
+    ) -> (Vec<u64>, dataplane::stats::Snapshot) {
+        let next = self.finish();
+        plane.flush();
+        std::thread::sleep(Duration::from_millis(300));
+        let counters = plane.snapshot();
+        done.store(true, Ordering::Release);
+        (next, counters)
     }
 
     /// Stops it; how many frames went to each port.

@@ -215,16 +215,7 @@ impl DataPlane {
             .change
             .regions
             .iter()
-            .map(|r| {
-                use dataplane::plan::change::QueueFate;
-                let fate = match &r.fate {
-                    QueueFate::Added => "added".to_owned(),
-                    QueueFate::Removed => "removed".to_owned(),
-                    QueueFate::Kept => "kept".to_owned(),
-                    QueueFate::Changed(keys) => format!("changed: {}", keys.join(", ")),
-                };
-                (r.name.clone(), fate)
-            })
+            .map(|r| (r.name.clone(), r.fate.short()))
             .collect();
         d.set_item("regions", regions)?;
         d.set_item("seconds", report.seconds)?;

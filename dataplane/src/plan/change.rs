@@ -100,6 +100,18 @@ pub enum QueueFate {
     Changed(Vec<String>),
 }
 
+impl QueueFate {
+    /// One word, with the fields for a change: `kept`, `added`, `removed`, `changed: KEYS`.
+    pub fn short(&self) -> String {
+        match self {
+            QueueFate::Kept => "kept".to_owned(),
+            QueueFate::Added => "added".to_owned(),
+            QueueFate::Removed => "removed".to_owned(),
+            QueueFate::Changed(keys) => format!("changed: {}", keys.join(", ")),
+        }
+    }
+}
+
 /// An interface whose flow rules change.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -160,6 +172,12 @@ impl PlanChange {
     /// plan ([`super::staging::with_staging_regions`], [`Plan::from_staged`]), `new`'s
     /// in its own region ids (compared in the running plan's: [`Plan::in_slots_of`]).
     pub fn between(old: (&Config, &Plan), new: (&Config, &Plan)) -> Self {
+        Self::between_in_slots(old, new).0
+    }
+
+    /// [`PlanChange::between`], with `new`'s plan in the running plan's region ids: the
+    /// plan the running plane carries out ([`Plan::in_slots_of`]).
+    pub fn between_in_slots(old: (&Config, &Plan), new: (&Config, &Plan)) -> (Self, Plan) {
         let mut change = PlanChange::default();
         change.plane_keys(old.0, new.0);
         let slotted = new.1.clone().in_slots_of(old.1);
@@ -171,7 +189,7 @@ impl PlanChange {
             change.rules(old, new);
         }
         change.live_queues(old.1, new.1);
-        change
+        (change, slotted)
     }
 
     /// True when the running plane can make the whole change.
@@ -303,13 +321,9 @@ impl PlanChange {
     /// loopback and the sockets take them live; the other engines' devices took the
     /// regions at start (DPDK's mbuf pools, RDMA's memory registrations).
     fn regions(&mut self, old: &Plan, planned: &Plan, slotted: &Plan) {
-        let live = |p: &Plan| {
-            p.regions
-                .iter()
-                .filter(|r| !r.retired)
-                .cloned()
-                .collect::<Vec<_>>()
-        };
+        fn live(p: &Plan) -> Vec<&super::RegionPlan> {
+            p.regions.iter().filter(|r| !r.retired).collect()
+        }
         let (before, after) = (live(old), live(slotted));
         for r in &after {
             let fate = match before.iter().find(|o| o.name == r.name) {
@@ -338,14 +352,9 @@ impl PlanChange {
             .regions
             .iter()
             .map(|r| {
-                let what = match &r.fate {
-                    QueueFate::Added => "added".to_owned(),
-                    QueueFate::Removed => "removed".to_owned(),
-                    fate => fate_text(fate),
-                };
                 (
                     format!("memory_regions `{}`", r.name),
-                    format!("{what}: {reason}"),
+                    format!("{}: {reason}", r.fate.short()),
                 )
             })
             .collect();

@@ -5,18 +5,9 @@
 //! plan no longer has stays in the plan, `retired`, at its id.
 
 use super::{EnginePlan, Plan, ProtocolPlan, RegionPlan};
+// A plan fresh from planning has no retired region, so a running region that is not
+// retired and compares equal is the same region (name and every planned setting).
 use crate::descriptor::RegionId;
-
-impl RegionPlan {
-    /// Same region: name and every planned setting.
-    fn same_as(&self, other: &RegionPlan) -> bool {
-        let live = |r: &RegionPlan| RegionPlan {
-            retired: false,
-            ..r.clone()
-        };
-        live(self) == live(other)
-    }
-}
 
 impl Plan {
     /// This plan (a new one) with its region ids in the running plan's numbering: each
@@ -35,7 +26,7 @@ impl Plan {
                     .regions
                     .iter()
                     .enumerate()
-                    .position(|(i, o)| !o.retired && !taken[i] && o.same_as(r));
+                    .position(|(i, o)| !o.retired && !taken[i] && o == r);
                 match found {
                     Some(i) => {
                         taken[i] = true;
@@ -89,7 +80,7 @@ impl Plan {
                 .regions
                 .iter()
                 .zip(&running.regions)
-                .any(|(n, o)| o.retired || !o.same_as(n))
+                .any(|(n, o)| o != n)
     }
 
     /// Rewrites every region id of the plan with `map`.

@@ -96,7 +96,8 @@ impl DataPlane {
     pub fn change(&mut self, new: &Config) -> Result<ChangeReport, ChangeError> {
         let started = Instant::now();
         let (new, plan) = super::start::plan_for_this_machine(new)?;
-        let mut change = PlanChange::between((&self.config, &self.plan), (&new, &plan));
+        let (mut change, plan) =
+            PlanChange::between_in_slots((&self.config, &self.plan), (&new, &plan));
         change.allow_removals(|q| {
             self.engine.closes_live(
                 crate::descriptor::PortIndex(q.port as u16),
@@ -107,7 +108,6 @@ impl DataPlane {
         if !change.is_live() {
             return Err(ChangeError::NotLive(change.not_live));
         }
-        let plan = plan.in_slots_of(&self.plan);
         super::start::check_cores(&plan)?;
         self.add_regions(&plan)?;
         let added = self.add_queues(&change, &plan)?;
