@@ -1020,3 +1020,84 @@ impl Traffic {
         self.thread.join().unwrap()
     }
 }
+
+/// Regions in page-locked and GPU memory added to a running loopback: a TX queue in the
+/// new `host_pinned` region and an RX queue in the new `device` region (with the rule
+/// that feeds it) carry frames, read back from GPU memory byte for byte, while q0 keeps
+/// its flow whole. Needs a CUDA driver (SKIP without one).
+#[test]
+fn gpu_and_pinned_regions_added_live_carry_traffic() {
+    if !gpudirect::driver_present() {
+        eprintln!("SKIP: no CUDA driver found (regions in GPU and page-locked memory added live)");
+        return;
+    }
+    let mut plane = DataPlane::start(&load_loop(&LoopParts::default())).expect("starts");
+    let t0 = plane.take_tx_queue("loop0", 0).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let q0 = {
+        let (rx, done) = (plane.take_rx_queue("loop0", 0).unwrap(), done.clone());
+        std::thread::spawn(move || receive(rx, done))
+    };
+    let traffic = Traffic::start(t0, &[5000]);
+    traffic.wait_for(20_000);
+    let grown = load_loop(&LoopParts {
+        regions_after: "- {name: pinned, kind: host_pinned, affinity: 0, num_bufs: 256, buf_size: 256}\n\
+                        - {name: gpu, kind: device, affinity: 0, num_bufs: 1024, buf_size: 256}\n",
+        tx: "    - {name: t1, id: 1, cpu_core: 0, batch_size: 32, memory_regions: [pinned]}\n",
+        rx: "    - {name: q1, id: 1, cpu_core: 0, batch_size: 32, timeout_us: 50, memory_regions: [gpu]}\n",
+        flows: "    - {name: f1, id: 2, action: {type: queue, id: 1}, match: {udp_dst: 5001}}\n",
+        ..LoopParts::default()
+    });
+    let report = plane.change(&grown).expect("a live change");
+    use dataplane::plan::change::QueueFate;
+    let fates: Vec<(String, QueueFate)> = report
+        .change
+        .regions
+        .iter()
+        .map(|r| (r.name.clone(), r.fate.clone()))
+        .collect();
+    assert_eq!(
+        fates,
+        [
+            ("pinned".to_owned(), QueueFate::Added),
+            ("gpu".to_owned(), QueueFate::Added)
+        ]
+    );
+    let mut t1 = plane.take_tx_queue("loop0", 1).expect("t1");
+    let mut q1 = plane.take_rx_queue("loop0", 1).expect("q1");
+    const FRAMES: u64 = 3000;
+    let frames: Vec<Vec<u8>> = (0..FRAMES).map(|k| frame(7001, 5001, k)).collect();
+    let sender = std::thread::spawn(move || {
+        common::send_frames(&mut t1, &frames);
+        t1
+    });
+    let mut got = 0u64;
+    let mut bytes = vec![0u8; 256];
+    while got < FRAMES {
+        let Some(b) = q1.recv(Duration::from_secs(10)).expect("q1 runs") else {
+            panic!("q1 received {got} of {FRAMES} frames, then nothing for 10 s");
+        };
+        for i in 0..b.len() {
+            assert!(b.data(i, 0).is_none(), "q1's packets are in GPU memory");
+            let want = frame(7001, 5001, got);
+            assert_eq!(b.segment_len(i, 0), want.len());
+            let out = &mut bytes[..want.len()];
+            // SAFETY: the segment is `want.len()` bytes of GPU 0 memory that `b` holds
+            // until the end of this iteration.
+            unsafe { gpudirect::read_device(0, b.segment_addr(i, 0), out) }.unwrap();
+            assert_eq!(out, &want[..], "frame {got} from GPU memory, byte for byte");
+            got += 1;
+        }
+    }
+    let _t1 = sender.join().unwrap();
+    let (next, counters) = traffic.finish_on(&plane, &done);
+    let on_q0 = q0.join().unwrap();
+    drop(q1);
+    plane.shutdown().unwrap();
+    assert_eq!(
+        on_q0[&5000],
+        (0..next[0]).collect::<Vec<_>>(),
+        "t0 through q0"
+    );
+    assert_eq!(counters.drops().total(), 0, "{counters:?}");
+}

@@ -405,6 +405,21 @@ impl PinnedBuffer {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The bytes, for the CPU to read.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` is `len` bytes of host memory owned by this buffer (one byte was
+        // allocated for a zero-length one) and live while it is borrowed; the CPU writes
+        // them only through `as_mut_slice`, which needs `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, for the CPU to write.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; the exclusive borrow rules out every other view
+        // through this buffer.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
 }
 
 impl Drop for PinnedBuffer {

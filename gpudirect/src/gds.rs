@@ -43,6 +43,11 @@ pub struct DeviceStaging {
 // binds the context (every call here does); the staging moves between the thread that
 // fills it and the writer thread, never used by two at once (it is not `Sync`).
 unsafe impl Send for DeviceStaging {}
+// SAFETY: every method through `&self` is a driver call on thread-safe handles (queueing a
+// copy, synchronizing the stream, reading to the host); none hands out a host reference
+// into the device memory, so sharing cannot alias Rust memory. A staging shared between
+// the thread that fills it and a writer is written once and then only read.
+unsafe impl Sync for DeviceStaging {}
 
 impl DeviceStaging {
     /// `len` bytes on GPU `ordinal`.

@@ -249,7 +249,7 @@ impl GpuSink {
 
 /// Why the writer could not open or write its file.
 #[derive(Debug, thiserror::Error)]
-enum FileError {
+pub(super) enum FileError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -291,23 +291,11 @@ impl FileOut {
     fn write(&mut self, format: CaptureFormat, f: &Filled) -> Result<(), FileError> {
         match self {
             FileOut::Single { file, offset } => {
-                file.write(&f.staging, 0, f.used, *offset)?;
-                let mut framing = Vec::new();
-                for r in &f.records {
-                    let (head, tail) = format.framing(r.len as usize);
-                    if head > 0 {
-                        framing.clear();
-                        format.record_head(r.ts, r.len, &mut framing);
-                        let at = *offset + (r.at as usize - head) as u64;
-                        file.file().write_all_at(&framing, at)?;
-                    }
-                    if tail > 0 {
-                        framing.clear();
-                        format.record_tail(r.len, &mut framing);
-                        let at = *offset + u64::from(r.at + r.len);
-                        file.file().write_all_at(&framing, at)?;
-                    }
-                }
+                let records = f.records.iter().map(|r| {
+                    let head = format.framing(r.len as usize).0;
+                    (r.ts, r.len, r.at as usize - head)
+                });
+                write_framed(file, &f.staging, 0..f.used, *offset, format, records)?;
                 *offset += f.used as u64;
             }
             FileOut::PerPacket { dir, next } => {
@@ -322,6 +310,66 @@ impl FileOut {
         }
         Ok(())
     }
+}
+
+/// Writes bytes `range` of `staging` to `file` at `offset` through cuFile, then the
+/// record headers and trailers of `records` (receive time, packet length, where its record
+/// starts counted from `range.start`) around the packets from the host.
+pub(super) fn write_framed(
+    file: &GdsFile,
+    staging: &DeviceStaging,
+    range: std::ops::Range<usize>,
+    offset: u64,
+    format: CaptureFormat,
+    records: impl Iterator<Item = (u64, u32, usize)>,
+) -> Result<(), FileError> {
+    file.write(staging, range.start, range.len(), offset)?;
+    let mut framing = Vec::new();
+    for (ts, len, at) in records {
+        let (head, tail) = format.framing(len as usize);
+        let at = offset + at as u64;
+        if head > 0 {
+            framing.clear();
+            format.record_head(ts, len, &mut framing);
+            file.file().write_all_at(&framing, at)?;
+        }
+        if tail > 0 {
+            framing.clear();
+            format.record_tail(len, &mut framing);
+            file.file()
+                .write_all_at(&framing, at + (head + len as usize) as u64)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies packets `(i, at)` of `burst` (segments joined) into `staging` at `at`, and
+/// waits for the copies: once it returns, the burst's buffers may be reused.
+pub(super) fn gather_packets(
+    staging: &DeviceStaging,
+    burst: &Burst,
+    placed: &[(usize, usize)],
+) -> Result<(), gpudirect::GpuError> {
+    let mut queued = Ok(());
+    'packets: for &(i, mut at) in placed {
+        for (s, seg) in burst.packets()[i].segments().iter().enumerate() {
+            let copied = match burst.data(i, s) {
+                Some(d) => staging.copy_in_host(at, d),
+                // SAFETY: the segment is `seg.len` bytes of GPU memory owned by `burst`,
+                // which the caller holds until this function returns, and the copies are
+                // waited for below before returning.
+                None => unsafe { staging.copy_in(at, burst.segment_addr(i, s), seg.len as usize) },
+            };
+            if let Err(e) = copied {
+                queued = Err(e);
+                break 'packets;
+            }
+            at += seg.len as usize;
+        }
+    }
+    // Waited for even after a failed copy: the queued ones still read the burst.
+    let waited = staging.wait();
+    queued.and(waited)
 }
 
 fn write_loop(

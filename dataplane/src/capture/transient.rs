@@ -5,7 +5,13 @@
 //!
 //! The queue's thread copies each packet into the chunk being filled (as the capture sink
 //! does) and nothing more; full chunks join the history, the oldest leaving it when it
-//! holds more than `keep_bytes`. A trigger (an API call, a signal or HTTP request through
+//! holds more than `keep_bytes`. Chunks live where `keep_in` says: the heap (1 MiB each,
+//! allocated as needed), page-locked host memory (1 MiB each) or the queue's GPU (4 MiB
+//! each, filled by device-to-device copies and written through cuFile, the record headers
+//! of pcap and pcapng written around them from the host). Page-locked and GPU chunks are
+//! allocated at start, `keep_bytes` of them and a few more for those the writer still
+//! holds; a chunk that leaves the history is used again once the writer is done with it.
+//! When none is free the packet is counted as `not_kept` (the queue still delivers it). A trigger (an API call, a signal or HTTP request through
 //! [`TransientTrigger`], or a packet that matches the queue's predicate) hands the
 //! history's chunks that reach into the window to the writer thread by reference, then
 //! every chunk filled until the window ends: no copy and no wait on the queue's thread,
@@ -14,6 +20,7 @@
 
 use super::{CaptureError, CaptureFormat, file_header};
 use crate::burst::Burst;
+use crate::config::MemoryKind;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -22,8 +29,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-/// Bytes per chunk of the history (the unit chunks are kept, dropped and written in).
+/// Bytes per chunk of the history in host memory (the unit chunks are kept, dropped and
+/// written in).
 const CHUNK_BYTES: usize = 1 << 20;
+/// Page-locked and GPU chunks allocated beyond `keep_bytes`, for those the writer holds.
+const SPARE_CHUNKS: usize = 8;
 
 /// A packet predicate that fires the trigger: `bytes` at `offset` of the packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,8 +59,13 @@ pub struct TransientConfig {
     pub before_ns: u64,
     /// And ends this long after it.
     pub after_ns: u64,
-    /// Packets that fire the trigger themselves.
+    /// Packets that fire the trigger themselves (host memory only).
     pub trigger_on: Option<TriggerMatch>,
+    /// Where the kept packets live: `Host`, `HostPinned` or `Device` (the queue's packets
+    /// must then be in that GPU's memory).
+    pub keep_in: MemoryKind,
+    /// The GPU of `Device` chunks (and whose context allocates `HostPinned` ones).
+    pub gpu: u32,
 }
 
 /// Fires a transient sink from any thread: the time of the latest trigger not yet taken.
@@ -119,32 +134,110 @@ pub struct TransientStats {
     pub written_packets: u64,
     /// Windows whose files failed (the error is logged).
     pub windows_failed: u64,
+    /// Packets delivered but not kept: no chunk was free (the writer held them all), the
+    /// packet was larger than a chunk, or a GPU copy failed (logged).
+    pub not_kept: u64,
+}
+
+/// One packet in a chunk.
+#[derive(Clone, Copy)]
+struct Record {
+    /// Offset of its record (header first) in the chunk.
+    at: u32,
+    /// Packet bytes (the writer frames GPU chunks' packets by it).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    len: u32,
+    /// Receive time, ns since the epoch.
+    ts: u64,
+}
+
+/// Where a chunk's bytes are.
+enum Store {
+    Heap(Box<[u8]>),
+    #[cfg(feature = "cuda")]
+    Pinned(gpudirect::PinnedBuffer),
+    /// Framing is not in the buffer: the writer adds it from the records.
+    #[cfg(feature = "cuda")]
+    Device(gpudirect::gds::DeviceStaging),
+}
+
+impl Store {
+    fn alloc(keep_in: MemoryKind, gpu: u32) -> Result<Self, String> {
+        match keep_in {
+            #[cfg(feature = "cuda")]
+            MemoryKind::HostPinned => gpudirect::PinnedBuffer::alloc(gpu, CHUNK_BYTES)
+                .map(Store::Pinned)
+                .map_err(|e| e.to_string()),
+            #[cfg(feature = "cuda")]
+            MemoryKind::Device => gpudirect::gds::DeviceStaging::alloc(gpu, super::BATCH_BYTES)
+                .map(Store::Device)
+                .map_err(|e| e.to_string()),
+            MemoryKind::Host | MemoryKind::Huge => {
+                let _ = gpu;
+                Ok(Store::Heap(vec![0; CHUNK_BYTES].into_boxed_slice()))
+            }
+            #[cfg(not(feature = "cuda"))]
+            _ => Err(format!(
+                "keep_in: {} needs the cuda feature, which this build lacks",
+                keep_in.name()
+            )),
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        match self {
+            Store::Heap(b) => b.len(),
+            #[cfg(feature = "cuda")]
+            Store::Pinned(b) => b.len(),
+            #[cfg(feature = "cuda")]
+            Store::Device(b) => b.len(),
+        }
+    }
+
+    /// The bytes, where the CPU can read them.
+    fn host(&self) -> Option<&[u8]> {
+        match self {
+            Store::Heap(b) => Some(b),
+            #[cfg(feature = "cuda")]
+            Store::Pinned(b) => Some(b.as_slice()),
+            #[cfg(feature = "cuda")]
+            Store::Device(_) => None,
+        }
+    }
+
+    fn host_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Store::Heap(b) => Some(b),
+            #[cfg(feature = "cuda")]
+            Store::Pinned(b) => Some(b.as_mut_slice()),
+            #[cfg(feature = "cuda")]
+            Store::Device(_) => None,
+        }
+    }
 }
 
 /// Framed packets, and where each starts and when it arrived.
-#[derive(Default)]
 struct Chunk {
-    data: Vec<u8>,
-    /// (offset of its record in `data`, receive time) per packet.
-    records: Vec<(u32, u64)>,
+    store: Store,
+    /// Bytes filled.
+    used: usize,
+    records: Vec<Record>,
 }
 
 impl Chunk {
     fn last_ts(&self) -> u64 {
-        self.records.last().map_or(0, |r| r.1)
+        self.records.last().map_or(0, |r| r.ts)
     }
 
-    /// Byte offset of record `i` (`data.len()` past the last).
+    /// Byte offset of record `i` (`used` past the last).
     fn offset(&self, i: usize) -> usize {
-        self.records
-            .get(i)
-            .map_or(self.data.len(), |r| r.0 as usize)
+        self.records.get(i).map_or(self.used, |r| r.at as usize)
     }
 }
 
 /// Work for the writer thread.
 enum Job {
-    /// Start window file `path`.
+    /// Start window file `path` (registered with cuFile for GPU chunks).
     Open(PathBuf),
     /// Records `from..to` of a chunk.
     Write(Arc<Chunk>, usize, usize),
@@ -164,13 +257,83 @@ struct WriterCounters {
     windows_failed: AtomicU64,
 }
 
+/// The chunks a sink fills: free ones, and those out of the history that the writer may
+/// still hold.
+struct ChunkPool {
+    keep_in: MemoryKind,
+    gpu: u32,
+    free: Vec<Chunk>,
+    retired: Vec<Arc<Chunk>>,
+    /// Chunks made so far, and at most (page-locked and GPU memory are made at start).
+    made: usize,
+    most: usize,
+}
+
+impl ChunkPool {
+    fn new(cfg: &TransientConfig) -> Result<Self, String> {
+        let mut pool = Self {
+            keep_in: cfg.keep_in,
+            gpu: cfg.gpu,
+            free: Vec::new(),
+            retired: Vec::new(),
+            made: 0,
+            most: usize::MAX,
+        };
+        if cfg.keep_in != MemoryKind::Host {
+            let size = Store::alloc(cfg.keep_in, cfg.gpu)?.capacity();
+            pool.most = cfg.keep_bytes.div_ceil(size) + SPARE_CHUNKS;
+            while pool.made < pool.most {
+                let chunk = pool.make()?;
+                pool.free.push(chunk);
+            }
+        }
+        Ok(pool)
+    }
+
+    fn make(&mut self) -> Result<Chunk, String> {
+        self.made += 1;
+        Ok(Chunk {
+            store: Store::alloc(self.keep_in, self.gpu)?,
+            used: 0,
+            records: Vec::new(),
+        })
+    }
+
+    /// An empty chunk: a free one, one the writer let go of, or a new one while fewer than
+    /// `most` exist.
+    fn take(&mut self) -> Option<Chunk> {
+        if let Some(c) = self.free.pop() {
+            return Some(c);
+        }
+        // Only the pool holds it once the writer has dropped its reference.
+        if let Some(i) = self.retired.iter().position(|c| Arc::strong_count(c) == 1) {
+            let mut c = Arc::try_unwrap(self.retired.swap_remove(i)).ok()?;
+            c.used = 0;
+            c.records.clear();
+            return Some(c);
+        }
+        if self.made < self.most {
+            return self.make().ok();
+        }
+        None
+    }
+}
+
 /// The transient sink (see the module documentation).
 pub(crate) struct TransientSink {
     cfg: TransientConfig,
     trigger: Arc<TransientTrigger>,
     history: std::collections::VecDeque<Arc<Chunk>>,
     history_bytes: usize,
-    filling: Chunk,
+    filling: Option<Chunk>,
+    pool: ChunkPool,
+    /// Packets of the chunk being filled whose bytes are still to be copied in by the
+    /// GPU: (packet of the burst, offset of its bytes).
+    #[cfg(feature = "cuda")]
+    to_gather: Vec<(usize, usize)>,
+    not_kept: u64,
+    /// A record header or trailer being made.
+    framing: Vec<u8>,
     window: Option<Window>,
     next_file: u64,
     jobs: Option<mpsc::Sender<Job>>,
@@ -186,13 +349,18 @@ impl TransientSink {
         cfg: &TransientConfig,
         trigger: Arc<TransientTrigger>,
     ) -> Result<Self, CaptureError> {
+        let pool = ChunkPool::new(cfg).map_err(|reason| CaptureError::Gpu {
+            path: cfg.path.clone(),
+            reason,
+        })?;
         let (jobs, rx) = mpsc::channel();
         let counters = Arc::new(WriterCounters::default());
         let c = counters.clone();
         let format = cfg.format;
+        let on_gpu = cfg.keep_in == MemoryKind::Device;
         let writer = std::thread::Builder::new()
             .name("dp-transient".into())
-            .spawn(move || write_windows(rx, format, &c))
+            .spawn(move || write_windows(rx, format, on_gpu, &c))
             .map_err(|source| CaptureError::Io {
                 path: cfg.path.clone(),
                 source,
@@ -202,7 +370,12 @@ impl TransientSink {
             trigger,
             history: Default::default(),
             history_bytes: 0,
-            filling: Chunk::default(),
+            filling: None,
+            pool,
+            #[cfg(feature = "cuda")]
+            to_gather: Vec::new(),
+            not_kept: 0,
+            framing: Vec::new(),
             window: None,
             next_file: 1,
             jobs: Some(jobs),
@@ -225,18 +398,20 @@ impl TransientSink {
         }
     }
 
-    /// Takes a burst: its packets into the history (host memory only; the caller counts
-    /// the rest), opening and closing windows as triggers and timestamps say.
+    /// Takes a burst: its packets into the history (in host memory, only packets the CPU
+    /// can read: the caller counts the rest, returned), opening and closing windows as
+    /// triggers and timestamps say. Returns once every copy out of the burst is done.
     pub(crate) fn submit(&mut self, burst: &Burst) -> u64 {
         // The clock is read only for a burst with packets the engine did not stamp.
         let fallback = std::cell::OnceCell::new();
         if let Some(at) = self.trigger.take() {
             self.fire(at);
         }
+        let on_gpu = self.cfg.keep_in == MemoryKind::Device;
         let mut not_host = 0;
         for (i, p) in burst.packets().iter().enumerate() {
             let segments = p.segments().len();
-            if (0..segments).any(|s| burst.data(i, s).is_none()) {
+            if !on_gpu && (0..segments).any(|s| burst.data(i, s).is_none()) {
                 not_host += 1;
                 continue;
             }
@@ -245,39 +420,104 @@ impl TransientSink {
                 t => t,
             };
             if self.window.as_ref().is_some_and(|w| ts > w.end_ns) {
+                self.gather(burst);
                 self.close_window();
             }
-            let len = p.len() as u32;
-            let c = &mut self.filling;
-            c.records.push((c.data.len() as u32, ts));
-            self.cfg.format.record_head(ts, len, &mut c.data);
-            for s in 0..segments {
-                c.data
-                    .extend_from_slice(burst.data(i, s).expect("checked above"));
+            let len = p.len();
+            let (head, tail) = self.cfg.format.framing(len);
+            let need = head + len + tail;
+            if self
+                .filling
+                .as_ref()
+                .is_some_and(|c| c.used + need > c.store.capacity())
+            {
+                self.gather(burst);
+                self.seal();
             }
-            self.cfg.format.record_tail(len, &mut c.data);
+            if self.filling.is_none() {
+                self.filling = self.pool.take();
+            }
+            let format = self.cfg.format;
+            let Some(c) = self.filling.as_mut().filter(|c| need <= c.store.capacity()) else {
+                self.not_kept += 1;
+                continue;
+            };
+            let at = c.used;
+            match c.store.host_mut() {
+                Some(bytes) => {
+                    self.framing.clear();
+                    format.record_head(ts, len as u32, &mut self.framing);
+                    let mut to = at + head;
+                    bytes[at..to].copy_from_slice(&self.framing);
+                    for s in 0..segments {
+                        let d = burst.data(i, s).expect("checked above");
+                        bytes[to..to + d.len()].copy_from_slice(d);
+                        to += d.len();
+                    }
+                    self.framing.clear();
+                    format.record_tail(len as u32, &mut self.framing);
+                    bytes[to..to + tail].copy_from_slice(&self.framing);
+                }
+                #[cfg(feature = "cuda")]
+                None => self.to_gather.push((i, at + head)),
+                #[cfg(not(feature = "cuda"))]
+                None => unreachable!("GPU chunks need the cuda feature"),
+            }
+            c.records.push(Record {
+                at: at as u32,
+                len: len as u32,
+                ts,
+            });
+            c.used += need;
             if let Some(m) = &self.cfg.trigger_on
                 && matches(burst, i, m)
             {
+                self.gather(burst);
                 self.fire(ts);
             }
-            if self.filling.data.len() >= CHUNK_BYTES {
-                self.seal();
-            }
         }
+        self.gather(burst);
         not_host
     }
 
-    /// Moves the chunk being filled into the history (and to the open window's file).
+    /// Copies the packets of `burst` placed in the GPU chunk being filled into it, and
+    /// waits for the copies; packets whose copy failed are taken out of the chunk.
+    fn gather(&mut self, burst: &Burst) {
+        #[cfg(feature = "cuda")]
+        if !self.to_gather.is_empty()
+            && let Some(c) = &mut self.filling
+            && let Store::Device(staging) = &c.store
+        {
+            if let Err(e) = super::gpu::gather_packets(staging, burst, &self.to_gather) {
+                if self.not_kept == 0 {
+                    tracing::error!("transient capture {}: {e}", self.cfg.path.display());
+                }
+                // The copies' outcome is unknown: forget this burst's packets.
+                let first = c.records.len() - self.to_gather.len();
+                self.not_kept += self.to_gather.len() as u64;
+                c.used = c.offset(first);
+                c.records.truncate(first);
+            }
+            self.to_gather.clear();
+        }
+        let _ = burst;
+    }
+
+    /// Moves the chunk being filled into the history (and to the open window's file);
+    /// its packets are all copied in ([`Self::gather`] first).
     fn seal(&mut self) {
-        if self.filling.records.is_empty() {
+        let Some(chunk) = self.filling.take() else {
+            return;
+        };
+        if chunk.records.is_empty() {
+            self.filling = Some(chunk);
             return;
         }
-        let chunk = Arc::new(std::mem::take(&mut self.filling));
+        let chunk = Arc::new(chunk);
         if self.window.is_some() {
             self.send(Job::Write(chunk.clone(), 0, chunk.records.len()));
         }
-        self.history_bytes += chunk.data.len();
+        self.history_bytes += chunk.used;
         self.history.push_back(chunk);
         let newest = self.history.back().map_or(0, |c| c.last_ts());
         while self.history.len() > 1
@@ -285,7 +525,8 @@ impl TransientSink {
                 || (self.cfg.keep_ns > 0 && self.history[0].last_ts() + self.cfg.keep_ns < newest))
         {
             let old = self.history.pop_front().expect("not empty");
-            self.history_bytes -= old.data.len();
+            self.history_bytes -= old.used;
+            self.pool.retired.push(old);
         }
     }
 
@@ -310,7 +551,7 @@ impl TransientSink {
             .position(|c| c.last_ts() >= start)
             .unwrap_or(self.history.len());
         for c in self.history.iter().skip(first) {
-            let from = c.records.partition_point(|r| r.1 < start);
+            let from = c.records.partition_point(|r| r.ts < start);
             self.send(Job::Write(c.clone(), from, c.records.len()));
         }
         self.window = Some(Window {
@@ -334,12 +575,14 @@ impl TransientSink {
             windows_written: self.counters.windows_written.load(Ordering::Relaxed),
             written_packets: self.counters.written_packets.load(Ordering::Relaxed),
             windows_failed: self.counters.windows_failed.load(Ordering::Relaxed),
+            not_kept: self.not_kept,
         }
     }
 
     /// Closes an open window (with what it has so far) and waits for the writer.
     pub(crate) fn close(&mut self) {
         if self.window.is_some() {
+            // Nothing is left to gather: every submit gathered its burst.
             self.close_window();
         }
         self.jobs = None;
@@ -381,22 +624,79 @@ fn matches(burst: &Burst, i: usize, m: &TriggerMatch) -> bool {
     want.is_empty()
 }
 
+/// A window's file as the writer has it.
+enum WindowFile {
+    /// Written in order from host memory.
+    Plain(std::fs::File),
+    /// GPU chunks written through cuFile, at the offset the next bytes go to.
+    #[cfg(feature = "cuda")]
+    Gds(gpudirect::gds::GdsFile, u64),
+}
+
+impl WindowFile {
+    fn open(path: &std::path::Path, format: CaptureFormat, on_gpu: bool) -> Result<Self, String> {
+        let mut f = crate::files::create_output(path).map_err(|e| e.to_string())?;
+        let header = file_header(format);
+        f.write_all(&header).map_err(|e| e.to_string())?;
+        #[cfg(feature = "cuda")]
+        if on_gpu {
+            let gds = gpudirect::gds::GdsFile::register(f).map_err(|e| e.to_string())?;
+            return Ok(WindowFile::Gds(gds, header.len() as u64));
+        }
+        let _ = on_gpu;
+        Ok(WindowFile::Plain(f))
+    }
+
+    /// Records `from..to` of `chunk`.
+    fn write(
+        &mut self,
+        format: CaptureFormat,
+        chunk: &Chunk,
+        from: usize,
+        to: usize,
+    ) -> Result<(), String> {
+        let (start, end) = (chunk.offset(from), chunk.offset(to));
+        let _ = format; // GPU chunks only: the host ones hold their framing
+        match (self, &chunk.store) {
+            #[cfg(feature = "cuda")]
+            (WindowFile::Gds(file, offset), Store::Device(staging)) => {
+                let records = chunk.records[from..to]
+                    .iter()
+                    .map(|r| (r.ts, r.len, r.at as usize - start));
+                super::gpu::write_framed(file, staging, start..end, *offset, format, records)
+                    .map_err(|e| e.to_string())?;
+                *offset += (end - start) as u64;
+                Ok(())
+            }
+            (WindowFile::Plain(f), store) => match store.host() {
+                Some(bytes) => f.write_all(&bytes[start..end]).map_err(|e| e.to_string()),
+                None => Err("a GPU chunk for a file not registered with cuFile".into()),
+            },
+            #[cfg(feature = "cuda")]
+            (WindowFile::Gds(..), _) => Err("a host chunk for a cuFile window".into()),
+        }
+    }
+}
+
 /// The writer thread: one file per window, chunks written as they come.
-fn write_windows(jobs: mpsc::Receiver<Job>, format: CaptureFormat, counters: &WriterCounters) {
-    let mut file: Option<(PathBuf, std::io::Result<std::fs::File>, u64)> = None;
+fn write_windows(
+    jobs: mpsc::Receiver<Job>,
+    format: CaptureFormat,
+    on_gpu: bool,
+    counters: &WriterCounters,
+) {
+    let mut file: Option<(PathBuf, Result<WindowFile, String>, u64)> = None;
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Open(path) => {
-                let f = crate::files::create_output(&path)
-                    .and_then(|mut f| f.write_all(&file_header(format)).map(|()| f));
+                let f = WindowFile::open(&path, format, on_gpu);
                 file = Some((path, f, 0));
             }
             Job::Write(chunk, from, to) => {
                 if let Some((_, result, packets)) = &mut file
                     && let Ok(f) = result
                 {
-                    let bytes = &chunk.data[chunk.offset(from)..chunk.offset(to)];
-                    match f.write_all(bytes) {
+                    match f.write(format, &chunk, from, to) {
                         Ok(()) => *packets += (to - from) as u64,
                         Err(e) => *result = Err(e),
                     }

@@ -121,13 +121,19 @@ impl Plan {
                 && let Some(t) = &c.transient
             {
                 extra.push(format!(
-                    "transient buffer of {} MiB: {} ms before to {} ms after each trigger{} to {}_N ({})",
+                    "transient buffer of {} MiB in {} memory: {} ms before to {} ms after each trigger{} to {}_N ({}{})",
                     t.keep_mb,
+                    t.keep_in.unwrap_or(crate::config::MemoryKind::Host).name(),
                     t.before_ms,
                     t.after_ms,
                     if t.trigger_on.is_some() { " (and matching packets)" } else { "" },
                     c.path,
-                    c.format
+                    c.format,
+                    if t.keep_in == Some(crate::config::MemoryKind::Device) {
+                        ", through cuFile"
+                    } else {
+                        ""
+                    }
                 ));
             } else if let Some(c) = &q.capture {
                 extra.push(format!("captured to {} ({})", c.path, c.format));

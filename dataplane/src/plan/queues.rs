@@ -2,7 +2,9 @@
 //! reorders, offloads and capture.
 
 use super::*;
-use crate::config::{Delivery, InterfaceConfig, MemoryKind, ProtocolConfig, QueueConfig};
+use crate::config::{
+    CaptureSpec, Delivery, InterfaceConfig, MemoryKind, ProtocolConfig, QueueConfig,
+};
 
 pub(super) fn queues(
     config: &Config,
@@ -114,20 +116,7 @@ impl QueueAt<'_> {
             ));
         }
         let protocol = self.protocol(&segments, stage.is_some())?;
-        if self
-            .q
-            .capture
-            .as_ref()
-            .is_some_and(|c| c.transient.is_some())
-            && segments
-                .iter()
-                .any(|&r| self.kind_of(r) == MemoryKind::Device)
-        {
-            return Err(self.bad(
-                "capture.transient keeps packets in host memory: the queue's regions must be of kind host, huge or host_pinned"
-                    .into(),
-            ));
-        }
+        let capture = self.capture(&segments)?;
         let host_memory_only =
             dir == Direction::Tx && staging::cpu_copies(config, iface).is_some() && stage.is_none();
         let tx_flows = match (dir, iface.tx.as_ref()) {
@@ -186,7 +175,7 @@ impl QueueAt<'_> {
             eth_src,
             pacing_mbps: (dir == Direction::Tx && q.pacing_mbps > 0).then_some(q.pacing_mbps),
             timestamps: dir == Direction::Rx && iface.rx.as_ref().is_some_and(|r| r.timestamps),
-            capture: q.capture.clone(),
+            capture,
             send_at_time: dir == Direction::Tx
                 && iface.tx.as_ref().is_some_and(|t| t.accurate_send),
             delivery: q.delivery,
@@ -394,6 +383,40 @@ impl QueueAt<'_> {
     }
 
     /// A planning error about this queue.
+    /// The queue's capture, with where a transient buffer keeps its packets decided:
+    /// beside the packets (device memory for a queue in device memory, else host) unless
+    /// `keep_in` says otherwise, and only where its copies can be made.
+    fn capture(&self, segments: &[RegionId]) -> Result<Option<CaptureSpec>, PlanError> {
+        let Some(mut c) = self.q.capture.clone() else {
+            return Ok(None);
+        };
+        let Some(t) = &mut c.transient else {
+            return Ok(Some(c));
+        };
+        let on_gpu = segments
+            .iter()
+            .any(|&r| self.kind_of(r) == MemoryKind::Device);
+        let keep_in = *t.keep_in.get_or_insert(if on_gpu {
+            MemoryKind::Device
+        } else {
+            MemoryKind::Host
+        });
+        match (on_gpu, keep_in) {
+            (true, MemoryKind::Device) if t.trigger_on.is_some() => Err(self.bad(
+                "capture.transient.trigger_on reads packets with the CPU, and this queue's packets are in device memory: fire its trigger from the API, SIGUSR1 or POST /trigger instead".into(),
+            )),
+            (true, MemoryKind::Device) | (false, MemoryKind::Host | MemoryKind::HostPinned) => {
+                Ok(Some(c))
+            }
+            (true, _) => Err(self.bad(
+                "capture.transient.keep_in: this queue's packets are in device memory, so they are kept there (keep_in: device; windows written through cuFile)".into(),
+            )),
+            (false, _) => Err(self.bad(
+                "capture.transient.keep_in: device keeps a queue's packets that are in device memory; this queue's are in host memory (keep_in: host or host_pinned)".into(),
+            )),
+        }
+    }
+
     fn bad(&self, reason: String) -> PlanError {
         PlanError::Queue {
             interface: self.iface.name.clone(),

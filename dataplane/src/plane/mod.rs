@@ -168,11 +168,16 @@ fn open_capture(
                     offset: *offset,
                     bytes: bytes.clone(),
                 }),
+            keep_in: t.keep_in.unwrap_or(crate::config::MemoryKind::Host),
+            // Page-locked chunks of a queue in host memory are made in GPU 0's context
+            // (portable: every GPU can read them).
+            gpu: gpu.unwrap_or(0),
         };
         let sink = crate::capture::CaptureSink::create_transient(&tcfg, trigger).map_err(failed)?;
         tracing::info!(
-            "interface `{interface}`: RX queue {queue} keeps its last {} MiB in memory and writes {} ms before to {} ms after each trigger to {}_N ({})",
+            "interface `{interface}`: RX queue {queue} keeps its last {} MiB in {} memory and writes {} ms before to {} ms after each trigger to {}_N ({})",
             t.keep_mb,
+            tcfg.keep_in.name(),
             t.before_ms,
             t.after_ms,
             c.path,

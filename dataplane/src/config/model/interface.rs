@@ -583,4 +583,9 @@ pub struct TransientSpec {
     /// `trigger_on: {offset, bytes}`: a packet with these bytes (hex) at this offset fires
     /// the trigger.
     pub trigger_on: Option<(usize, Vec<u8>)>,
+    /// `keep_in`: where the kept packets live: `host`, `host_pinned` (page-locked, the
+    /// GPU can read it) or `device` (the queue's GPU, for a queue in device memory; windows
+    /// are written through cuFile). Unset: `device` for a queue in device memory, else
+    /// `host` (the plan decides).
+    pub keep_in: Option<super::MemoryKind>,
 }

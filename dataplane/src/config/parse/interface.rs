@@ -589,7 +589,7 @@ pub(super) fn capture_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Opti
     })
 }
 
-/// `capture.transient: {keep_mb, before_ms, after_ms, trigger_on: {offset, bytes}}`.
+/// `capture.transient: {keep_mb, keep_ms, keep_in, before_ms, after_ms, trigger_on: {offset, bytes}}`.
 fn transient_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<TransientSpec> {
     let mut m = MapReader::open(d, node, path)?;
     let keep_mb = m
@@ -630,6 +630,13 @@ fn transient_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Transi
         t.finish(d);
         Some((offset? as usize, bytes?))
     });
+    let keep_in = m.optional(d, "keep_in", |d, n, p| {
+        match r::choice(d, n, p, &["host", "host_pinned", "device"])? {
+            "host" => Some(MemoryKind::Host),
+            "host_pinned" => Some(MemoryKind::HostPinned),
+            _ => Some(MemoryKind::Device),
+        }
+    });
     if let (Some(b), true) = (before_ms, keep_ms > 0)
         && keep_ms < b
     {
@@ -647,6 +654,7 @@ fn transient_spec(d: &mut Diagnostics, node: &Node, path: &str) -> Option<Transi
         before_ms: before_ms?,
         after_ms: after_ms?,
         trigger_on,
+        keep_in,
     })
 }
 
