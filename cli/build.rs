@@ -29,14 +29,16 @@ fn main() {
     if let Ok(head) = std::fs::read_to_string(git_dir.join("HEAD"))
         && let Some(reference) = head.strip_prefix("ref: ")
     {
-        // A packed branch has no file of its own; packed-refs holds it.
+        // The branch is a loose file, or a line of packed-refs until its next commit
+        // writes the file: watch the folder the file is (or will be) in, and packed-refs.
         let loose = git_dir.join(reference.trim());
-        let watched = if loose.exists() {
-            loose
-        } else {
-            git_dir.join("packed-refs")
-        };
-        println!("cargo:rerun-if-changed={}", watched.display());
+        if let Some(folder) = loose.parent().filter(|f| f.exists()) {
+            println!("cargo:rerun-if-changed={}", folder.display());
+        }
+        let packed = git_dir.join("packed-refs");
+        if packed.exists() {
+            println!("cargo:rerun-if-changed={}", packed.display());
+        }
     }
     println!("cargo:rerun-if-changed=build.rs");
 }

@@ -112,6 +112,13 @@ pub trait Engine: Send + Sync {
         false
     }
 
+    /// True when the rules of interface `port` run in software in this engine although
+    /// the plan expected the device to take them (a DPDK port without rte_flow): a live
+    /// change may then switch them as a whole.
+    fn rules_in_software(&self, _port: PortIndex) -> bool {
+        false
+    }
+
     /// Called on each worker thread after pinning and before its first poll, and again
     /// (with `false`) before it exits; engines register per-thread state here.
     fn worker_thread(&self, _starting: bool) {}

@@ -6,14 +6,17 @@
 //! isolation, the exception queue; one atomic switch per interface), queues added or
 //! removed on the software loopback, and on UDP interfaces TX queues added or removed and
 //! RX queues added (without a socket of their own: the rules steer to them what the
-//! interface's sockets receive), on running or new worker cores; on those engines,
+//! interface's sockets receive), on DPDK ports whose rules run in software RX queues added
+//! (without a device queue of their own, fed over the port's wires; the engine refuses
+//! them on a port whose device places packets), on running or new worker cores; on the
+//! loopback and the sockets,
 //! regions added, resized (a new region in a new slot: a queue that keeps running keeps
 //! the region it has, so a resized region's queues are removed first) or removed, their
 //! ids kept stable ([`Plan::in_slots_of`]). Everything else a change may hold is named in
 //! [`PlanChange::not_live`] with the reason, and nothing is changed: a queue's settings,
 //! regions on the other engines, interfaces, plane-wide settings, a UDP interface's RX queues removed (each reads a
 //! socket of its SO_REUSEPORT group), and queues of engines whose devices or kernels fix
-//! them while they run (TCP, DPDK, RDMA) or on handler cores.
+//! them while they run (TCP, DPDK device queues, RDMA) or on handler cores.
 
 use super::socket::SocketInterfacePlan;
 use super::{EnginePlan, Plan, QueuePlan};
@@ -281,6 +284,19 @@ impl PlanChange {
         self.not_live.retain(|n| !allowed.contains(&n.key));
     }
 
+    /// Lifts the refusal of rule changes on the interfaces whose rules the running engine
+    /// steers in software after all (a DPDK port whose device could not take them): the
+    /// plane switches their rules as the loopback's.
+    pub fn allow_software_rules(&mut self, in_software: impl Fn(usize) -> bool) {
+        let allowed: Vec<String> = self
+            .rules
+            .iter()
+            .filter(|r| in_software(r.port))
+            .map(|r| rules_key(&r.interface))
+            .collect();
+        self.not_live.retain(|n| !allowed.contains(&n.key));
+    }
+
     fn refuse(&mut self, key: impl Into<String>, reason: impl Into<String>) {
         self.not_live.push(NotLive {
             key: key.into(),
@@ -328,7 +344,7 @@ impl PlanChange {
         for r in &after {
             let fate = match before.iter().find(|o| o.name == r.name) {
                 None => QueueFate::Added,
-                Some(o) if o != r => QueueFate::Changed(region_fields_changed(o, r)),
+                Some(o) if !o.same_memory(r) => QueueFate::Changed(region_fields_changed(o, r)),
                 Some(_) => continue,
             };
             self.regions.push(RegionChange {
@@ -480,13 +496,18 @@ impl PlanChange {
             }
             if old.1.capabilities.hardware_steering {
                 self.refuse(
-                    format!("interfaces `{}`: rx.flows", n.name),
+                    rules_key(&n.name),
                     "the rules are on the device (rte_flow): change them flow by flow (DataPlane::add_flow, remove_flow)",
                 );
             }
             self.rules.push(r);
         }
     }
+}
+
+/// The key a refused rule change is named by.
+fn rules_key(interface: &str) -> String {
+    format!("interfaces `{interface}`: rx.flows")
 }
 
 /// A queue's fate for people.
@@ -509,6 +530,9 @@ fn socket_interface<'p>(plan: &'p Plan, q: &QueueChange) -> Option<&'p SocketInt
 
 /// How added queue `q` runs until a restart, where a start would run it otherwise.
 fn added_note(plan: &Plan, q: &QueueChange) -> Option<String> {
+    if plan.engine == EngineKind::Dpdk && q.direction == Direction::Rx {
+        return Some("no device queue of its own until a restart: it receives what the rules steer to it from the port's device queues (only where they run in software; a port whose device places packets refuses it)".to_owned());
+    }
     let iface = socket_interface(plan, q)?;
     (iface.transport == Transport::Udp && q.direction == Direction::Rx).then(|| {
         "no socket of its own until a restart: it receives what the rules steer to it from the interface's sockets".to_owned()
@@ -541,7 +565,10 @@ fn queue_fixed(plan: &Plan, q: &QueueChange) -> Option<String> {
                 _ => Some("a TCP interface's queues are its connections, made when it starts".into()),
             }
         }
-        EngineKind::Dpdk | EngineKind::Ibverbs => Some("the device spreads packets over the queues its port started with; their number is fixed while the port runs".into()),
+        // An RX queue without a device queue of its own, where the rules run in software
+        // (the engine refuses it on a port whose device places packets).
+        EngineKind::Dpdk if q.direction == Direction::Rx && q.fate == QueueFate::Added => None,
+        EngineKind::Dpdk | EngineKind::Ibverbs => Some("the device spreads packets over the queues its port started with; their number is fixed while the port runs (a running plane removes an RX queue it added live, which has no device queue)".into()),
         EngineKind::Rdma => Some("RDMA queues are connection slots".into()),
     }
 }
@@ -604,12 +631,10 @@ fn region_fields_changed(o: &super::RegionPlan, n: &super::RegionPlan) -> Vec<St
         ),
         ("num_bufs", o.num_bufs != n.num_bufs),
         ("buf_size", o.buf_size != n.buf_size),
+        // What the memory is; why a region is not lent is an explanation, not a setting.
         (
             "zero_copy",
-            o.lent != n.lent
-                || o.not_lent_because != n.not_lent_because
-                || o.headroom != n.headroom
-                || o.stride != n.stride,
+            o.lent != n.lent || o.headroom != n.headroom || o.stride != n.stride,
         ),
     ]
     .into_iter()

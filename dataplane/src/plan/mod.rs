@@ -149,6 +149,22 @@ pub struct RegionPlan {
     pub retired: bool,
 }
 
+impl RegionPlan {
+    /// The same memory as `other`: every planned setting equal (why a region is not lent
+    /// is an explanation, and whether it was retired a fact of the running plane).
+    pub fn same_memory(&self, other: &RegionPlan) -> bool {
+        RegionPlan {
+            not_lent_because: None,
+            retired: false,
+            ..self.clone()
+        } == RegionPlan {
+            not_lent_because: None,
+            retired: false,
+            ..other.clone()
+        }
+    }
+}
+
 /// How an RX worker brings bursts into the queue's layout when the engine cannot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct StagePlan {

@@ -26,7 +26,7 @@ impl Plan {
                     .regions
                     .iter()
                     .enumerate()
-                    .position(|(i, o)| !o.retired && !taken[i] && o == r);
+                    .position(|(i, o)| !o.retired && !taken[i] && o.same_memory(r));
                 match found {
                     Some(i) => {
                         taken[i] = true;
@@ -80,7 +80,7 @@ impl Plan {
                 .regions
                 .iter()
                 .zip(&running.regions)
-                .any(|(n, o)| o != n)
+                .any(|(n, o)| !o.same_memory(n))
     }
 
     /// Rewrites every region id of the plan with `map`.

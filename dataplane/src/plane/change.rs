@@ -105,6 +105,10 @@ impl DataPlane {
                 q.id,
             )
         });
+        change.allow_software_rules(|port| {
+            self.engine
+                .rules_in_software(crate::descriptor::PortIndex(port as u16))
+        });
         if !change.is_live() {
             return Err(ChangeError::NotLive(change.not_live));
         }

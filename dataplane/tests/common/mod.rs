@@ -8,6 +8,7 @@ mod skip;
 #[macro_use]
 mod yaml;
 pub mod spead;
+pub mod traffic;
 
 /// A shipped configuration, by its name in `configs/` (of the source tree the test was
 /// built in, else of the current directory: test binaries carried to another machine run

@@ -58,6 +58,9 @@ pub struct DpdkEngine {
     tx_carriers: Arc<Vec<TxCarrier>>,
     /// Per RX queue (port, queue id): the regions of its segments, from the plan.
     rx_segments: BTreeMap<(PortIndex, QueueId), Vec<RegionId>>,
+    /// RX queues added while the engine runs, on ports that steer in software: each takes
+    /// what the rules steer to it from the port's device queues, over the wires.
+    added_rx: std::sync::Mutex<Vec<(PortIndex, QueueId)>>,
     _eal: Eal,
 }
 
@@ -116,8 +119,15 @@ impl DpdkEngine {
             ports,
             tx_carriers,
             rx_segments,
+            added_rx: Default::default(),
             _eal: eal,
         })
+    }
+
+    /// True when RX queue `queue` of `port` was added while the engine runs.
+    fn added_rx(&self, port: PortIndex, queue: QueueId) -> bool {
+        let added = self.added_rx.lock().unwrap_or_else(|e| e.into_inner());
+        added.contains(&(port, queue))
     }
 
     fn port(&self, port: PortIndex) -> Result<&Port, EngineError> {
@@ -216,6 +226,12 @@ impl Engine for DpdkEngine {
     ) -> Result<Box<dyn RxPort>, EngineError> {
         let p = self.port(port)?;
         let no_queue = || EngineError::no_queue(port, Direction::Rx, queue);
+        if let (None, PortSteering::Software { grid }) = (p.rx_setup(queue), &p.steering)
+            && self.added_rx(port, queue)
+        {
+            let wires = grid.receiver(queue).ok_or_else(no_queue)?;
+            return Ok(Box::new(super::wire::WireRxPort(wires)));
+        }
         let setup = p.rx_setup(queue).ok_or_else(no_queue)?;
         let hw = setup.index.0;
         let segments = self.segments(port, queue);
@@ -322,6 +338,49 @@ impl Engine for DpdkEngine {
         // SAFETY: a started port and an out structure.
         let rc = unsafe { sys::rte_eth_macaddr_get(id, &mut mac) };
         (rc == 0).then_some(mac.addr_bytes)
+    }
+
+    /// An RX queue on a port whose rules run in software: it has no device queue of its
+    /// own and takes what the rules steer to it from the port's device queues. The device
+    /// queues themselves (TX, and RX where rte_flow or the device places packets) are
+    /// fixed once the port started.
+    fn open_queue(
+        &self,
+        port: PortIndex,
+        direction: Direction,
+        queue: QueueId,
+    ) -> Result<(), EngineError> {
+        let p = self.port(port)?;
+        let refused =
+            |reason: &str| EngineError::queue_not_opened(port, direction, queue, reason.into());
+        match (direction, &p.steering) {
+            (Direction::Rx, PortSteering::Software { grid }) => {
+                grid.add_rx_queue(queue).map_err(|e| refused(&e))?;
+                let mut added = self.added_rx.lock().unwrap_or_else(|e| e.into_inner());
+                if !added.contains(&(port, queue)) {
+                    added.push((port, queue));
+                }
+                Ok(())
+            }
+            (Direction::Rx, _) => Err(refused(&format!(
+                "the device places packets on port `{}`'s queues ({}), and their number is fixed while it runs: an RX queue is added live only where the rules run in software",
+                p.interface,
+                p.steering_name()
+            ))),
+            (Direction::Tx, _) => Err(refused(
+                "a TX queue is a device queue, and their number is fixed while the port runs",
+            )),
+        }
+    }
+
+    fn closes_live(&self, port: PortIndex, direction: Direction, queue: QueueId) -> bool {
+        direction == Direction::Rx && self.added_rx(port, queue)
+    }
+
+    fn rules_in_software(&self, port: PortIndex) -> bool {
+        self.ports
+            .get(port.index())
+            .is_some_and(|p| matches!(p.steering, PortSteering::Software { .. }))
     }
 
     fn steering(&self) -> String {
