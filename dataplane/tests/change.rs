@@ -6,7 +6,7 @@
 #[macro_use]
 mod common;
 
-use common::traffic::{Seen, Traffic, frame, receive};
+use common::traffic::{Seen, Traffic, frame, receive_on};
 use dataplane::config::{self, Config};
 use dataplane::{ChangeError, DataPlane, RecvError};
 use std::collections::BTreeMap;
@@ -71,11 +71,7 @@ fn a_change_under_traffic_loses_nothing_on_the_queues_it_keeps() {
     let tx = plane.take_tx_queue("loop0", 0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let receivers: Vec<_> = (0..3)
-        .map(|q| {
-            let rx = plane.take_rx_queue("loop0", q).unwrap();
-            let done = done.clone();
-            std::thread::spawn(move || receive(rx, done))
-        })
+        .map(|q| receive_on(&mut plane, "loop0", q, &done))
         .collect();
     // The sender cycles over the five ports, each with its own sequence.
     let traffic = Traffic::start(tx, &PORTS);
@@ -570,10 +566,7 @@ fn queues_added_under_traffic_take_over_and_the_kept_ones_lose_nothing() {
     let mut plane = DataPlane::start(&two_queue_config(false)).expect("starts");
     let t0 = plane.take_tx_queue("loop0", 0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
-    let q0 = {
-        let (rx, done) = (plane.take_rx_queue("loop0", 0).unwrap(), done.clone());
-        std::thread::spawn(move || receive(rx, done))
-    };
+    let q0 = receive_on(&mut plane, "loop0", 0, &done);
     let traffic = Traffic::start(t0, &[5000, 5001]);
     traffic.wait_for(30_000);
     let report = plane
@@ -583,10 +576,7 @@ fn queues_added_under_traffic_take_over_and_the_kept_ones_lose_nothing() {
     assert_eq!(report.added.queues, 2);
     assert_eq!(report.added.started_cores, [1], "q1's core had no worker");
     assert_eq!(report.change.rules[0].changed, ["f1"]);
-    let q1 = {
-        let (rx, done) = (plane.take_rx_queue("loop0", 1).unwrap(), done.clone());
-        std::thread::spawn(move || receive(rx, done))
-    };
+    let q1 = receive_on(&mut plane, "loop0", 1, &done);
     // The added TX queue sends too, from another source port, to q0's flow.
     let mut t1 = plane.take_tx_queue("loop0", 1).unwrap();
     let from_t1: Vec<Vec<u8>> = (0..2000)
@@ -731,10 +721,7 @@ fn regions_are_added_resized_and_removed_under_traffic() {
         DataPlane::start(&region_config(&side(64), &tx("t1", 1, "side"))).expect("starts");
     let t0 = plane.take_tx_queue("loop0", 0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
-    let q0 = {
-        let (rx, done) = (plane.take_rx_queue("loop0", 0).unwrap(), done.clone());
-        std::thread::spawn(move || receive(rx, done))
-    };
+    let q0 = receive_on(&mut plane, "loop0", 0, &done);
     let traffic = Traffic::start(t0, &[5000]);
     traffic.wait_for(20_000);
 
@@ -932,10 +919,7 @@ fn gpu_and_pinned_regions_added_live_carry_traffic() {
     let mut plane = DataPlane::start(&load_loop(&LoopParts::default())).expect("starts");
     let t0 = plane.take_tx_queue("loop0", 0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
-    let q0 = {
-        let (rx, done) = (plane.take_rx_queue("loop0", 0).unwrap(), done.clone());
-        std::thread::spawn(move || receive(rx, done))
-    };
+    let q0 = receive_on(&mut plane, "loop0", 0, &done);
     let traffic = Traffic::start(t0, &[5000]);
     traffic.wait_for(20_000);
     let grown = load_loop(&LoopParts {

@@ -8,7 +8,7 @@
 #[macro_use]
 mod common;
 
-use common::traffic::{Traffic, receive};
+use common::traffic::{Traffic, receive_on};
 use dataplane::{ChangeError, DataPlane, config};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -66,10 +66,7 @@ fn an_rx_queue_added_and_removed_on_a_software_steered_port_under_traffic() {
     assert_eq!(plane.steering(), "software", "net_ring has no rte_flow");
     let t0 = plane.take_tx_queue("ring0", 0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
-    let q0 = {
-        let (rx, done) = (plane.take_rx_queue("ring0", 0).unwrap(), done.clone());
-        std::thread::spawn(move || receive(rx, done))
-    };
+    let q0 = receive_on(&mut plane, "ring0", 0, &done);
     let traffic = Traffic::start(t0, &[5000, 5001]);
     traffic.wait_for(30_000);
 
@@ -95,10 +92,7 @@ fn an_rx_queue_added_and_removed_on_a_software_steered_port_under_traffic() {
         "{}",
         report.change.human()
     );
-    let q1 = {
-        let (rx, done) = (plane.take_rx_queue("ring0", 1).unwrap(), done.clone());
-        std::thread::spawn(move || receive(rx, done))
-    };
+    let q1 = receive_on(&mut plane, "ring0", 1, &done);
     traffic.wait_for(traffic.sent() + 60_000);
 
     // And removed again: port 5001 back to q0 first, in the same change.

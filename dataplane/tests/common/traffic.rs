@@ -110,3 +110,18 @@ impl Traffic {
         self.thread.join().unwrap()
     }
 }
+
+/// Takes RX queue `queue` of `interface` and runs [`receive`] on it on a thread of its
+/// own, until `done` and the queue is empty.
+pub fn receive_on(
+    plane: &mut DataPlane,
+    interface: &str,
+    queue: u16,
+    done: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Seen> {
+    let rx = plane
+        .take_rx_queue(interface, queue)
+        .unwrap_or_else(|| panic!("RX queue {queue} of `{interface}`"));
+    let done = done.clone();
+    std::thread::spawn(move || receive(rx, done))
+}
