@@ -38,6 +38,14 @@ pub fn context(ordinal: u32) -> Result<Arc<CudaContext>, GpuError> {
     CudaContext::new(ordinal as usize).map_err(driver("cuDevicePrimaryCtxRetain"))
 }
 
+/// Makes GPU `ordinal`'s primary context current on the calling thread (for a thread
+/// that calls cuFile or the driver without another GPU call first).
+pub fn bind_context(ordinal: u32) -> Result<(), GpuError> {
+    context(ordinal)?
+        .bind_to_thread()
+        .map_err(driver("cuCtxSetCurrent"))
+}
+
 /// A GPU of this machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuInfo {

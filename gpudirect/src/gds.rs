@@ -65,6 +65,12 @@ impl DeviceStaging {
         self.buf.len()
     }
 
+    /// Device address of the first byte (for a kernel that writes into it; the caller
+    /// orders that kernel before [`DeviceStaging::wait`] or a cuFile write).
+    pub fn device_ptr(&self) -> u64 {
+        self.buf.device_ptr()
+    }
+
     /// True for a zero-length staging.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()

@@ -344,32 +344,63 @@ pub(super) fn write_framed(
 }
 
 /// Copies packets `(i, at)` of `burst` (segments joined) into `staging` at `at`, and
-/// waits for the copies: once it returns, the burst's buffers may be reused.
+/// waits for the copies: once it returns, the burst's buffers may be reused. With
+/// `kernels`, the segments in GPU memory go in one copy kernel launch per
+/// [`gpudirect::MAX_ITEMS`] segments; without, one driver copy each.
 pub(super) fn gather_packets(
     staging: &DeviceStaging,
+    mut kernels: Option<&mut gpudirect::Gpu>,
     burst: &Burst,
     placed: &[(usize, usize)],
 ) -> Result<(), gpudirect::GpuError> {
     let mut queued = Ok(());
+    let mut items: Vec<(u64, u64, u32)> = Vec::new();
     'packets: for &(i, mut at) in placed {
         for (s, seg) in burst.packets()[i].segments().iter().enumerate() {
-            let copied = match burst.data(i, s) {
-                Some(d) => staging.copy_in_host(at, d),
-                // SAFETY: the segment is `seg.len` bytes of GPU memory owned by `burst`,
-                // which the caller holds until this function returns, and the copies are
-                // waited for below before returning.
-                None => unsafe { staging.copy_in(at, burst.segment_addr(i, s), seg.len as usize) },
+            let len = seg.len as usize;
+            assert!(
+                at.checked_add(len).is_some_and(|end| end <= staging.len()),
+                "a packet placed past the end of a device staging buffer"
+            );
+            let copied = match (burst.data(i, s), &kernels) {
+                (Some(d), _) => staging.copy_in_host(at, d),
+                (None, Some(_)) => {
+                    let dst = staging.device_ptr() + at as u64;
+                    items.push((burst.segment_addr(i, s), dst, seg.len));
+                    Ok(())
+                }
+                // SAFETY: the segment is `len` bytes of GPU memory owned by `burst`, which
+                // the caller holds until this function returns, and the copies are waited
+                // for below before returning.
+                (None, None) => unsafe { staging.copy_in(at, burst.segment_addr(i, s), len) },
             };
             if let Err(e) = copied {
                 queued = Err(e);
                 break 'packets;
             }
-            at += seg.len as usize;
+            at += len;
+        }
+    }
+    if let Some(gpu) = kernels.as_deref_mut()
+        && queued.is_ok()
+        && !items.is_empty()
+    {
+        queued = gpu.bind();
+        for part in items.chunks(gpudirect::MAX_ITEMS) {
+            if queued.is_err() {
+                break;
+            }
+            // SAFETY: each source is a segment of GPU memory `burst` holds, each
+            // destination lies inside `staging` (checked above); both stay valid until
+            // the sync right after, before this function returns. The sync also frees
+            // the argument table for the next part.
+            queued = unsafe { gpu.batched_copy(part) }.and_then(|()| gpu.sync());
         }
     }
     // Waited for even after a failed copy: the queued ones still read the burst.
+    let launched = kernels.map_or(Ok(()), |gpu| gpu.sync());
     let waited = staging.wait();
-    queued.and(waited)
+    queued.and(launched).and(waited)
 }
 
 fn write_loop(

@@ -220,6 +220,17 @@ pub enum CaptureError {
     /// The writer thread panicked.
     #[error("capture to {0}: the writer thread panicked")]
     Panicked(PathBuf),
+    /// Transient windows whose files could not be written (each counted as
+    /// `windows_failed`).
+    #[error("capture to {path}: {failed} transient window file(s) failed; the last: {reason}")]
+    WindowsFailed {
+        /// The file the windows are named after.
+        path: PathBuf,
+        /// Windows that failed.
+        failed: u64,
+        /// Why the last one failed.
+        reason: String,
+    },
     /// GPU memory or cuFile could not be set up or written.
     #[error("capture to {path}: {reason}")]
     Gpu {
@@ -544,8 +555,7 @@ impl CaptureSink {
 
     fn close(&mut self) -> Result<(), CaptureError> {
         if let Some(t) = &mut self.transient {
-            t.close();
-            return Ok(());
+            return t.close();
         }
         #[cfg(feature = "cuda")]
         if let Some(g) = &mut self.gpu {

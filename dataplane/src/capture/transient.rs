@@ -255,6 +255,8 @@ struct WriterCounters {
     windows_written: AtomicU64,
     written_packets: AtomicU64,
     windows_failed: AtomicU64,
+    /// Why the last window failed.
+    last_failure: std::sync::Mutex<Option<String>>,
 }
 
 /// The chunks a sink fills: free ones, and those out of the history that the writer may
@@ -331,6 +333,10 @@ pub(crate) struct TransientSink {
     /// GPU: (packet of the burst, offset of its bytes).
     #[cfg(feature = "cuda")]
     to_gather: Vec<(usize, usize)>,
+    /// The copy kernel that gathers packets into GPU chunks (per-segment driver copies
+    /// where NVRTC is missing).
+    #[cfg(feature = "cuda")]
+    kernels: Option<gpudirect::Gpu>,
     not_kept: u64,
     /// A record header or trailer being made.
     framing: Vec<u8>,
@@ -353,11 +359,22 @@ impl TransientSink {
             path: cfg.path.clone(),
             reason,
         })?;
+        let on_gpu = (cfg.keep_in == MemoryKind::Device).then_some(cfg.gpu);
+        if on_gpu.is_some() {
+            // cuFile must take a file there before the first trigger: a bad setup fails
+            // at start.
+            let probe = super::with_suffix(&cfg.path, "_cufile_probe");
+            let probed = WindowFile::open(&probe, cfg.format, on_gpu).map(drop);
+            let _ = std::fs::remove_file(&probe);
+            probed.map_err(|reason| CaptureError::Gpu {
+                path: cfg.path.clone(),
+                reason,
+            })?;
+        }
         let (jobs, rx) = mpsc::channel();
         let counters = Arc::new(WriterCounters::default());
         let c = counters.clone();
         let format = cfg.format;
-        let on_gpu = cfg.keep_in == MemoryKind::Device;
         let writer = std::thread::Builder::new()
             .name("dp-transient".into())
             .spawn(move || write_windows(rx, format, on_gpu, &c))
@@ -374,6 +391,18 @@ impl TransientSink {
             pool,
             #[cfg(feature = "cuda")]
             to_gather: Vec::new(),
+            #[cfg(feature = "cuda")]
+            kernels: match on_gpu.map(gpudirect::Gpu::new) {
+                Some(Ok(gpu)) => Some(gpu),
+                Some(Err(e)) => {
+                    tracing::warn!(
+                        "transient capture {}: no copy kernel ({e}): one driver copy per packet",
+                        cfg.path.display()
+                    );
+                    None
+                }
+                None => None,
+            },
             not_kept: 0,
             framing: Vec::new(),
             window: None,
@@ -488,7 +517,9 @@ impl TransientSink {
             && let Some(c) = &mut self.filling
             && let Store::Device(staging) = &c.store
         {
-            if let Err(e) = super::gpu::gather_packets(staging, burst, &self.to_gather) {
+            if let Err(e) =
+                super::gpu::gather_packets(staging, self.kernels.as_mut(), burst, &self.to_gather)
+            {
                 if self.not_kept == 0 {
                     tracing::error!("transient capture {}: {e}", self.cfg.path.display());
                 }
@@ -579,8 +610,9 @@ impl TransientSink {
         }
     }
 
-    /// Closes an open window (with what it has so far) and waits for the writer.
-    pub(crate) fn close(&mut self) {
+    /// Closes an open window (with what it has so far) and waits for the writer; an
+    /// error names the last window file that failed.
+    pub(crate) fn close(&mut self) -> Result<(), CaptureError> {
         if self.window.is_some() {
             // Nothing is left to gather: every submit gathered its burst.
             self.close_window();
@@ -589,10 +621,22 @@ impl TransientSink {
         if let Some(w) = self.writer.take()
             && w.join().is_err()
         {
-            tracing::error!(
-                "transient capture {}: the writer thread panicked",
-                self.cfg.path.display()
-            );
+            return Err(CaptureError::Panicked(self.cfg.path.clone()));
+        }
+        let failed = self.counters.windows_failed.load(Ordering::Relaxed);
+        let reason = self
+            .counters
+            .last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match reason {
+            Some(reason) if failed > 0 => Err(CaptureError::WindowsFailed {
+                path: self.cfg.path.clone(),
+                failed,
+                reason,
+            }),
+            _ => Ok(()),
         }
     }
 }
@@ -634,13 +678,23 @@ enum WindowFile {
 }
 
 impl WindowFile {
-    fn open(path: &std::path::Path, format: CaptureFormat, on_gpu: bool) -> Result<Self, String> {
-        let mut f = crate::files::create_output(path).map_err(|e| e.to_string())?;
+    /// Creates `path` with the format's header; registered with cuFile when the chunks
+    /// are on a GPU (`on_gpu`: its ordinal).
+    fn open(
+        path: &std::path::Path,
+        format: CaptureFormat,
+        on_gpu: Option<u32>,
+    ) -> Result<Self, String> {
+        let mut f = crate::files::create_output(path).map_err(|e| format!("creating: {e}"))?;
         let header = file_header(format);
-        f.write_all(&header).map_err(|e| e.to_string())?;
+        f.write_all(&header)
+            .map_err(|e| format!("writing the header: {e}"))?;
         #[cfg(feature = "cuda")]
-        if on_gpu {
-            let gds = gpudirect::gds::GdsFile::register(f).map_err(|e| e.to_string())?;
+        if let Some(gpu) = on_gpu {
+            // The driver opens cuFile on the first registration, in the thread's context.
+            gpudirect::bind_context(gpu).map_err(|e| e.to_string())?;
+            let gds = gpudirect::gds::GdsFile::register(f)
+                .map_err(|e| format!("registering with cuFile: {e}"))?;
             return Ok(WindowFile::Gds(gds, header.len() as u64));
         }
         let _ = on_gpu;
@@ -664,7 +718,9 @@ impl WindowFile {
                     .iter()
                     .map(|r| (r.ts, r.len, r.at as usize - start));
                 super::gpu::write_framed(file, staging, start..end, *offset, format, records)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| {
+                        format!("writing bytes {start}..{end} of a GPU chunk at {offset}: {e}")
+                    })?;
                 *offset += (end - start) as u64;
                 Ok(())
             }
@@ -682,7 +738,7 @@ impl WindowFile {
 fn write_windows(
     jobs: mpsc::Receiver<Job>,
     format: CaptureFormat,
-    on_gpu: bool,
+    on_gpu: Option<u32>,
     counters: &WriterCounters,
 ) {
     let mut file: Option<(PathBuf, Result<WindowFile, String>, u64)> = None;
@@ -712,6 +768,10 @@ fn write_windows(
                 Some((path, Err(e), _)) => {
                     tracing::error!("transient capture {}: {e}", path.display());
                     counters.windows_failed.fetch_add(1, Ordering::Relaxed);
+                    *counters
+                        .last_failure
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(e);
                 }
                 None => {}
             },
