@@ -910,6 +910,7 @@ interfaces:
 /// new `host_pinned` region and an RX queue in the new `device` region (with the rule
 /// that feeds it) carry frames, read back from GPU memory byte for byte, while q0 keeps
 /// its flow whole. Needs a CUDA driver (SKIP without one).
+#[cfg(feature = "cuda")]
 #[test]
 fn gpu_and_pinned_regions_added_live_carry_traffic() {
     if !gpudirect::driver_present() {

@@ -55,7 +55,7 @@ fn windows_of_a_gpu_queue_kept_in_gpu_memory_hold_every_packet() {
 }
 
 /// Where the RX queue's packets and the transient history live.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Memory {
     /// Both in host memory; the first trigger is a matching packet.
     Host,
@@ -183,6 +183,7 @@ capture:
         "{stats:?}"
     );
     assert_eq!((t.windows_failed, t.not_kept), (0, 0), "{t:?}");
+    eprintln!("{memory:?}: {t:?}");
     let by_seq: BTreeMap<u64, u64> = received.iter().copied().collect();
     let window = WINDOW_MS * 1_000_000;
     let mut written = 0;

@@ -295,7 +295,15 @@ impl FileOut {
                     let head = format.framing(r.len as usize).0;
                     (r.ts, r.len, r.at as usize - head)
                 });
-                write_framed(file, &f.staging, 0..f.used, *offset, format, records)?;
+                write_framed(
+                    file,
+                    file.file(),
+                    &f.staging,
+                    0..f.used,
+                    *offset,
+                    format,
+                    records,
+                )?;
                 *offset += f.used as u64;
             }
             FileOut::PerPacket { dir, next } => {
@@ -314,9 +322,11 @@ impl FileOut {
 
 /// Writes bytes `range` of `staging` to `file` at `offset` through cuFile, then the
 /// record headers and trailers of `records` (receive time, packet length, where its record
-/// starts counted from `range.start`) around the packets from the host.
+/// starts counted from `range.start`) around the packets from the host, through `host`
+/// (the same file opened for ordinary writes).
 pub(super) fn write_framed(
     file: &GdsFile,
+    host: &std::fs::File,
     staging: &DeviceStaging,
     range: std::ops::Range<usize>,
     offset: u64,
@@ -331,13 +341,12 @@ pub(super) fn write_framed(
         if head > 0 {
             framing.clear();
             format.record_head(ts, len, &mut framing);
-            file.file().write_all_at(&framing, at)?;
+            host.write_all_at(&framing, at)?;
         }
         if tail > 0 {
             framing.clear();
             format.record_tail(len, &mut framing);
-            file.file()
-                .write_all_at(&framing, at + (head + len as usize) as u64)?;
+            host.write_all_at(&framing, at + (head + len as usize) as u64)?;
         }
     }
     Ok(())

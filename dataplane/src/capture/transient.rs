@@ -137,6 +137,10 @@ pub struct TransientStats {
     /// Packets delivered but not kept: no chunk was free (the writer held them all), the
     /// packet was larger than a chunk, or a GPU copy failed (logged).
     pub not_kept: u64,
+    /// Windows of GPU chunks go to their files through cuFile (GPUDirect Storage);
+    /// false when the chunks are in host memory, or cuFile refused the file system and
+    /// each window is copied to the host first.
+    pub through_cufile: bool,
 }
 
 /// One packet in a chunk.
@@ -338,6 +342,7 @@ pub(crate) struct TransientSink {
     #[cfg(feature = "cuda")]
     kernels: Option<gpudirect::Gpu>,
     not_kept: u64,
+    through_cufile: bool,
     /// A record header or trailer being made.
     framing: Vec<u8>,
     window: Option<Window>,
@@ -360,24 +365,36 @@ impl TransientSink {
             reason,
         })?;
         let on_gpu = (cfg.keep_in == MemoryKind::Device).then_some(cfg.gpu);
-        if on_gpu.is_some() {
-            // cuFile must take a file there before the first trigger: a bad setup fails
-            // at start.
-            let probe = super::with_suffix(&cfg.path, "_cufile_probe");
-            let probed = WindowFile::open(&probe, cfg.format, on_gpu).map(drop);
-            let _ = std::fs::remove_file(&probe);
-            probed.map_err(|reason| CaptureError::Gpu {
-                path: cfg.path.clone(),
-                reason,
-            })?;
-        }
+        // Window files must be possible before the first trigger (a bad path fails at
+        // start); for GPU chunks, a probe file says whether cuFile takes the file system.
+        let probe = |gds| {
+            let path = super::with_suffix(&cfg.path, "_probe");
+            let opened = WindowFile::open(&path, cfg.format, gds).map(drop);
+            let _ = std::fs::remove_file(&path);
+            opened
+        };
+        probe(None).map_err(|reason| CaptureError::Gpu {
+            path: cfg.path.clone(),
+            reason,
+        })?;
+        let gpu_writes = on_gpu.map(|gpu| match probe(Some(gpu)) {
+            Ok(()) => GpuWrites::Gds,
+            Err(reason) => {
+                tracing::warn!(
+                    "transient capture {}: cuFile cannot write there ({reason}); windows are copied from GPU memory and written by the host",
+                    cfg.path.display()
+                );
+                GpuWrites::Staged
+            }
+        });
+        let gds = on_gpu.filter(|_| gpu_writes == Some(GpuWrites::Gds));
         let (jobs, rx) = mpsc::channel();
         let counters = Arc::new(WriterCounters::default());
         let c = counters.clone();
         let format = cfg.format;
         let writer = std::thread::Builder::new()
             .name("dp-transient".into())
-            .spawn(move || write_windows(rx, format, on_gpu, &c))
+            .spawn(move || write_windows(rx, format, gds, &c))
             .map_err(|source| CaptureError::Io {
                 path: cfg.path.clone(),
                 source,
@@ -404,6 +421,7 @@ impl TransientSink {
                 None => None,
             },
             not_kept: 0,
+            through_cufile: gds.is_some(),
             framing: Vec::new(),
             window: None,
             next_file: 1,
@@ -607,6 +625,7 @@ impl TransientSink {
             written_packets: self.counters.written_packets.load(Ordering::Relaxed),
             windows_failed: self.counters.windows_failed.load(Ordering::Relaxed),
             not_kept: self.not_kept,
+            through_cufile: self.through_cufile,
         }
     }
 
@@ -668,36 +687,60 @@ fn matches(burst: &Burst, i: usize, m: &TriggerMatch) -> bool {
     want.is_empty()
 }
 
+/// How windows of GPU chunks reach their files, decided once at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GpuWrites {
+    /// Through cuFile, from GPU memory (the file registered open with `O_DIRECT`, the
+    /// record framing written through an ordinary descriptor of the same file).
+    Gds,
+    /// cuFile refused the file system: each range copied to the host, then written.
+    Staged,
+}
+
 /// A window's file as the writer has it.
 enum WindowFile {
-    /// Written in order from host memory.
+    /// Written in order from host memory (host chunks, or GPU chunks copied out).
     Plain(std::fs::File),
-    /// GPU chunks written through cuFile, at the offset the next bytes go to.
+    /// GPU chunks written through cuFile, and the offset the next bytes go to.
     #[cfg(feature = "cuda")]
-    Gds(gpudirect::gds::GdsFile, u64),
+    Gds {
+        direct: gpudirect::gds::GdsFile,
+        host: std::fs::File,
+        offset: u64,
+    },
 }
 
 impl WindowFile {
-    /// Creates `path` with the format's header; registered with cuFile when the chunks
-    /// are on a GPU (`on_gpu`: its ordinal).
+    /// Creates `path` with the format's header; registered with cuFile when GPU chunks
+    /// go to it through cuFile (`gds`: the GPU's ordinal).
     fn open(
         path: &std::path::Path,
         format: CaptureFormat,
-        on_gpu: Option<u32>,
+        gds: Option<u32>,
     ) -> Result<Self, String> {
         let mut f = crate::files::create_output(path).map_err(|e| format!("creating: {e}"))?;
         let header = file_header(format);
         f.write_all(&header)
             .map_err(|e| format!("writing the header: {e}"))?;
         #[cfg(feature = "cuda")]
-        if let Some(gpu) = on_gpu {
+        if let Some(gpu) = gds {
+            use std::os::unix::fs::OpenOptionsExt;
             // The driver opens cuFile on the first registration, in the thread's context.
             gpudirect::bind_context(gpu).map_err(|e| e.to_string())?;
-            let gds = gpudirect::gds::GdsFile::register(f)
+            let direct = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path)
+                .map_err(|e| format!("opening with O_DIRECT: {e}"))?;
+            let direct = gpudirect::gds::GdsFile::register(direct)
                 .map_err(|e| format!("registering with cuFile: {e}"))?;
-            return Ok(WindowFile::Gds(gds, header.len() as u64));
+            return Ok(WindowFile::Gds {
+                direct,
+                host: f,
+                offset: header.len() as u64,
+            });
         }
-        let _ = on_gpu;
+        let _ = gds;
         Ok(WindowFile::Plain(f))
     }
 
@@ -713,23 +756,58 @@ impl WindowFile {
         let _ = format; // GPU chunks only: the host ones hold their framing
         match (self, &chunk.store) {
             #[cfg(feature = "cuda")]
-            (WindowFile::Gds(file, offset), Store::Device(staging)) => {
+            (
+                WindowFile::Gds {
+                    direct,
+                    host,
+                    offset,
+                },
+                Store::Device(staging),
+            ) => {
                 let records = chunk.records[from..to]
                     .iter()
                     .map(|r| (r.ts, r.len, r.at as usize - start));
-                super::gpu::write_framed(file, staging, start..end, *offset, format, records)
-                    .map_err(|e| {
-                        format!("writing bytes {start}..{end} of a GPU chunk at {offset}: {e}")
-                    })?;
+                super::gpu::write_framed(
+                    direct,
+                    host,
+                    staging,
+                    start..end,
+                    *offset,
+                    format,
+                    records,
+                )
+                .map_err(|e| {
+                    format!("writing bytes {start}..{end} of a GPU chunk at {offset}: {e}")
+                })?;
                 *offset += (end - start) as u64;
                 Ok(())
             }
+            #[cfg(feature = "cuda")]
+            (WindowFile::Plain(f), Store::Device(staging)) => {
+                let mut bytes = vec![0u8; end - start];
+                staging
+                    .read(start, &mut bytes)
+                    .map_err(|e| format!("copying bytes {start}..{end} of a GPU chunk: {e}"))?;
+                let mut framing = Vec::new();
+                for r in &chunk.records[from..to] {
+                    let (head, tail) = format.framing(r.len as usize);
+                    let at = r.at as usize - start;
+                    framing.clear();
+                    format.record_head(r.ts, r.len, &mut framing);
+                    bytes[at..at + head].copy_from_slice(&framing);
+                    framing.clear();
+                    format.record_tail(r.len, &mut framing);
+                    let after = at + head + r.len as usize;
+                    bytes[after..after + tail].copy_from_slice(&framing);
+                }
+                f.write_all(&bytes).map_err(|e| e.to_string())
+            }
             (WindowFile::Plain(f), store) => match store.host() {
                 Some(bytes) => f.write_all(&bytes[start..end]).map_err(|e| e.to_string()),
-                None => Err("a GPU chunk for a file not registered with cuFile".into()),
+                None => Err("a GPU chunk without the cuda feature".into()),
             },
             #[cfg(feature = "cuda")]
-            (WindowFile::Gds(..), _) => Err("a host chunk for a cuFile window".into()),
+            (WindowFile::Gds { .. }, _) => Err("a host chunk for a cuFile window".into()),
         }
     }
 }
@@ -738,14 +816,14 @@ impl WindowFile {
 fn write_windows(
     jobs: mpsc::Receiver<Job>,
     format: CaptureFormat,
-    on_gpu: Option<u32>,
+    gds: Option<u32>,
     counters: &WriterCounters,
 ) {
     let mut file: Option<(PathBuf, Result<WindowFile, String>, u64)> = None;
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Open(path) => {
-                let f = WindowFile::open(&path, format, on_gpu);
+                let f = WindowFile::open(&path, format, gds);
                 file = Some((path, f, 0));
             }
             Job::Write(chunk, from, to) => {
