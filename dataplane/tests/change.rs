@@ -6,7 +6,7 @@
 #[macro_use]
 mod common;
 
-use common::traffic::{Seen, Traffic, frame, receive_on};
+use common::traffic::{Seen, Traffic, flowing, frame, receive_on};
 use dataplane::config::{self, Config};
 use dataplane::{ChangeError, DataPlane, RecvError};
 use std::collections::BTreeMap;
@@ -564,11 +564,7 @@ fn two_queue_config(added: bool) -> Config {
 #[test]
 fn queues_added_under_traffic_take_over_and_the_kept_ones_lose_nothing() {
     let mut plane = DataPlane::start(&two_queue_config(false)).expect("starts");
-    let t0 = plane.take_tx_queue("loop0", 0).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let q0 = receive_on(&mut plane, "loop0", 0, &done);
-    let traffic = Traffic::start(t0, &[5000, 5001]);
-    traffic.wait_for(30_000);
+    let (traffic, q0, done) = flowing(&mut plane, "loop0", &[5000, 5001], 30_000);
     let report = plane
         .change(&two_queue_config(true))
         .expect("a live change");
@@ -719,11 +715,7 @@ fn regions_are_added_resized_and_removed_under_traffic() {
     let extra = "- {name: extra, kind: host, affinity: 0, num_bufs: 128, buf_size: 256}\n";
     let mut plane =
         DataPlane::start(&region_config(&side(64), &tx("t1", 1, "side"))).expect("starts");
-    let t0 = plane.take_tx_queue("loop0", 0).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let q0 = receive_on(&mut plane, "loop0", 0, &done);
-    let traffic = Traffic::start(t0, &[5000]);
-    traffic.wait_for(20_000);
+    let (traffic, q0, done) = flowing(&mut plane, "loop0", &[5000], 20_000);
 
     // Resizing `side` while t1 keeps it is refused: a running queue keeps its region.
     let t1_kept = region_config(&side(512), &tx("t1", 1, "side"));
@@ -918,11 +910,7 @@ fn gpu_and_pinned_regions_added_live_carry_traffic() {
         return;
     }
     let mut plane = DataPlane::start(&load_loop(&LoopParts::default())).expect("starts");
-    let t0 = plane.take_tx_queue("loop0", 0).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let q0 = receive_on(&mut plane, "loop0", 0, &done);
-    let traffic = Traffic::start(t0, &[5000]);
-    traffic.wait_for(20_000);
+    let (traffic, q0, done) = flowing(&mut plane, "loop0", &[5000], 20_000);
     let grown = load_loop(&LoopParts {
         regions_after: "- {name: pinned, kind: host_pinned, affinity: 0, num_bufs: 256, buf_size: 256}\n\
                         - {name: gpu, kind: device, affinity: 0, num_bufs: 1024, buf_size: 256}\n",

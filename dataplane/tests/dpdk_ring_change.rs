@@ -8,10 +8,8 @@
 #[macro_use]
 mod common;
 
-use common::traffic::{Traffic, receive_on};
+use common::traffic::{flowing, receive_on};
 use dataplane::{ChangeError, DataPlane, config};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 /// net_ring0 with TX queue t0 and RX queue q0 (port 5000 to q0; 5001 to q0 unless
 /// `q1` adds RX queue q1 and moves port 5001 there); `t1` adds a TX queue.
@@ -64,11 +62,7 @@ Q1        flows:
 fn an_rx_queue_added_and_removed_on_a_software_steered_port_under_traffic() {
     let mut plane = DataPlane::start(&ring_config(false, false)).expect("starts");
     assert_eq!(plane.steering(), "software", "net_ring has no rte_flow");
-    let t0 = plane.take_tx_queue("ring0", 0).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let q0 = receive_on(&mut plane, "ring0", 0, &done);
-    let traffic = Traffic::start(t0, &[5000, 5001]);
-    traffic.wait_for(30_000);
+    let (traffic, q0, done) = flowing(&mut plane, "ring0", &[5000, 5001], 30_000);
 
     // A TX queue is a device queue: refused, and nothing changes.
     match plane.change(&ring_config(true, true)) {

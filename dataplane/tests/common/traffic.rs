@@ -125,3 +125,22 @@ pub fn receive_on(
     let done = done.clone();
     std::thread::spawn(move || receive(rx, done))
 }
+
+/// Traffic from TX queue 0 of `interface` to `ports`, RX queue 0 received on a thread of
+/// its own ([`receive_on`]), after `first` frames were sent: the sender, the receiver and
+/// the flag that ends it ([`Traffic::finish_on`]).
+pub fn flowing(
+    plane: &mut DataPlane,
+    interface: &str,
+    ports: &'static [u16],
+    first: u64,
+) -> (Traffic, std::thread::JoinHandle<Seen>, Arc<AtomicBool>) {
+    let t0 = plane
+        .take_tx_queue(interface, 0)
+        .unwrap_or_else(|| panic!("TX queue 0 of `{interface}`"));
+    let done = Arc::new(AtomicBool::new(false));
+    let q0 = receive_on(plane, interface, 0, &done);
+    let traffic = Traffic::start(t0, ports);
+    traffic.wait_for(first);
+    (traffic, q0, done)
+}

@@ -35,21 +35,29 @@ pub(super) enum Store {
 }
 
 impl Store {
+    /// Bytes of a chunk kept in `keep_in`: GPU chunks are one cuFile write each, so
+    /// larger.
+    fn bytes_in(keep_in: MemoryKind) -> usize {
+        match keep_in {
+            MemoryKind::Device => crate::capture::BATCH_BYTES,
+            _ => CHUNK_BYTES,
+        }
+    }
+
     fn alloc(keep_in: MemoryKind, gpu: u32) -> Result<Self, String> {
+        let bytes = Self::bytes_in(keep_in);
         match keep_in {
             #[cfg(feature = "cuda")]
-            MemoryKind::HostPinned => gpudirect::PinnedBuffer::alloc(gpu, CHUNK_BYTES)
+            MemoryKind::HostPinned => gpudirect::PinnedBuffer::alloc(gpu, bytes)
                 .map(Store::Pinned)
                 .map_err(|e| e.to_string()),
             #[cfg(feature = "cuda")]
-            MemoryKind::Device => {
-                gpudirect::gds::DeviceStaging::alloc(gpu, crate::capture::BATCH_BYTES)
-                    .map(Store::Device)
-                    .map_err(|e| e.to_string())
-            }
+            MemoryKind::Device => gpudirect::gds::DeviceStaging::alloc(gpu, bytes)
+                .map(Store::Device)
+                .map_err(|e| e.to_string()),
             MemoryKind::Host | MemoryKind::Huge => {
                 let _ = gpu;
-                Ok(Store::Heap(vec![0; CHUNK_BYTES].into_boxed_slice()))
+                Ok(Store::Heap(vec![0; bytes].into_boxed_slice()))
             }
             #[cfg(not(feature = "cuda"))]
             _ => Err(format!(
@@ -133,8 +141,7 @@ impl ChunkPool {
             most: usize::MAX,
         };
         if cfg.keep_in != MemoryKind::Host {
-            let size = Store::alloc(cfg.keep_in, cfg.gpu)?.capacity();
-            pool.most = cfg.keep_bytes.div_ceil(size) + SPARE_CHUNKS;
+            pool.most = cfg.keep_bytes.div_ceil(Store::bytes_in(cfg.keep_in)) + SPARE_CHUNKS;
             while pool.made < pool.most {
                 let chunk = pool.make()?;
                 pool.free.push(chunk);

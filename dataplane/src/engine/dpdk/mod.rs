@@ -226,13 +226,15 @@ impl Engine for DpdkEngine {
     ) -> Result<Box<dyn RxPort>, EngineError> {
         let p = self.port(port)?;
         let no_queue = || EngineError::no_queue(port, Direction::Rx, queue);
-        if let (None, PortSteering::Software { grid }) = (p.rx_setup(queue), &p.steering)
-            && self.added_rx(port, queue)
-        {
-            let wires = grid.receiver(queue).ok_or_else(no_queue)?;
-            return Ok(Box::new(super::wire::WireRxPort(wires)));
-        }
-        let setup = p.rx_setup(queue).ok_or_else(no_queue)?;
+        let setup = match (p.rx_setup(queue), &p.steering) {
+            (Some(setup), _) => setup,
+            // Added live: no device queue, the port's wires.
+            (None, PortSteering::Software { grid }) if self.added_rx(port, queue) => {
+                let wires = grid.receiver(queue).ok_or_else(no_queue)?;
+                return Ok(Box::new(super::wire::WireRxPort(wires)));
+            }
+            (None, _) => return Err(no_queue()),
+        };
         let hw = setup.index.0;
         let segments = self.segments(port, queue);
         if segments.is_empty() {
