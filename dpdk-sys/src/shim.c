@@ -186,11 +186,34 @@ void shim_tx_attach_bulk(struct rte_mbuf *const *mbufs, void *const *addrs,
 		shim_tx_attach(mbufs[i], addrs[i], buf_len, lens[i], table, indices[i]);
 }
 
+/* Makes `m`, the only holder of the external buffer attached to it, a direct mbuf again
+ * without touching the buffer's shared info (no atomic, no free callback): what
+ * rte_pktmbuf_detach does after its reference count update. */
+static void detach_sole_holder(struct rte_mbuf *m)
+{
+	struct rte_mempool *mp = m->pool;
+	uint16_t priv_size = rte_pktmbuf_priv_size(mp);
+	uint32_t mbuf_size = (uint32_t)(sizeof(struct rte_mbuf) + priv_size);
+	m->priv_size = priv_size;
+	m->buf_addr = (char *)m + mbuf_size;
+	rte_mbuf_iova_set(m, rte_mempool_virt2iova(m) + mbuf_size);
+	m->buf_len = (uint16_t)rte_pktmbuf_data_room_size(mp);
+	rte_pktmbuf_reset_headroom(m);
+	m->data_len = 0;
+	m->ol_flags = 0;
+}
+
 void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n)
 {
 	for (unsigned int i = 0; i < n; i++) {
 		struct rte_mbuf *m = mbufs[i];
-		if (RTE_MBUF_HAS_EXTBUF(m))
+		if (!RTE_MBUF_HAS_EXTBUF(m))
+			continue;
+		if (rte_mbuf_ext_refcnt_read(m->shinfo) == 1 &&
+		    !(rte_pktmbuf_priv_flags(m->pool) & RTE_PKTMBUF_POOL_F_PINNED_EXT_BUF))
+			detach_sole_holder(m);
+		else
+			/* Others hold it too: the free below only drops this mbuf's reference. */
 			rte_mbuf_ext_refcnt_update(m->shinfo, 1);
 	}
 	rte_pktmbuf_free_bulk(mbufs, n);
@@ -206,6 +229,25 @@ void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, void *
 		opaques[i] = ours ? m->shinfo->fcb_opaque : NULL;
 		shinfos[i] = ours ? (void *)m->shinfo : NULL;
 	}
+}
+
+void *shim_attached_run(struct rte_mbuf *const *mbufs, unsigned int n,
+	void (*free_cb)(void *addr, void *opaque), void **shinfos, uint16_t *lens)
+{
+	void *opaque = NULL;
+	for (unsigned int i = 0; i < n; i++) {
+		const struct rte_mbuf *m = mbufs[i];
+		if (!RTE_MBUF_HAS_EXTBUF(m) || m->nb_segs != 1 || m->data_off != 0 ||
+		    m->shinfo->free_cb != free_cb || rte_mbuf_ext_refcnt_read(m->shinfo) != 1)
+			return NULL;
+		if (i == 0)
+			opaque = m->shinfo->fcb_opaque;
+		else if (m->shinfo->fcb_opaque != opaque)
+			return NULL;
+		shinfos[i] = (void *)m->shinfo;
+		lens[i] = m->data_len;
+	}
+	return opaque;
 }
 
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len)

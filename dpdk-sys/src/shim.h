@@ -65,6 +65,11 @@ void shim_tx_free_untaken(struct rte_mbuf **mbufs, unsigned int n);
  * data starts at the buffer, else NULL and NULL. */
 void shim_attached_opaques(struct rte_mbuf *const *mbufs, void **opaques, void **shinfos,
 	unsigned int n, void (*free_cb)(void *addr, void *opaque));
+/* When every one of n mbufs passes shim_attached_opaques's test and all carry the same
+ * free-callback argument: that argument, with each mbuf's shared info and data length
+ * (one pass over the mbufs); else NULL, shinfos and lens then partly written. */
+void *shim_attached_run(struct rte_mbuf *const *mbufs, unsigned int n,
+	void (*free_cb)(void *addr, void *opaque), void **shinfos, uint16_t *lens);
 /* Makes an mbuf that carries its own buffer (received into it) a one-segment frame of
  * `len` bytes at the default headroom, for sending. */
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);

@@ -142,6 +142,30 @@ impl Burst {
         self.descriptors_mut().push(p);
     }
 
+    /// A burst of one-segment packets in buffers `indices[i]` of `region`, holding
+    /// `lens[i]` bytes each, which the caller hands over (an engine that received into
+    /// them); each descriptor written once. Dropping the burst frees them.
+    pub(crate) fn of_owned_buffers(
+        regions: Arc<RegionSet>,
+        port: PortIndex,
+        queue: QueueId,
+        region: RegionId,
+        indices: &[u32],
+        lens: &[u16],
+    ) -> Self {
+        let mut burst = Self::empty(regions, port, queue, indices.len());
+        burst
+            .packets
+            .extend(indices.iter().zip(lens).map(|(&index, &len)| {
+                one_segment(Segment {
+                    region,
+                    index,
+                    len: u32::from(len),
+                })
+            }));
+        burst
+    }
+
     /// Allocates `count` packets with one buffer from each of `segment_regions` (all or
     /// nothing). Segment lengths start at 0.
     pub fn allocate(
@@ -598,6 +622,31 @@ impl Burst {
             }
         }
         drop(gone);
+    }
+
+    /// Removes the first `k` packets without freeing their buffers: they were handed over
+    /// (to a device's mbufs, which give them back when freed). A run stays a run.
+    pub(crate) fn forget_front(&mut self, k: usize) {
+        let k = k.min(self.len());
+        if k == 0 {
+            return;
+        }
+        if let Some(run) = &mut self.run {
+            self.run_descriptors = OnceBox::new();
+            match std::num::NonZeroU32::new(run.count.get() - k as u32) {
+                Some(left) => {
+                    run.first += k as u32;
+                    run.count = left;
+                }
+                None => self.run = None,
+            }
+            return;
+        }
+        if k == self.packets.len() {
+            self.packets.clear();
+        } else {
+            self.packets.drain(..k);
+        }
     }
 
     /// Among the first `n` packets, frees those `unwanted(i)` selects; the rest keep their

@@ -286,3 +286,59 @@ fn moving_packets_between_bursts_keeps_ownership_single() {
     drop(rx);
     assert_eq!(r.get(RegionId(0)).available(), 16);
 }
+
+/// Packets handed over to a device leave the burst without their buffers going back to
+/// the pool; the rest stay, and a run stays a run of what is left.
+#[test]
+fn forgotten_packets_keep_their_buffers_out_of_the_pool() {
+    let r = fifo_regions();
+    let mut run =
+        Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(1), 6, 64).unwrap();
+    run.forget_front(2);
+    let left = run.run().expect("still a run");
+    assert_eq!((left.first, left.count(), run.len()), (2, 4, 4));
+    assert_eq!(run.packets()[0].segments()[0].index, 2);
+    drop(run);
+    assert_eq!(
+        r.get(RegionId(1)).available(),
+        14,
+        "buffers 0 and 1 stay handed over"
+    );
+    let mut whole =
+        Burst::allocate_run(r.clone(), PortIndex(0), QueueId(0), RegionId(0), 3, 64).unwrap();
+    whole.forget_front(3);
+    assert!(whole.is_empty() && whole.run().is_none());
+    drop(whole);
+    assert_eq!(r.get(RegionId(0)).available(), 5);
+
+    // Buffers an engine took from the pool and hands over as a burst.
+    let r = regions();
+    let mut taken = Burst::allocate(r.clone(), PortIndex(0), QueueId(0), &[RegionId(0)], 3)
+        .expect("free buffers");
+    let indices: Vec<u32> = taken
+        .packets()
+        .iter()
+        .map(|p| p.segments()[0].index)
+        .collect();
+    taken.forget_front(3);
+    let mut owned = Burst::of_owned_buffers(
+        r.clone(),
+        PortIndex(0),
+        QueueId(0),
+        RegionId(0),
+        &indices,
+        &[10, 20, 30],
+    );
+    assert_eq!(
+        owned.packets().iter().map(|p| p.len()).collect::<Vec<_>>(),
+        [10, 20, 30]
+    );
+    owned.forget_front(1);
+    assert_eq!(owned.packets()[0].segments()[0].index, indices[1]);
+    drop(owned);
+    assert_eq!(
+        r.get(RegionId(0)).available(),
+        15,
+        "the forgotten one stays out"
+    );
+}

@@ -94,6 +94,39 @@ impl AttachableRegion {
     }
 }
 
+impl AttachableRegion {
+    /// Attaches buffer `indices[i]` (at `addrs[i]`, `lens[i]` bytes) to `mbufs[i]`, in one
+    /// call into the shim.
+    ///
+    /// # Safety
+    /// Each mbuf is fresh and direct; each buffer is one of this region's, lies at its
+    /// address and is handed over: from now on only the mbuf's release gives it back.
+    #[inline]
+    pub unsafe fn attach_bulk(
+        &self,
+        mbufs: &[*mut sys::rte_mbuf],
+        addrs: &[*mut c_void],
+        lens: &[u16],
+        indices: &[u32],
+    ) {
+        let n = mbufs.len();
+        assert!(addrs.len() == n && lens.len() == n && indices.len() == n);
+        // SAFETY: as the caller promises; n entries in each array; every length at most
+        // the buffer's (the burst's segment lengths are bounded by buf_size).
+        unsafe {
+            sys::shim_tx_attach_bulk(
+                mbufs.as_ptr(),
+                addrs.as_ptr(),
+                lens.as_ptr(),
+                indices.as_ptr(),
+                n as u32,
+                self.buf_len,
+                self.table.as_ptr(),
+            )
+        };
+    }
+}
+
 /// Fresh mbufs of one burst waiting for their buffers, handed to the shim in one call
 /// per run of packets of one region ([`AttachBatch::flush`]) instead of one per packet.
 pub struct AttachBatch<'r> {
@@ -221,6 +254,50 @@ pub unsafe fn attached_buffers(
         all &= out[i].is_some();
     }
     all
+}
+
+/// As [`attached_buffers`] for the common case, in one pass: when every one of `mbufs`
+/// carries a buffer of the same region of ours, that region, with each buffer's index in
+/// `indices` and the frame's length in `lens`; else `None` ([`attached_buffers`] sorts
+/// out mixed bursts).
+///
+/// # Safety
+/// `mbufs` are valid received mbufs.
+pub unsafe fn attached_run(
+    mbufs: &[*mut sys::rte_mbuf],
+    indices: &mut [u32],
+    lens: &mut [u16],
+) -> Option<RegionId> {
+    let n = mbufs.len();
+    let mut shinfos = [std::ptr::null_mut(); MAX_BURST];
+    if n == 0 || n > MAX_BURST || indices.len() < n || lens.len() < n {
+        return None;
+    }
+    // SAFETY: valid mbufs; room for n results in each array.
+    let opaque = unsafe {
+        sys::shim_attached_run(
+            mbufs.as_ptr(),
+            n as u32,
+            Some(give_back),
+            shinfos.as_mut_ptr(),
+            lens.as_mut_ptr(),
+        )
+    };
+    if opaque.is_null() {
+        return None;
+    }
+    // SAFETY: the opaque pointer of our own tables: a live `ReturnTo` (see `give_back`).
+    let to = unsafe { &*(opaque as *const ReturnTo) };
+    let table = to.table.load(std::sync::atomic::Ordering::Relaxed);
+    let entry = std::mem::size_of::<sys::rte_mbuf_ext_shared_info>();
+    let mut valid = true;
+    for (index, &shinfo) in indices[..n].iter_mut().zip(&shinfos[..n]) {
+        // The entry's place in its table is the buffer index (a constant divisor).
+        let i = (shinfo as usize).wrapping_sub(table) / entry;
+        valid &= i < to.num_bufs;
+        *index = i as u32;
+    }
+    valid.then_some(to.region)
 }
 
 /// Releases received mbufs whose attached buffers the caller took over: the mbufs go back

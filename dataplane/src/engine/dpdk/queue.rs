@@ -283,6 +283,41 @@ impl DeviceQueue {
     /// is a buffer of ours sent attached (a port that loops back, such as net_ring, hands
     /// the sent mbufs over): nothing is copied, the mbufs go back to their pool.
     fn take_over(&mut self, n: usize) -> Option<Burst> {
+        let (mut indices, mut lens) = ([0u32; MAX_BURST], [0u16; MAX_BURST]);
+        // SAFETY: n received mbufs.
+        let one_region =
+            unsafe { attach::attached_run(&self.scratch[..n], &mut indices, &mut lens) };
+        let mut out = match one_region {
+            Some(region) => Burst::of_owned_buffers(
+                self.regions.clone(),
+                self.port,
+                self.queue,
+                region,
+                &indices[..n],
+                &lens[..n],
+            ),
+            None => self.take_over_mixed(n)?,
+        };
+        let rules = self.id_rules();
+        if self.marks || rules.is_some() {
+            for i in 0..n {
+                let id = self.flow_id(i, &out, i, rules.as_deref());
+                out.set_flow_id(i, id);
+            }
+        }
+        if self.rx_time.is_some() {
+            for i in 0..n {
+                self.stamp(i, &mut out, i);
+            }
+        }
+        // SAFETY: each mbuf carries an attached buffer the burst now owns; released once.
+        unsafe { attach::release_keeping_buffers(&mut self.scratch[..n]) };
+        Some(out)
+    }
+
+    /// As [`DeviceQueue::take_over`] for frames whose buffers are in different regions:
+    /// the burst of them, or `None` when one is not a buffer of ours. Releases nothing.
+    fn take_over_mixed(&mut self, n: usize) -> Option<Burst> {
         // SAFETY: n received mbufs and room for n records.
         unsafe {
             sys::shim_rte_mbuf_infos(self.scratch.as_ptr(), self.infos.as_mut_ptr(), n as u32)
@@ -293,16 +328,10 @@ impl DeviceQueue {
             return None;
         }
         let mut out = Burst::empty(self.regions.clone(), self.port, self.queue, n);
-        let rules = self.id_rules();
         for (i, buffer) in found[..n].iter().enumerate() {
             let (region, index) = buffer.expect("checked: every frame carries one");
             out.push_owned(region, index, u32::from(self.infos[i].data_len), 0);
-            let id = self.flow_id(i, &out, i, rules.as_deref());
-            out.set_flow_id(i, id);
-            self.stamp(i, &mut out, i);
         }
-        // SAFETY: each mbuf carries an attached buffer the burst now owns; released once.
-        unsafe { attach::release_keeping_buffers(&mut self.scratch[..n]) };
         Some(out)
     }
 

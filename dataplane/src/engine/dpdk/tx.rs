@@ -327,11 +327,77 @@ fn alloc_mbufs(pool: PoolPtr, out: &mut [*mut sys::rte_mbuf]) -> bool {
     unsafe { sys::shim_rte_pktmbuf_alloc_bulk(pool.0, out.as_mut_ptr(), out.len() as u32) == 0 }
 }
 
+impl DpdkTx {
+    /// The common case in one pass: every one of the first `n` packets is one segment of
+    /// the same attachable region, and no send time or VLAN tag is to be set. The mbufs
+    /// are attached in one call into the shim and sent; returns how many the driver took
+    /// (their buffers now belong to the mbufs), or `None` when the burst is not of that
+    /// shape (nothing done) and the general path must send it.
+    #[inline(always)]
+    fn transmit_attached(
+        &mut self,
+        burst: &mut Burst,
+        regions: &RegionSet,
+        n: usize,
+    ) -> Option<usize> {
+        if self.send_times.is_some() || self.vlan_tags.is_some() {
+            return None;
+        }
+        let packets = burst.packets();
+        let first = packets.first()?.segments.first()?.region;
+        let Some(TxCarrier::Attach(attachable)) = self.carriers.get(first.index()) else {
+            return None;
+        };
+        let region = regions.get(first);
+        let mut addrs = [std::ptr::null_mut(); MAX_BURST];
+        let mut lens = [0u16; MAX_BURST];
+        let mut indices = [0u32; MAX_BURST];
+        for (i, p) in packets[..n].iter().enumerate() {
+            let s = p.segments[0];
+            if p.num_segments != 1 || s.region != first {
+                return None;
+            }
+            addrs[i] = region.buffer_addr(s.index) as *mut std::ffi::c_void;
+            // Buffers of an attachable region are at most u16::MAX bytes long.
+            lens[i] = s.len as u16;
+            indices[i] = s.index;
+        }
+        let mut mbufs = [std::ptr::null_mut(); MAX_BURST];
+        if !alloc_mbufs(self.attach_pool, &mut mbufs[..n]) {
+            return Some(0);
+        }
+        // SAFETY: n fresh direct mbufs, each given buffer `indices[i]` of the region, which
+        // the burst owns and hands over below for the mbufs the driver takes
+        // (`shim_tx_free_untaken` leaves the others' buffers to the burst).
+        unsafe { attachable.attach_bulk(&mbufs[..n], &addrs[..n], &lens[..n], &indices[..n]) };
+        // SAFETY: a started port; the driver takes the mbufs it accepts.
+        let sent = unsafe {
+            sys::shim_rte_eth_tx_burst(self.port_id, self.hw_queue, mbufs.as_mut_ptr(), n as u16)
+        } as usize;
+        if sent < n {
+            // SAFETY: mbufs the driver did not take, each freed once, without giving back
+            // the buffers attached to them.
+            unsafe { sys::shim_tx_free_untaken(mbufs[sent..].as_mut_ptr(), (n - sent) as u32) };
+        }
+        burst.forget_front(sent);
+        Some(sent)
+    }
+}
+
 impl TxPort for DpdkTx {
     fn transmit(&mut self, mut burst: Burst) -> Option<Burst> {
         let regions = burst.regions().clone();
         while !burst.is_empty() {
             let n = burst.len().min(MAX_BURST);
+            if let Some(sent) = self.transmit_attached(&mut burst, &regions, n) {
+                if sent > 0 {
+                    self.reclaim.sent();
+                }
+                if sent < n {
+                    return Some(burst);
+                }
+                continue;
+            }
             let (copies, attaches) = self.plan(&burst, n);
             if copies
                 + attaches
