@@ -145,6 +145,7 @@ impl Burst {
     /// A burst of one-segment packets in buffers `indices[i]` of `region`, holding
     /// `lens[i]` bytes each, which the caller hands over (an engine that received into
     /// them); each descriptor written once. Dropping the burst frees them.
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn of_owned_buffers(
         regions: Arc<RegionSet>,
         port: PortIndex,
@@ -626,6 +627,7 @@ impl Burst {
 
     /// Removes the first `k` packets without freeing their buffers: they were handed over
     /// (to a device's mbufs, which give them back when freed). A run stays a run.
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn forget_front(&mut self, k: usize) {
         let k = k.min(self.len());
         if k == 0 {

@@ -1,10 +1,13 @@
-//! The GPU sink: packets in GPU memory gathered into device staging buffers and written to
-//! the file through cuFile (GPUDirect Storage), one write per 4 MiB buffer.
+//! The GPU sink: packets in GPU memory gathered into device staging buffers (one copy
+//! kernel launch per burst where the kernel loads) and written to the file, one write per
+//! 4 MiB buffer: through cuFile (GPUDirect Storage) where the file system takes a file
+//! opened with `O_DIRECT`, else copied to the host first (decided when the file is
+//! created; the log says which).
 //!
 //! A buffer's layout is the file's: for pcap and pcapng each packet's bytes sit where the
 //! file has them, with gaps for the record headers (and pcapng's padding and trailing
-//! length), which the writer thread writes from the host after the buffer's cuFile write.
-//! Raw per packet writes each packet from the buffer into a file of its own.
+//! length), which the writer fills in from the host. Raw per packet writes each packet
+//! from the buffer into a file of its own.
 //!
 //! The staging buffers circulate between the polling thread and the writer; when none is
 //! free (the disk is behind), packets are counted as `writer_full`, never waited for.
@@ -49,14 +52,18 @@ pub(super) struct GpuSink {
     free: Vec<DeviceStaging>,
     returned: Receiver<DeviceStaging>,
     filling: Option<Filled>,
-    /// A copy was queued since the last wait.
-    copies_pending: bool,
     queue: Option<SyncSender<Filled>>,
     writer: Option<JoinHandle<Result<(), CaptureError>>>,
     shared: Arc<Shared>,
     submitted: u64,
     writer_full: u64,
     copy_failed: u64,
+    /// The copy kernel gathering a burst's packets in one launch (`None`: it did not
+    /// load; one driver copy per segment).
+    kernels: Option<gpudirect::Gpu>,
+    /// Packets of the burst being submitted placed in the buffer being filled, not yet
+    /// copied: (packet, offset of its bytes).
+    placed: Vec<(usize, usize)>,
 }
 
 impl GpuSink {
@@ -71,15 +78,26 @@ impl GpuSink {
             path: cfg.path.clone(),
             source,
         };
-        let out = FileOut::open(&cfg.path, cfg.format).map_err(|e| match e {
+        let out = FileOut::open(&cfg.path, cfg.format, ordinal).map_err(|e| match e {
             FileError::Io(e) => io(e),
             FileError::Gpu(e) => gpu(e),
         })?;
+        let kernels = match gpudirect::Gpu::new(ordinal) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                tracing::warn!(
+                    "capture to {}: no copy kernel ({e}): one driver copy per segment",
+                    cfg.path.display()
+                );
+                None
+            }
+        };
         let depth = (cfg.queue_bytes / BATCH_BYTES).max(2);
         let free = (0..depth)
             .map(|_| DeviceStaging::alloc(ordinal, BATCH_BYTES))
             .collect::<Result<Vec<_>, _>>()
             .map_err(gpu)?;
+        let through_cufile = out.through_cufile();
         let (tx, rx) = mpsc::sync_channel(depth);
         let (give_back, returned) = mpsc::channel();
         let shared = Arc::new(Shared::default());
@@ -88,24 +106,27 @@ impl GpuSink {
             .name("dp-capture-gds".into())
             .spawn(move || write_loop(out, format, rx, give_back, &s, &path))
             .map_err(io)?;
-        tracing::info!(
-            "capture to {}: packets in GPU {ordinal} memory written through cuFile ({} mode)",
-            cfg.path.display(),
-            gpudirect::gds::storage_mode()
-        );
+        if through_cufile {
+            tracing::info!(
+                "capture to {}: packets in GPU {ordinal} memory written through cuFile ({} mode)",
+                cfg.path.display(),
+                gpudirect::gds::storage_mode()
+            );
+        }
         Ok(Self {
             path: cfg.path.clone(),
             format: cfg.format,
             free,
             returned,
             filling: None,
-            copies_pending: false,
             queue: Some(tx),
             writer: Some(writer),
             shared,
             submitted: 0,
             writer_full: 0,
             copy_failed: 0,
+            kernels,
+            placed: Vec::new(),
         })
     }
 
@@ -127,6 +148,7 @@ impl GpuSink {
                 .as_ref()
                 .is_some_and(|f| f.used + need > BATCH_BYTES)
             {
+                self.gather(burst);
                 self.hand_over();
             }
             if self.filling.is_none() {
@@ -146,32 +168,6 @@ impl GpuSink {
                 }
             }
             let f = self.filling.as_mut().expect("just filled");
-            let start = f.used + head;
-            let mut at = start;
-            let mut failed = None;
-            for s in 0..p.segments().len() {
-                let seg_len = p.segments()[s].len as usize;
-                let copied = match burst.data(i, s) {
-                    Some(d) => f.staging.copy_in_host(at, d),
-                    // SAFETY: the segment is `seg_len` bytes of GPU memory owned by
-                    // `burst`, which the caller holds until this function returns, and
-                    // the copies are waited for below before returning.
-                    None => unsafe { f.staging.copy_in(at, burst.segment_addr(i, s), seg_len) },
-                };
-                if let Err(e) = copied {
-                    failed = Some(e);
-                    break;
-                }
-                self.copies_pending = true;
-                at += seg_len;
-            }
-            if let Some(e) = failed {
-                if self.copy_failed == 0 {
-                    tracing::error!("capture to {}: {e}", self.path.display());
-                }
-                self.copy_failed += 1;
-                continue;
-            }
             let ts = match p.timestamp_ns {
                 0 => *fallback.get_or_init(now_ns),
                 t => t,
@@ -179,32 +175,40 @@ impl GpuSink {
             f.records.push(Record {
                 ts,
                 len: len as u32,
-                at: start as u32,
+                at: (f.used + head) as u32,
             });
+            self.placed.push((i, f.used + head));
             f.used += need;
         }
-        self.wait_copies();
+        self.gather(burst);
     }
 
-    /// Waits for the queued copies, so the packets they read may be reused.
-    fn wait_copies(&mut self) {
-        if !std::mem::take(&mut self.copies_pending) {
+    /// Copies the packets of `burst` placed in the buffer being filled into it and waits
+    /// for the copies; packets whose copy failed are taken out of the buffer.
+    fn gather(&mut self, burst: &Burst) {
+        if self.placed.is_empty() {
             return;
         }
-        if let Some(f) = &mut self.filling
-            && let Err(e) = f.staging.wait()
-        {
-            // The copies' outcome is unknown: the batch's packets are not written.
-            tracing::error!("capture to {}: {e}", self.path.display());
-            self.copy_failed += f.records.len() as u64;
-            f.records.clear();
-            f.used = 0;
+        let Some(f) = &mut self.filling else {
+            self.placed.clear();
+            return;
+        };
+        if let Err(e) = gather_packets(&f.staging, self.kernels.as_mut(), burst, &self.placed) {
+            if self.copy_failed == 0 {
+                tracing::error!("capture to {}: {e}", self.path.display());
+            }
+            // The copies' outcome is unknown: forget this burst's packets.
+            let first = f.records.len() - self.placed.len();
+            let head = self.format.framing(f.records[first].len as usize).0;
+            f.used = f.records[first].at as usize - head;
+            f.records.truncate(first);
+            self.copy_failed += self.placed.len() as u64;
         }
+        self.placed.clear();
     }
 
     /// Sends the buffer being filled to the writer.
     fn hand_over(&mut self) {
-        self.wait_copies();
         let Some(f) = self.filling.take() else {
             return;
         };
@@ -258,46 +262,89 @@ pub(super) enum FileError {
 
 /// Where the writer puts bytes.
 enum FileOut {
-    /// One file: its cuFile registration and the offset its next bytes go to.
-    Single { file: GdsFile, offset: u64 },
-    /// A directory of one file per packet.
-    PerPacket { dir: PathBuf, next: u64 },
+    /// One file written through cuFile: its `O_DIRECT` registration, an ordinary
+    /// descriptor for the record framing, and the offset its next bytes go to.
+    Gds {
+        direct: GdsFile,
+        host: std::fs::File,
+        offset: u64,
+    },
+    /// One file cuFile does not take (or a pipe): each buffer copied to the host and
+    /// written there, framing filled in.
+    Staged(std::fs::File),
+    /// A directory of one file per packet, written through cuFile when `gds` (the GPU's
+    /// ordinal), else copied out first.
+    PerPacket {
+        dir: PathBuf,
+        next: u64,
+        gds: Option<u32>,
+    },
 }
 
 impl FileOut {
-    fn open(path: &Path, format: CaptureFormat) -> Result<Self, FileError> {
+    /// Creates the file (or directory) and finds out whether cuFile takes it: a bad path
+    /// fails here, at start; a file system without GPUDirect Storage falls back to
+    /// copies through the host, with a warning.
+    fn open(path: &Path, format: CaptureFormat, gpu: u32) -> Result<Self, FileError> {
+        let refused = |e: &str| {
+            tracing::warn!(
+                "capture to {}: cuFile does not take it ({e}): each 4 MiB buffer is copied to the host and written from there",
+                path.display()
+            );
+        };
         if format == CaptureFormat::RawPerPacket {
             crate::files::output_dir(path).map_err(FileError::Io)?;
-            // cuFile must work before the first packet, so a bad setup fails at start.
             let probe = path.join(".cufile-probe");
-            let f = crate::files::create_new(&probe).map_err(FileError::Io)?;
-            let registered = GdsFile::register(f).map(drop);
+            crate::files::create_new(&probe).map_err(FileError::Io)?;
+            let registered = register_direct(&probe, gpu).map(drop);
             let _ = std::fs::remove_file(&probe);
-            registered.map_err(FileError::Gpu)?;
+            if let Err(e) = &registered {
+                refused(e);
+            }
             return Ok(FileOut::PerPacket {
                 dir: path.to_owned(),
                 next: 0,
+                gds: registered.is_ok().then_some(gpu),
             });
         }
         let mut file = crate::files::create_output(path).map_err(FileError::Io)?;
         let header = file_header(format);
         file.write_all(&header).map_err(FileError::Io)?;
-        Ok(FileOut::Single {
-            file: GdsFile::register(file).map_err(FileError::Gpu)?,
-            offset: header.len() as u64,
-        })
+        match register_direct(path, gpu) {
+            Ok(direct) => Ok(FileOut::Gds {
+                direct,
+                host: file,
+                offset: header.len() as u64,
+            }),
+            Err(e) => {
+                refused(&e);
+                Ok(FileOut::Staged(file))
+            }
+        }
+    }
+
+    /// True when the bytes go through cuFile.
+    fn through_cufile(&self) -> bool {
+        matches!(
+            self,
+            FileOut::Gds { .. } | FileOut::PerPacket { gds: Some(_), .. }
+        )
     }
 
     fn write(&mut self, format: CaptureFormat, f: &Filled) -> Result<(), FileError> {
+        let records = f.records.iter().map(|r| {
+            let head = format.framing(r.len as usize).0;
+            (r.ts, r.len, r.at as usize - head)
+        });
         match self {
-            FileOut::Single { file, offset } => {
-                let records = f.records.iter().map(|r| {
-                    let head = format.framing(r.len as usize).0;
-                    (r.ts, r.len, r.at as usize - head)
-                });
+            FileOut::Gds {
+                direct,
+                host,
+                offset,
+            } => {
                 write_framed(
-                    file,
-                    file.file(),
+                    direct,
+                    host,
                     &f.staging,
                     0..f.used,
                     *offset,
@@ -306,18 +353,67 @@ impl FileOut {
                 )?;
                 *offset += f.used as u64;
             }
-            FileOut::PerPacket { dir, next } => {
+            FileOut::Staged(file) => write_staged(file, &f.staging, 0..f.used, format, records)?,
+            FileOut::PerPacket { dir, next, gds } => {
                 for r in &f.records {
                     let path = dir.join(format!("{next:012}.bin"));
-                    let file = crate::files::create_new(&path)?;
-                    let file = GdsFile::register(file)?;
-                    file.write(&f.staging, r.at as usize, r.len as usize, 0)?;
+                    let mut file = crate::files::create_new(&path)?;
+                    match gds {
+                        Some(gpu) => register_direct(&path, *gpu)
+                            .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?
+                            .write(&f.staging, r.at as usize, r.len as usize, 0)?,
+                        None => {
+                            let mut bytes = vec![0u8; r.len as usize];
+                            f.staging.read(r.at as usize, &mut bytes)?;
+                            file.write_all(&bytes)?;
+                        }
+                    }
                     *next += 1;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Opens `path` (an existing file) again with `O_DIRECT` and registers that descriptor
+/// with cuFile, in GPU `gpu`'s context (the driver opens cuFile on the first
+/// registration, in the calling thread's context).
+pub(super) fn register_direct(path: &Path, gpu: u32) -> Result<GdsFile, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    gpudirect::bind_context(gpu).map_err(|e| e.to_string())?;
+    let direct = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("opening with O_DIRECT: {e}"))?;
+    GdsFile::register(direct).map_err(|e| format!("registering with cuFile: {e}"))
+}
+
+/// Copies bytes `range` of `staging` to the host, fills in the record headers and
+/// trailers of `records` (as for [`write_framed`]) and appends the whole to `file`.
+pub(super) fn write_staged(
+    file: &mut std::fs::File,
+    staging: &DeviceStaging,
+    range: std::ops::Range<usize>,
+    format: CaptureFormat,
+    records: impl Iterator<Item = (u64, u32, usize)>,
+) -> Result<(), FileError> {
+    let mut bytes = vec![0u8; range.len()];
+    staging.read(range.start, &mut bytes)?;
+    let mut framing = Vec::new();
+    for (ts, len, at) in records {
+        let (head, tail) = format.framing(len as usize);
+        framing.clear();
+        format.record_head(ts, len, &mut framing);
+        bytes[at..at + head].copy_from_slice(&framing);
+        framing.clear();
+        format.record_tail(len, &mut framing);
+        let after = at + head + len as usize;
+        bytes[after..after + tail].copy_from_slice(&framing);
+    }
+    file.write_all(&bytes)?;
+    Ok(())
 }
 
 /// Writes bytes `range` of `staging` to `file` at `offset` through cuFile, then the

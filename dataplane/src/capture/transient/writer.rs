@@ -67,18 +67,8 @@ impl WindowFile {
             .map_err(|e| format!("writing the header: {e}"))?;
         #[cfg(feature = "cuda")]
         if let Some(gpu) = gds {
-            use std::os::unix::fs::OpenOptionsExt;
-            // The driver opens cuFile on the first registration, in the thread's context.
-            gpudirect::bind_context(gpu).map_err(|e| e.to_string())?;
-            let direct = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(path)
-                .map_err(|e| format!("opening with O_DIRECT: {e}"))?;
-            let direct = gpudirect::gds::GdsFile::register(direct)
-                .map_err(|e| format!("registering with cuFile: {e}"))?;
             return Ok(WindowFile::Gds {
-                direct,
+                direct: crate::capture::gpu::register_direct(path, gpu)?,
                 host: f,
                 offset: header.len() as u64,
             });
@@ -127,23 +117,11 @@ impl WindowFile {
             }
             #[cfg(feature = "cuda")]
             (WindowFile::Plain(f), Store::Device(staging)) => {
-                let mut bytes = vec![0u8; end - start];
-                staging
-                    .read(start, &mut bytes)
-                    .map_err(|e| format!("copying bytes {start}..{end} of a GPU chunk: {e}"))?;
-                let mut framing = Vec::new();
-                for r in &chunk.records[from..to] {
-                    let (head, tail) = format.framing(r.len as usize);
-                    let at = r.at as usize - start;
-                    framing.clear();
-                    format.record_head(r.ts, r.len, &mut framing);
-                    bytes[at..at + head].copy_from_slice(&framing);
-                    framing.clear();
-                    format.record_tail(r.len, &mut framing);
-                    let after = at + head + r.len as usize;
-                    bytes[after..after + tail].copy_from_slice(&framing);
-                }
-                f.write_all(&bytes).map_err(|e| e.to_string())
+                let records = chunk.records[from..to]
+                    .iter()
+                    .map(|r| (r.ts, r.len, r.at as usize - start));
+                crate::capture::gpu::write_staged(f, staging, start..end, format, records)
+                    .map_err(|e| format!("copying out bytes {start}..{end} of a GPU chunk: {e}"))
             }
             (WindowFile::Plain(f), store) => match store.host() {
                 Some(bytes) => f.write_all(&bytes[start..end]).map_err(|e| e.to_string()),
