@@ -386,8 +386,10 @@ impl DeviceQueue {
         let regions = self.regions.clone();
         let region_id = self.segments[0];
         let region = regions.get(region_id);
-        let mut out = Burst::empty(regions.clone(), self.port, self.queue, n);
-        let rules = self.id_rules();
+        // Kept frames: buffer index, length, and which received mbuf each was.
+        let (mut indices, mut lens, mut from) =
+            ([0u32; MAX_BURST], [0u16; MAX_BURST], [0u8; MAX_BURST]);
+        let mut kept = 0;
         let mut done: [*mut sys::rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
         let (mut n_done, mut dropped, mut coalesced) = (0, 0, 0);
         for i in 0..n {
@@ -464,11 +466,28 @@ impl DeviceQueue {
                     continue;
                 }
             };
-            out.push_owned(region_id, index, len as u32, 0);
-            let slot = out.len() - 1;
-            let id = self.flow_id(i, &out, slot, rules.as_deref());
-            out.set_flow_id(slot, id);
-            self.stamp(i, &mut out, slot);
+            // A frame that fits is at most buf_size <= u16::MAX bytes (an mbuf's length).
+            (indices[kept], lens[kept], from[kept]) = (index, len as u16, i as u8);
+            kept += 1;
+        }
+        let mut out = Burst::of_owned_buffers(
+            regions.clone(),
+            self.port,
+            self.queue,
+            region_id,
+            &indices[..kept],
+            &lens[..kept],
+        );
+        let rules = self.id_rules();
+        if self.marks || rules.is_some() || self.rx_time.is_some() {
+            for (slot, &i) in from[..kept].iter().enumerate() {
+                let i = usize::from(i);
+                if self.marks || rules.is_some() {
+                    let id = self.flow_id(i, &out, slot, rules.as_deref());
+                    out.set_flow_id(slot, id);
+                }
+                self.stamp(i, &mut out, slot);
+            }
         }
         if n_done > 0 {
             // SAFETY: mbufs not handed to the burst, each freed once.
