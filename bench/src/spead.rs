@@ -1,8 +1,9 @@
 //! `dataplane bench spead`: the highest rate at which SPEAD heaps cross the kernel's UDP
-//! loopback without a lost heap, found as spead2's own `spead2_bench.py` finds it (a
-//! binary search over the offered rate, each rate one run of a fresh sender and
-//! receiver). Our sender cuts heaps into packets and sends them through a socket TX
-//! queue paced by its worker; our receiver is a socket RX queue declared
+//! loopback (or, with `--transport loopback`, the data plane's software loopback, so that
+//! no socket bounds the rate) without a lost heap, found as spead2's own
+//! `spead2_bench.py` finds it (a binary search over the offered rate, each rate one run of
+//! a fresh sender and receiver). Our sender cuts heaps into packets and sends them through
+//! a TX queue paced by its worker; our receiver is an RX queue declared
 //! `protocol: {spead: ...}` whose chunks the application takes
 //! ([`dataplane::DataPlane::take_spead_stream`]). A rate is lossless when every heap sent
 //! arrived whole. Payload bytes are not checked here (the SPEAD tests check every byte).
@@ -32,6 +33,22 @@ pub struct SpeadBenchOptions {
     pub port: u16,
     /// Where the chunks live.
     pub chunks: ChunkMemory,
+    /// What carries the packets.
+    pub transport: SpeadTransport,
+}
+
+/// What carries the bench's packets (`--transport`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
+pub enum SpeadTransport {
+    /// Kernel UDP sockets over 127.0.0.1 (what spead2_bench.py measures).
+    #[default]
+    Udp,
+    /// The data plane's software loopback: Ethernet/IPv4/UDP frames from a TX queue to an
+    /// RX queue of one interface, no kernel in between (the receiver's placement, not a
+    /// socket, is then the limit).
+    Loopback,
 }
 
 /// Where the bench's chunks live (`--chunks`).
@@ -84,6 +101,8 @@ pub struct SpeadReport {
     pub seconds: f64,
     /// Where the chunks lived.
     pub chunks: ChunkMemory,
+    /// What carried the packets.
+    pub transport: SpeadTransport,
     /// The highest heap payload rate that arrived without a lost heap, in Gb/s (what
     /// arrived, which is below the offered rate when the sender is the limit; 0 when no
     /// rate was lossless).
@@ -106,7 +125,11 @@ impl SpeadReport {
     /// The report for people.
     pub fn human(&self) -> String {
         let mut s = format!(
-            "SPEAD over UDP loopback, heaps of {} B in packets of {} B, {} s per rate, chunks in {}\n",
+            "SPEAD over {}, heaps of {} B in packets of {} B, {} s per rate, chunks in {}\n",
+            match self.transport {
+                SpeadTransport::Udp => "UDP loopback",
+                SpeadTransport::Loopback => "the software loopback",
+            },
             self.heap_bytes,
             self.packet_bytes,
             self.seconds,
@@ -172,7 +195,10 @@ pub fn run(opts: &SpeadBenchOptions, stop: &AtomicBool) -> Result<SpeadReport, S
         })?;
     let mut datagram = Vec::new();
     while packets.next_into(&mut datagram) {
-        template.push(datagram.clone());
+        template.push(match opts.transport {
+            SpeadTransport::Udp => datagram.clone(),
+            SpeadTransport::Loopback => udp_frame(&datagram),
+        });
     }
     if !(opts.seconds > 0.0 && opts.max_gbps > 0.0) {
         return Err(SpeadBenchError::Options(
@@ -214,6 +240,7 @@ pub fn run(opts: &SpeadBenchOptions, stop: &AtomicBool) -> Result<SpeadReport, S
         packet_bytes: opts.packet_bytes,
         seconds: opts.seconds,
         chunks: opts.chunks,
+        transport: opts.transport,
         lossless_gbps: best,
         limited_by_sender,
         lossless_heaps_per_s: best * 1e9 / 8.0 / f64::from(opts.heap_bytes),
@@ -243,6 +270,43 @@ fn config_text(opts: &SpeadBenchOptions, mbps: u64) -> String {
             )
         })
         .unwrap_or_default();
+    let spead = format!(
+        "spead: {{heap_bytes: {}, heaps_per_chunk: {heaps_per_chunk}, max_chunks: 4{chunk_key}}}",
+        opts.heap_bytes
+    );
+    if opts.transport == SpeadTransport::Loopback {
+        let buf = (FRAME_HEADER + opts.packet_bytes as usize).next_multiple_of(64);
+        return format!(
+            r#"
+dataplane:
+  cfg:
+    version: 1
+    stream_type: raw
+    loopback: "sw"
+    master_core: 0
+    log_level: error
+    memory_regions:
+    - {{name: tx, kind: host, affinity: 0, num_bufs: 4096, buf_size: {buf}}}
+    - {{name: rx, kind: {rx_kind}, affinity: 0, num_bufs: 16384, buf_size: {buf}}}
+{chunk_region}    interfaces:
+    - name: {LOOP}
+      address: loopback
+      tx:
+        queues:
+        - {{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx], pacing_mbps: {mbps}}}
+      rx:
+        queues:
+        - name: rq
+          id: 0
+          cpu_core: {rx_core}
+          batch_size: 64
+          timeout_us: 100
+          memory_regions: [rx]
+          protocol:
+            {spead}
+"#
+        );
+    }
     format!(
         r#"
 dataplane:
@@ -267,16 +331,36 @@ dataplane:
           timeout_us: 100
           memory_regions: [rx]
           protocol:
-            spead: {{heap_bytes: {}, heaps_per_chunk: {heaps_per_chunk}, max_chunks: 4{chunk_key}}}
+            {spead}
     - name: spead_out
       address: 127.0.0.1
       socket_config: {{mode: client, remote_addr: "udp://127.0.0.1:{port}"}}
       tx:
         queues:
         - {{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx], pacing_mbps: {mbps}}}
-"#,
-        opts.heap_bytes
+"#
     )
+}
+
+/// The interface of the software loopback transport.
+const LOOP: &str = "loop0";
+/// Ethernet, IPv4 and UDP headers in front of each datagram on the software loopback.
+const FRAME_HEADER: usize = 42;
+
+/// `datagram` as the UDP payload of an Ethernet/IPv4 frame from 10.0.0.1:7000 to
+/// 10.0.0.2:8888, its UDP checksum 0 ("none", valid for IPv4): the sender rewrites each
+/// heap's counter in place, which would leave a computed one wrong.
+fn udp_frame(datagram: &[u8]) -> Vec<u8> {
+    let udp = dataplane::packet::UdpFrame::new(
+        std::net::SocketAddrV4::new([10, 0, 0, 1].into(), 7000),
+        std::net::SocketAddrV4::new([10, 0, 0, 2].into(), 8888),
+    );
+    debug_assert_eq!(udp.header_len(), FRAME_HEADER);
+    let mut frame = vec![0u8; udp.header_len() + datagram.len()];
+    udp.write(datagram, &mut frame)
+        .expect("the frame has room for its datagram");
+    frame[FRAME_HEADER - 2..FRAME_HEADER].fill(0);
+    frame
 }
 
 fn trial(
@@ -292,8 +376,17 @@ fn trial(
     let mbps = (gbps * 1000.0 * wire as f64 / f64::from(opts.heap_bytes)).ceil() as u64;
     let cfg = dataplane::config::load_str(&config_text(opts, mbps), "bench-spead")?.config;
     let mut plane = DataPlane::start(&cfg)?;
-    let mut tx = plane.take_tx_queue("spead_out", 0).expect("planned");
-    let mut stream = plane.take_spead_stream("spead_in", 0).expect("planned");
+    let (out, into) = match opts.transport {
+        SpeadTransport::Udp => ("spead_out", "spead_in"),
+        SpeadTransport::Loopback => (LOOP, LOOP),
+    };
+    let mut tx = plane.take_tx_queue(out, 0).expect("planned");
+    let mut stream = plane.take_spead_stream(into, 0).expect("planned");
+    // Where each packet's datagram starts in what is sent.
+    let datagram_at = match opts.transport {
+        SpeadTransport::Udp => 0,
+        SpeadTransport::Loopback => FRAME_HEADER,
+    };
     let sending = Duration::from_secs_f64(opts.seconds);
     let sent_all = AtomicBool::new(false);
     let (heaps_sent, counters) = std::thread::scope(|s| {
@@ -303,7 +396,7 @@ fn trial(
             let mut heaps = 0u64;
             'heaps: while Instant::now() < end && !stop.load(Ordering::Relaxed) {
                 for p in &mut packets {
-                    spead::rewrite_heap_cnt(p, flavour, heaps + 1);
+                    spead::rewrite_heap_cnt(&mut p[datagram_at..], flavour, heaps + 1);
                 }
                 for group in packets.chunks(32) {
                     if !send_all(&mut tx, group, end + Duration::from_secs(1)) {
@@ -312,7 +405,10 @@ fn trial(
                 }
                 heaps += 1;
             }
-            let stop_packet = spead::stream_stop_packet(flavour, heaps + 1);
+            let mut stop_packet = spead::stream_stop_packet(flavour, heaps + 1);
+            if datagram_at > 0 {
+                stop_packet = udp_frame(&stop_packet);
+            }
             send_all(
                 &mut tx,
                 &[stop_packet],

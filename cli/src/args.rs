@@ -395,8 +395,9 @@ pub(crate) enum Bench {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// SPEAD heaps over the UDP loopback: the highest rate without a lost heap, found by a
-    /// binary search as spead2's spead2_bench.py does (exit 3 when no rate was lossless).
+    /// SPEAD heaps over the UDP loopback (or the software loopback): the highest rate
+    /// without a lost heap, found by a binary search as spead2's spead2_bench.py does
+    /// (exit 3 when no rate was lossless).
     Spead {
         /// Payload bytes per heap.
         #[arg(long, default_value_t = 4 << 20)]
@@ -420,6 +421,10 @@ pub(crate) enum Bench {
         /// (`chunk_region`; GPU 0, filled by the GPU from pinned receive buffers).
         #[arg(long, value_enum, default_value_t = dataplane_bench::spead::ChunkMemory::Heap)]
         chunks: dataplane_bench::spead::ChunkMemory,
+        /// What carries the packets: kernel UDP sockets over 127.0.0.1, or the data
+        /// plane's software loopback (no socket in the way).
+        #[arg(long, value_enum, default_value_t = dataplane_bench::spead::SpeadTransport::Udp)]
+        transport: dataplane_bench::spead::SpeadTransport,
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,

@@ -257,6 +257,7 @@ fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
             steps,
             port,
             chunks,
+            transport,
             json,
             quiet,
         } => bench_spead(
@@ -268,6 +269,7 @@ fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
                 steps,
                 port,
                 chunks,
+                transport,
             },
             Output { json, quiet },
             signals,

@@ -133,7 +133,7 @@ fn every_json_output_is_an_envelope_its_schemas_describe() {
 }
 
 /// The benches whose schemas are made from their report types (`docs/schemas/bench-*`):
-/// forward, socket, dynamic flows and capture (which reports as `bench raw` does). The RDMA
+/// forward, socket, SPEAD, dynamic flows and capture (which reports as `bench raw` does). The RDMA
 /// and GPU benches need a device (their schemas are published the same way).
 #[test]
 fn every_bench_result_is_valid_against_its_published_schema() {
@@ -219,6 +219,40 @@ fn every_bench_result_is_valid_against_its_published_schema() {
         "bench-socket.result.schema.json",
     );
     assert_eq!(socket["result"]["transport"], "udp");
+
+    // SPEAD heaps over the software loopback into chunks of a host region, one rate.
+    let spead = checked(
+        &[
+            "bench",
+            "spead",
+            "--transport",
+            "loopback",
+            "--chunks",
+            "host",
+            "--heap-bytes",
+            "262144",
+            "--packet-bytes",
+            "8192",
+            "--seconds",
+            "0.3",
+            "--max-gbps",
+            "1",
+            "--steps",
+            "0",
+            "--json",
+            "-q",
+        ],
+        "bench-spead.result.schema.json",
+    );
+    let r = &spead["result"];
+    assert_eq!(
+        (&r["transport"], &r["chunks"]),
+        (&"loopback".into(), &"host".into())
+    );
+    let trial = &r["trials"][0];
+    assert!(trial["heaps_sent"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(trial["heaps_complete"], trial["heaps_sent"], "{r}");
+    assert_eq!(trial["heaps_incomplete"], 0, "{r}");
 
     if let Some(text) =
         common::mapped_reference_example("daqiri_example_dynamic_rx_flow.yaml", 1, true)
