@@ -58,6 +58,11 @@ pub struct DpdkTx {
     /// Gives back the mbufs of sent packets (and so their region buffers) once the queue
     /// goes idle.
     reclaim: IdleReclaim,
+    /// An mbuf of `pool` kept for zero-packet bursts (null until the first): some drivers
+    /// read the first entry of the array before looking at the count (memif in DPDK
+    /// 24.11 reads its pool), so it must point at a live mbuf, which the driver never
+    /// takes.
+    idle_probe: *mut sys::rte_mbuf,
 }
 
 /// Idle polls between two reclaim passes of an idle queue.
@@ -156,6 +161,7 @@ impl DpdkTx {
             send_times: None,
             vlan_tags: None,
             reclaim: IdleReclaim::default(),
+            idle_probe: std::ptr::null_mut(),
         }
     }
 
@@ -475,16 +481,31 @@ impl TxPort for DpdkTx {
                 self.reclaim.cleaned(answer);
             }
             ReclaimStep::ZeroBurst => {
-                // SAFETY: as above; a burst of no packets hands the driver nothing.
+                if self.idle_probe.is_null() {
+                    let mut probe = [std::ptr::null_mut()];
+                    if !alloc_mbufs(self.pool, &mut probe) {
+                        return;
+                    }
+                    self.idle_probe = probe[0];
+                }
+                let mut probe = [self.idle_probe];
+                // SAFETY: as above; a burst of no packets hands the driver nothing, and
+                // the one entry it may read is a live mbuf of ours.
                 unsafe {
-                    sys::shim_rte_eth_tx_burst(
-                        self.port_id,
-                        self.hw_queue,
-                        self.scratch.as_mut_ptr(),
-                        0,
-                    )
+                    sys::shim_rte_eth_tx_burst(self.port_id, self.hw_queue, probe.as_mut_ptr(), 0)
                 };
             }
+        }
+    }
+}
+
+impl Drop for DpdkTx {
+    fn drop(&mut self) {
+        if !self.idle_probe.is_null() {
+            // SAFETY: allocated from `pool` by this queue, never handed to a driver (bursts
+            // of zero packets take nothing), freed once; the port that owns the pool
+            // outlives its queues.
+            unsafe { sys::shim_rte_pktmbuf_free_bulk(&mut self.idle_probe, 1) };
         }
     }
 }
