@@ -64,6 +64,8 @@ pub(super) struct GpuSink {
     /// Packets of the burst being submitted placed in the buffer being filled, not yet
     /// copied: (packet, offset of its bytes).
     placed: Vec<(usize, usize)>,
+    /// The file goes through cuFile (else copies through the host).
+    through_cufile: bool,
 }
 
 impl GpuSink {
@@ -127,6 +129,7 @@ impl GpuSink {
             copy_failed: 0,
             kernels,
             placed: Vec::new(),
+            through_cufile,
         })
     }
 
@@ -237,6 +240,7 @@ impl GpuSink {
             copy_failed: self.copy_failed,
             write_failed: 0,
             transient: None,
+            through_cufile: self.through_cufile,
         }
     }
 

@@ -186,6 +186,9 @@ pub struct CaptureStats {
     /// A transient buffer's triggers and windows (`capture.transient`); its packets are
     /// counted in `written_packets` as its windows are written.
     pub transient: Option<TransientStats>,
+    /// A GPU sink writes through cuFile (GPUDirect Storage); false where cuFile did not
+    /// take the file and each buffer is copied to the host first, and for host sinks.
+    pub through_cufile: bool,
 }
 
 /// The sink could not be created or the writer failed.
@@ -533,6 +536,7 @@ impl CaptureSink {
             copy_failed: 0,
             write_failed: self.write_failed(),
             transient,
+            through_cufile: false,
         }
     }
 
