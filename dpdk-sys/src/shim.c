@@ -263,6 +263,39 @@ void shim_tx_reuse_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, uns
 		shim_tx_reuse(mbufs[i], lens[i]);
 }
 
+int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n)
+{
+	return rte_mempool_get_bulk(mp, objs, n);
+}
+
+void shim_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n)
+{
+	rte_mempool_put_bulk(mp, objs, n);
+}
+
+void shim_mempool_flush_caches(struct rte_mempool *mp)
+{
+	for (unsigned int lcore = 0; lcore < RTE_MAX_LCORE; lcore++) {
+		struct rte_mempool_cache *cache = rte_mempool_default_cache(mp, lcore);
+		if (cache != NULL)
+			rte_mempool_cache_flush(cache, mp);
+	}
+}
+
+void *shim_pool_run(struct rte_mbuf *const *mbufs, unsigned int n, uint16_t headroom,
+	uint16_t *lens)
+{
+	struct rte_mempool *pool = n > 0 ? mbufs[0]->pool : NULL;
+	for (unsigned int i = 0; i < n; i++) {
+		const struct rte_mbuf *m = mbufs[i];
+		if (m->pool != pool || m->nb_segs != 1 || m->data_off != headroom ||
+		    rte_mbuf_refcnt_read(m) != 1)
+			return NULL;
+		lens[i] = m->data_len;
+	}
+	return pool;
+}
+
 int shim_rte_errno(void)
 {
 	return rte_errno;

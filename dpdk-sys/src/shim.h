@@ -75,6 +75,19 @@ void *shim_attached_run(struct rte_mbuf *const *mbufs, unsigned int n,
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);
 /* shim_tx_reuse for each of n mbufs with lens[i] (one call a burst). */
 void shim_tx_reuse_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, unsigned int n);
+/* A pool's objects as they are, without resetting them (rte_mempool_get_bulk): all n or
+ * none; 0 on success. */
+int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n);
+/* Objects back to their pool as they are (rte_mempool_put_bulk). */
+void shim_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n);
+/* Moves what every lcore's cache of the pool holds back into the pool itself, so one
+ * thread can take it all (no thread may use the pool meanwhile). */
+void shim_mempool_flush_caches(struct rte_mempool *mp);
+/* When every one of n mbufs is a one-segment frame of the same pool, held once, whose
+ * data starts `headroom` bytes into its buffer: that pool, with each frame's length in
+ * lens (one pass over the mbufs); else NULL, lens then partly written. */
+void *shim_pool_run(struct rte_mbuf *const *mbufs, unsigned int n, uint16_t headroom,
+	uint16_t *lens);
 /* Device timestamps. RX: DPDK's timestamp dynamic field and flag (registered once per
  * process; 0 on success, else -rte_errno). */
 int shim_rx_timestamp_register(int *offset, uint64_t *flag);

@@ -106,10 +106,29 @@ pub enum MemoryError {
     },
 }
 
-/// Where the buffers of a region lent to an engine go when a burst is done with them.
+/// Where the buffers of a region lent to an engine go when a burst is done with them, and,
+/// for a region an engine sends from, where allocations come from. A lender that stops
+/// lending (its engine is gone) answers "not mine" from then on, and the region's own pool
+/// serves again.
 pub trait BufferLender: Send + std::marker::Sync {
-    /// Takes buffers back (each lent buffer is returned once).
-    fn give_back(&self, indices: &[u32]);
+    /// Takes buffers back (each lent buffer is returned once); false leaves them to the
+    /// region's own pool.
+    fn give_back(&self, indices: &[u32]) -> bool;
+
+    /// Hands out free buffers into the front of `out` and returns how many: all of `out`
+    /// or none when `all_or_none`, else as many as it has. `None`: the region's own pool
+    /// serves the allocation (the default: a lender that only receives into the buffers,
+    /// which leaves that pool empty, or one that stopped lending).
+    fn take(&self, out: &mut [u32], all_or_none: bool) -> Option<usize> {
+        let _ = (out, all_or_none);
+        None
+    }
+
+    /// Buffers [`BufferLender::take`] could hand out now (not for the packet path);
+    /// `None`: count the region's own pool.
+    fn available(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// One allocated memory region and its buffer pool.
@@ -276,7 +295,10 @@ impl Region {
     /// Free buffers right now: in the shared pool and in every thread's cache. Slower
     /// than an allocation (it takes the pool's lock); not for the packet path.
     pub fn available(&self) -> usize {
-        self.pool.available()
+        self.lender
+            .get()
+            .and_then(|l| l.available())
+            .unwrap_or_else(|| self.pool.available())
     }
 
     /// True when the CPU can read and write the buffers.
@@ -304,7 +326,7 @@ impl Region {
     }
 
     /// Lends every buffer to an engine's own pool: from now on freed buffers go to
-    /// `lender` and this region's pool stays empty. Fails when buffers are in use or the
+    /// `lender`, allocations come from it, and this region's pool stays empty. Fails when buffers are in use or the
     /// region is already lent.
     pub fn lend_all(&self, lender: Box<dyn BufferLender>) -> Result<(), LendAllError> {
         let Some(all) = self.pool.take_all() else {
@@ -334,12 +356,18 @@ impl Region {
     /// Takes exactly `out.len()` buffers, or none.
     #[inline]
     pub fn alloc_bulk(&self, out: &mut [u32]) -> bool {
+        if let Some(n) = self.lender.get().and_then(|l| l.take(out, true)) {
+            return n == out.len();
+        }
         self.pool.alloc_bulk(out)
     }
 
     /// Takes up to `out.len()` buffers; returns how many, at the front of `out`.
     #[inline]
     pub fn alloc_up_to(&self, out: &mut [u32]) -> usize {
+        if let Some(n) = self.lender.get().and_then(|l| l.take(out, false)) {
+            return n;
+        }
         self.pool.alloc_up_to(out)
     }
 
@@ -347,6 +375,10 @@ impl Region {
     /// consecutive (see [`BufferPool::alloc_run`]); `None` takes nothing.
     #[inline]
     pub(crate) fn alloc_run(&self, n: usize) -> Option<u32> {
+        if self.lender.get().is_some() {
+            // The lender's order is not the region's: runs are not to be had.
+            return None;
+        }
         self.pool.alloc_run(n)
     }
 
@@ -355,7 +387,9 @@ impl Region {
     pub(crate) fn free_run(&self, first: u32, n: usize) {
         if let Some(lender) = self.lender.get() {
             let all: Vec<u32> = (first..first + n as u32).collect();
-            lender.give_back(&all);
+            if !lender.give_back(&all) {
+                self.pool.free_bulk(&all);
+            }
             return;
         }
         self.pool.free_run(first, n);
@@ -372,10 +406,15 @@ impl Region {
     /// guarantees that for buffers it owns.
     #[inline]
     pub(crate) fn free_bulk(&self, indices: &[u32]) {
-        if let Some(lender) = self.lender.get() {
-            lender.give_back(indices);
+        if self.lender.get().is_some_and(|l| l.give_back(indices)) {
             return;
         }
+        self.pool.free_bulk(indices);
+    }
+
+    /// Puts buffers an engine stopped lending back into the region's own pool, each once
+    /// (the engine's pool held them).
+    pub(crate) fn restock(&self, indices: &[u32]) {
         self.pool.free_bulk(indices);
     }
 }

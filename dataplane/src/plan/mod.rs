@@ -458,12 +458,23 @@ impl Plan {
         } else {
             vec![(false, None); config.memory_regions.len()]
         };
+        // Regions the DPDK engine sends from in mbufs of their own need its headroom too.
+        let lent_for_tx = if config.engine == EngineKind::Dpdk {
+            dpdk::tx_lending(config, &lending)
+        } else {
+            vec![false; config.memory_regions.len()]
+        };
         let regions: Vec<RegionPlan> = config
             .memory_regions
             .iter()
             .zip(lending)
-            .map(|(m, (lent, why))| {
-                let headroom = if lent { capabilities.lent_headroom } else { 0 };
+            .zip(lent_for_tx)
+            .map(|((m, (lent, why)), lent_for_tx)| {
+                let headroom = if lent || lent_for_tx {
+                    capabilities.lent_headroom
+                } else {
+                    0
+                };
                 let stride = buffer_stride(m.kind, headroom, m.buf_size);
                 RegionPlan {
                     name: m.name.clone(),

@@ -159,6 +159,26 @@ pub fn lend_region(
     let (base, len) = r.extent();
     let page = region_page(r);
     let memory = ExternalMemory::register(base, len.next_multiple_of(page), page, device)?;
+    let (pool, mbufs) = pool_over_region(r, socket, name)?;
+    let n = mbufs.len();
+    let lent = Arc::new(LentPool {
+        pool: pool.ptr(),
+        mbufs,
+        // Multi-consumer too: the queue reads it through the shared pool.
+        returned: Ring::new(n).map_err(|_| LendError::Mapping("too many buffers for a ring"))?,
+    });
+    r.lend_all(Box::new(LentBuffers(lent.clone())))?;
+    Ok(Lent { pool, lent, memory })
+}
+
+/// An mbuf pool whose buffers are region `r`'s (registered before), and the mbuf of each
+/// buffer: `mbufs[i]` carries buffer `i`.
+pub fn pool_over_region(
+    r: &crate::memory::Region,
+    socket: i32,
+    name: String,
+) -> Result<(Mempool, Vec<*mut sys::rte_mbuf>), LendError> {
+    let (base, _) = r.extent();
     let n = r.num_bufs();
     let elt_size = u16::try_from(r.stride()).map_err(|_| LendError::TooLarge {
         what: "buffer stride",
@@ -199,12 +219,5 @@ pub fn lend_region(
             "an mbuf buffer is not a buffer of the region",
         ));
     }
-    let lent = Arc::new(LentPool {
-        pool: pool.ptr(),
-        mbufs,
-        // Multi-consumer too: the queue reads it through the shared pool.
-        returned: Ring::new(n).map_err(|_| LendError::Mapping("too many buffers for a ring"))?,
-    });
-    r.lend_all(Box::new(LentBuffers(lent.clone())))?;
-    Ok(Lent { pool, lent, memory })
+    Ok((pool, mbufs))
 }

@@ -152,9 +152,10 @@ unsafe impl Sync for LentPool {}
 pub struct LentBuffers(pub Arc<LentPool>);
 
 impl BufferLender for LentBuffers {
-    fn give_back(&self, indices: &[u32]) {
+    fn give_back(&self, indices: &[u32]) -> bool {
         // The ring has a slot for every buffer, so it cannot be full.
         let ok = self.0.returned.enqueue_bulk(indices);
         assert!(ok, "lent buffer returned twice");
+        true
     }
 }

@@ -24,6 +24,7 @@ pub mod flow;
 mod mempool;
 mod port;
 mod queue;
+mod lent_tx;
 mod tx;
 
 pub use eal::eal_args;
@@ -186,6 +187,21 @@ fn tx_carriers(
                 TxCarry::OwnMbufs if regions.get(id).headroom() == default_headroom => lent
                     .get(&id)
                     .map_or(TxCarrier::Copy, |p| TxCarrier::Own(p.clone())),
+                TxCarry::Lent if sends && regions.get(id).headroom() == default_headroom => {
+                    // Any socket: the headers go where EAL has memory (a region's node may
+                    // have none under --no-huge).
+                    let socket = sys::SOCKET_ID_ANY;
+                    match lent_tx::lend_for_tx(regions, id, &devices, socket, format!("dptx{i}l")) {
+                        Ok(l) => TxCarrier::Lent(Arc::new(l)),
+                        Err(e) => {
+                            tracing::warn!(
+                                "memory region {name}: not lent for sending ({e}); attached instead"
+                            );
+                            attach::AttachableRegion::new(regions, id, &devices)
+                                .map_or(TxCarrier::Copy, |a| TxCarrier::Attach(Arc::new(a)))
+                        }
+                    }
+                }
                 _ => TxCarrier::Copy,
             }
         })
@@ -272,6 +288,14 @@ impl Engine for DpdkEngine {
                 marks,
                 classify_ids,
                 lent_pool: setup.lent.clone(),
+                lent_for_tx: self
+                    .tx_carriers
+                    .iter()
+                    .filter_map(|c| match c {
+                        TxCarrier::Lent(l) => Some(l.lent.clone()),
+                        _ => None,
+                    })
+                    .collect(),
                 rules: p.rules.clone(),
                 scratch: [std::ptr::null_mut(); MAX_BURST],
                 mark_values: [0; MAX_BURST],

@@ -41,6 +41,9 @@ pub struct DeviceQueue {
     pub(super) classify_ids: bool,
     /// The queue's region is its mbuf pool (this one): frames are handed over, not copied.
     pub(super) lent_pool: Option<Arc<LentPool>>,
+    /// Regions lent for sending: frames that come back in their mbufs (a port that loops
+    /// back) are taken over as they are.
+    pub(super) lent_for_tx: Vec<Arc<super::lent_tx::TxLent>>,
     pub(super) rules: Arc<InterfaceSteering>,
     pub(super) scratch: [*mut sys::rte_mbuf; MAX_BURST],
     pub(super) mark_values: [u32; MAX_BURST],
@@ -284,9 +287,13 @@ impl DeviceQueue {
     /// the sent mbufs over): nothing is copied, the mbufs go back to their pool.
     fn take_over(&mut self, n: usize) -> Option<Burst> {
         let (mut indices, mut lens) = ([0u32; MAX_BURST], [0u16; MAX_BURST]);
-        // SAFETY: n received mbufs.
-        let one_region =
-            unsafe { attach::attached_run(&self.scratch[..n], &mut indices, &mut lens) };
+        // Mbufs of a region lent for sending are its buffers: kept as they are.
+        let lent = self.lent_run(n, &mut indices, &mut lens);
+        let one_region = match lent {
+            Some(region) => Some(region),
+            // SAFETY: n received mbufs.
+            None => unsafe { attach::attached_run(&self.scratch[..n], &mut indices, &mut lens) },
+        };
         let mut out = match one_region {
             Some(region) => Burst::of_owned_buffers(
                 self.regions.clone(),
@@ -310,9 +317,36 @@ impl DeviceQueue {
                 self.stamp(i, &mut out, i);
             }
         }
-        // SAFETY: each mbuf carries an attached buffer the burst now owns; released once.
-        unsafe { attach::release_keeping_buffers(&mut self.scratch[..n]) };
+        if lent.is_none() {
+            // SAFETY: each mbuf carries an attached buffer the burst now owns; released
+            // once.
+            unsafe { attach::release_keeping_buffers(&mut self.scratch[..n]) };
+        }
         Some(out)
+    }
+
+    /// When every one of the `n` received mbufs is an mbuf of one region lent for sending,
+    /// held once, one segment at the headroom: that region, with each mbuf's buffer in
+    /// `indices` and the frame's length in `lens`. The mbufs stay out of their pool: the
+    /// burst that takes the buffers returns them.
+    fn lent_run(&self, n: usize, indices: &mut [u32], lens: &mut [u16]) -> Option<RegionId> {
+        if self.lent_for_tx.is_empty() || n > MAX_BURST {
+            return None;
+        }
+        // SAFETY: reads a constant.
+        let headroom = unsafe { sys::shim_mbuf_headroom };
+        // SAFETY: n received mbufs and room for n lengths.
+        let pool = unsafe {
+            sys::shim_pool_run(self.scratch.as_ptr(), n as u32, headroom, lens.as_mut_ptr())
+        };
+        let lent = self
+            .lent_for_tx
+            .iter()
+            .find(|l| !pool.is_null() && l.pool().0 == pool.cast())?;
+        for (index, &m) in indices[..n].iter_mut().zip(&self.scratch[..n]) {
+            *index = lent.buffer_of(m)?;
+        }
+        Some(lent.region)
     }
 
     /// As [`DeviceQueue::take_over`] for frames whose buffers are in different regions:

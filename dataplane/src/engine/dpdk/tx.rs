@@ -2,6 +2,7 @@
 //! a fresh mbuf attached to its buffer, or a copy, a burst at a time.
 
 use super::attach::AttachableRegion;
+use super::lent_tx::TxLending;
 use super::mempool::{LentPool, PoolPtr};
 use super::queue::MAX_BURST;
 use crate::burst::Burst;
@@ -17,8 +18,22 @@ pub enum TxCarrier {
     Attach(Arc<AttachableRegion>),
     /// In the mbuf of the RX pool the region is lent to.
     Own(Arc<LentPool>),
+    /// In the mbuf of the region's own pool (lent for sending).
+    Lent(Arc<TxLending>),
     /// Copied into an mbuf of the queue's pool.
     Copy,
+}
+
+impl TxCarrier {
+    /// The mbuf that carries buffer `index` when the region's buffers are mbufs.
+    #[inline(always)]
+    fn own_mbuf(&self, index: u32) -> Option<*mut sys::rte_mbuf> {
+        match self {
+            TxCarrier::Own(lent) => lent.mbufs.get(index as usize).copied(),
+            TxCarrier::Lent(l) => l.lent.mbufs.get(index as usize).copied(),
+            _ => None,
+        }
+    }
 }
 
 /// What happened to packet `i` of the burst being sent.
@@ -180,7 +195,7 @@ impl DpdkTx {
                     attaches += 1;
                     Carried::Attached
                 }
-                Some(TxCarrier::Own(_)) => Carried::Own,
+                Some(TxCarrier::Own(_) | TxCarrier::Lent(_)) => Carried::Own,
                 _ if p.len() > self.room => Carried::TooLarge,
                 _ => {
                     copies += 1;
@@ -213,10 +228,11 @@ impl DpdkTx {
             self.scratch[i] = match self.carried[i] {
                 Carried::Own => {
                     let s = p.segments()[0];
-                    let Some(TxCarrier::Own(lent)) = self.carriers.get(s.region.index()) else {
-                        unreachable!("planned by `plan`");
-                    };
-                    let m = lent.mbufs[s.index as usize];
+                    let m = self
+                        .carriers
+                        .get(s.region.index())
+                        .and_then(|c| c.own_mbuf(s.index))
+                        .expect("planned by `plan`: a region whose buffers are mbufs");
                     reuse[reused] = m;
                     reuse_lens[reused] = s.len as u16;
                     reused += 1;
@@ -335,12 +351,13 @@ fn alloc_mbufs(pool: PoolPtr, out: &mut [*mut sys::rte_mbuf]) -> bool {
 
 impl DpdkTx {
     /// The common case in one pass: every one of the first `n` packets is one segment of
-    /// the same attachable region, and no send time or VLAN tag is to be set. The mbufs
-    /// are attached in one call into the shim and sent; returns how many the driver took
-    /// (their buffers now belong to the mbufs), or `None` when the burst is not of that
-    /// shape (nothing done) and the general path must send it.
+    /// the same region whose buffers go without a copy (attached, or in their own mbufs),
+    /// and no send time or VLAN tag is to be set. The mbufs are made ready in one call into
+    /// the shim and sent; returns how many the driver took (their buffers now belong to
+    /// the mbufs), or `None` when the burst is not of that shape (nothing done) and the
+    /// general path must send it.
     #[inline(always)]
-    fn transmit_attached(
+    fn transmit_one_region(
         &mut self,
         burst: &mut Burst,
         regions: &RegionSet,
@@ -351,11 +368,10 @@ impl DpdkTx {
         }
         let packets = burst.packets();
         let first = packets.first()?.segments.first()?.region;
-        let Some(TxCarrier::Attach(attachable)) = self.carriers.get(first.index()) else {
+        let carrier = self.carriers.get(first.index())?;
+        if matches!(carrier, TxCarrier::Copy) {
             return None;
-        };
-        let region = regions.get(first);
-        let mut addrs = [std::ptr::null_mut(); MAX_BURST];
+        }
         let mut lens = [0u16; MAX_BURST];
         let mut indices = [0u32; MAX_BURST];
         for (i, p) in packets[..n].iter().enumerate() {
@@ -363,28 +379,52 @@ impl DpdkTx {
             if p.num_segments != 1 || s.region != first {
                 return None;
             }
-            addrs[i] = region.buffer_addr(s.index) as *mut std::ffi::c_void;
-            // Buffers of an attachable region are at most u16::MAX bytes long.
+            // Buffers of a region sent without a copy are at most u16::MAX bytes long.
             lens[i] = s.len as u16;
             indices[i] = s.index;
         }
         let mut mbufs = [std::ptr::null_mut(); MAX_BURST];
-        if !alloc_mbufs(self.attach_pool, &mut mbufs[..n]) {
-            return Some(0);
-        }
-        // SAFETY: n fresh direct mbufs, each given buffer `indices[i]` of the region, which
-        // the burst owns and hands over below for the mbufs the driver takes
-        // (`shim_tx_free_untaken` leaves the others' buffers to the burst).
-        unsafe { attachable.attach_bulk(&mbufs[..n], &addrs[..n], &lens[..n], &indices[..n]) };
+        let own = match carrier {
+            TxCarrier::Attach(attachable) => {
+                let region = regions.get(first);
+                let mut addrs = [std::ptr::null_mut(); MAX_BURST];
+                for (a, &index) in addrs.iter_mut().zip(&indices[..n]) {
+                    *a = region.buffer_addr(index) as *mut std::ffi::c_void;
+                }
+                if !alloc_mbufs(self.attach_pool, &mut mbufs[..n]) {
+                    return Some(0);
+                }
+                // SAFETY: n fresh direct mbufs, each given buffer `indices[i]` of the
+                // region, which the burst owns and hands over below for the mbufs the
+                // driver takes (`shim_tx_free_untaken` leaves the others' buffers to the
+                // burst).
+                unsafe {
+                    attachable.attach_bulk(&mbufs[..n], &addrs[..n], &lens[..n], &indices[..n])
+                };
+                false
+            }
+            _ => {
+                for (m, &index) in mbufs.iter_mut().zip(&indices[..n]) {
+                    *m = carrier.own_mbuf(index)?;
+                }
+                // SAFETY: the mbufs carrying this burst's buffers, out of their pool while
+                // the burst owns the buffers; each reset to one segment of the frame's
+                // length at the headroom where the region's data starts.
+                unsafe { sys::shim_tx_reuse_bulk(mbufs.as_ptr(), lens.as_ptr(), n as u32) };
+                true
+            }
+        };
         // SAFETY: a started port; the driver takes the mbufs it accepts.
         let sent = unsafe {
             sys::shim_rte_eth_tx_burst(self.port_id, self.hw_queue, mbufs.as_mut_ptr(), n as u16)
         } as usize;
-        if sent < n {
+        if sent < n && !own {
             // SAFETY: mbufs the driver did not take, each freed once, without giving back
             // the buffers attached to them.
             unsafe { sys::shim_tx_free_untaken(mbufs[sent..].as_mut_ptr(), (n - sent) as u32) };
         }
+        // An own mbuf the driver did not take stays out of its pool, its buffer the
+        // burst's.
         burst.forget_front(sent);
         Some(sent)
     }
@@ -395,7 +435,7 @@ impl TxPort for DpdkTx {
         let regions = burst.regions().clone();
         while !burst.is_empty() {
             let n = burst.len().min(MAX_BURST);
-            if let Some(sent) = self.transmit_attached(&mut burst, &regions, n) {
+            if let Some(sent) = self.transmit_one_region(&mut burst, &regions, n) {
                 if sent > 0 {
                     self.reclaim.sent();
                 }

@@ -12,6 +12,10 @@ pub enum TxCarry {
     Attached,
     /// In the mbuf of the RX pool the region is lent to: no copy.
     OwnMbufs,
+    /// In the mbuf of the region's own pool: the region is lent to an mbuf pool for
+    /// sending ([`tx_lending`]), so its buffers are that pool's mbufs: no copy, no
+    /// attach, and the driver frees a sent mbuf straight back into the pool.
+    Lent,
     /// Copied into an mbuf of the TX queue's pool.
     Copied {
         /// Why not without a copy.
@@ -26,22 +30,63 @@ impl TxCarry {
     }
 }
 
-/// Per region: how its buffers are sent (see [`TxCarry`]). A host region is attached
-/// unless its `zero_copy` is `false` or its buffers exceed an mbuf's 16-bit buffer length.
+/// The fewest buffers of a region lent for sending: the pool's per-lcore caches (256
+/// mbufs, flushed above 384) on the cores that send and free its mbufs must hold only a
+/// small part of it, or an allocation fails while buffers sit in another core's cache.
+pub const TX_LEND_MIN_BUFS: usize = 2048;
+
+/// Per region: whether the DPDK engine lends it to an mbuf pool of its own for sending.
+/// A region qualifies when only TX queues use it, it is not received into, its memory is
+/// host memory (attachable too, but lending saves the attach and the free callback per
+/// packet), its `zero_copy` is not `false`, it has at least [`TX_LEND_MIN_BUFS`] buffers,
+/// and its stride with the mbuf headroom fits an mbuf's 16-bit length. Other regions
+/// sent from are attached or copied ([`tx_carry`]).
+pub(in crate::plan) fn tx_lending(
+    config: &Config,
+    rx_lending: &[(bool, Option<String>)],
+) -> Vec<bool> {
+    config
+        .memory_regions
+        .iter()
+        .zip(rx_lending)
+        .map(|(m, (rx_lent, _))| {
+            let mut users = config
+                .queues()
+                .filter(|(_, _, q)| q.memory_regions.contains(&m.name))
+                .peekable();
+            let only_sent_from = users.peek().is_some() && users.all(|(_, d, _)| d == Direction::Tx);
+            let stride = (HEADROOM + m.buf_size).next_multiple_of(LENT_ALIGN);
+            !rx_lent
+                && only_sent_from
+                && m.zero_copy != Some(false)
+                && m.kind != MemoryKind::Device
+                && m.num_bufs >= TX_LEND_MIN_BUFS
+                && stride <= u16::MAX as usize
+        })
+        .collect()
+}
+
+/// Per region: how its buffers are sent (see [`TxCarry`]). A host region is lent for
+/// sending where [`tx_lending`] says so, else attached unless its `zero_copy` is `false`
+/// or its buffers exceed an mbuf's 16-bit buffer length.
 pub(in crate::plan) fn tx_carry(
     config: &Config,
     lending: &[(bool, Option<String>)],
 ) -> Vec<TxCarry> {
+    let lent_for_tx = tx_lending(config, lending);
     config
         .memory_regions
         .iter()
         .zip(lending)
-        .map(|(m, (lent, _))| {
+        .zip(lent_for_tx)
+        .map(|((m, (lent, _)), lent_for_tx)| {
             let copied = |because: &str| TxCarry::Copied {
                 because: because.to_owned(),
             };
             if *lent {
                 TxCarry::OwnMbufs
+            } else if lent_for_tx {
+                TxCarry::Lent
             } else if m.zero_copy == Some(false) {
                 copied("zero_copy: false")
             } else if m.kind == MemoryKind::Device {

@@ -9,8 +9,8 @@ use crate::descriptor::{QueueId, RegionId};
 use serde::Serialize;
 
 use eal::{eal_args, eal_bytes_of, pool_size};
-pub use lending::TxCarry;
-pub(super) use lending::{check_lending, lending, tx_carry};
+pub use lending::{TX_LEND_MIN_BUFS, TxCarry};
+pub(super) use lending::{check_lending, lending, tx_carry, tx_lending};
 
 /// Descriptors per RX and TX ring of a virtual device when `descriptors` is not given;
 /// also the lowest a PCI port's RX default goes.
