@@ -263,14 +263,36 @@ void shim_tx_reuse_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, uns
 		shim_tx_reuse(mbufs[i], lens[i]);
 }
 
-int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n)
+int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n,
+	struct rte_mempool_cache *cache)
 {
-	return rte_mempool_get_bulk(mp, objs, n);
+	if (cache == NULL)
+		cache = rte_mempool_default_cache(mp, rte_lcore_id());
+	return rte_mempool_generic_get(mp, objs, n, cache);
 }
 
-void shim_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n)
+void shim_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n,
+	struct rte_mempool_cache *cache)
 {
-	rte_mempool_put_bulk(mp, objs, n);
+	if (cache == NULL)
+		cache = rte_mempool_default_cache(mp, rte_lcore_id());
+	rte_mempool_generic_put(mp, objs, n, cache);
+}
+
+struct rte_mempool_cache *shim_mempool_cache_create(unsigned int size)
+{
+	return rte_mempool_cache_create(size, SOCKET_ID_ANY);
+}
+
+void shim_mempool_cache_flush(struct rte_mempool_cache *cache, struct rte_mempool *mp)
+{
+	rte_mempool_cache_flush(cache, mp);
+}
+
+void shim_mempool_cache_free(struct rte_mempool_cache *cache, struct rte_mempool *mp)
+{
+	rte_mempool_cache_flush(cache, mp);
+	rte_mempool_cache_free(cache);
 }
 
 void shim_mempool_flush_caches(struct rte_mempool *mp)

@@ -75,11 +75,21 @@ void *shim_attached_run(struct rte_mbuf *const *mbufs, unsigned int n,
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);
 /* shim_tx_reuse for each of n mbufs with lens[i] (one call a burst). */
 void shim_tx_reuse_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, unsigned int n);
-/* A pool's objects as they are, without resetting them (rte_mempool_get_bulk): all n or
- * none; 0 on success. */
-int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n);
-/* Objects back to their pool as they are (rte_mempool_put_bulk). */
-void shim_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n);
+/* A pool's objects as they are, without resetting them: all n or none; 0 on success.
+ * Through `cache` (a cache the caller owns, for a thread without an lcore) or, when it
+ * is NULL, the calling lcore's cache (none for a thread without an lcore). */
+int shim_mempool_get_bulk(struct rte_mempool *mp, void **objs, unsigned int n,
+	struct rte_mempool_cache *cache);
+/* Objects back to their pool as they are, through `cache` as for shim_mempool_get_bulk. */
+void shim_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned int n,
+	struct rte_mempool_cache *cache);
+/* A cache of `size` objects a thread without an lcore owns (rte_mempool_cache_create);
+ * NULL when out of memory. */
+struct rte_mempool_cache *shim_mempool_cache_create(unsigned int size);
+/* Moves what `cache` holds into the pool and frees the cache. */
+void shim_mempool_cache_free(struct rte_mempool_cache *cache, struct rte_mempool *mp);
+/* Moves what `cache` holds into the pool. */
+void shim_mempool_cache_flush(struct rte_mempool_cache *cache, struct rte_mempool *mp);
 /* Moves what every lcore's cache of the pool holds back into the pool itself, so one
  * thread can take it all (no thread may use the pool meanwhile). */
 void shim_mempool_flush_caches(struct rte_mempool *mp);
