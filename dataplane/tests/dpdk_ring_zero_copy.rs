@@ -152,7 +152,11 @@ fn net_ring_sends_region_buffers_without_copying_and_returns_every_one() {
 
     let snap = plane.snapshot();
     for q in &snap.queues {
-        let frames = if q.interface == "ring0" { FRAMES } else { SMALL_FRAMES };
+        let frames = if q.interface == "ring0" {
+            FRAMES
+        } else {
+            SMALL_FRAMES
+        };
         assert_eq!(q.packets, 2 * frames as u64, "{q:?}");
         assert_eq!(
             q.copied_packets, 0,

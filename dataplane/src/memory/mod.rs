@@ -414,6 +414,7 @@ impl Region {
 
     /// Puts buffers an engine stopped lending back into the region's own pool, each once
     /// (the engine's pool held them).
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
     pub(crate) fn restock(&self, indices: &[u32]) {
         self.pool.free_bulk(indices);
     }
@@ -713,6 +714,82 @@ mod tests {
             shared - 1,
             "then from the shared ones"
         );
+    }
+
+    /// A lender that hands buffers out of its own free list until it is closed (what an
+    /// engine's pool does; the DPDK one runs in `dpdk_ring_zero_copy`).
+    struct ListLender {
+        free: std::sync::Mutex<Option<Vec<u32>>>,
+    }
+
+    impl BufferLender for ListLender {
+        fn give_back(&self, indices: &[u32]) -> bool {
+            match self.free.lock().unwrap().as_mut() {
+                Some(free) => {
+                    free.extend_from_slice(indices);
+                    true
+                }
+                None => false,
+            }
+        }
+
+        fn take(&self, out: &mut [u32], all_or_none: bool) -> Option<usize> {
+            let mut guard = self.free.lock().unwrap();
+            let free = guard.as_mut()?;
+            if all_or_none && free.len() < out.len() {
+                return Some(0);
+            }
+            let n = out.len().min(free.len());
+            for slot in &mut out[..n] {
+                *slot = free.pop().unwrap();
+            }
+            Some(n)
+        }
+
+        fn available(&self) -> Option<usize> {
+            self.free.lock().unwrap().as_ref().map(Vec::len)
+        }
+    }
+
+    #[test]
+    fn a_lent_region_allocates_from_its_lender_until_the_lender_closes() {
+        let set = RegionSet::allocate(&[cfg(MemoryKind::Host, 8, 64)]).unwrap();
+        let r = set.get(RegionId(0));
+        let lender = std::sync::Arc::new(ListLender {
+            free: std::sync::Mutex::new(Some(Vec::new())),
+        });
+        struct Shared(std::sync::Arc<ListLender>);
+        impl BufferLender for Shared {
+            fn give_back(&self, indices: &[u32]) -> bool {
+                self.0.give_back(indices)
+            }
+            fn take(&self, out: &mut [u32], all_or_none: bool) -> Option<usize> {
+                self.0.take(out, all_or_none)
+            }
+            fn available(&self) -> Option<usize> {
+                self.0.available()
+            }
+        }
+        r.lend_all(Box::new(Shared(lender.clone()))).unwrap();
+        assert_eq!(r.available(), 0, "every buffer is the lender's");
+        lender.give_back(&(0..8).collect::<Vec<_>>());
+        let mut six = [0u32; 6];
+        assert!(r.alloc_bulk(&mut six));
+        assert_eq!(r.available(), 2);
+        let mut three = [0u32; 3];
+        assert!(!r.alloc_bulk(&mut three), "all or none");
+        assert_eq!(r.alloc_up_to(&mut three), 2, "as many as there are");
+        assert_eq!(r.alloc_run(1), None, "no runs from a lender");
+        r.free_bulk(&six[..2]);
+        assert_eq!(lender.available(), Some(2), "freed into the lender");
+        // Closed: the region's own pool serves again and takes what comes back.
+        *lender.free.lock().unwrap() = None;
+        r.restock(&[six[0], six[1]]);
+        r.free_bulk(&six[2..]);
+        r.free_bulk(&three[..2]);
+        assert_eq!(r.available(), 8);
+        let mut all = [0u32; 8];
+        assert!(r.alloc_bulk(&mut all));
     }
 
     #[test]

@@ -305,8 +305,7 @@ impl Plan {
                     dpdk::TxCarry::Attached => "attached to mbufs (no copy)".to_owned(),
                     dpdk::TxCarry::OwnMbufs => "in the RX pool's own mbufs (no copy)".to_owned(),
                     dpdk::TxCarry::Lent => {
-                        "in mbufs of its own pool, lent for sending (no copy, no attach)"
-                            .to_owned()
+                        "in mbufs of its own pool, lent for sending (no copy, no attach)".to_owned()
                     }
                     dpdk::TxCarry::Copied { because } => format!("copied: {because}"),
                 };

@@ -59,8 +59,12 @@ fn invariants(name: &str, cfg: &Config, plan: &Plan) {
             "{name}"
         );
     }
-    for (r, m) in plan.regions.iter().zip(&cfg.memory_regions) {
-        assert_eq!(r.headroom > 0, r.lent, "{name}: {}", r.name);
+    for (i, (r, m)) in plan.regions.iter().zip(&cfg.memory_regions).enumerate() {
+        // Lent to the engine's pool, to receive into or to send from: room for its headroom.
+        let lent_for_tx = plan
+            .dpdk()
+            .is_some_and(|d| d.tx_regions[i] == dataplane::plan::dpdk::TxCarry::Lent);
+        assert_eq!(r.headroom > 0, r.lent || lent_for_tx, "{name}: {}", r.name);
         assert_eq!(r.hugepage_bytes > 0, m.kind == MemoryKind::Huge, "{name}");
         assert!(r.stride >= r.buf_size + r.headroom, "{name}");
     }
@@ -242,9 +246,19 @@ fn dpdk_tx_sends_region_buffers_without_copying_unless_told_not_to() {
     use dataplane::plan::dpdk::TxCarry;
     let p = shipped("dpdk_memif_fwd.yaml");
     let d = p.dpdk().unwrap();
-    // The lent RX region goes out in its own mbufs; the TX region is attached.
-    assert_eq!(d.tx_regions, vec![TxCarry::OwnMbufs, TxCarry::Attached]);
+    // The lent RX region goes out in its own mbufs; the TX region, only sent from, is lent
+    // to a pool of its own, with the mbuf headroom in front of its buffers.
+    assert_eq!(d.tx_regions, vec![TxCarry::OwnMbufs, TxCarry::Lent]);
+    assert_eq!(p.regions[1].headroom, 128);
     assert_eq!(d.ports[1].tx[0].attach_pool.data_room, 0);
+    // Below `TX_LEND_MIN_BUFS` buffers a region sent from is attached instead.
+    let small = dataplane::plan::dpdk::TX_LEND_MIN_BUFS - 1;
+    let text = std::fs::read_to_string(root().join("configs/dpdk_ring.yaml"))
+        .unwrap()
+        .replacen("num_bufs: 16384", &format!("num_bufs: {small}"), 1);
+    let p = Plan::from_config(&load(&text, "dpdk_ring.yaml").unwrap()).unwrap();
+    assert_eq!(p.dpdk().unwrap().tx_regions[0], TxCarry::Attached);
+    assert_eq!(p.regions[0].headroom, 0);
     let text = std::fs::read_to_string(root().join("configs/dpdk_ring.yaml"))
         .unwrap()
         .replace("buf_size: 1088", "buf_size: 1088\n      zero_copy: false");

@@ -304,12 +304,7 @@ impl TxLent {
             // buffer was the caller's) and goes back once, one segment held once, as the
             // pool keeps its free mbufs; the cache is this thread's or null.
             unsafe {
-                sys::shim_mempool_put_bulk(
-                    self.pool.0,
-                    objs.as_ptr(),
-                    chunk.len() as u32,
-                    cache.0,
-                )
+                sys::shim_mempool_put_bulk(self.pool.0, objs.as_ptr(), chunk.len() as u32, cache.0)
             };
         }
     }
@@ -499,6 +494,10 @@ mod tests {
         rx.recv().unwrap();
         closer.join().unwrap();
         assert!(!g.enter(), "closed");
-        assert_eq!(g.0.load(Ordering::Relaxed), CLOSED, "a refused call leaves no count");
+        assert_eq!(
+            g.0.load(Ordering::Relaxed),
+            CLOSED,
+            "a refused call leaves no count"
+        );
     }
 }

@@ -21,10 +21,10 @@ mod eal;
 mod error;
 mod extmem;
 pub mod flow;
+mod lent_tx;
 mod mempool;
 mod port;
 mod queue;
-mod lent_tx;
 mod tx;
 
 pub use eal::eal_args;

@@ -54,7 +54,8 @@ pub(in crate::plan) fn tx_lending(
                 .queues()
                 .filter(|(_, _, q)| q.memory_regions.contains(&m.name))
                 .peekable();
-            let only_sent_from = users.peek().is_some() && users.all(|(_, d, _)| d == Direction::Tx);
+            let only_sent_from =
+                users.peek().is_some() && users.all(|(_, d, _)| d == Direction::Tx);
             let stride = (HEADROOM + m.buf_size).next_multiple_of(LENT_ALIGN);
             !rx_lent
                 && only_sent_from
