@@ -318,6 +318,22 @@ void *shim_pool_run(struct rte_mbuf *const *mbufs, unsigned int n, uint16_t head
 	return pool;
 }
 
+void shim_tx_reuse_lent_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		struct rte_mbuf *m = mbufs[i];
+		m->data_off = RTE_MIN(RTE_PKTMBUF_HEADROOM, m->buf_len);
+		m->nb_segs = 1;
+		m->port = RTE_MBUF_PORT_INVALID;
+		m->ol_flags &= RTE_MBUF_F_EXTERNAL;
+		m->packet_type = 0;
+		m->vlan_tci = 0;
+		m->vlan_tci_outer = 0;
+		m->data_len = lens[i];
+		m->pkt_len = lens[i];
+	}
+}
+
 int shim_rte_errno(void)
 {
 	return rte_errno;

@@ -75,6 +75,11 @@ void *shim_attached_run(struct rte_mbuf *const *mbufs, unsigned int n,
 void shim_tx_reuse(struct rte_mbuf *m, uint16_t len);
 /* shim_tx_reuse for each of n mbufs with lens[i] (one call a burst). */
 void shim_tx_reuse_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, unsigned int n);
+/* As shim_tx_reuse_bulk for mbufs whose second cache line is already as a reset leaves it
+ * (no next segment; the TX offload lengths matter only with flags, which this clears):
+ * mbufs of a pool lent for sending, as their pool keeps them or as sent by us. Writes the
+ * first cache line only. */
+void shim_tx_reuse_lent_bulk(struct rte_mbuf *const *mbufs, const uint16_t *lens, unsigned int n);
 /* A pool's objects as they are, without resetting them: all n or none; 0 on success.
  * Through `cache` (a cache the caller owns, for a thread without an lcore) or, when it
  * is NULL, the calling lcore's cache (none for a thread without an lcore). */

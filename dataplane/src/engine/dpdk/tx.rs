@@ -409,8 +409,16 @@ impl DpdkTx {
                 }
                 // SAFETY: the mbufs carrying this burst's buffers, out of their pool while
                 // the burst owns the buffers; each reset to one segment of the frame's
-                // length at the headroom where the region's data starts.
-                unsafe { sys::shim_tx_reuse_bulk(mbufs.as_ptr(), lens.as_ptr(), n as u32) };
+                // length at the headroom where the region's data starts. A lent region's
+                // mbufs only ever held one segment (its pool's, or sent by us), so their
+                // second cache line is left as it is.
+                unsafe {
+                    if matches!(carrier, TxCarrier::Lent(_)) {
+                        sys::shim_tx_reuse_lent_bulk(mbufs.as_ptr(), lens.as_ptr(), n as u32)
+                    } else {
+                        sys::shim_tx_reuse_bulk(mbufs.as_ptr(), lens.as_ptr(), n as u32)
+                    }
+                };
                 true
             }
         };
