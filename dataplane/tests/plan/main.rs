@@ -259,6 +259,13 @@ fn dpdk_tx_sends_region_buffers_without_copying_unless_told_not_to() {
     let p = Plan::from_config(&load(&text, "dpdk_ring.yaml").unwrap()).unwrap();
     assert_eq!(p.dpdk().unwrap().tx_regions[0], TxCarry::Attached);
     assert_eq!(p.regions[0].headroom, 0);
+    // On a PCI NIC a region sent from is attached too, whatever its size.
+    let text = std::fs::read_to_string(root().join("configs/dpdk_ring.yaml"))
+        .unwrap()
+        .replace("\"net_ring0\"", "\"0000:01:00.0\"");
+    let p = Plan::from_config(&load(&text, "dpdk_ring.yaml").unwrap()).unwrap();
+    assert!(p.dpdk().unwrap().ports[0].pci);
+    assert_eq!(p.dpdk().unwrap().tx_regions[0], TxCarry::Attached);
     let text = std::fs::read_to_string(root().join("configs/dpdk_ring.yaml"))
         .unwrap()
         .replace("buf_size: 1088", "buf_size: 1088\n      zero_copy: false");
