@@ -343,6 +343,12 @@ impl DeviceQueue {
             .lent_for_tx
             .iter()
             .find(|l| !pool.is_null() && l.pool().0 == pool.cast())?;
+        // A length beyond the buffer cannot come from our own sends; such a burst is
+        // copied, where frame lengths are checked, rather than trusted.
+        let buf_size = self.regions.get(lent.region).buf_size();
+        if lens[..n].iter().any(|&l| usize::from(l) > buf_size) {
+            return None;
+        }
         for (index, &m) in indices[..n].iter_mut().zip(&self.scratch[..n]) {
             *index = lent.buffer_of(m)?;
         }
