@@ -13,6 +13,14 @@ export FEATURES
 all="fmt clippy clippy-default tests examples c-api memcheck gpu-kernels python book embed loom smoke tapflow-vm pci-vm rdma-vm aarch64 python-aarch64"
 # Asked for by name only (too slow for every run): the container recipe built and run.
 optional="container"
+# The steps build about 70 test binaries, each linking the whole library: mold (installed
+# by setup) links them several times faster than ld. Only this machine's own target (the
+# cross builds and the roots' builds keep their linkers), and for every step alike, so one
+# build serves them all.
+if command -v mold >/dev/null && [ -z "${RUSTFLAGS:-}" ]; then
+  host=$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')
+  export "CARGO_TARGET_${host}_RUSTFLAGS=-C link-arg=-fuse-ld=mold"
+fi
 steps=${STEPS:-$all}
 unset STEPS # test-aarch64.sh has steps of its own
 times=()
