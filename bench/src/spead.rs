@@ -276,6 +276,8 @@ fn config_text(opts: &SpeadBenchOptions, mbps: u64) -> String {
     );
     if opts.transport == SpeadTransport::Loopback {
         let buf = (FRAME_HEADER + opts.packet_bytes as usize).next_multiple_of(64);
+        // The loopback hands the sent buffers to the receiver, so the packets arrive in
+        // the TX region: it is the one the GPU reads for GPU chunks.
         return format!(
             r#"
 dataplane:
@@ -286,7 +288,7 @@ dataplane:
     master_core: 0
     log_level: error
     memory_regions:
-    - {{name: tx, kind: host, affinity: 0, num_bufs: 4096, buf_size: {buf}}}
+    - {{name: tx, kind: {rx_kind}, affinity: 0, num_bufs: 4096, buf_size: {buf}}}
     - {{name: rx, kind: {rx_kind}, affinity: 0, num_bufs: 16384, buf_size: {buf}}}
 {chunk_region}    interfaces:
     - name: {LOOP}
@@ -483,6 +485,43 @@ fn send_all(tx: &mut dataplane::TxQueue, datagrams: &[Vec<u8>], deadline: Instan
             Err(back) => {
                 burst = back.burst;
                 std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every trial's plane plans, on both transports and with chunks in every memory: a
+    /// refusal here would only show at start, on a machine with the memory (GPU chunks on
+    /// the loopback once needed the TX region page-locked too).
+    #[test]
+    fn every_transport_and_chunk_memory_plans() {
+        for transport in [SpeadTransport::Udp, SpeadTransport::Loopback] {
+            for chunks in [
+                ChunkMemory::Heap,
+                ChunkMemory::Host,
+                ChunkMemory::Pinned,
+                ChunkMemory::Gpu,
+            ] {
+                let opts = SpeadBenchOptions {
+                    heap_bytes: 1 << 20,
+                    packet_bytes: 8192,
+                    seconds: 0.1,
+                    max_gbps: 10.0,
+                    steps: 1,
+                    port: 8888,
+                    chunks,
+                    transport,
+                };
+                let text = config_text(&opts, 1000);
+                let loaded = dataplane::config::load_str(&text, "bench-spead")
+                    .unwrap_or_else(|e| panic!("{transport:?}, {chunks:?}: {e}\n{text}"));
+                if let Err(e) = dataplane::plan::Plan::from_config(&loaded.config) {
+                    panic!("{transport:?}, {chunks:?}: {e}\n{text}");
+                }
             }
         }
     }
