@@ -13,7 +13,7 @@
 use dataplane::DataPlane;
 use dataplane::protocol::spead::{self, Flavour, HeapPackets};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Options of a search.
@@ -35,6 +35,9 @@ pub struct SpeadBenchOptions {
     pub chunks: ChunkMemory,
     /// What carries the packets.
     pub transport: SpeadTransport,
+    /// Sending threads, each with a TX queue of its own and every `senders`-th heap
+    /// (one core cutting heaps into packets is the first limit on the software loopback).
+    pub senders: u32,
 }
 
 /// What carries the bench's packets (`--transport`).
@@ -86,6 +89,13 @@ pub struct SpeadTrial {
     pub received_gbps: f64,
     /// Packets the plane counted as dropped (the kernel's socket drops among them).
     pub dropped_packets: u64,
+    /// Heaps of which nothing arrived, by the receiver's count of retired chunks (the
+    /// last chunk's slots after the final heap sent among them).
+    pub heaps_missing: u64,
+    /// Packets that arrived after their chunk was retired.
+    pub packets_too_late: u64,
+    /// Packets whose chunk could not be opened (every chunk memory in use).
+    pub packets_no_free_chunk: u64,
     /// Every heap sent arrived whole.
     pub lossless: bool,
 }
@@ -103,6 +113,8 @@ pub struct SpeadReport {
     pub chunks: ChunkMemory,
     /// What carried the packets.
     pub transport: SpeadTransport,
+    /// Sending threads, each with its own TX queue.
+    pub senders: u32,
     /// The highest heap payload rate that arrived without a lost heap, in Gb/s (what
     /// arrived, which is below the offered rate when the sender is the limit; 0 when no
     /// rate was lossless).
@@ -125,7 +137,7 @@ impl SpeadReport {
     /// The report for people.
     pub fn human(&self) -> String {
         let mut s = format!(
-            "SPEAD over {}, heaps of {} B in packets of {} B, {} s per rate, chunks in {}\n",
+            "SPEAD over {}, heaps of {} B in packets of {} B, {} s per rate, chunks in {}, {} sender(s)\n",
             match self.transport {
                 SpeadTransport::Udp => "UDP loopback",
                 SpeadTransport::Loopback => "the software loopback",
@@ -138,18 +150,22 @@ impl SpeadReport {
                 ChunkMemory::Host => "a host region",
                 ChunkMemory::Pinned => "a pinned host region",
                 ChunkMemory::Gpu => "GPU memory",
-            }
+            },
+            self.senders
         );
         for t in &self.trials {
             s += &format!(
-                "  offered {:>7.3} Gb/s, sent {:.3}: {} of {} heaps whole ({} incomplete), {:.3} Gb/s, {} dropped{}\n",
+                "  offered {:>7.3} Gb/s, sent {:.3}: {} of {} heaps whole ({} incomplete, {} missing), {:.3} Gb/s, {} dropped, {} too late, {} without a chunk{}\n",
                 t.offered_gbps,
                 t.sent_gbps,
                 t.heaps_complete,
                 t.heaps_sent,
                 t.heaps_incomplete,
+                t.heaps_missing,
                 t.received_gbps,
                 t.dropped_packets,
+                t.packets_too_late,
+                t.packets_no_free_chunk,
                 if t.lossless { ", lossless" } else { "" }
             );
         }
@@ -205,6 +221,17 @@ pub fn run(opts: &SpeadBenchOptions, stop: &AtomicBool) -> Result<SpeadReport, S
             "--seconds and --max-gbps must be above 0".into(),
         ));
     }
+    if !(1..=MAX_SENDERS).contains(&opts.senders) {
+        return Err(SpeadBenchError::Options(format!(
+            "--senders {} is not in 1..={MAX_SENDERS}",
+            opts.senders
+        )));
+    }
+    if opts.senders > 1 && opts.transport != SpeadTransport::Loopback {
+        return Err(SpeadBenchError::Options(
+            "--senders above 1 needs --transport loopback".into(),
+        ));
+    }
     let mut trials = Vec::new();
     let (mut lo, mut hi) = (0.0f64, opts.max_gbps);
     let mut rate = opts.max_gbps;
@@ -241,6 +268,7 @@ pub fn run(opts: &SpeadBenchOptions, stop: &AtomicBool) -> Result<SpeadReport, S
         seconds: opts.seconds,
         chunks: opts.chunks,
         transport: opts.transport,
+        senders: opts.senders,
         lossless_gbps: best,
         limited_by_sender,
         lossless_heaps_per_s: best * 1e9 / 8.0 / f64::from(opts.heap_bytes),
@@ -256,7 +284,11 @@ fn config_text(opts: &SpeadBenchOptions, mbps: u64) -> String {
     let port = opts.port;
     let heaps_per_chunk = (4 << 20) / opts.heap_bytes.min(4 << 20);
     let chunk_bytes = u64::from(heaps_per_chunk) * u64::from(opts.heap_bytes);
-    // Chunks in a region: the window of 4, and 2 more for the chunks in hand.
+    // The receiver's window: 4 chunks a sender, since each sender's TX queue holds heaps
+    // of its own that may arrive after later ones of another queue. Chunks in a region:
+    // the window, and 2 more for the chunks in hand.
+    let window = 4 * opts.senders;
+    let chunk_bufs = window + 2;
     let (rx_kind, chunk_region, chunk_key) = match opts.chunks {
         ChunkMemory::Heap => ("host", None, ""),
         ChunkMemory::Host => ("host", Some("host"), ", chunk_region: chunks"),
@@ -266,16 +298,18 @@ fn config_text(opts: &SpeadBenchOptions, mbps: u64) -> String {
     let chunk_region = chunk_region
         .map(|kind| {
             format!(
-                "    - {{name: chunks, kind: {kind}, affinity: 0, num_bufs: 6, buf_size: {chunk_bytes}}}\n"
+                "    - {{name: chunks, kind: {kind}, affinity: 0, num_bufs: {chunk_bufs}, buf_size: {chunk_bytes}}}\n"
             )
         })
         .unwrap_or_default();
     let spead = format!(
-        "spead: {{heap_bytes: {}, heaps_per_chunk: {heaps_per_chunk}, max_chunks: 4{chunk_key}}}",
+        "spead: {{heap_bytes: {}, heaps_per_chunk: {heaps_per_chunk}, max_chunks: {window}{chunk_key}}}",
         opts.heap_bytes
     );
     if opts.transport == SpeadTransport::Loopback {
         let buf = (FRAME_HEADER + opts.packet_bytes as usize).next_multiple_of(64);
+        let tx_bufs = 4096 * opts.senders;
+        let tx_queues = loopback_tx_queues(opts.senders, rx_core, mbps);
         // The loopback hands the sent buffers to the receiver, so the packets arrive in
         // the TX region: it is the one the GPU reads for GPU chunks.
         return format!(
@@ -288,15 +322,14 @@ dataplane:
     master_core: 0
     log_level: error
     memory_regions:
-    - {{name: tx, kind: {rx_kind}, affinity: 0, num_bufs: 4096, buf_size: {buf}}}
+    - {{name: tx, kind: {rx_kind}, affinity: 0, num_bufs: {tx_bufs}, buf_size: {buf}}}
     - {{name: rx, kind: {rx_kind}, affinity: 0, num_bufs: 16384, buf_size: {buf}}}
 {chunk_region}    interfaces:
     - name: {LOOP}
       address: loopback
       tx:
         queues:
-        - {{name: tq, id: 0, cpu_core: 0, batch_size: 32, memory_regions: [tx], pacing_mbps: {mbps}}}
-      rx:
+{tx_queues}      rx:
         queues:
         - name: rq
           id: 0
@@ -344,6 +377,29 @@ dataplane:
     )
 }
 
+/// The TX queues of the software loopback transport, one per sender, each paced to its
+/// share of `mbps`: the first on core 0 as with one sender, the others on the cores after
+/// the receiver's (folded onto those there are).
+fn loopback_tx_queues(senders: u32, rx_core: u32, mbps: u64) -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let spare: Vec<u32> = (0..cores).filter(|&c| c != rx_core).collect();
+    let per_queue = mbps.div_ceil(u64::from(senders));
+    (0..senders)
+        .map(|i| {
+            let core = spare.get(i as usize % spare.len().max(1)).copied().unwrap_or(0);
+            format!(
+                "        - {{name: tq{i}, id: {i}, cpu_core: {core}, batch_size: 32, memory_regions: [tx], pacing_mbps: {per_queue}}}\n"
+            )
+        })
+        .collect()
+}
+
+/// Bursts a sender may have waiting for its worker when there are several senders.
+const LEAD_BURSTS: usize = 4;
+
+/// The most `--senders`.
+pub const MAX_SENDERS: u32 = 16;
+
 /// The interface of the software loopback transport.
 const LOOP: &str = "loop0";
 /// Ethernet, IPv4 and UDP headers in front of each datagram on the software loopback.
@@ -382,7 +438,9 @@ fn trial(
         SpeadTransport::Udp => ("spead_out", "spead_in"),
         SpeadTransport::Loopback => (LOOP, LOOP),
     };
-    let mut tx = plane.take_tx_queue(out, 0).expect("planned");
+    let txs: Vec<dataplane::TxQueue> = (0..opts.senders as u16)
+        .map(|q| plane.take_tx_queue(out, q).expect("planned"))
+        .collect();
     let mut stream = plane.take_spead_stream(into, 0).expect("planned");
     // Where each packet's datagram starts in what is sent.
     let datagram_at = match opts.transport {
@@ -390,34 +448,69 @@ fn trial(
         SpeadTransport::Loopback => FRAME_HEADER,
     };
     let sending = Duration::from_secs_f64(opts.seconds);
-    let sent_all = AtomicBool::new(false);
+    let sent_all = &AtomicBool::new(false);
+    let next_heap = &AtomicU64::new(1);
+    let several = opts.senders > 1;
     let (heaps_sent, counters) = std::thread::scope(|s| {
-        let sender = s.spawn(|| {
-            let mut packets = template.to_vec();
-            let end = Instant::now() + sending;
-            let mut heaps = 0u64;
-            'heaps: while Instant::now() < end && !stop.load(Ordering::Relaxed) {
-                for p in &mut packets {
-                    spead::rewrite_heap_cnt(&mut p[datagram_at..], flavour, heaps + 1);
-                }
-                for group in packets.chunks(32) {
-                    if !send_all(&mut tx, group, end + Duration::from_secs(1)) {
-                        break 'heaps;
+        // Each sender takes the next heap id when it starts a heap, so the heaps of all
+        // senders leave in about the order of their ids (the receiver keeps a window of
+        // chunks; ids dealt round robin would drift apart as fast as the senders do).
+        let threads: Vec<_> = txs
+            .into_iter()
+            .map(|mut tx| {
+                s.spawn(move || {
+                    let mut packets = template.to_vec();
+                    let end = Instant::now() + sending;
+                    let mut heaps = 0u64;
+                    'heaps: while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+                        // With several senders, none runs more than a few bursts ahead of
+                        // its queue's worker: a worker that falls behind would otherwise
+                        // deliver its heaps after later ones of the other queues.
+                        while several && tx.pending() > LEAD_BURSTS && Instant::now() < end {
+                            std::thread::yield_now();
+                        }
+                        let heap_cnt = next_heap.fetch_add(1, Ordering::Relaxed);
+                        for p in &mut packets {
+                            spead::rewrite_heap_cnt(&mut p[datagram_at..], flavour, heap_cnt);
+                        }
+                        for group in packets.chunks(32) {
+                            if !send_all(&mut tx, group, end + Duration::from_secs(1)) {
+                                break 'heaps;
+                            }
+                        }
+                        heaps += 1;
                     }
-                }
-                heaps += 1;
+                    (heaps, tx)
+                })
+            })
+            .collect();
+        // The stop packet goes out once every sender is done and every queue's worker
+        // has taken what it held, so that it cannot overtake another queue's heaps.
+        let finisher = s.spawn(move || {
+            let (mut total, mut txs) = (0, Vec::new());
+            for t in threads {
+                let (heaps, tx) = t.join().expect("sender");
+                total += heaps;
+                txs.push(tx);
             }
-            let mut stop_packet = spead::stream_stop_packet(flavour, heaps + 1);
+            let drained = Instant::now() + Duration::from_secs(1);
+            while txs.iter().any(|tx| tx.pending() > 0) && Instant::now() < drained {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            if txs.len() > 1 {
+                // A burst a worker took from its ring may still be on its way.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut stop_packet =
+                spead::stream_stop_packet(flavour, next_heap.load(Ordering::Relaxed));
             if datagram_at > 0 {
                 stop_packet = udp_frame(&stop_packet);
             }
-            send_all(
-                &mut tx,
-                &[stop_packet],
-                Instant::now() + Duration::from_secs(1),
-            );
+            if let Some(tx) = txs.last_mut() {
+                send_all(tx, &[stop_packet], Instant::now() + Duration::from_secs(1));
+            }
             sent_all.store(true, Ordering::Release);
-            heaps
+            total
         });
         // Chunks are given back at once: the bench measures placement, not a consumer.
         let mut quiet_since = None;
@@ -443,10 +536,10 @@ fn trial(
         for c in stream.flush() {
             stream.recycle(c);
         }
-        (sender.join().expect("sender"), stream.counters())
+        (finisher.join().expect("senders"), stream.counters())
     });
     let dropped = plane.snapshot().drops().total();
-    drop((tx, stream));
+    drop(stream);
     let _ = plane.shutdown();
     Ok(SpeadTrial {
         offered_gbps: gbps,
@@ -458,6 +551,9 @@ fn trial(
             / opts.seconds
             / 1e9,
         dropped_packets: dropped,
+        heaps_missing: counters.heaps_missing,
+        packets_too_late: counters.packets_too_late,
+        packets_no_free_chunk: counters.packets_no_free_chunk,
         lossless: heaps_sent > 0
             && counters.heaps_complete == heaps_sent
             && counters.heaps_incomplete == 0,
@@ -515,6 +611,11 @@ mod tests {
                     port: 8888,
                     chunks,
                     transport,
+                    senders: if transport == SpeadTransport::Loopback {
+                        3
+                    } else {
+                        1
+                    },
                 };
                 let text = config_text(&opts, 1000);
                 let loaded = dataplane::config::load_str(&text, "bench-spead")

@@ -258,6 +258,7 @@ fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
             port,
             chunks,
             transport,
+            senders,
             json,
             quiet,
         } => bench_spead(
@@ -270,6 +271,7 @@ fn run_bench(bench: Bench, signals: &Signals) -> ExitCode {
                 port,
                 chunks,
                 transport,
+                senders,
             },
             Output { json, quiet },
             signals,

@@ -220,13 +220,16 @@ fn every_bench_result_is_valid_against_its_published_schema() {
     );
     assert_eq!(socket["result"]["transport"], "udp");
 
-    // SPEAD heaps over the software loopback into chunks of a host region, one rate.
+    // SPEAD heaps over the software loopback into chunks of a host region, one rate, from
+    // two senders (every heap whole, none too late).
     let spead = checked(
         &[
             "bench",
             "spead",
             "--transport",
             "loopback",
+            "--senders",
+            "2",
             "--chunks",
             "host",
             "--heap-bytes",
@@ -246,13 +249,14 @@ fn every_bench_result_is_valid_against_its_published_schema() {
     );
     let r = &spead["result"];
     assert_eq!(
-        (&r["transport"], &r["chunks"]),
-        (&"loopback".into(), &"host".into())
+        (&r["transport"], &r["chunks"], &r["senders"]),
+        (&"loopback".into(), &"host".into(), &2.into())
     );
     let trial = &r["trials"][0];
     assert!(trial["heaps_sent"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(trial["heaps_complete"], trial["heaps_sent"], "{r}");
     assert_eq!(trial["heaps_incomplete"], 0, "{r}");
+    assert_eq!(trial["packets_too_late"], 0, "{r}");
 
     if let Some(text) =
         common::mapped_reference_example("daqiri_example_dynamic_rx_flow.yaml", 1, true)
