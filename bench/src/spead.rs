@@ -35,8 +35,9 @@ pub struct SpeadBenchOptions {
     pub chunks: ChunkMemory,
     /// What carries the packets.
     pub transport: SpeadTransport,
-    /// Sending threads, each with a TX queue of its own and every `senders`-th heap
-    /// (one core cutting heaps into packets is the first limit on the software loopback).
+    /// Sending threads, each with a TX queue of its own, taking the next heap id as they
+    /// start a heap (one core cutting heaps into packets is the first limit on the
+    /// software loopback). Above 1 only with [`SpeadTransport::Loopback`].
     pub senders: u32,
 }
 

@@ -425,8 +425,9 @@ pub(crate) enum Bench {
         /// plane's software loopback (no socket in the way).
         #[arg(long, value_enum, default_value_t = dataplane_bench::spead::SpeadTransport::Udp)]
         transport: dataplane_bench::spead::SpeadTransport,
-        /// Sending threads, each with a TX queue of its own and every N-th heap (with
-        /// `--transport loopback`; one core cutting heaps into packets is its first limit).
+        /// Sending threads, each with a TX queue of its own, taking the next heap id as
+        /// they start a heap (with `--transport loopback`; one core cutting heaps into
+        /// packets is its first limit).
         #[arg(long, default_value_t = 1)]
         senders: u32,
         /// Print one JSON object as the last line of stdout.
