@@ -120,8 +120,10 @@ pub struct SpeadReport {
     /// arrived, which is below the offered rate when the sender is the limit; 0 when no
     /// rate was lossless).
     pub lossless_gbps: f64,
-    /// At that rate, the sender sent less than 95% of what was offered: the receiver
-    /// was not the limit (spead2_bench says "Limited by send speed").
+    /// At that rate, the sender sent less than 95% of what was offered: over UDP the
+    /// receiver was not the limit (spead2_bench says "Limited by send speed"); on the
+    /// software loopback, which drops nothing, a receiver that falls behind holds the
+    /// sender back, so it may have been either.
     pub limited_by_sender: bool,
     /// Heaps per second at that rate.
     pub lossless_heaps_per_s: f64,
@@ -174,10 +176,14 @@ impl SpeadReport {
             "highest lossless rate: {:.3} Gb/s ({:.0} heaps/s){}\n",
             self.lossless_gbps,
             self.lossless_heaps_per_s,
-            if self.limited_by_sender {
-                ", limited by the sender"
-            } else {
-                ""
+            match (self.limited_by_sender, self.transport) {
+                (false, _) => "",
+                (true, SpeadTransport::Udp) => ", limited by the sender",
+                // The loopback loses nothing: a receiver that falls behind holds the TX
+                // queues back, so a slow sender and a slow receiver look alike.
+                (true, SpeadTransport::Loopback) => {
+                    ", limited by the sender or by the receiver holding it back (the loopback drops nothing)"
+                }
             }
         );
         s
